@@ -1,0 +1,8 @@
+// blockfuse — fused kernels for the transformer decoder block. Umbrella header.
+#pragma once
+
+#include "blockfuse/common.h"
+#include "blockfuse/gated_up.h"
+#include "blockfuse/swiglu.h"
+#include "blockfuse/weight_layout.h"
+#include "blockfuse/version.h"

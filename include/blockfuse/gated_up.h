@@ -1,0 +1,74 @@
+// blockfuse/gated_up.h — the fused gated up-projection: h = act(x·W_gateᵀ) ⊙ (x·W_upᵀ).
+//
+// One kernel computes the GEMM x[M, K] · w[2U, K]ᵀ and applies the gate on the fp32 accumulators,
+// so only h[M, U] is written: the [M, 2U] intermediate of the unfused pipeline never exists.
+//
+// Weight layout (see weight_layout.h): w is the *interleaved* [2U, K] matrix whose
+//   row 2j   is row j of W_up   (even rows = up)
+//   row 2j+1 is row j of W_gate (odd rows  = gate)
+// i.e. the rows of two nn.Linear weights ([out_features, in_features], K contiguous) interleaved.
+// Then column pair (2j, 2j+1) of x·wᵀ is (up_j, gate_j), and h[:, j] = act(gate_j) · up_j.
+//
+// Numerics: bf16/fp16 inputs, fp32 accumulation, the activation and the product in fp32 on the
+// accumulators, one rounding to the output dtype.
+#pragma once
+
+#include "blockfuse/common.h"
+
+namespace blockfuse {
+
+// Which kernel implementation runs. kAuto picks the fastest available for the current device.
+enum class GatedUpKernel : int {
+  kAuto = 0,
+  kSm80 = 1,  // CuTe mma.sync m16n8k16 + cp.async multistage; compute capability >= 8.0
+};
+const char* kernel_name(GatedUpKernel k);
+
+// Optional overrides, for tests and benchmarks. Defaults choose everything automatically.
+struct GatedUpOptions {
+  GatedUpKernel kernel = GatedUpKernel::kAuto;
+  int tile_config = -1;  // index into the kernel's tile table (gated_up_tile_configs()); -1 = heuristic
+};
+
+// h = act(x · w_gateᵀ) ⊙ (x · w_upᵀ), with w interleaved as described above.
+//   x   [M, K]   bf16 or fp16, row stride x.ld
+//   w   [2U, K]  same dtype, row stride w.ld
+//   out [M, U]   same dtype, row stride out.ld
+// Requirements (checked; a violation throws blockfuse::Error naming the argument):
+//   all on the current CUDA device, compute capability >= 8.0; dtypes equal;
+//   K % 8 == 0 and U % 8 == 0, ld % 8 == 0 and every data pointer 16-byte aligned (the kernel
+//   moves 16-byte vectors); out must not overlap x or w. M may be any value >= 0 (M == 0 is a
+//   no-op). The call is asynchronous on `stream`.
+void gated_up(ConstMatrix x, ConstMatrix w, Matrix out, Activation act,
+              cudaStream_t stream = nullptr, const GatedUpOptions& options = {});
+
+// The tile configurations the sm80 kernel is compiled for, and the one the heuristic picks.
+struct GatedUpTileConfig {
+  int block_m;   // rows of x per CTA
+  int block_n;   // interleaved columns per CTA (block_n / 2 outputs)
+  int block_k;
+  int stages;    // cp.async pipeline depth
+  int warps_m;   // warp grid
+  int warps_n;
+  int smem_bytes() const;  // dynamic shared memory the kernel needs
+  int threads() const { return 32 * warps_m * warps_n; }
+};
+int gated_up_num_tile_configs();
+GatedUpTileConfig gated_up_tile_config(int index);
+
+// The heuristic: a pure function of the problem and the device, unit-tested on the CPU.
+// Returns an index into the tile table.
+struct GatedUpProblem {
+  int64_t m, k, u;
+};
+struct DeviceSpec {
+  int sm_count;             // multiprocessors
+  int max_smem_per_block;   // opt-in maximum dynamic shared memory per block, bytes
+  int cc_major, cc_minor;
+};
+int choose_gated_up_tile_config(const GatedUpProblem& p, const DeviceSpec& dev);
+
+// Device properties of the current device, cached per device.
+DeviceSpec current_device_spec();
+
+}  // namespace blockfuse

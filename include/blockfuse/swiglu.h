@@ -1,0 +1,26 @@
+// blockfuse/swiglu.h — standalone gated activation: out = act(gate) ⊙ up, from a [M, 2U] input.
+//
+// This is the second kernel of the *unfused* pipeline (GEMM into [M, 2U], then this) — the baseline
+// gated_up() is measured against — and the kernel a user runs when the GEMM is not blockfuse's.
+// It is memory-bound: 16-byte loads and stores, one pass.
+#pragma once
+
+#include "blockfuse/common.h"
+
+namespace blockfuse {
+
+// How gate and up sit in the columns of the [M, 2U] input.
+enum class GateUpLayout : int {
+  kStacked = 0,      // columns [0, U) = gate, [U, 2U) = up: x · [W_gate; W_up]ᵀ (fused checkpoints)
+  kInterleaved = 1,  // column 2j = up_j, 2j+1 = gate_j: x · w_interleavedᵀ (gated_up's layout)
+};
+const char* layout_name(GateUpLayout l);
+
+// out[M, U] = act(gate) ⊙ up, computed in fp32, one rounding.
+// Requirements (checked): device pointers on the current device, dtypes equal, gate_up.rows ==
+// out.rows, gate_up.cols == 2 * out.cols, U % 8 == 0, ld % 8 == 0, 16-byte aligned pointers, and
+// out must not overlap gate_up.
+void swiglu(ConstMatrix gate_up, Matrix out, Activation act, GateUpLayout layout,
+            cudaStream_t stream = nullptr);
+
+}  // namespace blockfuse

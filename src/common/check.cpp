@@ -1,0 +1,116 @@
+// Argument validation and CUDA error reporting shared by every kernel family (see check.h).
+#include "common/check.h"
+
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+namespace blockfuse {
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::kBF16: return "bf16";
+    case DType::kFP16: return "fp16";
+  }
+  return "unknown";
+}
+
+const char* activation_name(Activation a) {
+  switch (a) {
+    case Activation::kSiLU: return "silu";
+    case Activation::kGeluTanh: return "gelu_tanh";
+  }
+  return "unknown";
+}
+
+namespace detail {
+
+void throw_cuda(cudaError_t err, const char* what, const char* file, int line) {
+  throw Error(cat("blockfuse: CUDA error ", cudaGetErrorName(err), " (", cudaGetErrorString(err),
+                  ") in ", what, " at ", file, ":", line));
+}
+
+void throw_arg(const char* fn, const char* arg, const std::string& what,
+               const std::string& requirement) {
+  throw Error(cat("blockfuse::", fn, ": argument '", arg, "' ", what, "; required: ", requirement));
+}
+
+static bool valid_dtype(DType t) { return t == DType::kBF16 || t == DType::kFP16; }
+
+void check_matrix_shape(const char* fn, const char* arg, const ConstMatrix& m) {
+  if (!valid_dtype(m.dtype))
+    throw_arg(fn, arg, cat("has dtype code ", static_cast<int>(m.dtype)), "bf16 or fp16");
+  if (m.rows < 0) throw_arg(fn, arg, cat("has rows = ", m.rows), "rows >= 0");
+  if (m.cols < 0) throw_arg(fn, arg, cat("has cols = ", m.cols), "cols >= 0");
+  if (m.ld < m.cols || m.ld < 1)
+    throw_arg(fn, arg, cat("has row stride ld = ", m.ld, " with cols = ", m.cols),
+              "ld >= cols and ld >= 1");
+  // Keep every element offset representable (and far from int64 overflow).
+  if (m.rows > (int64_t{1} << 40) / m.ld)
+    throw_arg(fn, arg, cat("spans rows * ld = ", m.rows, " * ", m.ld, " elements"),
+              "rows * ld < 2^40");
+  if (m.data == nullptr && m.rows > 0 && m.cols > 0)
+    throw_arg(fn, arg, "has a null data pointer", "a valid pointer for a non-empty matrix");
+}
+
+void check_device_matrix(const char* fn, const char* arg, const ConstMatrix& m) {
+  check_matrix_shape(fn, arg, m);
+  if (m.rows == 0 || m.cols == 0) return;
+  cudaPointerAttributes attr{};
+  cudaError_t err = cudaPointerGetAttributes(&attr, m.data);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky-free error this call may leave
+    throw_arg(fn, arg, cat("pointer ", m.data, " could not be inspected (", cudaGetErrorString(err), ")"),
+              "device memory of the current CUDA device");
+  }
+  if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
+    throw_arg(fn, arg,
+              cat("pointer ", m.data, " is ",
+                  attr.type == cudaMemoryTypeHost ? "pinned host memory" : "not CUDA memory (pageable host?)"),
+              "device memory of the current CUDA device");
+  int dev = -1;
+  BF_CUDA_CHECK(cudaGetDevice(&dev));
+  if (attr.type == cudaMemoryTypeDevice && attr.device != dev)
+    throw_arg(fn, arg, cat("pointer ", m.data, " is on device ", attr.device),
+              cat("memory of the current device ", dev));
+}
+
+void check_alignment(const char* fn, const char* arg, const ConstMatrix& m, int bytes, int elems) {
+  if (reinterpret_cast<std::uintptr_t>(m.data) % bytes != 0)
+    throw_arg(fn, arg, cat("pointer ", m.data, " is not ", bytes, "-byte aligned"),
+              cat("a ", bytes, "-byte aligned data pointer"));
+  if (m.ld % elems != 0)
+    throw_arg(fn, arg, cat("has row stride ld = ", m.ld), cat("ld % ", elems, " == 0"));
+}
+
+void check_same_dtype(const char* fn, const char* arg, const ConstMatrix& m, const char* ref_arg,
+                      DType ref) {
+  if (m.dtype != ref)
+    throw_arg(fn, arg, cat("has dtype ", dtype_name(m.dtype)),
+              cat("the dtype of '", ref_arg, "' (", dtype_name(ref), ")"));
+}
+
+void check_no_overlap(const char* fn, const char* a_arg, const ConstMatrix& a, const char* b_arg,
+                      const ConstMatrix& b) {
+  if (span_begin(a) == span_end(a) || span_begin(b) == span_end(b)) return;
+  if (span_begin(a) < span_end(b) && span_begin(b) < span_end(a))
+    throw_arg(fn, a_arg,
+              cat("spans [", static_cast<const void*>(span_begin(a)), ", ",
+                  static_cast<const void*>(span_end(a)), ") which overlaps '", b_arg, "' [",
+                  static_cast<const void*>(span_begin(b)), ", ", static_cast<const void*>(span_end(b)), ")"),
+              cat("'", a_arg, "' and '", b_arg, "' must not overlap"));
+}
+
+void check_compute_capability(const char* fn, int major, int minor) {
+  int dev = -1;
+  BF_CUDA_CHECK(cudaGetDevice(&dev));
+  int ma = 0, mi = 0;
+  BF_CUDA_CHECK(cudaDeviceGetAttribute(&ma, cudaDevAttrComputeCapabilityMajor, dev));
+  BF_CUDA_CHECK(cudaDeviceGetAttribute(&mi, cudaDevAttrComputeCapabilityMinor, dev));
+  if (ma * 10 + mi < major * 10 + minor)
+    throw Error(cat("blockfuse::", fn, ": the current device ", dev, " has compute capability ", ma,
+                    ".", mi, "; required: compute capability >= ", major, ".", minor));
+}
+
+}  // namespace detail
+}  // namespace blockfuse

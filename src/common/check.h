@@ -1,0 +1,62 @@
+// Internal: CUDA error checks and argument validation shared by every kernel family.
+//
+// Every public entry point validates all of its arguments before it launches anything; a
+// violation throws blockfuse::Error whose message names the function, the argument, its value and
+// the requirement, e.g.
+//   blockfuse::gated_up: argument 'w' has 28673 rows; required: rows == 2 * out.cols (= 28672)
+#pragma once
+
+#include <sstream>
+#include <string>
+
+#include <cuda_runtime_api.h>
+
+#include "blockfuse/common.h"
+
+namespace blockfuse::detail {
+
+[[noreturn]] void throw_cuda(cudaError_t err, const char* what, const char* file, int line);
+
+#define BF_CUDA_CHECK(expr)                                                            \
+  do {                                                                                 \
+    cudaError_t bf_err_ = (expr);                                                      \
+    if (bf_err_ != cudaSuccess) ::blockfuse::detail::throw_cuda(bf_err_, #expr, __FILE__, __LINE__); \
+  } while (0)
+
+// Checks the launch that just happened (configuration errors surface here, not at the launch).
+#define BF_CHECK_LAUNCH() BF_CUDA_CHECK(cudaGetLastError())
+
+// Throws "blockfuse::<fn>: argument '<arg>' <what>; required: <requirement>".
+[[noreturn]] void throw_arg(const char* fn, const char* arg, const std::string& what,
+                            const std::string& requirement);
+
+template <class... T>
+std::string cat(const T&... parts) {
+  std::ostringstream os;
+  (os << ... << parts);
+  return os.str();
+}
+
+// Shape/stride sanity for any matrix view: rows, cols >= 0, ld >= max(cols, 1), data non-null
+// unless the matrix is empty.
+void check_matrix_shape(const char* fn, const char* arg, const ConstMatrix& m);
+// check_matrix_shape + the pointer is device memory of the current device (or managed).
+void check_device_matrix(const char* fn, const char* arg, const ConstMatrix& m);
+// data pointer aligned to `bytes` and ld a multiple of `elems`.
+void check_alignment(const char* fn, const char* arg, const ConstMatrix& m, int bytes, int elems);
+void check_same_dtype(const char* fn, const char* arg, const ConstMatrix& m, const char* ref_arg,
+                      DType ref);
+// Throws if the byte ranges spanned by a and b overlap.
+void check_no_overlap(const char* fn, const char* a_arg, const ConstMatrix& a, const char* b_arg,
+                      const ConstMatrix& b);
+// The current device's compute capability is >= major.minor.
+void check_compute_capability(const char* fn, int major, int minor);
+
+// Byte range [first, last) a matrix view spans.
+inline const char* span_begin(const ConstMatrix& m) { return static_cast<const char*>(m.data); }
+inline const char* span_end(const ConstMatrix& m) {
+  if (m.rows == 0 || m.cols == 0) return span_begin(m);
+  return span_begin(m) + ((m.rows - 1) * m.ld + m.cols) * static_cast<int64_t>(dtype_size(m.dtype));
+}
+
+}  // namespace blockfuse::detail

@@ -1,0 +1,25 @@
+// Internal: the gate activations, in fp32, shared by the kernels and the GPU reference.
+// The CPU reference (reference.cpp) evaluates the same formulas with <cmath>.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace blockfuse {
+
+// silu(g) = g · sigmoid(g) = g / (1 + e^-g). For g → -inf, e^-g → inf and the quotient → -0;
+// NaN propagates.
+__host__ __device__ __forceinline__ float silu_f32(float g) { return g / (1.0f + expf(-g)); }
+
+// tanh-approximated GELU (PyTorch's gelu(approximate="tanh"), Gemma's gelu_pytorch_tanh).
+__host__ __device__ __forceinline__ float gelu_tanh_f32(float g) {
+  const float kAlpha = 0.7978845608028654f;  // sqrt(2/pi)
+  const float kBeta = 0.044715f;
+  return 0.5f * g * (1.0f + tanhf(kAlpha * (g + kBeta * g * g * g)));
+}
+
+// act(gate) * up for Activation code `act` (0 = SiLU, 1 = tanh-GELU).
+__host__ __device__ __forceinline__ float gated_act(int act, float gate, float up) {
+  return (act == 0 ? silu_f32(gate) : gelu_tanh_f32(gate)) * up;
+}
+
+}  // namespace blockfuse

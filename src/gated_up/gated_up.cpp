@@ -1,0 +1,102 @@
+// gated_up(): argument validation and kernel/tile dispatch. Nothing is launched until every
+// argument has been checked.
+#include "blockfuse/gated_up.h"
+
+#include "common/check.h"
+#include "gated_up/launch.h"
+#include "gated_up/params.h"
+#include "gated_up/tile_configs.h"
+
+namespace blockfuse {
+
+const char* kernel_name(GatedUpKernel k) {
+  switch (k) {
+    case GatedUpKernel::kAuto: return "auto";
+    case GatedUpKernel::kSm80: return "sm80";
+  }
+  return "unknown";
+}
+
+namespace {
+
+using detail::cat;
+using detail::throw_arg;
+
+constexpr const char* kFn = "gated_up";
+
+void validate(const ConstMatrix& x, const ConstMatrix& w, const Matrix& out, Activation act,
+              const GatedUpOptions& opt) {
+  if (act != Activation::kSiLU && act != Activation::kGeluTanh)
+    throw_arg(kFn, "activation", cat("has code ", static_cast<int>(act)), "Activation::kSiLU or Activation::kGeluTanh");
+  if (opt.kernel != GatedUpKernel::kAuto && opt.kernel != GatedUpKernel::kSm80)
+    throw_arg(kFn, "options.kernel", cat("has code ", static_cast<int>(opt.kernel)), "kAuto or kSm80");
+  if (opt.tile_config < -1 || opt.tile_config >= kNumSm80TileConfigs)
+    throw_arg(kFn, "options.tile_config", cat("= ", opt.tile_config),
+              cat("-1 (heuristic) or 0 <= tile_config < ", kNumSm80TileConfigs));
+
+  detail::check_matrix_shape(kFn, "x", x);
+  detail::check_matrix_shape(kFn, "w", w);
+  detail::check_matrix_shape(kFn, "out", out);
+  detail::check_same_dtype(kFn, "w", w, "x", x.dtype);
+  detail::check_same_dtype(kFn, "out", out, "x", x.dtype);
+
+  const int64_t M = x.rows, K = x.cols, U = out.cols;
+  if (w.cols != K)
+    throw_arg(kFn, "w", cat("has cols = ", w.cols), cat("w.cols == x.cols (K = ", K, ")"));
+  if (out.rows != M)
+    throw_arg(kFn, "out", cat("has rows = ", out.rows), cat("out.rows == x.rows (M = ", M, ")"));
+  if (w.rows != 2 * U)
+    throw_arg(kFn, "w", cat("has rows = ", w.rows),
+              cat("w.rows == 2 * out.cols (= ", 2 * U, "): interleaved [up_0; gate_0; up_1; ...]"));
+  if (K < 8 || K % 8 != 0)
+    throw_arg(kFn, "x", cat("has cols K = ", K), "K >= 8 and K % 8 == 0 (16-byte vector loads)");
+  if (U < 8 || U % 8 != 0)
+    throw_arg(kFn, "out", cat("has cols U = ", U), "U >= 8 and U % 8 == 0 (16-byte vector stores)");
+  if (M > (int64_t{1} << 31) - 1)
+    throw_arg(kFn, "x", cat("has rows M = ", M), "M < 2^31");
+  detail::check_alignment(kFn, "x", x, 16, 8);
+  detail::check_alignment(kFn, "w", w, 16, 8);
+  detail::check_alignment(kFn, "out", out, 16, 8);
+  if (M == 0) return;  // nothing to launch: pointers may be anything
+  detail::check_device_matrix(kFn, "x", x);
+  detail::check_device_matrix(kFn, "w", w);
+  detail::check_device_matrix(kFn, "out", out);
+  detail::check_no_overlap(kFn, "out", out, "x", x);
+  detail::check_no_overlap(kFn, "out", out, "w", w);
+  detail::check_compute_capability(kFn, 8, 0);
+}
+
+}  // namespace
+
+void gated_up(ConstMatrix x, ConstMatrix w, Matrix out, Activation act, cudaStream_t stream,
+              const GatedUpOptions& options) {
+  validate(x, w, out, act, options);
+  if (x.rows == 0) return;
+
+  const DeviceSpec dev = current_device_spec();
+  const GatedUpProblem prob{x.rows, x.cols, out.cols};
+  const int config = options.tile_config >= 0 ? options.tile_config : choose_gated_up_tile_config(prob, dev);
+  const int smem = tile_config_smem_bytes(kSm80TileConfigs[config]);
+  if (smem > dev.max_smem_per_block)
+    throw_arg(kFn, "options.tile_config", cat("= ", config, " needs ", smem, " bytes of shared memory"),
+              cat("a config that fits this device's ", dev.max_smem_per_block, " bytes per block"));
+
+  GatedUpParams p{};
+  p.x = x.data;
+  p.w = w.data;
+  p.out = out.data;
+  p.m = x.rows;
+  p.k = x.cols;
+  p.u = out.cols;
+  p.ldx = x.ld;
+  p.ldw = w.ld;
+  p.ldo = out.ld;
+  p.act = static_cast<int>(act);
+  p.raster_group = 16;
+  if (x.dtype == DType::kBF16)
+    sm80::launch_gated_up_bf16(config, p, stream);
+  else
+    sm80::launch_gated_up_fp16(config, p, stream);
+}
+
+}  // namespace blockfuse
