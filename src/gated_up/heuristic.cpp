@@ -27,6 +27,10 @@ static int64_t num_tiles(const GatedUpProblem& p, int config) {
   return ceil_div(p.m, r.bm) * ceil_div(2 * p.u, r.bn);
 }
 
+// Measurements behind the rules: docs/perf-notes.md (H100, 2026-11-22). Every 128x256 variant
+// (BK 32/64, 3-6 stages) ran within 5 % of the others at 410-430 TFLOP/s — the kernel is bound by
+// mma.sync issue and shared-memory bandwidth, not by the pipeline — so the table stays small and the
+// choice is about filling the SMs.
 int choose_gated_up_tile_config(const GatedUpProblem& p, const DeviceSpec& dev) {
   auto fits = [&](int c) { return tile_config_smem_bytes(kSm80TileConfigs[c]) <= dev.max_smem_per_block; };
   // Few rows: a 64-row tile halves the wasted MMA work of a 128-row tile.
