@@ -1,0 +1,313 @@
+// Implementation of the shared benchmark utilities (bench_util.h).
+#include "bench_util.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+#include <cublas_v2.h>
+
+#include "blockfuse/common.h"
+#include "testing/testing.h"
+
+namespace blockfuse::bench {
+
+Args::Args(int argc, char** argv, int first) {
+  for (int i = first; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) == 0) {
+      const auto eq = a.find('=');
+      if (eq != std::string::npos) {
+        kv_[a.substr(2, eq - 2)] = a.substr(eq + 1);
+      } else if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) {
+        kv_[a.substr(2)] = argv[++i];
+      } else {
+        kv_[a.substr(2)] = "";
+      }
+    } else {
+      positional_.push_back(a);
+    }
+  }
+}
+bool Args::has(const std::string& k) const { return kv_.count(k) > 0; }
+std::string Args::get(const std::string& k, const std::string& def) const {
+  auto it = kv_.find(k);
+  return it == kv_.end() ? def : it->second;
+}
+int64_t Args::get_int(const std::string& k, int64_t def) const {
+  if (!has(k)) return def;
+  try {
+    return std::stoll(get(k));
+  } catch (...) {
+    throw Error("option --" + k + " = '" + get(k) + "': required an integer");
+  }
+}
+double Args::get_double(const std::string& k, double def) const {
+  if (!has(k)) return def;
+  try {
+    return std::stod(get(k));
+  } catch (...) {
+    throw Error("option --" + k + " = '" + get(k) + "': required a number");
+  }
+}
+std::vector<std::string> Args::get_list(const std::string& k, const std::vector<std::string>& def) const {
+  if (!has(k)) return def;
+  std::vector<std::string> out;
+  std::stringstream ss(get(k));
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+std::vector<int64_t> Args::get_int_list(const std::string& k, const std::vector<int64_t>& def) const {
+  if (!has(k)) return def;
+  std::vector<int64_t> out;
+  for (const auto& s : get_list(k, {})) {
+    try {
+      out.push_back(std::stoll(s));
+    } catch (...) {
+      throw Error("option --" + k + ": '" + s + "' is not an integer");
+    }
+  }
+  return out;
+}
+
+void cuda_check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess)
+    throw Error(std::string("CUDA error ") + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ") in " + what);
+}
+
+bool require_gpu(const char* program) {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess || n == 0) {
+    (void)cudaGetLastError();
+    std::fprintf(stderr,
+                 "%s: no CUDA device found (cudaGetDeviceCount: %s). This needs an NVIDIA GPU with compute "
+                 "capability >= 8.0; nothing was measured.\n",
+                 program, err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+    return false;
+  }
+  return true;
+}
+
+static Timing summarize(std::vector<float> t) {
+  std::sort(t.begin(), t.end());
+  Timing r{};
+  r.reps = static_cast<int>(t.size());
+  r.min_ms = t.front();
+  r.max_ms = t.back();
+  r.median_ms = t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
+  return r;
+}
+
+Timing time_it(const std::function<void(int)>& fn, cudaStream_t stream, int warmup, int reps) {
+  for (int i = 0; i < warmup; ++i) fn(i);
+  BENCH_CUDA(cudaStreamSynchronize(stream));
+  cudaEvent_t a, b;
+  BENCH_CUDA(cudaEventCreate(&a));
+  BENCH_CUDA(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int i = 0; i < std::max(1, reps); ++i) {
+    BENCH_CUDA(cudaEventRecord(a, stream));
+    fn(warmup + i);
+    BENCH_CUDA(cudaEventRecord(b, stream));
+    BENCH_CUDA(cudaEventSynchronize(b));
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  BENCH_CUDA(cudaGetLastError());
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return summarize(std::move(t));
+}
+
+Timing time_graph(const std::function<void()>& fn, cudaStream_t stream, int warmup, int reps) {
+  fn();  // first call outside the capture (one-time setup such as shared-memory opt-in)
+  BENCH_CUDA(cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  fn();
+  BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
+  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  Timing t = time_it([&](int) { BENCH_CUDA(cudaGraphLaunch(exec, stream)); }, stream, warmup, reps);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return t;
+}
+
+int rotation_sets(int64_t bytes, int max_sets) {
+  int dev = 0, l2 = 50 << 20;
+  if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev);
+  if (bytes <= 0) return 1;
+  const int64_t want = (3 * int64_t(l2) + bytes - 1) / bytes;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(max_sets, want)));
+}
+
+double measure_copy_bandwidth_gbs(cudaStream_t stream) {
+  const size_t bytes = size_t(1) << 30;
+  void *a = nullptr, *b = nullptr;
+  BENCH_CUDA(cudaMalloc(&a, bytes));
+  BENCH_CUDA(cudaMalloc(&b, bytes));
+  BENCH_CUDA(cudaMemsetAsync(a, 0x5a, bytes, stream));
+  Timing t = time_it([&](int i) { BENCH_CUDA(cudaMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice, stream)); },
+                     stream, 3, 20);
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * bytes / (t.median_ms * 1e-3) / 1e9;
+}
+
+double measure_cublas_bf16_tflops(cudaStream_t stream) {
+  const int n = 8192;
+  void *a, *b, *c;
+  BENCH_CUDA(cudaMalloc(&a, size_t(n) * n * 2));
+  BENCH_CUDA(cudaMalloc(&b, size_t(n) * n * 2));
+  BENCH_CUDA(cudaMalloc(&c, size_t(n) * n * 2));
+  testing::fill_uniform(make_matrix(a, DType::kBF16, n, n), -1.f, 1.f, 101, stream);
+  testing::fill_uniform(make_matrix(b, DType::kBF16, n, n), -1.f, 1.f, 102, stream);
+  cublasHandle_t h;
+  if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) throw Error("cublasCreate failed");
+  cublasSetStream(h, stream);
+  const float one = 1.f, zero = 0.f;
+  Timing t = time_it(
+      [&](int) {
+        if (cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16BF, n, b, CUDA_R_16BF, n, &zero, c,
+                         CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
+          throw Error("cublasGemmEx failed");
+      },
+      stream, 3, 20);
+  cublasDestroy(h);
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+  return 2.0 * n * double(n) * n / (t.median_ms * 1e-3) / 1e12;
+}
+
+std::string device_name() {
+  int dev = 0;
+  cudaDeviceProp p{};
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) return "unknown";
+  return p.name;
+}
+
+std::string now_iso8601() {
+  std::time_t t = std::time(nullptr);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+Json Json::object() { Json j; j.kind_ = kObj; return j; }
+Json Json::array() { Json j; j.kind_ = kArr; return j; }
+Json::Json(double v) : kind_(kNum), num_(v) {}
+Json::Json(int64_t v) : kind_(kInt), int_(v) {}
+Json::Json(bool v) : kind_(kBool), b_(v) {}
+Json::Json(const char* v) : kind_(kStr), s_(v) {}
+Json::Json(const std::string& v) : kind_(kStr), s_(v) {}
+Json& Json::set(const std::string& k, Json v) {
+  for (auto& kv : obj_)
+    if (kv.first == k) { kv.second = std::move(v); return *this; }
+  obj_.emplace_back(k, std::move(v));
+  return *this;
+}
+Json& Json::push(Json v) { arr_.push_back(std::move(v)); return *this; }
+
+static void escape(std::string& out, const std::string& s) {
+  out += '"';
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char b[8];
+          std::snprintf(b, sizeof b, "\\u%04x", c);
+          out += b;
+        } else {
+          out += c;
+        }
+    }
+  }
+  out += '"';
+}
+
+void Json::dump_to(std::string& out, int indent, int depth) const {
+  const std::string pad(indent * (depth + 1), ' '), pad0(indent * depth, ' ');
+  const char* nl = indent ? "\n" : "";
+  switch (kind_) {
+    case kNull: out += "null"; break;
+    case kNum: {
+      if (!std::isfinite(num_)) { out += "null"; break; }
+      char b[32];
+      std::snprintf(b, sizeof b, "%.6g", num_);
+      out += b;
+      break;
+    }
+    case kInt: out += std::to_string(int_); break;
+    case kBool: out += b_ ? "true" : "false"; break;
+    case kStr: escape(out, s_); break;
+    case kObj:
+      out += "{";
+      for (size_t i = 0; i < obj_.size(); ++i) {
+        out += i ? "," : "";
+        out += nl + pad;
+        escape(out, obj_[i].first);
+        out += ": ";
+        obj_[i].second.dump_to(out, indent, depth + 1);
+      }
+      out += obj_.empty() ? "}" : nl + pad0 + "}";
+      break;
+    case kArr:
+      out += "[";
+      for (size_t i = 0; i < arr_.size(); ++i) {
+        out += i ? "," : "";
+        out += nl + pad;
+        arr_[i].dump_to(out, indent, depth + 1);
+      }
+      out += arr_.empty() ? "]" : nl + pad0 + "]";
+      break;
+  }
+}
+std::string Json::dump(int indent) const {
+  std::string s;
+  dump_to(s, indent, 0);
+  return s + "\n";
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path);
+  if (!f) throw Error("cannot write " + path);
+  f << text;
+}
+
+void Table::print(FILE* f) const {
+  std::vector<size_t> w(headers_.size());
+  for (size_t i = 0; i < headers_.size(); ++i) w[i] = headers_[i].size();
+  for (const auto& r : rows_)
+    for (size_t i = 0; i < r.size() && i < w.size(); ++i) w[i] = std::max(w[i], r[i].size());
+  auto line = [&](const std::vector<std::string>& r) {
+    for (size_t i = 0; i < w.size(); ++i) std::fprintf(f, "%s%*s", i ? "  " : "", int(w[i]), i < r.size() ? r[i].c_str() : "");
+    std::fprintf(f, "\n");
+  };
+  line(headers_);
+  size_t total = 0;
+  for (auto x : w) total += x + 2;
+  std::fprintf(f, "%s\n", std::string(total > 2 ? total - 2 : 0, '-').c_str());
+  for (const auto& r : rows_) line(r);
+}
+
+std::string fmt(double v, int precision) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", precision, v);
+  return b;
+}
+
+}  // namespace blockfuse::bench
