@@ -3,16 +3,45 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <functional>
+
+#include <cuda_runtime_api.h>
 
 namespace blockfuse::test {
 
 uint64_t fresh_seed() {
+  if (const char* s = std::getenv("BLOCKFUSE_TEST_SEED")) return std::strtoull(s, nullptr, 10);
   static std::atomic<uint64_t> counter{0};
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   const std::string name = info ? std::string(info->test_suite_name()) + "." + info->name() : "none";
   const uint64_t t = static_cast<uint64_t>(std::chrono::high_resolution_clock::now().time_since_epoch().count());
   return std::hash<std::string>{}(name) ^ (counter.fetch_add(1) * 0x9E3779B97F4A7C15ull) ^ t;
+}
+
+std::string seed_note(uint64_t seed) {
+  return "random seed " + std::to_string(seed) + " (replay: BLOCKFUSE_TEST_SEED=" + std::to_string(seed) + ")";
+}
+
+bool has_cuda_device() {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  (void)cudaGetLastError();  // a CPU-only machine reports an error here; leave none behind
+  return err == cudaSuccess && n > 0;
+}
+
+void expect_arg_error(const std::function<void()>& fn, const std::string& arg, const std::string& also) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected blockfuse::Error naming '" << arg << "', but the call returned";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("'" + arg + "'"), std::string::npos) << "message does not name '" << arg << "': " << what;
+    EXPECT_NE(what.find("required"), std::string::npos) << "message does not say what is required: " << what;
+    if (!also.empty()) EXPECT_NE(what.find(also), std::string::npos) << "message lacks \"" << also << "\": " << what;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected blockfuse::Error naming '" << arg << "', got another exception: " << e.what();
+  }
 }
 
 }  // namespace blockfuse::test

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -16,7 +17,17 @@
 namespace blockfuse::test {
 
 // A fresh seed per call: the test name, a process-wide counter and the time, so reruns differ.
+// BLOCKFUSE_TEST_SEED=<n> replays one (every call then returns n). Put seed_note(seed) in a
+// SCOPED_TRACE so a failure prints the seed that produced it.
 uint64_t fresh_seed();
+std::string seed_note(uint64_t seed);
+
+// Is a CUDA device usable here? false on CPU-only machines (CI); never throws, leaves no error set.
+bool has_cuda_device();
+
+// Runs fn and expects blockfuse::Error whose message names 'arg' (in quotes), says "required",
+// and contains `also` when given: the library's contract for every invalid argument.
+void expect_arg_error(const std::function<void()>& fn, const std::string& arg, const std::string& also = "");
 
 // rows x ld host matrix of 2-byte values, uniform in [lo, hi), padding (cols..ld) filled with a
 // sentinel pattern so tests can check it is left untouched.
@@ -29,10 +40,14 @@ struct HostMatrix {
   void set(int64_t r, int64_t c, float v) { bits[size_t(r * ld + c)] = host::from_float(dtype, v); }
   ConstMatrix view() const { return ConstMatrix{bits.data(), dtype, rows, cols, ld}; }
   Matrix view() { return Matrix{bits.data(), dtype, rows, cols, ld}; }
+  // Never zero after rounding: a zero input would hide a wrong index or a dropped term.
   void fill_uniform(std::mt19937_64& rng, float lo, float hi) {
     std::uniform_real_distribution<float> d(lo, hi);
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) set(r, c, d(rng));
+      for (int64_t c = 0; c < cols; ++c) {
+        do set(r, c, d(rng));
+        while (at(r, c) == 0.0f);
+      }
   }
   void poison() {
     const uint16_t nan = dtype == DType::kBF16 ? 0x7fc0 : 0x7e00;
