@@ -1,4 +1,8 @@
-// Implementation of the shared benchmark utilities (bench_util.h).
+// Implementation of the shared benchmark utilities (bench_util.h): option parsing, CUDA-event and
+// CUDA-graph timing, L2-rotation sizing, the two ceilings every benchmark quotes (cuBLAS 8192^3
+// bf16 GEMM, device-to-device copy), a small JSON writer and a fixed-width table. Every CUDA and
+// cuBLAS call is checked and throws blockfuse::Error naming the call, so a first run on a new
+// machine fails with a readable message instead of printing garbage figures.
 #include "bench_util.h"
 
 #include <algorithm>
@@ -85,11 +89,25 @@ bool require_gpu(const char* program) {
   int n = 0;
   const cudaError_t err = cudaGetDeviceCount(&n);
   if (err != cudaSuccess || n == 0) {
-    (void)cudaGetLastError();
+    (void)cudaGetLastError();  // a CPU-only machine reports an error here; leave none behind
     std::fprintf(stderr,
-                 "%s: no CUDA device found (cudaGetDeviceCount: %s). This needs an NVIDIA GPU with compute "
-                 "capability >= 8.0; nothing was measured.\n",
+                 "%s: no CUDA device found (cudaGetDeviceCount: %s). This benchmark needs an NVIDIA GPU with "
+                 "compute capability >= 8.0; nothing was measured.\n",
                  program, err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+    return false;
+  }
+  int dev = 0;
+  cudaDeviceProp p{};
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    std::fprintf(stderr, "%s: cannot query CUDA device properties; nothing was measured.\n", program);
+    return false;
+  }
+  if (p.major < 8) {
+    std::fprintf(stderr,
+                 "%s: device %d (%s) has compute capability %d.%d; this benchmark needs >= 8.0. Nothing was "
+                 "measured.\n",
+                 program, dev, p.name, p.major, p.minor);
     return false;
   }
   return true;
@@ -108,9 +126,17 @@ static Timing summarize(std::vector<float> t) {
 Timing time_it(const std::function<void(int)>& fn, cudaStream_t stream, int warmup, int reps) {
   for (int i = 0; i < warmup; ++i) fn(i);
   BENCH_CUDA(cudaStreamSynchronize(stream));
-  cudaEvent_t a, b;
-  BENCH_CUDA(cudaEventCreate(&a));
-  BENCH_CUDA(cudaEventCreate(&b));
+  // Events are created once and destroyed by the guard even when fn throws midway.
+  struct Events {
+    cudaEvent_t a = nullptr, b = nullptr;
+    ~Events() {
+      if (a) cudaEventDestroy(a);
+      if (b) cudaEventDestroy(b);
+    }
+  } ev;
+  BENCH_CUDA(cudaEventCreate(&ev.a));
+  BENCH_CUDA(cudaEventCreate(&ev.b));
+  cudaEvent_t a = ev.a, b = ev.b;
   std::vector<float> t;
   for (int i = 0; i < std::max(1, reps); ++i) {
     BENCH_CUDA(cudaEventRecord(a, stream));
@@ -122,12 +148,12 @@ Timing time_it(const std::function<void(int)>& fn, cudaStream_t stream, int warm
     t.push_back(ms);
   }
   BENCH_CUDA(cudaGetLastError());
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
   return summarize(std::move(t));
 }
 
 Timing time_graph(const std::function<void()>& fn, cudaStream_t stream, int warmup, int reps) {
+  // The legacy default stream cannot be captured; say so instead of failing inside the capture.
+  if (stream == nullptr) throw Error("time_graph: needs a created stream (the default stream cannot be captured)");
   fn();  // first call outside the capture (one-time setup such as shared-memory opt-in)
   BENCH_CUDA(cudaStreamSynchronize(stream));
   cudaGraph_t graph;
@@ -135,57 +161,83 @@ Timing time_graph(const std::function<void()>& fn, cudaStream_t stream, int warm
   BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   fn();
   BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
+  struct Guard {
+    cudaGraph_t g;
+    cudaGraphExec_t e = nullptr;
+    ~Guard() {
+      if (e) cudaGraphExecDestroy(e);
+      cudaGraphDestroy(g);
+    }
+  } guard{graph};
   BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  Timing t = time_it([&](int) { BENCH_CUDA(cudaGraphLaunch(exec, stream)); }, stream, warmup, reps);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  return t;
+  guard.e = exec;
+  return time_it([&](int) { BENCH_CUDA(cudaGraphLaunch(exec, stream)); }, stream, warmup, reps);
 }
 
 int rotation_sets(int64_t bytes, int max_sets) {
   int dev = 0, l2 = 50 << 20;
-  if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev);
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) != cudaSuccess ||
+      l2 <= 0)
+    l2 = 50 << 20;  // H100's 50 MB when the query fails
+  (void)cudaGetLastError();
   if (bytes <= 0) return 1;
   const int64_t want = (3 * int64_t(l2) + bytes - 1) / bytes;
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(max_sets, want)));
 }
 
+namespace {
+// A device buffer freed on scope exit, so an exception while measuring leaks nothing.
+struct DevBuf {
+  void* p = nullptr;
+  explicit DevBuf(size_t bytes) { BENCH_CUDA(cudaMalloc(&p, bytes)); }
+  ~DevBuf() { cudaFree(p); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+};
+#define BENCH_CUBLAS(expr)                                                                            \
+  do {                                                                                                \
+    const cublasStatus_t st_ = (expr);                                                                \
+    if (st_ != CUBLAS_STATUS_SUCCESS) throw Error(std::string("cuBLAS status ") + std::to_string(int(st_)) + " in " #expr); \
+  } while (0)
+}  // namespace
+
 double measure_copy_bandwidth_gbs(cudaStream_t stream) {
+  // 1 GiB each way: far beyond L2, so this is the DRAM rate a memory-bound kernel can hope for.
   const size_t bytes = size_t(1) << 30;
-  void *a = nullptr, *b = nullptr;
-  BENCH_CUDA(cudaMalloc(&a, bytes));
-  BENCH_CUDA(cudaMalloc(&b, bytes));
-  BENCH_CUDA(cudaMemsetAsync(a, 0x5a, bytes, stream));
-  Timing t = time_it([&](int i) { BENCH_CUDA(cudaMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice, stream)); },
-                     stream, 3, 20);
-  cudaFree(a);
-  cudaFree(b);
-  return 2.0 * bytes / (t.median_ms * 1e-3) / 1e9;
+  DevBuf a(bytes), b(bytes);
+  BENCH_CUDA(cudaMemsetAsync(a.p, 0x5a, bytes, stream));
+  BENCH_CUDA(cudaMemsetAsync(b.p, 0xa5, bytes, stream));
+  const Timing t = time_it(
+      [&](int i) {
+        BENCH_CUDA(cudaMemcpyAsync(i % 2 ? a.p : b.p, i % 2 ? b.p : a.p, bytes, cudaMemcpyDeviceToDevice, stream));
+      },
+      stream, 3, 20);
+  return 2.0 * double(bytes) / (t.median_ms * 1e-3) / 1e9;  // bytes read + bytes written
 }
 
 double measure_cublas_bf16_tflops(cudaStream_t stream) {
   const int n = 8192;
-  void *a, *b, *c;
-  BENCH_CUDA(cudaMalloc(&a, size_t(n) * n * 2));
-  BENCH_CUDA(cudaMalloc(&b, size_t(n) * n * 2));
-  BENCH_CUDA(cudaMalloc(&c, size_t(n) * n * 2));
-  testing::fill_uniform(make_matrix(a, DType::kBF16, n, n), -1.f, 1.f, 101, stream);
-  testing::fill_uniform(make_matrix(b, DType::kBF16, n, n), -1.f, 1.f, 102, stream);
-  cublasHandle_t h;
-  if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) throw Error("cublasCreate failed");
-  cublasSetStream(h, stream);
+  const size_t bytes = size_t(n) * n * 2;
+  DevBuf a(bytes), b(bytes), c(bytes);
+  // Random, non-zero operands: zeros draw less power and can run faster than real data.
+  testing::fill_uniform(make_matrix(a.p, DType::kBF16, n, n), -1.f, 1.f, 101, stream);
+  testing::fill_uniform(make_matrix(b.p, DType::kBF16, n, n), -1.f, 1.f, 102, stream);
+  BENCH_CUDA(cudaStreamSynchronize(stream));
+  struct Handle {
+    cublasHandle_t h = nullptr;
+    ~Handle() {
+      if (h) cublasDestroy(h);
+    }
+  } handle;
+  BENCH_CUBLAS(cublasCreate(&handle.h));
+  BENCH_CUBLAS(cublasSetStream(handle.h, stream));
   const float one = 1.f, zero = 0.f;
-  Timing t = time_it(
+  const Timing t = time_it(
       [&](int) {
-        if (cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16BF, n, b, CUDA_R_16BF, n, &zero, c,
-                         CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
-          throw Error("cublasGemmEx failed");
+        BENCH_CUBLAS(cublasGemmEx(handle.h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, a.p, CUDA_R_16BF, n, b.p,
+                                  CUDA_R_16BF, n, &zero, c.p, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       },
       stream, 3, 20);
-  cublasDestroy(h);
-  cudaFree(a);
-  cudaFree(b);
-  cudaFree(c);
   return 2.0 * n * double(n) * n / (t.median_ms * 1e-3) / 1e12;
 }
 
@@ -286,6 +338,8 @@ void write_file(const std::string& path, const std::string& text) {
   std::ofstream f(path);
   if (!f) throw Error("cannot write " + path);
   f << text;
+  f.close();
+  if (!f) throw Error("error writing " + path);
 }
 
 void Table::print(FILE* f) const {

@@ -1,6 +1,9 @@
 // `blockfuse` — the command-line driver for the benchmarks and measurement programs. Each
 // subcommand registers itself (bench/commands.h); this file only dispatches.
 //   blockfuse --help | --list | <command words> [options]
+// A command is matched on its first two argv words, then its first one, so "bench gated-up" and
+// "correctness" can coexist. Exit codes: 0 ok, 1 failure (an exception, or a command's own
+// verification), 2 usage (no or unknown command). --list is for scripts (scripts/gpu-check).
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -40,6 +43,9 @@ int main(int argc, char** argv) {
         return c.run(blockfuse::bench::Args(argc, argv, 1 + words));
       } catch (const std::exception& e) {
         std::fprintf(stderr, "blockfuse: %s\n", e.what());
+        return 1;
+      } catch (...) {
+        std::fprintf(stderr, "blockfuse: unknown exception\n");
         return 1;
       }
     }
