@@ -2,6 +2,8 @@
 // The CPU reference (reference.cpp) evaluates the same formulas with <cmath>.
 #pragma once
 
+#include <cmath>
+
 #include <cuda_runtime.h>
 
 namespace blockfuse {

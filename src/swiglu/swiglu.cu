@@ -102,6 +102,7 @@ void swiglu(ConstMatrix gate_up, Matrix out, Activation act, GateUpLayout layout
   detail::check_device_matrix(kFn, "gate_up", gate_up);
   detail::check_device_matrix(kFn, "out", out);
   detail::check_no_overlap(kFn, "out", out, "gate_up", gate_up);
+  detail::check_compute_capability(kFn, 8, 0);
   if (gate_up.dtype == DType::kBF16)
     launch<__nv_bfloat16>(gate_up, out, act, layout, stream);
   else
