@@ -344,9 +344,9 @@ int run(const Args& args) {
           .set("c_fused_tflops", tf(tc))
           .set("c_over_a", ta.median_ms / tc.median_ms)
           .set("c_over_b", tb.median_ms / tc.median_ms)
-          .set("act_bytes_a", bytes_a)
-          .set("act_bytes_b", bytes_b)
-          .set("act_bytes_c", bytes_c)
+          .set("act_bytes_a", int64_t(c_bytes))  // exact integers: %g would round them
+          .set("act_bytes_b", int64_t(c_bytes + h_bytes))
+          .set("act_bytes_c", int64_t(h_bytes))
           .set("act_bytes_b_over_c", bytes_b / bytes_c)
           .set("reps", reps)
           .set("warmup", warmup)

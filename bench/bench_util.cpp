@@ -299,7 +299,7 @@ void Json::dump_to(std::string& out, int indent, int depth) const {
     case kNum: {
       if (!std::isfinite(num_)) { out += "null"; break; }
       char b[32];
-      std::snprintf(b, sizeof b, "%.6g", num_);
+      std::snprintf(b, sizeof b, "%.10g", num_);  // enough digits for FLOP counts and ms
       out += b;
       break;
     }
@@ -348,7 +348,9 @@ void Table::print(FILE* f) const {
   for (const auto& r : rows_)
     for (size_t i = 0; i < r.size() && i < w.size(); ++i) w[i] = std::max(w[i], r[i].size());
   auto line = [&](const std::vector<std::string>& r) {
-    for (size_t i = 0; i < w.size(); ++i) std::fprintf(f, "%s%*s", i ? "  " : "", int(w[i]), i < r.size() ? r[i].c_str() : "");
+    // First column (names) left-aligned, the figures right-aligned so digits line up.
+    for (size_t i = 0; i < w.size(); ++i)
+      std::fprintf(f, i ? "  %*s" : "%-*s", int(w[i]), i < r.size() ? r[i].c_str() : "");
     std::fprintf(f, "\n");
   };
   line(headers_);
