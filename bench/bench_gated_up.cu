@@ -203,9 +203,10 @@ int run(const Args& args) {
   const cudaDataType_t ct = dt == DType::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
   const size_t es = dtype_size(dt);
   // bf16 keeps 8 mantissa bits: one output rounding is <= 2^-9 relative, so 2^-7 leaves room for
-  // fp32 accumulation-order differences; fp16 keeps 11. atol covers outputs near zero.
+  // fp32 accumulation-order differences; fp16 keeps 11. atol covers outputs near zero: typical
+  // |h| here is ~0.05 (gate and up have std ~1/3), so atol is 0.2% (bf16) / 0.04% (fp16) of it.
   const double rtol = dt == DType::kBF16 ? 1.0 / 128 : 1.0 / 1024;
-  const double atol = dt == DType::kBF16 ? 1e-3 : 1e-4;
+  const double atol = dt == DType::kBF16 ? 1e-4 : 2e-5;
 
   Table table({"model", "M", "a cuBLAS", "b +swiglu", "c fused", "c/a", "c/b", "c %ceil", "act MiB a/b/c", "tile",
                "verified"});
