@@ -1,0 +1,38 @@
+"""pytest configuration for blockfuse's Python tests.
+
+CPU tests (no marker) need neither torch nor a GPU where they say so; GPU tests carry the `gpu`
+marker and skip, naming why, when torch, a CUDA device or the built extension is missing. CI runs
+`python3 -m pytest python/tests -m "not gpu"`.
+
+When the package is not installed (CI, a plain checkout), python/ is put on sys.path so the
+torch-free modules (blockfuse.kvcache) import from the source tree. An installed blockfuse (the
+one carrying the compiled _C.so) always wins.
+"""
+import importlib.util
+import os
+import sys
+
+import pytest
+
+if importlib.util.find_spec("blockfuse") is None:
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs torch, a CUDA device and the built blockfuse extension")
+
+
+def require_gpu():
+    """Skips the calling test module unless torch, a CUDA device (cc >= 8.0) and the compiled ops
+    are there; returns (torch, blockfuse.ops)."""
+    torch = pytest.importorskip("torch", reason="torch is not installed: the GPU tests need it")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: the GPU tests need one", allow_module_level=True)
+    major, minor = torch.cuda.get_device_capability()
+    if major < 8:
+        pytest.skip(f"CUDA device has compute capability {major}.{minor}; blockfuse needs >= 8.0",
+                    allow_module_level=True)
+    from blockfuse import ops
+    if not ops.available():
+        pytest.skip(f"blockfuse extension not built: {ops.load_error()}", allow_module_level=True)
+    return torch, ops
