@@ -1,0 +1,281 @@
+"""GPU tests of blockfuse.ops: gated_up against a float32 torch reference (batch dims, strided rows,
+odd sizes, both activations and dtypes), argument errors, the weight-layout ops, autograd,
+torch.compile(fullgraph=True) and CUDA-graph capture."""
+import pytest
+
+from conftest import require_gpu
+
+torch, ops = require_gpu()
+pytestmark = pytest.mark.gpu
+
+# Relative Frobenius error vs the fp32 formula: one rounding of the output is ~1.7e-3 (bf16) and
+# ~2.3e-4 (fp16); the bounds leave room for the fp32 accumulation order.
+REL_TOL = {torch.bfloat16: 6e-3, torch.float16: 1.2e-3}
+# Elementwise: |got - ref| <= ELEM_RTOL * |ref| + ELEM_ATOL * max|ref| (a rounding is half an ulp).
+ELEM_RTOL = {torch.bfloat16: 2 ** -7, torch.float16: 2 ** -10}
+ELEM_ATOL = {torch.bfloat16: 2e-3, torch.float16: 3e-4}
+DTYPES = (torch.bfloat16, torch.float16)
+ACTS = ("silu", "gelu_tanh")
+
+
+@pytest.fixture(autouse=True)
+def _no_tf32():
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference must be fp32
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def make(m_shape, k, u, dtype, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(*m_shape, k, device="cuda", dtype=torch.float32, generator=g).to(dtype)
+    w = (torch.randn(2 * u, k, device="cuda", dtype=torch.float32, generator=g) / k ** 0.5).to(dtype)
+    return x, w
+
+
+def check_close(got, x, w, act):
+    assert got.dtype == x.dtype and got.shape == (*x.shape[:-1], w.shape[0] // 2)
+    ref = ops.gated_up_reference(x, w, act, out_dtype=torch.float32)
+    got = got.float()
+    assert torch.isfinite(got).all()
+    if ref.numel() == 0:
+        return
+    rel = ((got - ref).norm() / ref.norm()).item()
+    assert rel <= REL_TOL[x.dtype], f"relative error {rel:.3e}"
+    bound = ELEM_RTOL[x.dtype] * ref.abs() + ELEM_ATOL[x.dtype] * ref.abs().max()
+    bad = (got - ref).abs() > bound
+    assert not bad.any(), f"{int(bad.sum())} elements out of bounds; worst {((got - ref).abs() - bound).max().item():.3e}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("m, k, u", [(1, 64, 64), (3, 128, 200), (199, 256, 264), (1000, 512, 1024),
+                                     (257, 4096, 1432), (4096, 1024, 512)])
+def test_gated_up_matches_fp32_reference(m, k, u, act, dtype):
+    x, w = make((m,), k, u, dtype, seed=m + k + u)
+    check_close(ops.gated_up(x, w, act), x, w, act)
+
+
+def test_default_activation_is_silu():
+    x, w = make((17,), 128, 64, torch.bfloat16)
+    assert torch.equal(ops.gated_up(x, w), ops.gated_up(x, w, "silu"))
+    assert torch.equal(torch.ops.blockfuse.gated_up(x, w), ops.gated_up(x, w, "silu"))
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 5), (1, 1, 7), (4, 1, 33), (2, 2, 2, 9)])
+def test_leading_batch_dims(shape):
+    x, w = make(shape, 256, 128, torch.bfloat16, seed=len(shape))
+    out = ops.gated_up(x, w, "silu")
+    assert out.shape == (*shape, 128) and out.is_contiguous()
+    check_close(out, x, w, "silu")
+    assert torch.equal(out.reshape(-1, 128), ops.gated_up(x.reshape(-1, 256), w, "silu"))
+
+
+def test_row_strided_views():
+    k, u = 256, 192
+    big, w = make((300,), k + 64, u, torch.float16)
+    x = big[:, 32:32 + k]  # row stride k + 64, 64-byte offset: a slice, no copy
+    assert not x.is_contiguous()
+    check_close(ops.gated_up(x, w[:, :k].contiguous(), "gelu_tanh"), x, w[:, :k].contiguous(), "gelu_tanh")
+    # batched slice: sizes (2, 7, k), strides (7*(k+8), k+8, 1) flattens into rows of stride k+8
+    base, _ = make((2, 7), k + 8, u, torch.bfloat16, seed=3)
+    xb = base[..., :k]
+    _, wk = make((1,), k, u, torch.bfloat16, seed=4)
+    check_close(ops.gated_up(xb, wk, "silu"), xb, wk, "silu")
+    # the weight itself may be a row-strided view
+    wbig = torch.randn(2 * u, k + 16, device="cuda", dtype=torch.bfloat16) / k ** 0.5
+    xs, _ = make((65,), k, u, torch.bfloat16, seed=5)
+    check_close(ops.gated_up(xs, wbig[:, :k], "silu"), xs, wbig[:, :k], "silu")
+
+
+def test_empty_rows():
+    x, w = make((0,), 128, 64, torch.bfloat16)
+    out = ops.gated_up(x, w)
+    assert out.shape == (0, 64)
+    x3 = torch.empty(2, 0, 128, device="cuda", dtype=torch.bfloat16)
+    assert ops.gated_up(x3, w).shape == (2, 0, 64)
+
+
+def test_non_default_stream():
+    x, w = make((512,), 512, 256, torch.bfloat16)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        out = ops.gated_up(x, w, "silu")
+    torch.cuda.current_stream().wait_stream(s)
+    check_close(out, x, w, "silu")
+
+
+def test_deterministic():
+    x, w = make((333,), 512, 256, torch.bfloat16)
+    assert torch.equal(ops.gated_up(x, w), ops.gated_up(x, w))
+
+
+# ---- argument errors: each names the argument ----
+
+def test_errors_name_the_argument():
+    x, w = make((16,), 128, 64, torch.bfloat16)
+    with pytest.raises(TypeError, match="argument 'w' has dtype"):
+        ops.gated_up(x, w.half())
+    with pytest.raises(TypeError, match="argument 'x' has dtype Float"):
+        ops.gated_up(x.float(), w.float())
+    with pytest.raises(RuntimeError, match="argument 'x' is on cpu"):
+        ops.gated_up(x.cpu(), w)
+    with pytest.raises(RuntimeError, match="argument 'w' is on cpu"):
+        ops.gated_up(x, w.cpu())
+    with pytest.raises(ValueError, match="activation"):
+        ops.gated_up(x, w, "relu")
+    with pytest.raises(ValueError, match="argument 'w' has .* rows; required: an even number"):
+        ops.gated_up(x, w[:127])
+    with pytest.raises(ValueError, match=r"w.size\(1\) == x.size\(-1\)"):
+        ops.gated_up(x[:, :120], w)
+    with pytest.raises(ValueError, match="contiguous last dimension"):
+        ops.gated_up(torch.randn(128, 16, device="cuda", dtype=torch.bfloat16).t(), w)
+    base = torch.randn(2, 8, 128, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="flatten into rows"):
+        ops.gated_up(base[:, :5], w)
+    with pytest.raises(ValueError, match="row stride"):
+        ops.gated_up(torch.randn(1, 128, device="cuda", dtype=torch.bfloat16).expand(4, 128), w)
+
+
+def test_errors_from_the_cpp_api():
+    # K % 8, row stride % 8 and 16-byte alignment are checked by blockfuse's C++ validation.
+    x, w = make((16,), 60, 64, torch.bfloat16)
+    with pytest.raises(RuntimeError, match=r"blockfuse::gated_up: argument 'x' has cols K = 60"):
+        ops.gated_up(x, w)
+    big = torch.randn(16, 132, device="cuda", dtype=torch.bfloat16)
+    _, w128 = make((1,), 128, 64, torch.bfloat16)
+    with pytest.raises(RuntimeError, match=r"argument 'x' has row stride ld = 132"):
+        ops.gated_up(big[:, :128], w128)
+    flat = torch.randn(16 * 128 + 8, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="16-byte aligned"):
+        ops.gated_up(flat[1:1 + 16 * 128].view(16, 128), w128)
+    _, w_odd_u = make((1,), 128, 60, torch.bfloat16)
+    with pytest.raises(RuntimeError, match="has cols U = 60"):
+        ops.gated_up(make((4,), 128, 60, torch.bfloat16)[0], w_odd_u)
+
+
+# ---- weight layout ops ----
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_layout_ops(dtype, device):
+    u, k = 40, 24
+    gate = torch.randn(u, k, device=device, dtype=dtype)
+    up = torch.randn(u, k, device=device, dtype=dtype)
+    w = torch.ops.blockfuse.interleave_gate_up(gate, up)
+    assert torch.equal(w[0::2], up) and torch.equal(w[1::2], gate)
+    g2, u2 = torch.ops.blockfuse.deinterleave_gate_up(w)
+    assert torch.equal(g2, gate) and torch.equal(u2, up)
+    stacked = torch.ops.blockfuse.deinterleave_to_stacked(w)
+    assert torch.equal(stacked, torch.cat((gate, up)))
+    assert torch.equal(torch.ops.blockfuse.interleave_stacked(stacked), w)
+    # Python wrappers: the op for bf16/fp16, torch for other dtypes — the same rows
+    assert torch.equal(ops.interleave_gate_up(gate, up), w)
+    assert torch.equal(ops.interleave_gate_up(gate.float(), up.float()), w.float())
+    assert torch.equal(ops.interleave_stacked(stacked.float()), w.float())
+    gf, uf = ops.deinterleave_gate_up(w.float())
+    assert torch.equal(gf, gate.float()) and torch.equal(uf, up.float())
+    # strided inputs
+    gbig = torch.randn(u, k + 8, device=device, dtype=dtype)
+    assert torch.equal(torch.ops.blockfuse.interleave_gate_up(gbig[:, :k], up)[1::2], gbig[:, :k])
+
+
+def test_layout_errors():
+    g = torch.randn(8, 16, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="argument 'up' has sizes"):
+        torch.ops.blockfuse.interleave_gate_up(g, g[:4])
+    with pytest.raises(RuntimeError, match="argument 'up' is on cpu"):
+        torch.ops.blockfuse.interleave_gate_up(g, g.cpu())
+    with pytest.raises(ValueError, match="even number"):
+        torch.ops.blockfuse.deinterleave_gate_up(g[:7])
+
+
+def test_interleaved_weight_from_hf_layout_gives_the_hf_formula():
+    k, u = 256, 128
+    x, _ = make((64,), k, u, torch.bfloat16)
+    gate = (torch.randn(u, k, device="cuda") / k ** 0.5).to(torch.bfloat16)
+    up = (torch.randn(u, k, device="cuda") / k ** 0.5).to(torch.bfloat16)
+    w = ops.interleave_gate_up(gate, up)
+    ref = torch.nn.functional.silu(x.float() @ gate.float().t()) * (x.float() @ up.float().t())
+    got = ops.gated_up(x, w, "silu").float()
+    assert ((got - ref).norm() / ref.norm()).item() < REL_TOL[torch.bfloat16]
+
+
+# ---- autograd ----
+
+@pytest.mark.parametrize("act", ACTS)
+def test_backward_matches_fp32_autograd(act):
+    x, w = make((2, 37), 128, 96, torch.bfloat16, seed=11)
+    x.requires_grad_(True)
+    w.requires_grad_(True)
+    gy = torch.randn(2, 37, 96, device="cuda", dtype=torch.bfloat16)
+    ops.gated_up(x, w, act).backward(gy)
+    xr = x.detach().float().requires_grad_(True)
+    wr = w.detach().float().requires_grad_(True)
+    ops.gated_up_reference(xr, wr, act, out_dtype=torch.float32).backward(gy.float())
+    for got, ref in ((x.grad, xr.grad), (w.grad, wr.grad)):
+        assert got.dtype == torch.bfloat16 and got.shape == ref.shape
+        rel = ((got.float() - ref).norm() / ref.norm()).item()
+        assert rel < 2e-2, f"gradient relative error {rel:.3e}"
+
+
+def test_opcheck():
+    x, w = make((5, 3), 64, 32, torch.bfloat16)
+    torch.library.opcheck(torch.ops.blockfuse.gated_up.default, (x, w, "silu"))
+    torch.library.opcheck(torch.ops.blockfuse.gated_up.default, (x, w, "gelu_tanh"))
+    g = torch.randn(16, 32, device="cuda", dtype=torch.float16)
+    torch.library.opcheck(torch.ops.blockfuse.interleave_gate_up.default, (g, g + 1))
+    torch.library.opcheck(torch.ops.blockfuse.deinterleave_gate_up.default, (torch.cat((g, g)),))
+
+
+# ---- torch.compile and CUDA graphs ----
+
+def test_torch_compile_fullgraph():
+    torch._dynamo.reset()
+
+    def f(x, w):
+        return ops.gated_up(x * 2, w, "silu") + 1
+
+    cf = torch.compile(f, fullgraph=True)
+    x, w = make((3, 100), 256, 128, torch.bfloat16)
+    assert torch.equal(cf(x, w), f(x, w))
+    # another size through the same compiled function (recompile or dynamic shapes: no break)
+    x2, _ = make((7, 9), 256, 128, torch.bfloat16, seed=2)
+    assert torch.equal(cf(x2, w), f(x2, w))
+
+
+def test_torch_compile_dynamic_and_layout_ops():
+    torch._dynamo.reset()
+
+    def f(x, gate, up):
+        w = ops.interleave_gate_up(gate, up)
+        return ops.gated_up(x, w, "gelu_tanh")
+
+    cf = torch.compile(f, fullgraph=True, dynamic=True)
+    gate = torch.randn(64, 128, device="cuda", dtype=torch.bfloat16) / 12
+    up = torch.randn(64, 128, device="cuda", dtype=torch.bfloat16) / 12
+    for m in (5, 77, 300):
+        x, _ = make((m,), 128, 64, torch.bfloat16, seed=m)
+        assert torch.equal(cf(x, gate, up), f(x, gate, up))
+
+
+def test_cuda_graph_capture():
+    x, w = make((256,), 512, 384, torch.bfloat16)
+    static_x = x.clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):  # warm-up outside the capture (one-time kernel attribute setup)
+            ops.gated_up(static_x, w, "silu")
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = ops.gated_up(static_x, w, "silu")
+    for seed in (1, 2):
+        new_x, _ = make((256,), 512, 384, torch.bfloat16, seed=seed)
+        static_x.copy_(new_x)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(static_out, ops.gated_up(new_x, w, "silu"))
+        check_close(static_out, new_x, w, "silu")
