@@ -16,6 +16,8 @@
 //      point that tells whether ping-pong's epilogue overlap pays for its extra shared-memory reads.
 #pragma once
 
+#include "blockfuse/gated_up.h"
+
 namespace blockfuse {
 
 struct Sm90TileConfigRow {
@@ -41,5 +43,11 @@ inline constexpr long long sm90_num_tiles(long long m, long long u, const Sm90Ti
   const long long tnr = (tn + c.cluster_n - 1) / c.cluster_n * c.cluster_n;
   return tmr * tnr;
 }
+
+// The sm90 heuristic (heuristic_sm90.cpp): a pure function of the problem and the device,
+// unit-tested on the CPU (tests/cpu/test_heuristic_sm90.cpp). Returns an index into
+// kSm90TileConfigs. Compiled into every build (it is plain C++), so the tests run without the
+// sm90a kernels.
+int choose_gated_up_sm90_tile_config(const GatedUpProblem& p, const DeviceSpec& dev);
 
 }  // namespace blockfuse

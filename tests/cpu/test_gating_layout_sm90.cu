@@ -1,0 +1,105 @@
+// Proof, on the CPU, of the mapping the sm90a kernel's gated epilogue relies on (see the header of
+// src/gated_up/gated_up_sm90.cuh), for the wgmma TiledMma that CUTLASS's CollectiveBuilder
+// actually builds for every tile config and both dtypes, and every consumer thread of a tile
+// (256 cooperative, 128 ping-pong):
+//   1. each accumulator pair (flat i, i+1), i even, covers columns (n, n+1) of one row with n even,
+//      i.e. (up_j, gate_j) of the interleaved weight, j = n/2;
+//   2. the premises of the epilogue's cheap addressing: the thread's first accumulator is at
+//      (m0, n0) with n0 even and < 8, and every accumulator's offset (dm, dn) from it has
+//      dm % 8 == 0 and dn % 8 == 0;
+//   3. the offset the kernel stores to, m0·64 + n0/2 + staging_delta(dm, dn, m0 % 8), equals
+//      staging_offset(m, j) and equals CuTe's SmemLayoutH(m, j) — the 128-byte-swizzled layout
+//      the TMA store descriptor is built from (evaluated through a 1024-byte-aligned buffer, as
+//      the hardware swizzles absolute shared-memory addresses);
+//   4. panel p of the TMA store (SmemLayoutPanel at element BM·64·p) is columns [64p, 64p+64) of
+//      SmemLayoutH;
+//   5. across all threads every element of the BM x BN accumulator tile is held exactly once,
+//      every element of the BM x BN/2 gated tile is written exactly once, and SmemLayoutH is a
+//      bijection onto BM·BN/2 slots.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "gated_up/gated_up_sm90.cuh"
+
+namespace blockfuse {
+namespace {
+
+using namespace cute;
+
+template <class T, int I>
+void check_config() {
+  using Cfg = sm90::Sm90KernelFor<T, I>;
+  using Epi = typename Cfg::Epilogue;
+  using TiledMma = typename Cfg::TiledMma;
+  static_assert(sm90::accumulator_pairs_are_adjacent_columns<TiledMma>());
+  constexpr int BM = Epi::BM, BN = Epi::BN, BH = Epi::BH;
+  const int threads = int(size(TiledMma{}));
+  ASSERT_EQ(threads, kSm90TileConfigs[I].pingpong ? 128 : 256) << "config " << I;
+
+  // CuTe's view of the staging tile, through an aligned host buffer standing in for shared memory.
+  alignas(1024) static T buf[BM * BH];
+  Tensor sH = make_tensor(make_smem_ptr(buf), typename Epi::SmemLayoutH{});
+  auto cute_offset = [&](int m, int j) { return int(&sH(m, j) - buf); };
+
+  // 5 (layout part) and 3 (staging_offset == CuTe).
+  std::vector<int> hit(BM * BH, 0);
+  for (int m = 0; m < BM; ++m)
+    for (int j = 0; j < BH; ++j) {
+      const int off = cute_offset(m, j);
+      ASSERT_TRUE(off >= 0 && off < BM * BH);
+      ++hit[off];
+      ASSERT_EQ(Epi::staging_offset(m, j), off) << "config " << I << " H(" << m << ", " << j << ")";
+    }
+  for (int v : hit) ASSERT_EQ(v, 1) << "SmemLayoutH is not a bijection";
+
+  // 4. TMA panels.
+  for (int p = 0; p < Epi::kPanels; ++p) {
+    Tensor sP = make_tensor(make_smem_ptr(buf + p * BM * Epi::kPanel), typename Epi::SmemLayoutPanel{});
+    for (int m = 0; m < BM; ++m)
+      for (int jj = 0; jj < Epi::kPanel; ++jj)
+        ASSERT_EQ(int(&sP(m, jj) - buf), cute_offset(m, p * Epi::kPanel + jj)) << "config " << I << " panel " << p;
+  }
+
+  // 1, 2, 3, 5 per thread.
+  TiledMma mma;
+  std::vector<int> accumulated(BM * BN, 0), produced(BM * BH, 0);
+  for (int t = 0; t < threads; ++t) {
+    auto thr = mma.get_thread_slice(t);
+    Tensor tC = thr.partition_C(make_identity_tensor(Shape<Int<BM>, Int<BN>>{}));
+    Tensor acc = partition_fragment_C(mma, Shape<Int<BM>, Int<BN>>{});
+    ASSERT_EQ(int(size(tC)), int(size(acc)));
+    const int m0 = get<0>(tC(0)), n0 = get<1>(tC(0));
+    ASSERT_TRUE(n0 % 2 == 0 && n0 >= 0 && n0 < 8) << "config " << I << " thread " << t << ": n0 = " << n0;
+    const int phase = m0 % 8;
+    for (int i = 0; i < int(size(tC)); i += 2) {
+      const int m = get<0>(tC(i)), n = get<1>(tC(i));
+      ASSERT_TRUE(m >= 0 && m < BM && n >= 0 && n + 1 < BN) << "config " << I << " thread " << t;
+      ASSERT_EQ(n % 2, 0) << "config " << I << " thread " << t << ": pair starts at odd column " << n;
+      ASSERT_EQ(get<0>(tC(i + 1)), m) << "config " << I << " thread " << t << ": pair spans two rows";
+      ASSERT_EQ(get<1>(tC(i + 1)), n + 1) << "config " << I << " thread " << t << ": pair columns not adjacent";
+      const int dm = m - m0, dn = n - n0;
+      ASSERT_EQ(dm % 8, 0) << "config " << I << " thread " << t << " value " << i;
+      ASSERT_EQ(dn % 8, 0) << "config " << I << " thread " << t << " value " << i;
+      const int kernel_offset = m0 * Epi::kPanel + n0 / 2 + Epi::staging_delta(dm, dn, phase);
+      ASSERT_EQ(kernel_offset, cute_offset(m, n / 2)) << "config " << I << " thread " << t << " value " << i;
+      ++accumulated[m * BN + n];
+      ++accumulated[m * BN + n + 1];
+      ++produced[m * BH + n / 2];
+    }
+  }
+  for (int idx = 0; idx < BM * BN; ++idx)
+    ASSERT_EQ(accumulated[idx], 1) << "config " << I << ": C(" << idx / BN << ", " << idx % BN << ") held "
+                                   << accumulated[idx] << " times";
+  for (int idx = 0; idx < BM * BH; ++idx)
+    ASSERT_EQ(produced[idx], 1) << "config " << I << ": H(" << idx / BH << ", " << idx % BH << ") written "
+                                << produced[idx] << " times";
+}
+
+TEST(GatingLayoutSm90, Config0) { check_config<cute::bfloat16_t, 0>(); check_config<cute::half_t, 0>(); }
+TEST(GatingLayoutSm90, Config1) { check_config<cute::bfloat16_t, 1>(); check_config<cute::half_t, 1>(); }
+TEST(GatingLayoutSm90, Config2) { check_config<cute::bfloat16_t, 2>(); check_config<cute::half_t, 2>(); }
+static_assert(kNumSm90TileConfigs == 3, "add a test for the new tile config");
+
+}  // namespace
+}  // namespace blockfuse

@@ -1,0 +1,87 @@
+// The sm90a tile heuristic (src/gated_up/heuristic_sm90.cpp): a pure function of (M, K, U, device).
+// Two kinds of checks, kept apart so a retune after the H100 measurements only touches the first:
+//   * the documented rules, on named cases: the 128x256 cooperative tile (config 0) for the
+//     issue's target grid (Llama-3 8B/70B/405B at 1024/4096/16384 tokens) on an H100 and an H200;
+//     not config 0 for a single 128-token chunk, where its 2x1 cluster pads the one M tile to two
+//     and its 2U/256 weight panels leave SMs idle;
+//   * invariants any heuristic must keep, over a sweep of M = 1..70000, the Llama MLP shapes and
+//     SM counts: a valid index, purity, no crash on degenerate inputs.
+#include <gtest/gtest.h>
+
+#include <utility>
+
+#include "gated_up/tile_configs_sm90.h"
+
+namespace blockfuse {
+namespace {
+
+// SM count, opt-in shared memory per block, cc. (H100 PCIe has 114 SMs; H20 78.)
+const DeviceSpec kH100{132, 232448, 9, 0};
+const DeviceSpec kH200{132, 232448, 9, 0};
+const DeviceSpec kH100Pcie{114, 232448, 9, 0};
+
+const std::pair<int64_t, int64_t> kTargetShapes[] = {{4096, 14336}, {8192, 28672}, {16384, 53248}};
+const std::pair<int64_t, int64_t> kLlamaShapes[] = {{4096, 11008}, {5120, 13824}, {4096, 14336}, {8192, 28672},
+                                                    {16384, 53248}, {2048, 8192}, {3072, 8192}, {4608, 36864}};
+
+constexpr int kLarge = 0;     // cooperative 128x256, cluster 2x1
+constexpr int kPingpong = 1;  // ping-pong 128x128
+
+TEST(HeuristicSm90, TargetGridPicksTheLargeTile) {
+  for (const DeviceSpec& dev : {kH100, kH200})
+    for (auto [k, u] : kTargetShapes)
+      for (int64_t m : {1024, 4096, 16384})
+        EXPECT_EQ(choose_gated_up_sm90_tile_config({m, k, u}, dev), kLarge) << "M=" << m << " K=" << k << " U=" << u;
+}
+
+TEST(HeuristicSm90, OneChunkOf128TokensAvoidsTheClusteredTile) {
+  for (auto [k, u] : kTargetShapes)
+    EXPECT_NE(choose_gated_up_sm90_tile_config({128, k, u}, kH100), kLarge) << "K=" << k << " U=" << u;
+  // Llama-3 8B, 512 tokens: 4 x 112 tiles of 128x256 = 3.4 waves -> 4; 4 x 224 of 128x128 = 6.8 -> 7:
+  // 7 half-size waves beat 4 full ones even after the ping-pong prior.
+  EXPECT_EQ(choose_gated_up_sm90_tile_config({512, 4096, 14336}, kH100), kPingpong);
+  // M = 1 (decode) is one padded M tile like M = 128.
+  EXPECT_NE(choose_gated_up_sm90_tile_config({1, 4096, 14336}, kH100), kLarge);
+}
+
+TEST(HeuristicSm90, TileCountMatchesTheScheduler) {
+  // 2x1 cluster: M tiles round up to even.
+  EXPECT_EQ(sm90_num_tiles(1, 14336, kSm90TileConfigs[0]), 2 * 112);
+  EXPECT_EQ(sm90_num_tiles(129, 14336, kSm90TileConfigs[0]), 2 * 112);
+  EXPECT_EQ(sm90_num_tiles(257, 14336, kSm90TileConfigs[0]), 4 * 112);
+  EXPECT_EQ(sm90_num_tiles(1, 14336, kSm90TileConfigs[1]), 224);
+  // Ragged U: 2U = 2·(8·k) need not be a multiple of bn.
+  EXPECT_EQ(sm90_num_tiles(128, 72, kSm90TileConfigs[1]), 2);  // 2U = 144 -> 2 tiles of 128
+}
+
+TEST(HeuristicSm90, InvariantsOverASweep) {
+  for (const DeviceSpec& dev : {kH100, kH100Pcie, DeviceSpec{1, 232448, 9, 0}, DeviceSpec{0, 232448, 9, 0}}) {
+    for (auto [k, u] : kLlamaShapes) {
+      for (int64_t m = 1; m <= 70000; m = m < 64 ? m + 1 : m * 5 / 4) {
+        const GatedUpProblem p{m, k, u};
+        const int c = choose_gated_up_sm90_tile_config(p, dev);
+        ASSERT_GE(c, 0);
+        ASSERT_LT(c, kNumSm90TileConfigs);
+        ASSERT_EQ(c, choose_gated_up_sm90_tile_config(p, dev)) << "not pure";
+      }
+    }
+  }
+  // Degenerate inputs the dispatcher never passes still give a valid index.
+  const int c = choose_gated_up_sm90_tile_config({0, 8, 8}, kH100);
+  EXPECT_TRUE(c >= 0 && c < kNumSm90TileConfigs);
+}
+
+TEST(HeuristicSm90, TableIsWhatTheKernelSupports) {
+  for (const Sm90TileConfigRow& r : kSm90TileConfigs) {
+    EXPECT_EQ(r.bm % 64, 0) << "wgmma M atoms are 64 rows";
+    EXPECT_TRUE(r.bm == 128 || (r.pingpong && r.bm == 64)) << "cooperative tiles have 2 x 64 rows";
+    EXPECT_EQ((r.bn / 2) % 64, 0) << "the epilogue stores 64-column panels";
+    EXPECT_LE(r.bn, 256) << "wgmma N <= 256";
+    EXPECT_EQ(r.bk, 64) << "one 128-byte swizzle atom of 16-bit K";
+    EXPECT_GE(r.cluster_m * r.cluster_n, 1);
+    EXPECT_LE(r.cluster_m * r.cluster_n, 2) << "portable cluster sizes only";
+  }
+}
+
+}  // namespace
+}  // namespace blockfuse
