@@ -23,6 +23,7 @@
 
 #include "blockfuse/blockfuse.h"
 #include "commands.h"
+#include "gated_up/tile_configs_sm90.h"
 #include "testing/testing.h"
 
 namespace blockfuse::bench {
@@ -124,6 +125,7 @@ void print_help() {
       "  --reps N             timed repetitions per variant, median reported (default 50)\n"
       "  --warmup N           untimed calls first (default 5)\n"
       "  --dtype bf16|fp16    (default bf16)\n"
+      "  --kernel auto|sm80|sm90 which fused kernel (auto = sm80; sm90 is experimental)\n"
       "  --tile-config N      force GatedUpOptions::tile_config (default: the heuristic)\n"
       "  --quick              8b and 70b at 1024 and 4096 tokens, 20 reps (explicit options win)\n"
       "  --no-ceilings        skip measuring the cuBLAS 8192^3 and copy-bandwidth ceilings\n"
@@ -131,7 +133,12 @@ void print_help() {
       "Exit status: 0 ok, 1 a verification failed or an error, 2 no usable GPU.\n");
 }
 
-std::string tile_string(int cfg) {
+std::string tile_string(int cfg, bool sm90 = false) {
+  if (sm90) {
+    const Sm90TileConfigRow& r = kSm90TileConfigs[cfg];
+    return "sm90 " + std::to_string(r.bm) + "x" + std::to_string(r.bn) + "x" + std::to_string(r.bk) + (r.pingpong ? " pingpong" : " coop") +
+           " c" + std::to_string(r.cluster_m) + "x" + std::to_string(r.cluster_n);
+  }
   const GatedUpTileConfig t = gated_up_tile_config(cfg);
   return std::to_string(t.block_m) + "x" + std::to_string(t.block_n) + "x" + std::to_string(t.block_k) + " s" +
          std::to_string(t.stages) + " w" + std::to_string(t.warps_m) + "x" + std::to_string(t.warps_n);
@@ -165,10 +172,14 @@ int run(const Args& args) {
   const std::string dts = args.get("dtype", "bf16");
   if (dts != "bf16" && dts != "fp16") throw Error("--dtype must be bf16 or fp16, got '" + dts + "'");
   const DType dt = dts == "bf16" ? DType::kBF16 : DType::kFP16;
+  const std::string kernel_opt = args.get("kernel", "auto");
+  if (kernel_opt != "auto" && kernel_opt != "sm80" && kernel_opt != "sm90")
+    throw Error("--kernel must be auto, sm80 or sm90, got '" + kernel_opt + "'");
+  if (kernel_opt == "sm90" && !gated_up_has_sm90()) throw Error("--kernel sm90: this build has no sm90a kernel");
   const int forced = static_cast<int>(args.get_int("tile-config", -1));
-  if (forced < -1 || forced >= gated_up_num_tile_configs())
-    throw Error("--tile-config " + std::to_string(forced) + ": required -1 (heuristic) or 0.." +
-                std::to_string(gated_up_num_tile_configs() - 1));
+  const int n_cfg = kernel_opt == "sm90" ? kNumSm90TileConfigs : gated_up_num_tile_configs();
+  if (forced < -1 || forced >= n_cfg)
+    throw Error("--tile-config " + std::to_string(forced) + ": required -1 (heuristic) or 0.." + std::to_string(n_cfg - 1));
   if (args.has("json") && args.get("json").empty()) throw Error("--json needs a file name");
 
   if (!require_gpu("blockfuse bench gated-up")) return 2;
@@ -249,9 +260,11 @@ int run(const Args& args) {
         continue;
       }
       if (M > (int64_t{1} << 31) - 1 || 2 * U > (int64_t{1} << 31) - 1) throw Error("shape too large for cuBLAS int");
-      const int cfg = forced >= 0 ? forced : choose_gated_up_tile_config({M, K, U}, spec);
+      const bool use90 = kernel_opt == "sm90";  // auto = sm80 (the sm90 kernel is experimental)
+      const GatedUpKernel kern = use90 ? GatedUpKernel::kSm90 : GatedUpKernel::kSm80;
+      const int cfg = forced >= 0 ? forced : use90 ? choose_gated_up_sm90_tile_config({M, K, U}, spec) : choose_gated_up_tile_config({M, K, U}, spec);
       std::fprintf(stderr, "[gated-up] %s M=%ld K=%ld U=%ld %s tile %d (%s), %d x-copies: verifying...\n", md->name,
-                   long(M), long(K), long(U), activation_name(md->act), cfg, tile_string(cfg).c_str(), sets);
+                   long(M), long(K), long(U), activation_name(md->act), cfg, tile_string(cfg, use90).c_str(), sets);
 
       std::vector<std::unique_ptr<DevBuf>> xs;
       for (int i = 0; i < sets; ++i) {
@@ -262,6 +275,7 @@ int run(const Args& args) {
       auto X = [&](int i) { return make_matrix(static_cast<const void*>(xs[size_t(i % sets)]->p), dt, M, K); };
       GatedUpOptions opt;
       opt.tile_config = forced;
+      opt.kernel = kernel_opt == "sm80" ? GatedUpKernel::kSm80 : kernel_opt == "sm90" ? GatedUpKernel::kSm90 : GatedUpKernel::kAuto;
 
       const float one = 1.f, zero = 0.f;
       // Column-major view: C^T[2U, M] = W[2U, K] · x^T, i.e. row-major C[M, 2U] = x · Wᵀ.
@@ -315,7 +329,7 @@ int run(const Args& args) {
       table.add({md->name, std::to_string(M), fmt(tf(ta)), fmt(tf(tb)), fmt(tf(tc)), fmt(ta.median_ms / tc.median_ms, 3),
                  fmt(tb.median_ms / tc.median_ms, 3), matrix_ceiling > 0 ? fmt(100 * frac, 1) : "-",
                  fmt(bytes_a / 1048576, 0) + "/" + fmt(bytes_b / 1048576, 0) + "/" + fmt(bytes_c / 1048576, 0),
-                 std::to_string(cfg), ok ? "yes" : "NO"});
+                 (use90 ? "sm90:" : "sm80:") + std::to_string(cfg), ok ? "yes" : "NO"});
 
       Json r = Json::object();
       r.set("benchmark", "gated-up")
@@ -327,10 +341,10 @@ int run(const Args& args) {
           .set("U", U)
           .set("dtype", dts)
           .set("activation", activation_name(md->act))
-          .set("kernel", std::string("blockfuse::gated_up ") + kernel_name(GatedUpKernel::kSm80))
+          .set("kernel", std::string("blockfuse::gated_up ") + kernel_name(kern))
           .set("tile_config", cfg)
           .set("tile_config_forced", forced >= 0)
-          .set("tile", tile_string(cfg))
+          .set("tile", tile_string(cfg, use90))
           .set("baseline_gemm", "cublasGemmEx CUBLAS_COMPUTE_32F CUBLAS_GEMM_DEFAULT, 32 MiB workspace, stacked weight")
           .set("baseline_swiglu", "blockfuse::swiglu (stacked)")
           .set("flops", flops)

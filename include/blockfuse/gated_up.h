@@ -17,17 +17,23 @@
 
 namespace blockfuse {
 
-// Which kernel implementation runs. kAuto picks the fastest available for the current device.
+// Which kernel implementation runs. kAuto picks the sm80 kernel (the only validated one).
 enum class GatedUpKernel : int {
   kAuto = 0,
   kSm80 = 1,  // CuTe mma.sync m16n8k16 + cp.async multistage; compute capability >= 8.0
+  kSm90 = 2,  // EXPERIMENTAL, opt-in, not yet correct: wgmma + TMA, warp-specialised (CUTLASS
+              // collectives); compute capability 9.x, built only with -DBLOCKFUSE_ENABLE_SM90=ON and
+              // 90 in BLOCKFUSE_CUDA_ARCHS. kAuto never picks it until it passes the GPU tests.
 };
+// Whether this build contains the sm90a kernel.
+bool gated_up_has_sm90();
 const char* kernel_name(GatedUpKernel k);
 
 // Optional overrides, for tests and benchmarks. Defaults choose everything automatically.
 struct GatedUpOptions {
   GatedUpKernel kernel = GatedUpKernel::kAuto;
-  int tile_config = -1;  // index into the kernel's tile table (gated_up_tile_configs()); -1 = heuristic
+  int tile_config = -1;  // index into the chosen kernel's tile table (sm80: gated_up_tile_config();
+                         // sm90: kSm90TileConfigs); -1 = heuristic
 };
 
 // h = act(x · w_gateᵀ) ⊙ (x · w_upᵀ), with w interleaved as described above.

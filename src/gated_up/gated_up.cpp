@@ -6,6 +6,10 @@
 #include "gated_up/launch.h"
 #include "gated_up/params.h"
 #include "gated_up/tile_configs.h"
+#include "gated_up/tile_configs_sm90.h"
+#if defined(BLOCKFUSE_HAS_SM90)
+#include "gated_up/launch_sm90.h"
+#endif
 
 namespace blockfuse {
 
@@ -13,8 +17,17 @@ const char* kernel_name(GatedUpKernel k) {
   switch (k) {
     case GatedUpKernel::kAuto: return "auto";
     case GatedUpKernel::kSm80: return "sm80";
+    case GatedUpKernel::kSm90: return "sm90";
   }
   return "unknown";
+}
+
+bool gated_up_has_sm90() {
+#if defined(BLOCKFUSE_HAS_SM90)
+  return true;
+#else
+  return false;
+#endif
 }
 
 namespace {
@@ -28,11 +41,15 @@ void validate(const ConstMatrix& x, const ConstMatrix& w, const Matrix& out, Act
               const GatedUpOptions& opt) {
   if (act != Activation::kSiLU && act != Activation::kGeluTanh)
     throw_arg(kFn, "activation", cat("has code ", static_cast<int>(act)), "Activation::kSiLU or Activation::kGeluTanh");
-  if (opt.kernel != GatedUpKernel::kAuto && opt.kernel != GatedUpKernel::kSm80)
-    throw_arg(kFn, "options.kernel", cat("has code ", static_cast<int>(opt.kernel)), "kAuto or kSm80");
-  if (opt.tile_config < -1 || opt.tile_config >= kNumSm80TileConfigs)
+  if (opt.kernel != GatedUpKernel::kAuto && opt.kernel != GatedUpKernel::kSm80 && opt.kernel != GatedUpKernel::kSm90)
+    throw_arg(kFn, "options.kernel", cat("has code ", static_cast<int>(opt.kernel)), "kAuto, kSm80 or kSm90");
+  if (opt.kernel == GatedUpKernel::kSm90 && !gated_up_has_sm90())
+    throw_arg(kFn, "options.kernel", "= kSm90, but this build has no sm90a kernel",
+              "a build with 90 in BLOCKFUSE_CUDA_ARCHS (and BLOCKFUSE_ENABLE_SM90=ON)");
+  const int n_configs = opt.kernel == GatedUpKernel::kSm90 ? kNumSm90TileConfigs : kNumSm80TileConfigs;
+  if (opt.tile_config < -1 || opt.tile_config >= n_configs)
     throw_arg(kFn, "options.tile_config", cat("= ", opt.tile_config),
-              cat("-1 (heuristic) or 0 <= tile_config < ", kNumSm80TileConfigs));
+              cat("-1 (heuristic) or 0 <= tile_config < ", n_configs, " for kernel ", kernel_name(opt.kernel)));
 
   detail::check_matrix_shape(kFn, "x", x);
   detail::check_matrix_shape(kFn, "w", w);
@@ -75,6 +92,27 @@ void gated_up(ConstMatrix x, ConstMatrix w, Matrix out, Activation act, cudaStre
 
   const DeviceSpec dev = current_device_spec();
   const GatedUpProblem prob{x.rows, x.cols, out.cols};
+  GatedUpKernel kernel = options.kernel;
+  // kAuto is the sm80 kernel everywhere for now: the sm90a kernel (issue 3) is opt-in while it fails
+  // its GPU tests (first H100 run, 2026-11-22: wrong results in every tile config, 2–33 TFLOP/s).
+  if (kernel == GatedUpKernel::kAuto) kernel = GatedUpKernel::kSm80;
+  if (kernel == GatedUpKernel::kSm90 && dev.cc_major != 9)
+    throw_arg(kFn, "options.kernel", cat("= kSm90 on a device of compute capability ", dev.cc_major, ".", dev.cc_minor),
+              "compute capability 9.x (wgmma/TMA are Hopper instructions)");
+#if defined(BLOCKFUSE_HAS_SM90)
+  if (kernel == GatedUpKernel::kSm90) {
+    const int c90 = options.tile_config >= 0 ? options.tile_config : choose_gated_up_sm90_tile_config(prob, dev);
+    if (sm90::smem_bytes(c90) > dev.max_smem_per_block)
+      throw_arg(kFn, "options.tile_config", cat("= ", c90, " (sm90) needs ", sm90::smem_bytes(c90), " bytes of shared memory"),
+                cat("a config that fits this device's ", dev.max_smem_per_block, " bytes per block"));
+    GatedUpParams q{x.data, w.data, out.data, x.rows, x.cols, out.cols, x.ld, w.ld, out.ld, static_cast<int>(act), 16};
+    if (x.dtype == DType::kBF16)
+      sm90::launch_gated_up_bf16(c90, q, stream);
+    else
+      sm90::launch_gated_up_fp16(c90, q, stream);
+    return;
+  }
+#endif
   const int config = options.tile_config >= 0 ? options.tile_config : choose_gated_up_tile_config(prob, dev);
   const int smem = tile_config_smem_bytes(kSm80TileConfigs[config]);
   if (smem > dev.max_smem_per_block)

@@ -17,6 +17,7 @@
 #include "common/check.h"
 #include "gated_up/reference.h"
 #include "support/test_util.h"
+#include "gated_up/tile_configs_sm90.h"
 #include "testing/testing.h"
 
 namespace blockfuse {
@@ -50,7 +51,7 @@ struct RunResult {
 
 // Runs gated_up on fresh random data (x ld = K + x_pad, out ld = U + o_pad) and compares every element.
 RunResult run_case(Shape s, DType dt, Activation act, int tile_config, int64_t x_pad = 0, int64_t o_pad = 0,
-                   std::vector<uint16_t>* out_bits = nullptr, uint64_t seed = 0) {
+                   std::vector<uint16_t>* out_bits = nullptr, uint64_t seed = 0, GatedUpKernel kernel = GatedUpKernel::kAuto) {
   const int64_t ldx = s.K + x_pad, ldo = s.U + o_pad;
   DevBuf x(2 * size_t(std::max<int64_t>(s.M, 1)) * ldx), w(2 * size_t(2 * s.U) * s.K), out(2 * size_t(std::max<int64_t>(s.M, 1)) * ldo),
       ref(4 * size_t(std::max<int64_t>(s.M, 1)) * s.U);
@@ -63,12 +64,13 @@ RunResult run_case(Shape s, DType dt, Activation act, int tile_config, int64_t x
   testing::fill_bits(Matrix{out.p, dt, s.M, ldo, ldo}, testing::nan_bits(dt));
   GatedUpOptions opt;
   opt.tile_config = tile_config;
+  opt.kernel = kernel;
   gated_up(X, W, O, act, nullptr, opt);
   BF_CUDA_CHECK(cudaDeviceSynchronize());
   testing::gated_up_reference_gpu(X, W, static_cast<float*>(ref.p), s.U, act);
   RunResult r;
   r.st = testing::compare(O, static_cast<const float*>(ref.p), s.U, 1e-5, rtol_for(dt));
-  r.desc = std::string(dtype_name(dt)) + " " + activation_name(act) + " M=" + std::to_string(s.M) + " K=" + std::to_string(s.K) +
+  r.desc = std::string(kernel_name(kernel)) + " " + dtype_name(dt) + " " + activation_name(act) + " M=" + std::to_string(s.M) + " K=" + std::to_string(s.K) +
            " U=" + std::to_string(s.U) + " tile=" + std::to_string(tile_config) + " ldx=" + std::to_string(ldx) +
            " ldo=" + std::to_string(ldo) + " seed=" + std::to_string(seed);
   if (o_pad > 0 && s.M > 0) {
@@ -95,6 +97,13 @@ void expect_close(const RunResult& r, DType dt) {
   EXPECT_EQ(r.st.violations, 0) << r.desc << ": " << r.st.violations << " elements outside one rounding, first at ("
                                 << r.st.first_bad_row << ", " << r.st.first_bad_col << "), max |diff| " << r.st.max_abs_diff;
   EXPECT_LT(r.st.rel_l2(), dt == DType::kBF16 ? 1e-2 : 2e-3) << r.desc;
+}
+
+// The kernels this build and device can run, each with its tile-table size.
+std::vector<std::pair<GatedUpKernel, int>> kernels_here() {
+  std::vector<std::pair<GatedUpKernel, int>> k{{GatedUpKernel::kSm80, gated_up_num_tile_configs()}};
+  if (gated_up_has_sm90() && current_device_spec().cc_major == 9) k.push_back({GatedUpKernel::kSm90, kNumSm90TileConfigs});
+  return k;
 }
 
 bool config_fits(int c) { return gated_up_tile_config(c).smem_bytes() <= current_device_spec().max_smem_per_block; }
@@ -125,22 +134,34 @@ TEST(GatedUpGpu, Fp16) {
     for (Activation act : {Activation::kSiLU, Activation::kGeluTanh}) expect_close(run_case(s, DType::kFP16, act, -1), DType::kFP16);
 }
 
-TEST(GatedUpGpu, EveryTileConfig) {
+TEST(GatedUpGpu, EveryKernelAndTileConfig) {
   REQUIRE_GPU();
-  for (int c = 0; c < gated_up_num_tile_configs(); ++c) {
-    if (!config_fits(c)) {
-      std::printf("tile config %d needs more shared memory than this device has; not tested here\n", c);
-      continue;
+  for (auto [kern, n] : kernels_here()) {
+    for (int c = 0; c < n; ++c) {
+      if (kern == GatedUpKernel::kSm80 && !config_fits(c)) {
+        std::printf("sm80 tile config %d needs more shared memory than this device has; not tested here\n", c);
+        continue;
+      }
+      for (Shape s : {Shape{1, 4096, 14336}, Shape{333, 136, 200}, Shape{1000, 8192, 1024}, Shape{4097, 4096, 14336}})
+        for (DType dt : {DType::kBF16, DType::kFP16}) expect_close(run_case(s, dt, Activation::kSiLU, c, 0, 0, nullptr, 0, kern), dt);
     }
-    for (Shape s : {Shape{1, 4096, 14336}, Shape{333, 136, 200}, Shape{1000, 8192, 1024}})
-      for (DType dt : {DType::kBF16, DType::kFP16}) expect_close(run_case(s, dt, Activation::kSiLU, c), dt);
   }
+}
+
+TEST(GatedUpGpu, Sm80ExplicitOnGrid) {
+  REQUIRE_GPU();
+  // The auto choice on Hopper is the sm90 kernel; keep the portable kernel covered on big shapes too.
+  for (Shape s : {Shape{7, 8192, 28672}, Shape{4097, 4096, 14336}})
+    for (Activation act : {Activation::kSiLU, Activation::kGeluTanh})
+      expect_close(run_case(s, DType::kBF16, act, -1, 0, 0, nullptr, 0, GatedUpKernel::kSm80), DType::kBF16);
 }
 
 TEST(GatedUpGpu, StridedViews) {
   REQUIRE_GPU();
-  for (int c : {-1, 0, 2})
-    expect_close(run_case(Shape{129, 512, 264}, DType::kBF16, Activation::kSiLU, c, /*x_pad=*/24, /*o_pad=*/40), DType::kBF16);
+  for (auto [kern, n] : kernels_here())
+    for (int c = -1; c < n; ++c)
+      expect_close(run_case(Shape{129, 512, 264}, DType::kBF16, Activation::kSiLU, c, /*x_pad=*/24, /*o_pad=*/40, nullptr, 0, kern),
+                   DType::kBF16);
 }
 
 TEST(GatedUpGpu, BitwiseDeterministic) {
@@ -246,11 +267,12 @@ TEST(GatedUpGpu, EmptyAndErrorsWithDeviceMemory) {
 // ---- the small set for compute-sanitizer: tails in M, K and U, every tile config ----
 TEST(GatedUpSanitizer, TailsEveryConfig) {
   REQUIRE_GPU();
-  for (int c = 0; c < gated_up_num_tile_configs(); ++c) {
-    if (!config_fits(c)) continue;
-    for (Shape s : {Shape{1, 8, 8}, Shape{67, 136, 72}, Shape{130, 264, 136}})
-      expect_close(run_case(s, DType::kBF16, Activation::kSiLU, c, 8, 8), DType::kBF16);
-  }
+  for (auto [kern, n] : kernels_here())
+    for (int c = 0; c < n; ++c) {
+      if (kern == GatedUpKernel::kSm80 && !config_fits(c)) continue;
+      for (Shape s : {Shape{1, 8, 8}, Shape{67, 136, 72}, Shape{130, 264, 136}})
+        expect_close(run_case(s, DType::kBF16, Activation::kSiLU, c, 8, 8, nullptr, 0, kern), DType::kBF16);
+    }
 }
 
 TEST(GatedUpSanitizer, GeluFp16) {
