@@ -201,7 +201,8 @@ class GatedEpilogue {
     return (j / kPanel) * (BM * kPanel) + m * kPanel + ((((j % kPanel) / 8) ^ (m % 8)) * 8) + j % 8;
   }
   // staging_offset(m0 + dm, (n0 + dn) / 2) - (m0·64 + n0/2) for a thread whose first accumulator is
-  // at (m0, n0), given dm % 8 == 0, dn % 8 == 0, n0 even and < 8 (see store()).
+  // at (m0, n0), given dm % 8 == 0, dn % 8 == 0, n0 even and < 8 (see store()); `phase` is the
+  // swizzle row phase of row m0 (m0 % 8 for a 1024-byte-aligned buffer).
   CUTLASS_HOST_DEVICE static constexpr int staging_delta(int dm, int dn, int phase) {
     const int dj = dn / 2;
     return (dj / kPanel) * (BM * kPanel) + dm * kPanel + ((((dj % kPanel) / 8) ^ phase) * 8) + dj % 8;
@@ -292,7 +293,11 @@ class GatedEpilogue {
                   "the coordinate partition must match the accumulators, pairs first");
     const int m0 = get<0>(tC(0));
     const int n0 = get<1>(tC(0));
-    const int phase = m0 % 8;
+    // The 128-byte swizzle XORs address bits [4,7) with bits [7,10) of the *absolute* shared
+    // address, in TMA as in CuTe's swizzle pointers. The buffer is declared 1024-byte aligned, so
+    // the row phase is m0 % 8; taking it from the address keeps this right even if the dynamic
+    // shared-memory base were only 128-byte aligned.
+    const int phase = int(((cute::cast_smem_ptr_to_uint(storage.smem_h.data()) >> 7) + uint32_t(m0)) & 7u);
     Element* thread_base = storage.smem_h.data() + m0 * kPanel + n0 / 2;
     if (params_.act == 0)
       gate_pairs<0>(accumulators, tC, thread_base, m0, n0, phase);

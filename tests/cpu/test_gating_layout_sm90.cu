@@ -71,7 +71,9 @@ void check_config() {
     ASSERT_EQ(int(size(tC)), int(size(acc)));
     const int m0 = get<0>(tC(0)), n0 = get<1>(tC(0));
     ASSERT_TRUE(n0 % 2 == 0 && n0 >= 0 && n0 < 8) << "config " << I << " thread " << t << ": n0 = " << n0;
-    const int phase = m0 % 8;
+    // As the kernel computes it: from the buffer's address (aligned here, so m0 % 8).
+    const int phase = int(((reinterpret_cast<uintptr_t>(buf) >> 7) + uintptr_t(m0)) & 7u);
+    ASSERT_EQ(phase, m0 % 8);
     for (int i = 0; i < int(size(tC)); i += 2) {
       const int m = get<0>(tC(i)), n = get<1>(tC(i));
       ASSERT_TRUE(m >= 0 && m < BM && n >= 0 && n + 1 < BN) << "config " << I << " thread " << t;
