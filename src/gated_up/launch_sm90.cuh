@@ -1,5 +1,5 @@
 // Internal: host-side launch of the sm90a gated-up kernel for one dtype; instantiated once per
-// dtype in launch_sm90_{bf16,fp16}.cu so the two (slow, CUTLASS sm90a) builds run in parallel.
+// dtype in launch_{bf16,fp16}_sm90.cu so the two (slow, CUTLASS sm90a) builds run in parallel.
 //
 // The kernel is launched directly (cudaLaunchKernelEx with the cluster shape as an attribute)
 // rather than through CUTLASS's GemmUniversalAdapter, so that the shared-memory opt-in happens once
