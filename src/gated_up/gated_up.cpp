@@ -96,9 +96,9 @@ void gated_up(ConstMatrix x, ConstMatrix w, Matrix out, Activation act, cudaStre
   // kAuto is the sm80 kernel everywhere for now: the sm90a kernel (issue 3) is opt-in while it fails
   // its GPU tests (first H100 run, 2026-11-22: wrong results in every tile config, 2–33 TFLOP/s).
   if (kernel == GatedUpKernel::kAuto) kernel = GatedUpKernel::kSm80;
-  if (kernel == GatedUpKernel::kSm90 && dev.cc_major != 9)
+  if (kernel == GatedUpKernel::kSm90 && !(dev.cc_major == 9 && dev.cc_minor == 0))
     throw_arg(kFn, "options.kernel", cat("= kSm90 on a device of compute capability ", dev.cc_major, ".", dev.cc_minor),
-              "compute capability 9.x (wgmma/TMA are Hopper instructions)");
+              "compute capability 9.0 (sm_90a code: wgmma/TMA)");
 #if defined(BLOCKFUSE_HAS_SM90)
   if (kernel == GatedUpKernel::kSm90) {
     const int c90 = options.tile_config >= 0 ? options.tile_config : choose_gated_up_sm90_tile_config(prob, dev);

@@ -50,13 +50,17 @@ struct RunResult {
 };
 
 // Runs gated_up on fresh random data (x ld = K + x_pad, out ld = U + o_pad) and compares every element.
+// Padding of x and w (columns K..ld) is NaN: a kernel that read past K would turn outputs NaN.
 RunResult run_case(Shape s, DType dt, Activation act, int tile_config, int64_t x_pad = 0, int64_t o_pad = 0,
-                   std::vector<uint16_t>* out_bits = nullptr, uint64_t seed = 0, GatedUpKernel kernel = GatedUpKernel::kAuto) {
-  const int64_t ldx = s.K + x_pad, ldo = s.U + o_pad;
-  DevBuf x(2 * size_t(std::max<int64_t>(s.M, 1)) * ldx), w(2 * size_t(2 * s.U) * s.K), out(2 * size_t(std::max<int64_t>(s.M, 1)) * ldo),
+                   std::vector<uint16_t>* out_bits = nullptr, uint64_t seed = 0, GatedUpKernel kernel = GatedUpKernel::kAuto,
+                   int64_t w_pad = 0) {
+  const int64_t ldx = s.K + x_pad, ldo = s.U + o_pad, ldw = s.K + w_pad;
+  DevBuf x(2 * size_t(std::max<int64_t>(s.M, 1)) * ldx), w(2 * size_t(2 * s.U) * ldw), out(2 * size_t(std::max<int64_t>(s.M, 1)) * ldo),
       ref(4 * size_t(std::max<int64_t>(s.M, 1)) * s.U);
   if (seed == 0) seed = test::fresh_seed();
-  const Matrix X{x.p, dt, s.M, s.K, ldx}, W{w.p, dt, 2 * s.U, s.K, s.K}, O{out.p, dt, s.M, s.U, ldo};
+  const Matrix X{x.p, dt, s.M, s.K, ldx}, W{w.p, dt, 2 * s.U, s.K, ldw}, O{out.p, dt, s.M, s.U, ldo};
+  if (x_pad > 0) testing::fill_bits(Matrix{x.p, dt, s.M, ldx, ldx}, testing::nan_bits(dt));
+  if (w_pad > 0) testing::fill_bits(Matrix{w.p, dt, 2 * s.U, ldw, ldw}, testing::nan_bits(dt));
   testing::fill_uniform(X, -1.f, 1.f, seed);
   const float wb = 1.f / std::sqrt(float(s.K));
   testing::fill_uniform(W, -wb, wb, seed + 1);
@@ -72,7 +76,8 @@ RunResult run_case(Shape s, DType dt, Activation act, int tile_config, int64_t x
   r.st = testing::compare(O, static_cast<const float*>(ref.p), s.U, 1e-5, rtol_for(dt));
   r.desc = std::string(kernel_name(kernel)) + " " + dtype_name(dt) + " " + activation_name(act) + " M=" + std::to_string(s.M) + " K=" + std::to_string(s.K) +
            " U=" + std::to_string(s.U) + " tile=" + std::to_string(tile_config) + " ldx=" + std::to_string(ldx) +
-           " ldo=" + std::to_string(ldo) + " seed=" + std::to_string(seed);
+           " ldw=" + std::to_string(ldw) + " ldo=" + std::to_string(ldo) + " seed=" + std::to_string(seed) +
+           " (replay: BLOCKFUSE_TEST_SEED=" + std::to_string(seed) + ")";
   if (o_pad > 0 && s.M > 0) {
     std::vector<uint16_t> h(size_t(s.M * ldo));
     BF_CUDA_CHECK(cudaMemcpy(h.data(), out.p, h.size() * 2, cudaMemcpyDeviceToHost));
@@ -160,7 +165,8 @@ TEST(GatedUpGpu, StridedViews) {
   REQUIRE_GPU();
   for (auto [kern, n] : kernels_here())
     for (int c = -1; c < n; ++c)
-      expect_close(run_case(Shape{129, 512, 264}, DType::kBF16, Activation::kSiLU, c, /*x_pad=*/24, /*o_pad=*/40, nullptr, 0, kern),
+      expect_close(run_case(Shape{129, 512, 264}, DType::kBF16, Activation::kSiLU, c, /*x_pad=*/24, /*o_pad=*/40, nullptr, 0, kern,
+                            /*w_pad=*/16),
                    DType::kBF16);
 }
 
@@ -176,26 +182,99 @@ TEST(GatedUpGpu, BitwiseDeterministic) {
 
 TEST(GatedUpGpu, AgreesWithCpuReference) {
   REQUIRE_GPU();
-  // Cross-checks the GPU reference path too: kernel output vs the CPU reference on host copies.
+  // The kernel against the CPU reference (fp32 sums, unrounded) on host copies of the same inputs,
+  // independent of the cuBLAS path that every other test compares with.
   for (Shape s : {Shape{5, 136, 40}, Shape{70, 256, 200}}) {
     for (DType dt : {DType::kBF16, DType::kFP16}) {
-      DevBuf x(2 * s.M * s.K), w(2 * 2 * s.U * s.K), out(2 * s.M * s.U);
-      const uint64_t seed = test::fresh_seed();
-      testing::fill_uniform(Matrix{x.p, dt, s.M, s.K, s.K}, -1.f, 1.f, seed);
-      testing::fill_uniform(Matrix{w.p, dt, 2 * s.U, s.K, s.K}, -0.2f, 0.2f, seed + 1);
-      gated_up(make_matrix((const void*)x.p, dt, s.M, s.K), make_matrix((const void*)w.p, dt, 2 * s.U, s.K),
-               make_matrix(out.p, dt, s.M, s.U), Activation::kSiLU);
-      test::HostMatrix hx(dt, s.M, s.K), hw(dt, 2 * s.U, s.K), hout(dt, s.M, s.U), href(dt, s.M, s.U);
-      BF_CUDA_CHECK(cudaMemcpy(hx.bits.data(), x.p, 2 * s.M * s.K, cudaMemcpyDeviceToHost));
-      BF_CUDA_CHECK(cudaMemcpy(hw.bits.data(), w.p, 2 * 2 * s.U * s.K, cudaMemcpyDeviceToHost));
-      BF_CUDA_CHECK(cudaMemcpy(hout.bits.data(), out.p, 2 * s.M * s.U, cudaMemcpyDeviceToHost));
-      std::vector<float> f32(size_t(s.M * s.U));
-      gated_up_reference_host_f32(hx.view(), hw.view(), f32.data(), s.U, Activation::kSiLU);
-      for (int64_t m = 0; m < s.M; ++m)
-        for (int64_t j = 0; j < s.U; ++j) {
-          const double r = f32[size_t(m * s.U + j)];
-          ASSERT_NEAR(hout.at(m, j), r, rtol_for(dt) * std::fabs(r) + 1e-5) << dtype_name(dt) << " at " << m << "," << j;
+      for (Activation act : {Activation::kSiLU, Activation::kGeluTanh}) {
+        DevBuf x(2 * s.M * s.K), w(2 * 2 * s.U * s.K), out(2 * s.M * s.U);
+        const uint64_t seed = test::fresh_seed();
+        SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " " << activation_name(act) << " M=" << s.M << " K=" << s.K
+                                          << " U=" << s.U << ", " << test::seed_note(seed));
+        testing::fill_uniform(Matrix{x.p, dt, s.M, s.K, s.K}, -1.f, 1.f, seed);
+        testing::fill_uniform(Matrix{w.p, dt, 2 * s.U, s.K, s.K}, -0.2f, 0.2f, seed + 1);
+        testing::fill_bits(make_matrix(out.p, dt, s.M, s.U), testing::nan_bits(dt));
+        gated_up(make_matrix((const void*)x.p, dt, s.M, s.K), make_matrix((const void*)w.p, dt, 2 * s.U, s.K),
+                 make_matrix(out.p, dt, s.M, s.U), act);
+        BF_CUDA_CHECK(cudaDeviceSynchronize());
+        test::HostMatrix hx(dt, s.M, s.K), hw(dt, 2 * s.U, s.K), hout(dt, s.M, s.U);
+        BF_CUDA_CHECK(cudaMemcpy(hx.bits.data(), x.p, 2 * s.M * s.K, cudaMemcpyDeviceToHost));
+        BF_CUDA_CHECK(cudaMemcpy(hw.bits.data(), w.p, 2 * 2 * s.U * s.K, cudaMemcpyDeviceToHost));
+        BF_CUDA_CHECK(cudaMemcpy(hout.bits.data(), out.p, 2 * s.M * s.U, cudaMemcpyDeviceToHost));
+        std::vector<float> f32(size_t(s.M * s.U));
+        gated_up_reference_host_f32(hx.view(), hw.view(), f32.data(), s.U, act);
+        // One output rounding (rtol) plus the fp32 summation-order difference (|h| ~ 1 here, so 1e-5 absolute).
+        for (int64_t m = 0; m < s.M; ++m)
+          for (int64_t j = 0; j < s.U; ++j) {
+            const double r = f32[size_t(m * s.U + j)];
+            ASSERT_NEAR(hout.at(m, j), r, rtol_for(dt) * std::fabs(r) + 1e-5) << "output (" << m << ", " << j << ")";
+          }
+      }
+    }
+  }
+}
+
+TEST(GatedUpGpu, ReferenceGpuMatchesCpu) {
+  REQUIRE_GPU();
+  // The GPU reference (cuBLAS fp32 GEMM + gate) is what every kernel check trusts, so it is checked
+  // itself against the CPU reference (plain fp32 loops), on strided x and w with NaN padding, a
+  // strided fp32 result whose padding must stay untouched, odd M and a K that is no tile multiple.
+  // Both are unrounded fp32; they differ only by summation order, bounded per element below.
+  for (Shape s : {Shape{1, 8, 8}, Shape{5, 136, 40}, Shape{33, 1000, 24}, Shape{70, 264, 200}}) {
+    for (DType dt : {DType::kBF16, DType::kFP16}) {
+      for (Activation act : {Activation::kSiLU, Activation::kGeluTanh}) {
+        const int64_t ldx = s.K + 8, ldw = s.K + 16, ldr = s.U + 3;
+        const uint64_t seed = test::fresh_seed();
+        SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " " << activation_name(act) << " M=" << s.M << " K=" << s.K
+                                          << " U=" << s.U << ", " << test::seed_note(seed));
+        DevBuf x(2 * s.M * ldx), w(2 * 2 * s.U * ldw), ref(4 * s.M * ldr);
+        const Matrix X{x.p, dt, s.M, s.K, ldx}, W{w.p, dt, 2 * s.U, s.K, ldw};
+        testing::fill_bits(Matrix{x.p, dt, s.M, ldx, ldx}, testing::nan_bits(dt));
+        testing::fill_bits(Matrix{w.p, dt, 2 * s.U, ldw, ldw}, testing::nan_bits(dt));
+        testing::fill_uniform(X, -1.f, 1.f, seed);
+        testing::fill_uniform(W, -0.1f, 0.1f, seed + 1);
+        BF_CUDA_CHECK(cudaMemset(ref.p, 0xFF, 4 * s.M * ldr));  // 0xFFFFFFFF: a NaN, kept in the padding
+        testing::gated_up_reference_gpu(X, W, static_cast<float*>(ref.p), ldr, act);
+        BF_CUDA_CHECK(cudaDeviceSynchronize());
+        test::HostMatrix hx(dt, s.M, s.K, ldx), hw(dt, 2 * s.U, s.K, ldw);
+        std::vector<uint32_t> gpu(size_t(s.M * ldr));
+        BF_CUDA_CHECK(cudaMemcpy(hx.bits.data(), x.p, 2 * s.M * ldx, cudaMemcpyDeviceToHost));
+        BF_CUDA_CHECK(cudaMemcpy(hw.bits.data(), w.p, 2 * 2 * s.U * ldw, cudaMemcpyDeviceToHost));
+        BF_CUDA_CHECK(cudaMemcpy(gpu.data(), ref.p, 4 * s.M * ldr, cudaMemcpyDeviceToHost));
+        std::vector<float> cpu(size_t(s.M * s.U));
+        gated_up_reference_host_f32(hx.view(), hw.view(), cpu.data(), s.U, act);
+        // Summation-order bound: each of up, gate is an fp32 sum of K exact products (2-byte inputs),
+        // so two orders differ by at most ~2·K·2^-24·Σ|x·w|; K·2^-22·Σ|x·w| leaves 2x for the tensor
+        // cores' truncating accumulation. That error reaches h = act(g)·u through |act'(g)| <= 1.13
+        // (SiLU 1.1, tanh-GELU 1.13) times |u|, and through |act(g)|; expf/tanhf add a few ulp of h.
+        const double gamma = double(s.K) * std::ldexp(1.0, -22);
+        for (int64_t m = 0; m < s.M; ++m) {
+          for (int64_t j = 0; j < s.U; ++j) {
+            double bu = 0, bg = 0, u = 0, g = 0;
+            for (int64_t k = 0; k < s.K; ++k) {
+              const double xv = hx.at(m, k), wu = hw.at(2 * j, k), wg = hw.at(2 * j + 1, k);
+              bu += std::fabs(xv * wu);
+              bg += std::fabs(xv * wg);
+              u += xv * wu;
+              g += xv * wg;
+            }
+            const double act_g = act == Activation::kSiLU ? g / (1 + std::exp(-g))
+                                                          : 0.5 * g * (1 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
+            const double c = cpu[size_t(m * s.U + j)];
+            const double tol = 1.13 * gamma * bg * (std::fabs(u) + gamma * bu) + (std::fabs(act_g) + 1.13 * gamma * bg) * gamma * bu +
+                               1e-6 * std::fabs(c) + 1e-30;
+            // tanhf's error is a few ulp of 1 (not of 1 + tanh, which cancels for negative g), scaled by
+            // 0.5·|g|·|u|, and its argument carries a few ulp of |g|³.
+            const double tanh_err = act == Activation::kGeluTanh ? 1e-6 * std::fabs(g) * (1 + g * g) * std::fabs(u) : 0;
+            float gv;
+            std::memcpy(&gv, &gpu[size_t(m * ldr + j)], 4);
+            ASSERT_TRUE(std::isfinite(gv)) << "GPU reference (" << m << ", " << j << ") is " << gv << "; CPU " << c;
+            ASSERT_NEAR(gv, c, tol + tanh_err) << "GPU vs CPU reference at (" << m << ", " << j << "); fp64 value " << act_g * u;
+          }
+          for (int64_t j = s.U; j < ldr; ++j)
+            ASSERT_EQ(gpu[size_t(m * ldr + j)], 0xFFFFFFFFu) << "GPU reference wrote padding at (" << m << ", " << j << ")";
         }
+      }
     }
   }
 }
@@ -271,7 +350,7 @@ TEST(GatedUpSanitizer, TailsEveryConfig) {
     for (int c = 0; c < n; ++c) {
       if (kern == GatedUpKernel::kSm80 && !config_fits(c)) continue;
       for (Shape s : {Shape{1, 8, 8}, Shape{67, 136, 72}, Shape{130, 264, 136}})
-        expect_close(run_case(s, DType::kBF16, Activation::kSiLU, c, 8, 8, nullptr, 0, kern), DType::kBF16);
+        expect_close(run_case(s, DType::kBF16, Activation::kSiLU, c, 8, 8, nullptr, 0, kern, /*w_pad=*/8), DType::kBF16);
     }
 }
 
