@@ -125,7 +125,7 @@ void print_help() {
       "  --reps N             timed repetitions per variant, median reported (default 50)\n"
       "  --warmup N           untimed calls first (default 5)\n"
       "  --dtype bf16|fp16    (default bf16)\n"
-      "  --kernel auto|sm80|sm90 which fused kernel (auto = sm80; sm90 is experimental)\n"
+      "  --kernel auto|sm80|sm90 which fused kernel (auto = sm90 on compute capability 9.0 when built, else sm80)\n"
       "  --tile-config N      force GatedUpOptions::tile_config (default: the heuristic)\n"
       "  --quick              8b and 70b at 1024 and 4096 tokens, 20 reps (explicit options win)\n"
       "  --no-ceilings        skip measuring the cuBLAS 8192^3 and copy-bandwidth ceilings\n"
@@ -260,7 +260,9 @@ int run(const Args& args) {
         continue;
       }
       if (M > (int64_t{1} << 31) - 1 || 2 * U > (int64_t{1} << 31) - 1) throw Error("shape too large for cuBLAS int");
-      const bool use90 = kernel_opt == "sm90";  // auto = sm80 (the sm90 kernel is experimental)
+      // auto = what gated_up's kAuto runs: sm90 on compute capability 9.0 when built, else sm80.
+      const bool use90 = kernel_opt == "sm90" || (kernel_opt == "auto" && gated_up_has_sm90() &&
+                                                    spec.cc_major == 9 && spec.cc_minor == 0);
       const GatedUpKernel kern = use90 ? GatedUpKernel::kSm90 : GatedUpKernel::kSm80;
       const int cfg = forced >= 0 ? forced : use90 ? choose_gated_up_sm90_tile_config({M, K, U}, spec) : choose_gated_up_tile_config({M, K, U}, spec);
       std::fprintf(stderr, "[gated-up] %s M=%ld K=%ld U=%ld %s tile %d (%s), %d x-copies: verifying...\n", md->name,

@@ -17,13 +17,14 @@
 
 namespace blockfuse {
 
-// Which kernel implementation runs. kAuto picks the sm80 kernel (the only validated one).
+// Which kernel implementation runs. kAuto picks the sm90a kernel on compute capability 9.0 when the
+// build has it (gated_up_has_sm90()), the sm80 kernel everywhere else.
 enum class GatedUpKernel : int {
   kAuto = 0,
   kSm80 = 1,  // CuTe mma.sync m16n8k16 + cp.async multistage; compute capability >= 8.0
-  kSm90 = 2,  // EXPERIMENTAL, opt-in, not yet correct: wgmma + TMA, warp-specialised (CUTLASS
-              // collectives); compute capability 9.x, built only with -DBLOCKFUSE_ENABLE_SM90=ON and
-              // 90 in BLOCKFUSE_CUDA_ARCHS. kAuto never picks it until it passes the GPU tests.
+  kSm90 = 2,  // wgmma + TMA, warp-specialised, persistent (CUTLASS collectives + blockfuse's gated
+              // epilogue); compute capability 9.0 only (sm_90a code). Built by default when 90 is in
+              // BLOCKFUSE_CUDA_ARCHS (CMake BLOCKFUSE_SM90=AUTO; ON/OFF force it).
 };
 // Whether this build contains the sm90a kernel.
 bool gated_up_has_sm90();

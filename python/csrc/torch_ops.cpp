@@ -24,7 +24,6 @@
 
 #include <algorithm>
 #include <initializer_list>
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -37,16 +36,27 @@ using blockfuse::ConstMatrix;
 using blockfuse::DType;
 using blockfuse::Matrix;
 
-std::string shape_str(const at::Tensor& t) {
-  std::ostringstream s;
-  s << "sizes " << t.sizes() << ", strides " << t.strides();
-  return s.str();
+// Message pieces as strings. Every argument given to TORCH_CHECK below is a string: torch formats
+// the others with an ostream, and formatting a number with an ostream inside a PyTorch process on
+// the H100 machine crashed it (SIGSEGV; see src/common/check.h). Devices and dtypes are rendered by
+// c10 itself (Device::str, toString).
+std::string num(int64_t v) { return std::to_string(v); }
+
+std::string dims(c10::IntArrayRef a) {
+  std::string s = "[";
+  for (size_t i = 0; i < a.size(); ++i) s += (i ? ", " : "") + std::to_string(a[i]);
+  return s + "]";
 }
+
+std::string shape_str(const at::Tensor& t) { return "sizes " + dims(t.sizes()) + ", strides " + dims(t.strides()); }
+
+std::string dev_str(const at::Tensor& t) { return t.device().str(); }
+const char* dtype_str(const at::Tensor& t) { return c10::toString(t.scalar_type()); }
 
 DType to_dtype(const at::Tensor& t, const char* fn, const char* arg) {
   if (t.scalar_type() == at::kBFloat16) return DType::kBF16;
   if (t.scalar_type() == at::kHalf) return DType::kFP16;
-  TORCH_CHECK_TYPE(false, "blockfuse.", fn, ": argument '", arg, "' has dtype ", t.scalar_type(),
+  TORCH_CHECK_TYPE(false, "blockfuse.", fn, ": argument '", arg, "' has dtype ", dtype_str(t),
                    "; required: torch.bfloat16 or torch.float16");
   return DType::kBF16;  // unreachable
 }
@@ -54,18 +64,18 @@ DType to_dtype(const at::Tensor& t, const char* fn, const char* arg) {
 void check_same_dtype(const at::Tensor& t, const at::Tensor& ref, const char* fn, const char* arg,
                       const char* ref_arg) {
   TORCH_CHECK_TYPE(t.scalar_type() == ref.scalar_type(), "blockfuse.", fn, ": argument '", arg,
-                   "' has dtype ", t.scalar_type(), "; required: the dtype of '", ref_arg, "' (",
-                   ref.scalar_type(), ")");
+                   "' has dtype ", dtype_str(t), "; required: the dtype of '", ref_arg, "' (",
+                   dtype_str(ref), ")");
 }
 
 void check_same_device(const at::Tensor& t, const at::Tensor& ref, const char* fn, const char* arg,
                        const char* ref_arg) {
   TORCH_CHECK(t.device() == ref.device(), "blockfuse.", fn, ": argument '", arg, "' is on ",
-              t.device(), "; required: the device of '", ref_arg, "' (", ref.device(), ")");
+              dev_str(t), "; required: the device of '", ref_arg, "' (", dev_str(ref), ")");
 }
 
 void check_cuda(const at::Tensor& t, const char* fn, const char* arg) {
-  TORCH_CHECK(t.is_cuda(), "blockfuse.", fn, ": argument '", arg, "' is on ", t.device(),
+  TORCH_CHECK(t.is_cuda(), "blockfuse.", fn, ": argument '", arg, "' is on ", dev_str(t),
               "; required: a CUDA tensor (the fused kernel runs on the GPU; blockfuse.nn.GatedMLP "
               "falls back to plain torch for CPU tensors)");
 }
@@ -101,7 +111,7 @@ RowView as_rows(const at::Tensor& t, const char* fn, const char* arg) {
   }
   if (ld < 0) ld = cols;  // at most one row: any row stride >= cols describes it
   TORCH_CHECK_VALUE(ld >= cols || rows <= 1, "blockfuse.", fn, ": argument '", arg, "' has ",
-                    shape_str(t), "; required: a row stride >= K = ", cols,
+                    shape_str(t), "; required: a row stride >= K = ", num(cols),
                     " (rows must not overlap: broadcast/expanded rows are not accepted); call "
                     ".contiguous()");
   if (rows <= 1) ld = std::max<int64_t>(cols, 1);  // one row or none: its own length describes it
@@ -110,8 +120,8 @@ RowView as_rows(const at::Tensor& t, const char* fn, const char* arg) {
 
 // A 2-D tensor as a matrix view (weights and weight-layout helpers).
 RowView as_matrix(const at::Tensor& t, const char* fn, const char* arg) {
-  TORCH_CHECK_VALUE(t.dim() == 2, "blockfuse.", fn, ": argument '", arg, "' has ", t.dim(),
-                    " dimensions (sizes ", t.sizes(), "); required: a 2-D matrix");
+  TORCH_CHECK_VALUE(t.dim() == 2, "blockfuse.", fn, ": argument '", arg, "' has ", num(t.dim()),
+                    " dimensions (sizes ", dims(t.sizes()), "); required: a 2-D matrix");
   return as_rows(t, fn, arg);
 }
 
@@ -146,23 +156,30 @@ cudaStream_t current_stream(const at::Tensor& t) {
 
 // ---- gated_up ----------------------------------------------------------------------------------
 
-at::Tensor gated_up_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view activation) {
+// Validates gated_up's tensors (every error names the argument); returns U.
+int64_t check_gated_up_args(const at::Tensor& x, const at::Tensor& w) {
   constexpr const char* fn = "gated_up";
-  const blockfuse::Activation act = parse_activation(activation);
   check_cuda(x, fn, "x");
   check_cuda(w, fn, "w");
   check_same_device(w, x, fn, "w", "x");
-  const DType dt = to_dtype(x, fn, "x");
+  (void)to_dtype(x, fn, "x");
   check_same_dtype(w, x, fn, "w", "x");
   TORCH_CHECK_VALUE(x.dim() >= 1, "blockfuse.gated_up: argument 'x' is 0-dimensional; required: [..., K]");
-  TORCH_CHECK_VALUE(w.dim() == 2, "blockfuse.gated_up: argument 'w' has sizes ", w.sizes(),
+  TORCH_CHECK_VALUE(w.dim() == 2, "blockfuse.gated_up: argument 'w' has sizes ", dims(w.sizes()),
                     "; required: a 2-D interleaved weight [2U, K] (row 2j = up_j, row 2j+1 = gate_j)");
   const int64_t K = x.size(-1);
-  TORCH_CHECK_VALUE(w.size(1) == K, "blockfuse.gated_up: argument 'w' has sizes ", w.sizes(),
-                    "; required: w.size(1) == x.size(-1) (K = ", K, ")");
-  TORCH_CHECK_VALUE(w.size(0) % 2 == 0, "blockfuse.gated_up: argument 'w' has ", w.size(0),
+  TORCH_CHECK_VALUE(w.size(1) == K, "blockfuse.gated_up: argument 'w' has sizes ", dims(w.sizes()),
+                    "; required: w.size(1) == x.size(-1) (K = ", num(K), ")");
+  TORCH_CHECK_VALUE(w.size(0) % 2 == 0, "blockfuse.gated_up: argument 'w' has ", num(w.size(0)),
                     " rows; required: an even number 2U (interleaved [up_0; gate_0; up_1; ...])");
-  const int64_t U = w.size(0) / 2;
+  return w.size(0) / 2;
+}
+
+at::Tensor gated_up_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view activation) {
+  constexpr const char* fn = "gated_up";
+  const blockfuse::Activation act = parse_activation(activation);
+  const int64_t U = check_gated_up_args(x, w);
+  const DType dt = to_dtype(x, fn, "x");
   const RowView xv = as_rows(x, fn, "x");
   const RowView wv = as_matrix(w, fn, "w");
 
@@ -209,7 +226,7 @@ at::Tensor interleave_gate_up_op(const at::Tensor& gate, const at::Tensor& up) {
   const DType dt = check_layout_args(fn, {{&gate, "gate"}, {&up, "up"}});
   const RowView gv = as_matrix(gate, fn, "gate"), uv = as_matrix(up, fn, "up");
   TORCH_CHECK_VALUE(gate.sizes() == up.sizes(), "blockfuse.", fn, ": argument 'up' has sizes ",
-                    up.sizes(), "; required: the sizes of 'gate' (", gate.sizes(), ")");
+                    dims(up.sizes()), "; required: the sizes of 'gate' (", dims(gate.sizes()), ")");
   at::Tensor out = at::empty({2 * gv.rows, gv.cols}, gate.options());
   const RowView ov{2 * gv.rows, gv.cols, gv.cols};
   if (gate.is_cuda()) {
@@ -248,7 +265,7 @@ std::tuple<at::Tensor, at::Tensor> deinterleave_gate_up_op(const at::Tensor& w) 
   constexpr const char* fn = "deinterleave_gate_up";
   const DType dt = check_layout_args(fn, {{&w, "w"}});
   const RowView wv = as_matrix(w, fn, "w");
-  TORCH_CHECK_VALUE(wv.rows % 2 == 0, "blockfuse.", fn, ": argument 'w' has ", wv.rows,
+  TORCH_CHECK_VALUE(wv.rows % 2 == 0, "blockfuse.", fn, ": argument 'w' has ", num(wv.rows),
                     " rows; required: an even number 2U");
   const int64_t U = wv.rows / 2;
   at::Tensor gate = at::empty({U, wv.cols}, w.options());

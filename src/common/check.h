@@ -6,8 +6,9 @@
 //   blockfuse::gated_up: argument 'w' has 28673 rows; required: rows == 2 * out.cols (= 28672)
 #pragma once
 
-#include <sstream>
+#include <cstdio>
 #include <string>
+#include <type_traits>
 
 #include <cuda_runtime_api.h>
 
@@ -30,11 +31,36 @@ namespace blockfuse::detail {
 [[noreturn]] void throw_arg(const char* fn, const char* arg, const std::string& what,
                             const std::string& requirement);
 
+// Message building without iostreams: numbers go through std::to_string / snprintf. Formatting an
+// integer with an ostream uses the std::num_put facet of the process's locale, and inside a
+// PyTorch process on the H100 machine (torch 2.11 wheel; this library built with /opt/gcc) every
+// such error message crashed the process (SIGSEGV) while messages of strings only did not — the
+// same symptom as two copies of libstdc++'s locale machinery. Strings and to_string need no facet.
+inline void append_part(std::string& s, const std::string& v) { s += v; }
+inline void append_part(std::string& s, const char* v) { s += v ? v : "(null)"; }
+inline void append_part(std::string& s, char v) { s += v; }
+inline void append_part(std::string& s, bool v) { s += v ? "true" : "false"; }
+inline void append_part(std::string& s, const void* v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%p", v);
+  s += buf;
+}
+template <class T>
+std::enable_if_t<std::is_integral_v<T>> append_part(std::string& s, T v) {
+  s += std::to_string(v);
+}
+template <class T>
+std::enable_if_t<std::is_floating_point_v<T>> append_part(std::string& s, T v) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%g", static_cast<double>(v));
+  s += buf;
+}
+
 template <class... T>
 std::string cat(const T&... parts) {
-  std::ostringstream os;
-  (os << ... << parts);
-  return os.str();
+  std::string s;
+  (append_part(s, parts), ...);
+  return s;
 }
 
 // Shape/stride sanity for any matrix view: rows, cols >= 0, ld >= max(cols, 1), data non-null

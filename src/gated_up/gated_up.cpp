@@ -45,7 +45,7 @@ void validate(const ConstMatrix& x, const ConstMatrix& w, const Matrix& out, Act
     throw_arg(kFn, "options.kernel", cat("has code ", static_cast<int>(opt.kernel)), "kAuto, kSm80 or kSm90");
   if (opt.kernel == GatedUpKernel::kSm90 && !gated_up_has_sm90())
     throw_arg(kFn, "options.kernel", "= kSm90, but this build has no sm90a kernel",
-              "a build with 90 in BLOCKFUSE_CUDA_ARCHS (and BLOCKFUSE_ENABLE_SM90=ON)");
+              "a build with 90 in BLOCKFUSE_CUDA_ARCHS (BLOCKFUSE_SM90=AUTO, the default) or BLOCKFUSE_SM90=ON");
   const int n_configs = opt.kernel == GatedUpKernel::kSm90 ? kNumSm90TileConfigs : kNumSm80TileConfigs;
   if (opt.tile_config < -1 || opt.tile_config >= n_configs)
     throw_arg(kFn, "options.tile_config", cat("= ", opt.tile_config),
@@ -93,9 +93,10 @@ void gated_up(ConstMatrix x, ConstMatrix w, Matrix out, Activation act, cudaStre
   const DeviceSpec dev = current_device_spec();
   const GatedUpProblem prob{x.rows, x.cols, out.cols};
   GatedUpKernel kernel = options.kernel;
-  // kAuto is the sm80 kernel everywhere for now: the sm90a kernel (issue 3) is opt-in while it fails
-  // its GPU tests (first H100 run, 2026-11-22: wrong results in every tile config, 2–33 TFLOP/s).
-  if (kernel == GatedUpKernel::kAuto) kernel = GatedUpKernel::kSm80;
+  // kAuto: the sm90a kernel on compute capability 9.0 when this build has it (wgmma/TMA code runs
+  // only on 9.0 exactly: sm_90a is not forward compatible), the sm80 kernel everywhere else.
+  if (kernel == GatedUpKernel::kAuto)
+    kernel = gated_up_has_sm90() && dev.cc_major == 9 && dev.cc_minor == 0 ? GatedUpKernel::kSm90 : GatedUpKernel::kSm80;
   if (kernel == GatedUpKernel::kSm90 && !(dev.cc_major == 9 && dev.cc_minor == 0))
     throw_arg(kFn, "options.kernel", cat("= kSm90 on a device of compute capability ", dev.cc_major, ".", dev.cc_minor),
               "compute capability 9.0 (sm_90a code: wgmma/TMA)");
@@ -105,11 +106,10 @@ void gated_up(ConstMatrix x, ConstMatrix w, Matrix out, Activation act, cudaStre
     if (sm90::smem_bytes(c90) > dev.max_smem_per_block)
       throw_arg(kFn, "options.tile_config", cat("= ", c90, " (sm90) needs ", sm90::smem_bytes(c90), " bytes of shared memory"),
                 cat("a config that fits this device's ", dev.max_smem_per_block, " bytes per block"));
-    GatedUpParams q{x.data, w.data, out.data, x.rows, x.cols, out.cols, x.ld, w.ld, out.ld, static_cast<int>(act), 16};
-    if (x.dtype == DType::kBF16)
-      sm90::launch_gated_up_bf16(c90, q, stream);
-    else
-      sm90::launch_gated_up_fp16(c90, q, stream);
+    // raster_group carries the scheduler's max swizzle: the largest that adds no padding tiles.
+    const int swizzle = sm90_choose_swizzle(x.rows, out.cols, kSm90TileConfigs[c90]);
+    GatedUpParams q{x.data, w.data, out.data, x.rows, x.cols, out.cols, x.ld, w.ld, out.ld, static_cast<int>(act), swizzle};
+    sm90::launch_gated_up(x.dtype, c90, q, stream);
     return;
   }
 #endif

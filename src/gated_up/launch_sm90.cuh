@@ -1,5 +1,6 @@
-// Internal: host-side launch of the sm90a gated-up kernel for one dtype; instantiated once per
-// dtype in launch_{bf16,fp16}_sm90.cu so the two (slow, CUTLASS sm90a) builds run in parallel.
+// Internal: host-side launch of the sm90a gated-up kernel for one (dtype, tile config); each pair is
+// explicitly instantiated in its own CMake-generated translation unit (launch_sm90.h), so the
+// slow CUTLASS sm90a builds run in parallel.
 //
 // The kernel is launched directly (cudaLaunchKernelEx with the cluster shape as an attribute)
 // rather than through CUTLASS's GemmUniversalAdapter, so that the shared-memory opt-in happens once
@@ -15,15 +16,10 @@
 #include "blockfuse/gated_up.h"
 #include "common/check.h"
 #include "gated_up/gated_up_sm90.cuh"
+#include "gated_up/launch_sm90.h"
 #include "gated_up/params.h"
 
 namespace blockfuse::sm90 {
-
-// CUTLASS's max_swizzle_size from the params' raster_group: the largest power of two <= it, at
-// most 8 (CUTLASS's limit).
-inline int swizzle_from_raster_group(int g) {
-  return g >= 8 ? 8 : g >= 4 ? 4 : g >= 2 ? 2 : 1;
-}
 
 template <class Cfg>
 void launch_config(const GatedUpParams& p, cudaStream_t stream) {
@@ -57,7 +53,8 @@ void launch_config(const GatedUpParams& p, cudaStream_t stream) {
   args.epilogue.act = p.act;
   args.hw_info.device_id = dev;
   args.hw_info.sm_count = current_device_spec().sm_count;
-  args.scheduler.max_swizzle_size = swizzle_from_raster_group(p.raster_group);
+  // The dispatcher's sm90_choose_swizzle (the largest swizzle that adds no padding tiles).
+  args.scheduler.max_swizzle_size = p.raster_group;
   // Heuristic = walk along the longer grid side, in swizzled groups along the shorter one.
   args.scheduler.raster_order = cutlass::gemm::kernel::detail::RasterOrderOptions::Heuristic;
 
@@ -83,15 +80,18 @@ void launch_config(const GatedUpParams& p, cudaStream_t stream) {
   BF_CHECK_LAUNCH();
 }
 
-template <class T>
-void launch_gated_up(int config, const GatedUpParams& p, cudaStream_t stream) {
-  static_assert(kNumSm90TileConfigs == 3, "add the new row to the switch below");
-  switch (config) {
-    case 0: return launch_config<Sm90KernelFor<T, 0>>(p, stream);
-    case 1: return launch_config<Sm90KernelFor<T, 1>>(p, stream);
-    case 2: return launch_config<Sm90KernelFor<T, 2>>(p, stream);
-  }
-  throw Error(detail::cat("blockfuse::gated_up: sm90 tile config ", config, " does not exist"));
+template <DType D>
+using ElementFor = std::conditional_t<D == DType::kBF16, cute::bfloat16_t, cute::half_t>;
+
+template <DType D, int Config>
+void launch_instance(const GatedUpParams& p, cudaStream_t stream) {
+  launch_config<Sm90KernelFor<ElementFor<D>, Config>>(p, stream);
+}
+
+// The shared storage does not depend on which 16-bit dtype it holds.
+template <int Config>
+int smem_bytes_instance() {
+  return Sm90KernelFor<cute::bfloat16_t, Config>::Kernel::SharedStorageSize;
 }
 
 }  // namespace blockfuse::sm90

@@ -4,16 +4,22 @@
 // (CI builds every row). The kernel lives in gated_up_sm90.cuh; launch_sm90.cuh maps a row index
 // to its template.
 //
-// Why these three rows (to be re-measured on the H100; see heuristic_sm90.cpp):
-//   0  cooperative 128x256, cluster 2x1: the CUTLASS shape that reaches the highest bf16 rate on
-//      H100 for large problems (two consumer warpgroups share every 256-wide weight tile, the
-//      cluster multicasts that weight tile to the two M-neighbours, halving its L2->SM traffic).
-//      Its output tile is 128 x 128 gated values.
-//   1  ping-pong 128x128, cluster 1x1: one warpgroup per tile, the two warpgroups alternate, so
-//      the gating epilogue of one tile hides under the other's mainloop. Twice the tiles of row 0
-//      (better SM fill for 128/512-token chunks) and no cluster padding when there is one M tile.
-//   2  cooperative 128x128, cluster 1x1: row 1's tile with both warpgroups on it; the comparison
-//      point that tells whether ping-pong's epilogue overlap pays for its extra shared-memory reads.
+// Why these three rows (measured on the H100, bench gated-up --kernel sm90 --tile-config N,
+// 2026-11-22; TFLOP/s beside cuBLAS in the same run, see heuristic_sm90.cpp for the numbers):
+//   0  cooperative 128x256, cluster 2x1: two consumer warpgroups share every 256-wide weight tile
+//      and the cluster multicasts that tile to the two M-neighbours, so each SM pulls 32 KB from L2
+//      per 2·128·256·64 flops. The best or within noise of the best at 512+ tokens on every
+//      model (680-780 TFLOP/s). Its output tile is 128 x 128 gated values.
+//   1  ping-pong 128x128, cluster 2x1: one warpgroup per tile, the two alternate so one's gating
+//      epilogue hides under the other's mainloop; the weight tile is multicast as in row 0. Twice
+//      the tiles of row 0 for less wave quantisation: wins at 512 tokens when K is small (Llama-3
+//      8B: 738 vs 677 TFLOP/s), loses where K is large (its L2 traffic per flop is 1.5x row 0's).
+//   2  ping-pong 128x128, cluster 1x2: for one M tile (<= 128 tokens, decode-sized M), where a 2x1
+//      cluster pads the single M tile to two; multicasts the activation tile along N instead.
+// Measured and dropped: 128x128 without a cluster (ping-pong or cooperative): L2-bound at
+// 490-560 TFLOP/s for 8B and 250-330 for 405B (ncu, 8B at 1024 tokens: L2 throughput 87%); and
+// cooperative 128x256 without a cluster: within noise of row 0 at K = 4096 but 400-520 at
+// K = 16384.
 #pragma once
 
 #include "blockfuse/gated_up.h"
@@ -24,24 +30,67 @@ struct Sm90TileConfigRow {
   int bm, bn, bk;            // CTA tile of the interleaved GEMM (bn/2 gated outputs per row)
   int cluster_m, cluster_n;  // thread-block cluster (TMA multicast of B along m, of A along n)
   bool pingpong;             // KernelTmaWarpSpecializedPingpong instead of ...Cooperative
-  float rel_rate;            // heuristic's prior: sustained rate of a full wave relative to row 0
+  float rel_rate;            // heuristic: sustained rate of a full wave relative to row 0, K <= 4096
+  float rel_rate_large_k;    //            the same for K > 4096 (more L2 traffic per tile)
 };
 
 inline constexpr Sm90TileConfigRow kSm90TileConfigs[] = {
-    // bm   bn  bk  cm cn  pingpong  rel_rate
-    {128, 256, 64, 2, 1, false, 1.00f},  // 0: large M
-    {128, 128, 64, 1, 1, true, 0.95f},   // 1: small/mid M, epilogue overlapped
-    {128, 128, 64, 1, 1, false, 0.90f},  // 2: small/mid M, cooperative
+    // bm   bn  bk  cm cn  pingpong  rel_rate  large K
+    {128, 256, 64, 2, 1, false, 1.00f, 1.00f},  // 0: 512+ tokens
+    {128, 128, 64, 2, 1, true, 0.95f, 0.80f},   // 1: 512-token chunks at small K
+    {128, 128, 64, 1, 2, true, 0.90f, 0.75f},   // 2: one M tile (<= 128 tokens)
 };
 inline constexpr int kNumSm90TileConfigs = sizeof(kSm90TileConfigs) / sizeof(kSm90TileConfigs[0]);
 
-// Work tiles the persistent scheduler creates for row `c` (CUTLASS rounds each tile count up to a
-// multiple of the cluster shape; the padding tiles do no useful work).
+// ---- CUTLASS's persistent tile scheduler, in plain integers -------------------------------------
+// The sm90 PersistentTileScheduler rounds the CTA grid up twice: each mode to a multiple of the
+// cluster, then each mode to a multiple of (swizzle x cluster), where the swizzle it uses is
+// 2^get_log_swizzle_size(cta_m, cta_n, max_swizzle) (tile_scheduler_params.h). The padding tiles
+// are *not* skipped: they run the whole K loop on zero-filled loads and store nothing. The
+// first H100 sweep (2026-11-22) hit this: with max_swizzle 8, row 0 at M = 512 and 1024 tokens
+// (4 and 8 M tiles) was padded to 8 and 16 M tiles and ran at 355-370 TFLOP/s where M = 2048
+// (16 tiles, no padding) ran at 670-750. So the launcher picks the swizzle (below) that pads least.
+
+inline constexpr long long sm90_ceil_div(long long a, long long b) { return (a + b - 1) / b; }
+inline constexpr long long sm90_round_up(long long a, long long b) { return sm90_ceil_div(a, b) * b; }
+
+// CUTLASS's get_log_swizzle_size, as 2^result.
+inline constexpr int sm90_effective_swizzle(long long ctas_m, long long ctas_n, int max_swizzle) {
+  const long long d = ctas_m < ctas_n ? ctas_m : ctas_n;
+  if (max_swizzle >= 8 && d >= 6) return 8;
+  if (max_swizzle >= 4 && d >= 3) return 4;
+  if (max_swizzle >= 2 && d >= 2) return 2;
+  return 1;
+}
+
+// Work tiles the scheduler creates for row `c` and max_swizzle_size `max_swizzle`, padding
+// included (padding tiles do no useful work but cost a full tile).
+inline constexpr long long sm90_num_tiles(long long m, long long u, const Sm90TileConfigRow& c, int max_swizzle) {
+  const long long ctas_m = sm90_round_up(sm90_ceil_div(m, c.bm), c.cluster_m);
+  const long long ctas_n = sm90_round_up(sm90_ceil_div(2 * u, c.bn), c.cluster_n);
+  const long long s = sm90_effective_swizzle(ctas_m, ctas_n, max_swizzle);
+  return sm90_round_up(ctas_m, s * c.cluster_m) * sm90_round_up(ctas_n, s * c.cluster_n);
+}
+
+// The max_swizzle_size the launcher passes: the largest of 8, 4, 2, 1 whose padding is the least.
+// A larger swizzle keeps more of the CTAs resident at once on shared weight/activation panels
+// (L2 reuse), but is worth nothing if it adds tiles.
+inline constexpr int sm90_choose_swizzle(long long m, long long u, const Sm90TileConfigRow& c) {
+  int best = 8;
+  long long best_tiles = sm90_num_tiles(m, u, c, 8);
+  for (int s = 4; s >= 1; s /= 2) {
+    const long long t = sm90_num_tiles(m, u, c, s);
+    if (t < best_tiles) {
+      best = s;
+      best_tiles = t;
+    }
+  }
+  return best;
+}
+
+// Work tiles with the swizzle the launcher picks.
 inline constexpr long long sm90_num_tiles(long long m, long long u, const Sm90TileConfigRow& c) {
-  const long long tm = (m + c.bm - 1) / c.bm, tn = (2 * u + c.bn - 1) / c.bn;
-  const long long tmr = (tm + c.cluster_m - 1) / c.cluster_m * c.cluster_m;
-  const long long tnr = (tn + c.cluster_n - 1) / c.cluster_n * c.cluster_n;
-  return tmr * tnr;
+  return sm90_num_tiles(m, u, c, sm90_choose_swizzle(m, u, c));
 }
 
 // The sm90 heuristic (heuristic_sm90.cpp): a pure function of the problem and the device,

@@ -24,8 +24,9 @@ const std::pair<int64_t, int64_t> kTargetShapes[] = {{4096, 14336}, {8192, 28672
 const std::pair<int64_t, int64_t> kLlamaShapes[] = {{4096, 11008}, {5120, 13824}, {4096, 14336}, {8192, 28672},
                                                     {16384, 53248}, {2048, 8192}, {3072, 8192}, {4608, 36864}};
 
-constexpr int kLarge = 0;     // cooperative 128x256, cluster 2x1
-constexpr int kPingpong = 1;  // ping-pong 128x128
+constexpr int kLarge = 0;      // cooperative 128x256, cluster 2x1
+constexpr int kPingpong = 1;   // ping-pong 128x128, cluster 2x1
+constexpr int kOneMTile = 2;   // ping-pong 128x128, cluster 1x2
 
 TEST(HeuristicSm90, TargetGridPicksTheLargeTile) {
   for (const DeviceSpec& dev : {kH100, kH200})
@@ -35,13 +36,21 @@ TEST(HeuristicSm90, TargetGridPicksTheLargeTile) {
 }
 
 TEST(HeuristicSm90, OneChunkOf128TokensAvoidsTheClusteredTile) {
+  // One M tile: both 2x1-cluster rows would pad it to two, so the 1x2 row (M = 1: decode-sized).
   for (auto [k, u] : kTargetShapes)
-    EXPECT_NE(choose_gated_up_sm90_tile_config({128, k, u}, kH100), kLarge) << "K=" << k << " U=" << u;
-  // Llama-3 8B, 512 tokens: 4 x 112 tiles of 128x256 = 3.4 waves -> 4; 4 x 224 of 128x128 = 6.8 -> 7:
-  // 7 half-size waves beat 4 full ones even after the ping-pong prior.
+    for (int64_t m : {1, 64, 128})
+      EXPECT_EQ(choose_gated_up_sm90_tile_config({m, k, u}, kH100), kOneMTile) << "M=" << m << " K=" << k;
+}
+
+TEST(HeuristicSm90, ChunksOf512TokensFollowTheMeasurements) {
+  // H100, 2026-11-22, 512 tokens: Llama-3 8B (K = 4096) ping-pong 738 vs 677 TFLOP/s for the
+  // large tile (4 x 112 tiles of 128x256 = 3.4 waves -> 4; 4 x 224 of 128x128 = 6.8 -> 7);
+  // 70B and 405B (K = 8192, 16384): the large tile, 777 vs 739 and 725 vs 617.
   EXPECT_EQ(choose_gated_up_sm90_tile_config({512, 4096, 14336}, kH100), kPingpong);
-  // M = 1 (decode) is one padded M tile like M = 128.
-  EXPECT_NE(choose_gated_up_sm90_tile_config({1, 4096, 14336}, kH100), kLarge);
+  EXPECT_EQ(choose_gated_up_sm90_tile_config({512, 8192, 28672}, kH100), kLarge);
+  EXPECT_EQ(choose_gated_up_sm90_tile_config({512, 16384, 53248}, kH100), kLarge);
+  // Gemma-2 27B (K = 4608): the large tile, 761 vs 703.
+  EXPECT_EQ(choose_gated_up_sm90_tile_config({512, 4608, 36864}, kH100), kLarge);
 }
 
 TEST(HeuristicSm90, TileCountMatchesTheScheduler) {
@@ -49,9 +58,47 @@ TEST(HeuristicSm90, TileCountMatchesTheScheduler) {
   EXPECT_EQ(sm90_num_tiles(1, 14336, kSm90TileConfigs[0]), 2 * 112);
   EXPECT_EQ(sm90_num_tiles(129, 14336, kSm90TileConfigs[0]), 2 * 112);
   EXPECT_EQ(sm90_num_tiles(257, 14336, kSm90TileConfigs[0]), 4 * 112);
-  EXPECT_EQ(sm90_num_tiles(1, 14336, kSm90TileConfigs[1]), 224);
+  EXPECT_EQ(sm90_num_tiles(1, 14336, kSm90TileConfigs[1]), 2 * 224);
+  // 1x2 cluster: N tiles round up to even, M is not padded.
+  EXPECT_EQ(sm90_num_tiles(1, 14336, kSm90TileConfigs[2]), 224);
+  EXPECT_EQ(sm90_num_tiles(1, 72, kSm90TileConfigs[2]), 2);  // 2U = 144 -> 2 tiles of 128
   // Ragged U: 2U = 2·(8·k) need not be a multiple of bn.
-  EXPECT_EQ(sm90_num_tiles(128, 72, kSm90TileConfigs[1]), 2);  // 2U = 144 -> 2 tiles of 128
+  EXPECT_EQ(sm90_num_tiles(256, 72, kSm90TileConfigs[1]), 2 * 2);  // 2U = 144 -> 2 tiles of 128
+}
+
+TEST(HeuristicSm90, SwizzlePaddingMirrorsCutlass) {
+  // CUTLASS rounds each mode up to swizzle x cluster; with max swizzle 8 the 2x1-cluster tile at
+  // 1024 tokens (8 M tiles) becomes 16 M tiles and at 512 (4) becomes 8 — the 2x slowdown of the
+  // first H100 sweep.
+  const Sm90TileConfigRow& c0 = kSm90TileConfigs[0];
+  EXPECT_EQ(sm90_num_tiles(1024, 14336, c0, 8), 16 * 112);
+  EXPECT_EQ(sm90_num_tiles(512, 14336, c0, 8), 8 * 112);
+  EXPECT_EQ(sm90_num_tiles(2048, 14336, c0, 8), 16 * 112);  // already a multiple of 16
+  // The launcher's choice removes the padding and keeps the largest swizzle that does.
+  EXPECT_EQ(sm90_choose_swizzle(1024, 14336, c0), 4);
+  EXPECT_EQ(sm90_num_tiles(1024, 14336, c0), 8 * 112);
+  EXPECT_EQ(sm90_choose_swizzle(512, 14336, c0), 2);
+  EXPECT_EQ(sm90_num_tiles(512, 14336, c0), 4 * 112);
+  EXPECT_EQ(sm90_choose_swizzle(4096, 14336, c0), 8);
+  EXPECT_EQ(sm90_choose_swizzle(16384, 53248, c0), 8);
+  // CUTLASS's effective swizzle shrinks with the smaller grid side.
+  EXPECT_EQ(sm90_effective_swizzle(6, 100, 8), 8);
+  EXPECT_EQ(sm90_effective_swizzle(5, 100, 8), 4);
+  EXPECT_EQ(sm90_effective_swizzle(2, 100, 8), 2);
+  EXPECT_EQ(sm90_effective_swizzle(1, 100, 8), 1);
+  EXPECT_EQ(sm90_effective_swizzle(100, 100, 2), 2);
+}
+
+TEST(HeuristicSm90, ChosenSwizzleNeverPads) {
+  // Swizzle 1 pads only to the cluster shape; the chosen swizzle must do no worse, for every row.
+  for (const Sm90TileConfigRow& c : kSm90TileConfigs)
+    for (auto [k, u] : kLlamaShapes)
+      for (int64_t m = 1; m <= 70000; m = m < 64 ? m + 1 : m * 9 / 8) {
+        (void)k;
+        const int s = sm90_choose_swizzle(m, u, c);
+        ASSERT_TRUE(s == 1 || s == 2 || s == 4 || s == 8);
+        ASSERT_EQ(sm90_num_tiles(m, u, c, s), sm90_num_tiles(m, u, c, 1)) << "M=" << m << " U=" << u;
+      }
 }
 
 TEST(HeuristicSm90, InvariantsOverASweep) {
