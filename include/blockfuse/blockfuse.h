@@ -2,6 +2,7 @@
 #pragma once
 
 #include "blockfuse/common.h"
+#include "blockfuse/fp8.h"
 #include "blockfuse/gated_up.h"
 #include "blockfuse/swiglu.h"
 #include "blockfuse/weight_layout.h"
