@@ -158,14 +158,20 @@ Timing time_it(const std::function<void(int)>& fn, cudaStream_t stream, int warm
 }
 
 Timing time_graph(const std::function<void()>& fn, cudaStream_t stream, int warmup, int reps) {
+  return time_graph_per_call(fn, stream, 1, warmup, reps);
+}
+
+Timing time_graph_per_call(const std::function<void()>& fn, cudaStream_t stream, int calls_per_graph,
+                           int warmup, int reps) {
   // The legacy default stream cannot be captured; say so instead of failing inside the capture.
   if (stream == nullptr) throw Error("time_graph: needs a created stream (the default stream cannot be captured)");
+  if (calls_per_graph < 1) throw Error("time_graph_per_call: calls_per_graph must be >= 1");
   fn();  // first call outside the capture (one-time setup such as shared-memory opt-in)
   BENCH_CUDA(cudaStreamSynchronize(stream));
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  fn();
+  for (int i = 0; i < calls_per_graph; ++i) fn();
   BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
   struct Guard {
     cudaGraph_t g;
@@ -177,7 +183,11 @@ Timing time_graph(const std::function<void()>& fn, cudaStream_t stream, int warm
   } guard{graph};
   BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
   guard.e = exec;
-  return time_it([&](int) { BENCH_CUDA(cudaGraphLaunch(exec, stream)); }, stream, warmup, reps);
+  Timing t = time_it([&](int) { BENCH_CUDA(cudaGraphLaunch(exec, stream)); }, stream, warmup, reps);
+  t.median_ms /= calls_per_graph;
+  t.min_ms /= calls_per_graph;
+  t.max_ms /= calls_per_graph;
+  return t;
 }
 
 int rotation_sets(int64_t bytes, int max_sets) {

@@ -49,6 +49,11 @@ struct Timing {
 Timing time_it(const std::function<void(int rep)>& fn, cudaStream_t stream, int warmup, int reps);
 // The same, timing replays of a CUDA graph captured from one call of fn (for small launches).
 Timing time_graph(const std::function<void()>& fn, cudaStream_t stream, int warmup, int reps);
+// Per-call time of `calls_per_graph` back-to-back calls of fn captured into one graph (replay time
+// divided by calls_per_graph): the cost of a small kernel inside a model's CUDA graph, where the
+// graph launch itself is paid once per decoder step, not once per kernel.
+Timing time_graph_per_call(const std::function<void()>& fn, cudaStream_t stream, int calls_per_graph,
+                           int warmup, int reps);
 
 // How many copies of a working set of `bytes` to rotate through so that repeated calls do not
 // find their inputs in L2: enough copies to span >= 3x the L2 size, at least 1, at most `max_sets`.
