@@ -50,24 +50,6 @@ const Model kModels[] = {
       throw Error(std::string("cuBLAS status ") + std::to_string(int(s_)) + " in " #expr);              \
   } while (0)
 
-// A device allocation freed on scope exit, so a point that throws or is skipped leaks nothing and
-// the next (larger) point sees all the memory again.
-struct DevBuf {
-  void* p = nullptr;
-  size_t bytes = 0;
-  DevBuf() = default;
-  explicit DevBuf(size_t n) : bytes(n) {
-    const cudaError_t e = cudaMalloc(&p, n);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      throw Error("cudaMalloc of " + fmt(n / 1048576.0, 1) + " MiB failed: " + cudaGetErrorString(e));
-    }
-  }
-  ~DevBuf() { if (p) cudaFree(p); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-};
-
 struct Verify {
   bool ok = true;
   double rel_l2 = 0, max_abs = 0;

@@ -201,15 +201,19 @@ int rotation_sets(int64_t bytes, int max_sets) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(max_sets, want)));
 }
 
+DevBuf::DevBuf(size_t n) : bytes(n) {
+  const cudaError_t e = cudaMalloc(&p, n);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    p = nullptr;
+    throw Error("cudaMalloc of " + fmt(n / 1048576.0, 1) + " MiB failed: " + cudaGetErrorString(e));
+  }
+}
+DevBuf::~DevBuf() {
+  if (p) cudaFree(p);
+}
+
 namespace {
-// A device buffer freed on scope exit, so an exception while measuring leaks nothing.
-struct DevBuf {
-  void* p = nullptr;
-  explicit DevBuf(size_t bytes) { BENCH_CUDA(cudaMalloc(&p, bytes)); }
-  ~DevBuf() { cudaFree(p); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-};
 #define BENCH_CUBLAS(expr)                                                                            \
   do {                                                                                                \
     const cublasStatus_t st_ = (expr);                                                                \

@@ -36,6 +36,18 @@ class Args {
 void cuda_check(cudaError_t err, const char* what);
 #define BENCH_CUDA(expr) ::blockfuse::bench::cuda_check((expr), #expr)
 
+// A device allocation freed on scope exit, so a point that throws or is skipped leaks nothing and
+// the next (larger) point sees all the memory again. Throws blockfuse::Error when cudaMalloc fails.
+struct DevBuf {
+  void* p = nullptr;
+  size_t bytes = 0;
+  DevBuf() = default;
+  explicit DevBuf(size_t n);
+  ~DevBuf();
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+};
+
 // Returns false (and prints why to stderr) when no usable CUDA device is present.
 bool require_gpu(const char* program);
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "blockfuse/common.h"
+#include "blockfuse/fp8.h"
 
 namespace blockfuse {
 
@@ -22,5 +23,16 @@ const char* layout_name(GateUpLayout l);
 // out must not overlap gate_up.
 void swiglu(ConstMatrix gate_up, Matrix out, Activation act, GateUpLayout layout,
             cudaStream_t stream = nullptr);
+
+// The same with an FP8 (e4m3) output for an FP8 down-projection: out[M, U] bytes, quantised from the
+// fp32 act(gate) ⊙ up (no bf16 rounding in between) as blockfuse/fp8.h defines: with
+// scale.mode == kStaticPerTensor, q = sat(v / *scale.scale) (scale read on the device, > 0); with
+// kDynamicPerRow, the kernel writes scale.scale[r] = amax_r / 448 (amax over the row's finite v; 1 if
+// it is 0) and q = sat(v / scale.scale[r]). Non-finite v gives NaN (0x7f).
+// Requirements (checked) as for swiglu(), plus: out.ld % 8 == 0 and an 8-byte aligned out pointer,
+// a non-null 4-byte aligned device scale pointer (`rows` floats for kDynamicPerRow), and no overlap
+// between out, the scales and gate_up. One pass over gate_up in both modes.
+void swiglu_fp8(ConstMatrix gate_up, Fp8Matrix out, Fp8Scale scale, Activation act, GateUpLayout layout,
+                cudaStream_t stream = nullptr);
 
 }  // namespace blockfuse

@@ -53,26 +53,30 @@ void check_matrix_shape(const char* fn, const char* arg, const ConstMatrix& m) {
     throw_arg(fn, arg, "has a null data pointer", "a valid pointer for a non-empty matrix");
 }
 
-void check_device_matrix(const char* fn, const char* arg, const ConstMatrix& m) {
-  check_matrix_shape(fn, arg, m);
-  if (m.rows == 0 || m.cols == 0) return;
+void check_device_pointer(const char* fn, const char* arg, const void* p) {
   cudaPointerAttributes attr{};
-  cudaError_t err = cudaPointerGetAttributes(&attr, m.data);
+  cudaError_t err = cudaPointerGetAttributes(&attr, p);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();  // clear the sticky-free error this call may leave
-    throw_arg(fn, arg, cat("pointer ", m.data, " could not be inspected (", cudaGetErrorString(err), ")"),
+    throw_arg(fn, arg, cat("pointer ", p, " could not be inspected (", cudaGetErrorString(err), ")"),
               "device memory of the current CUDA device");
   }
   if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
     throw_arg(fn, arg,
-              cat("pointer ", m.data, " is ",
+              cat("pointer ", p, " is ",
                   attr.type == cudaMemoryTypeHost ? "pinned host memory" : "not CUDA memory (pageable host?)"),
               "device memory of the current CUDA device");
   int dev = -1;
   BF_CUDA_CHECK(cudaGetDevice(&dev));
   if (attr.type == cudaMemoryTypeDevice && attr.device != dev)
-    throw_arg(fn, arg, cat("pointer ", m.data, " is on device ", attr.device),
+    throw_arg(fn, arg, cat("pointer ", p, " is on device ", attr.device),
               cat("memory of the current device ", dev));
+}
+
+void check_device_matrix(const char* fn, const char* arg, const ConstMatrix& m) {
+  check_matrix_shape(fn, arg, m);
+  if (m.rows == 0 || m.cols == 0) return;
+  check_device_pointer(fn, arg, m.data);
 }
 
 void check_alignment(const char* fn, const char* arg, const ConstMatrix& m, int bytes, int elems) {
@@ -90,15 +94,21 @@ void check_same_dtype(const char* fn, const char* arg, const ConstMatrix& m, con
               cat("the dtype of '", ref_arg, "' (", dtype_name(ref), ")"));
 }
 
+Span span_of(const ConstMatrix& m) { return Span{span_begin(m), span_end(m)}; }
+
+void check_no_overlap(const char* fn, const char* a_arg, Span a, const char* b_arg, Span b) {
+  if (a.begin == a.end || b.begin == b.end) return;
+  if (a.begin < b.end && b.begin < a.end)
+    throw_arg(fn, a_arg,
+              cat("spans [", static_cast<const void*>(a.begin), ", ", static_cast<const void*>(a.end),
+                  ") which overlaps '", b_arg, "' [", static_cast<const void*>(b.begin), ", ",
+                  static_cast<const void*>(b.end), ")"),
+              cat("'", a_arg, "' and '", b_arg, "' must not overlap"));
+}
+
 void check_no_overlap(const char* fn, const char* a_arg, const ConstMatrix& a, const char* b_arg,
                       const ConstMatrix& b) {
-  if (span_begin(a) == span_end(a) || span_begin(b) == span_end(b)) return;
-  if (span_begin(a) < span_end(b) && span_begin(b) < span_end(a))
-    throw_arg(fn, a_arg,
-              cat("spans [", static_cast<const void*>(span_begin(a)), ", ",
-                  static_cast<const void*>(span_end(a)), ") which overlaps '", b_arg, "' [",
-                  static_cast<const void*>(span_begin(b)), ", ", static_cast<const void*>(span_end(b)), ")"),
-              cat("'", a_arg, "' and '", b_arg, "' must not overlap"));
+  check_no_overlap(fn, a_arg, span_of(a), b_arg, span_of(b));
 }
 
 void check_compute_capability(const char* fn, int major, int minor) {

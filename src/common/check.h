@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 
 #include "blockfuse/common.h"
+#include "blockfuse/fp8.h"
 
 namespace blockfuse::detail {
 
@@ -75,6 +76,29 @@ void check_same_dtype(const char* fn, const char* arg, const ConstMatrix& m, con
 // Throws if the byte ranges spanned by a and b overlap.
 void check_no_overlap(const char* fn, const char* a_arg, const ConstMatrix& a, const char* b_arg,
                       const ConstMatrix& b);
+// The pointer is device memory of the current device (or managed); for any device buffer that is
+// not a 2-byte matrix (FP8 outputs, scale vectors, workspaces).
+void check_device_pointer(const char* fn, const char* arg, const void* p);
+// A byte range [begin, end) of device memory, for overlap checks between buffers of any type.
+struct Span {
+  const char* begin = nullptr;
+  const char* end = nullptr;
+};
+Span span_of(const ConstMatrix& m);
+inline Span span_of_bytes(const void* p, int64_t bytes) {
+  auto* b = static_cast<const char*>(p);
+  return Span{b, b + (p ? bytes : 0)};
+}
+// Throws if two non-empty spans overlap (the error names a_arg).
+void check_no_overlap(const char* fn, const char* a_arg, Span a, const char* b_arg, Span b);
+// An FP8 output of rows x cols: shape, ld, a non-null pointer when non-empty, `align_bytes`-aligned
+// data and ld % align_bytes == 0 (the kernels store whole vectors per row).
+void check_fp8_matrix_shape(const char* fn, const char* arg, const Fp8Matrix& m, int align_bytes);
+Span span_of(const Fp8Matrix& m);
+// The scale argument of an FP8 output with `rows` rows: a known mode and a non-null, 4-byte-aligned
+// device pointer (checked for device-ness only when `on_device`, i.e. after the shape checks).
+void check_fp8_scale(const char* fn, const char* arg, const Fp8Scale& s, int64_t rows, bool on_device);
+Span span_of(const Fp8Scale& s, int64_t rows);
 // The current device's compute capability is >= major.minor.
 void check_compute_capability(const char* fn, int major, int minor);
 

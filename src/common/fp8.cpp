@@ -1,5 +1,9 @@
 #include "blockfuse/fp8.h"
 
+#include <cstdint>
+
+#include "common/check.h"
+
 namespace blockfuse {
 
 const char* fp8_scale_mode_name(Fp8ScaleMode m) {
@@ -11,3 +15,48 @@ const char* fp8_scale_mode_name(Fp8ScaleMode m) {
 }
 
 }  // namespace blockfuse
+
+namespace blockfuse::detail {
+
+void check_fp8_matrix_shape(const char* fn, const char* arg, const Fp8Matrix& m, int align_bytes) {
+  if (m.rows < 0) throw_arg(fn, arg, cat("has rows = ", m.rows), "rows >= 0");
+  if (m.cols < 0) throw_arg(fn, arg, cat("has cols = ", m.cols), "cols >= 0");
+  if (m.ld < m.cols || m.ld < 1)
+    throw_arg(fn, arg, cat("has row stride ld = ", m.ld, " with cols = ", m.cols), "ld >= cols and ld >= 1");
+  if (m.rows > (int64_t{1} << 40) / m.ld)
+    throw_arg(fn, arg, cat("spans rows * ld = ", m.rows, " * ", m.ld, " bytes"), "rows * ld < 2^40");
+  if (m.data == nullptr && m.rows > 0 && m.cols > 0)
+    throw_arg(fn, arg, "has a null data pointer", "a valid pointer for a non-empty matrix");
+  if (reinterpret_cast<std::uintptr_t>(m.data) % align_bytes != 0)
+    throw_arg(fn, arg, cat("pointer ", m.data, " is not ", align_bytes, "-byte aligned"),
+              cat("a ", align_bytes, "-byte aligned data pointer"));
+  if (m.ld % align_bytes != 0)
+    throw_arg(fn, arg, cat("has row stride ld = ", m.ld), cat("ld % ", align_bytes, " == 0"));
+}
+
+Span span_of(const Fp8Matrix& m) {
+  if (m.rows == 0 || m.cols == 0) return span_of_bytes(m.data, 0);
+  return span_of_bytes(m.data, (m.rows - 1) * m.ld + m.cols);
+}
+
+void check_fp8_scale(const char* fn, const char* arg, const Fp8Scale& s, int64_t rows, bool on_device) {
+  if (s.mode != Fp8ScaleMode::kStaticPerTensor && s.mode != Fp8ScaleMode::kDynamicPerRow)
+    throw_arg(fn, arg, cat("has mode code ", static_cast<int>(s.mode)),
+              "Fp8ScaleMode::kStaticPerTensor or Fp8ScaleMode::kDynamicPerRow");
+  if (s.scale == nullptr)
+    throw_arg(fn, arg, "has a null scale pointer",
+              s.mode == Fp8ScaleMode::kStaticPerTensor
+                  ? "a device pointer to the per-tensor scale (1 float, > 0)"
+                  : cat("a device pointer to ", rows, " floats (one scale per row, written)"));
+  if (reinterpret_cast<std::uintptr_t>(s.scale) % alignof(float) != 0)
+    throw_arg(fn, arg, cat("scale pointer ", static_cast<const void*>(s.scale), " is not 4-byte aligned"),
+              "a 4-byte aligned float pointer");
+  if (on_device) check_device_pointer(fn, arg, s.scale);
+}
+
+Span span_of(const Fp8Scale& s, int64_t rows) {
+  return span_of_bytes(s.scale, static_cast<int64_t>(sizeof(float)) *
+                                    (s.mode == Fp8ScaleMode::kDynamicPerRow ? rows : 1));
+}
+
+}  // namespace blockfuse::detail

@@ -10,6 +10,8 @@
 
 #include "common/check.h"
 #include "gated_up/activation.cuh"
+#include "swiglu/gate_up_load.cuh"
+#include "swiglu/validate.h"
 
 namespace blockfuse {
 
@@ -23,9 +25,6 @@ const char* layout_name(GateUpLayout l) {
 
 namespace {
 
-template <class T>
-__device__ __forceinline__ float to_f(T v) { return static_cast<float>(v); }
-
 template <class T, bool kInterleaved>
 __global__ void swiglu_kernel(const T* __restrict__ in, int64_t ldi, T* __restrict__ out, int64_t ldo,
                               int64_t rows, int64_t u, int act) {
@@ -35,24 +34,8 @@ __global__ void swiglu_kernel(const T* __restrict__ in, int64_t ldi, T* __restri
        idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = idx / chunks_per_row;
     const int64_t c = (idx - r * chunks_per_row) * 8;  // first output column of this chunk
-    const T* row = in + r * ldi;
     float g[8], up[8];
-    if constexpr (kInterleaved) {
-      // 16 interleaved inputs (up, gate, up, gate, ...) = two 16-byte vectors.
-      uint4 v[2];
-      v[0] = *reinterpret_cast<const uint4*>(row + 2 * c);
-      v[1] = *reinterpret_cast<const uint4*>(row + 2 * c + 8);
-      const T* e = reinterpret_cast<const T*>(v);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) { up[i] = to_f(e[2 * i]); g[i] = to_f(e[2 * i + 1]); }
-    } else {
-      uint4 vg = *reinterpret_cast<const uint4*>(row + c);
-      uint4 vu = *reinterpret_cast<const uint4*>(row + u + c);
-      const T* eg = reinterpret_cast<const T*>(&vg);
-      const T* eu = reinterpret_cast<const T*>(&vu);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) { g[i] = to_f(eg[i]); up[i] = to_f(eu[i]); }
-    }
+    load_gate_up_chunk<T, kInterleaved>(in + r * ldi, u, c, g, up);
     uint4 o;
     T* eo = reinterpret_cast<T*>(&o);
 #pragma unroll
@@ -80,23 +63,34 @@ void launch(const ConstMatrix& in, const Matrix& out, Activation act, GateUpLayo
 
 }  // namespace
 
+namespace detail {
+
+void check_swiglu_codes_and_input(const char* fn, const ConstMatrix& gate_up, Activation act, GateUpLayout layout) {
+  if (act != Activation::kSiLU && act != Activation::kGeluTanh)
+    throw_arg(fn, "activation", cat("has code ", int(act)), "Activation::kSiLU or Activation::kGeluTanh");
+  if (layout != GateUpLayout::kStacked && layout != GateUpLayout::kInterleaved)
+    throw_arg(fn, "layout", cat("has code ", int(layout)), "GateUpLayout::kStacked or kInterleaved");
+  check_matrix_shape(fn, "gate_up", gate_up);
+}
+
+void check_swiglu_shapes(const char* fn, const ConstMatrix& gate_up, int64_t out_rows, int64_t out_cols) {
+  if (gate_up.rows != out_rows)
+    throw_arg(fn, "out", cat("has rows = ", out_rows), cat("out.rows == gate_up.rows (= ", gate_up.rows, ")"));
+  if (gate_up.cols != 2 * out_cols)
+    throw_arg(fn, "gate_up", cat("has cols = ", gate_up.cols), cat("gate_up.cols == 2 * out.cols (= ", 2 * out_cols, ")"));
+  if (out_cols % 8 != 0)
+    throw_arg(fn, "out", cat("has cols U = ", out_cols), "U % 8 == 0 (16-byte vectors)");
+  check_alignment(fn, "gate_up", gate_up, 16, 8);
+}
+
+}  // namespace detail
+
 void swiglu(ConstMatrix gate_up, Matrix out, Activation act, GateUpLayout layout, cudaStream_t stream) {
   constexpr const char* kFn = "swiglu";
-  using detail::cat;
-  if (act != Activation::kSiLU && act != Activation::kGeluTanh)
-    detail::throw_arg(kFn, "activation", cat("has code ", int(act)), "Activation::kSiLU or Activation::kGeluTanh");
-  if (layout != GateUpLayout::kStacked && layout != GateUpLayout::kInterleaved)
-    detail::throw_arg(kFn, "layout", cat("has code ", int(layout)), "GateUpLayout::kStacked or kInterleaved");
-  detail::check_matrix_shape(kFn, "gate_up", gate_up);
+  detail::check_swiglu_codes_and_input(kFn, gate_up, act, layout);
   detail::check_matrix_shape(kFn, "out", out);
   detail::check_same_dtype(kFn, "out", out, "gate_up", gate_up.dtype);
-  if (gate_up.rows != out.rows)
-    detail::throw_arg(kFn, "out", cat("has rows = ", out.rows), cat("out.rows == gate_up.rows (= ", gate_up.rows, ")"));
-  if (gate_up.cols != 2 * out.cols)
-    detail::throw_arg(kFn, "gate_up", cat("has cols = ", gate_up.cols), cat("gate_up.cols == 2 * out.cols (= ", 2 * out.cols, ")"));
-  if (out.cols % 8 != 0)
-    detail::throw_arg(kFn, "out", cat("has cols U = ", out.cols), "U % 8 == 0 (16-byte vectors)");
-  detail::check_alignment(kFn, "gate_up", gate_up, 16, 8);
+  detail::check_swiglu_shapes(kFn, gate_up, out.rows, out.cols);
   detail::check_alignment(kFn, "out", out, 16, 8);
   if (out.rows == 0 || out.cols == 0) return;
   detail::check_device_matrix(kFn, "gate_up", gate_up);
