@@ -42,13 +42,12 @@ inline uint8_t float_to_fp8_e4m3(float v) {
 }
 
 // The quantisation blockfuse's kernels apply to one fp32 result v with scale s (blockfuse/fp8.h):
-// non-finite v -> NaN; otherwise sat(v / s), the quotient clamped to +-448 before the conversion so a
-// finite v never becomes NaN and a NaN scale gives NaN.
+// non-finite v -> NaN; otherwise the saturating conversion of v · (1 / s), the reciprocal rounded to
+// fp32 once (the kernels multiply rather than divide per element). A NaN scale gives NaN.
 inline uint8_t fp8_quantize(float v, float s) {
   if (!std::isfinite(v)) return 0x7f;
-  float t = v / s;
-  t = t > kFp8E4M3Max ? kFp8E4M3Max : (t < -kFp8E4M3Max ? -kFp8E4M3Max : t);
-  return float_to_fp8_e4m3(t);
+  const float inv = 1.0f / s;
+  return float_to_fp8_e4m3(v * inv);
 }
 
 // The per-row dynamic scale from the row's largest finite magnitude.

@@ -1,6 +1,7 @@
 // The standalone gated activation: out[M, U] = act(gate) ⊙ up from a [M, 2U] input, stacked or
-// interleaved. Memory-bound: each thread moves 16-byte vectors (8 outputs), grid-stride over rows
-// and 8-column chunks, one pass, fp32 math, one rounding.
+// interleaved, to bf16/fp16 (swiglu) or FP8 e4m3 (swiglu_fp8). Memory-bound: 16-byte loads, one pass,
+// fp32 math, one rounding. The kernels are in kernels.cuh: an elementwise grid-stride kernel for the
+// 16-bit and the static-scale FP8 outputs, a block-per-row kernel for the dynamic per-row scale.
 #include "blockfuse/swiglu.h"
 
 #include <algorithm>
@@ -9,8 +10,7 @@
 #include <cuda_fp16.h>
 
 #include "common/check.h"
-#include "gated_up/activation.cuh"
-#include "swiglu/gate_up_load.cuh"
+#include "swiglu/kernels.cuh"
 #include "swiglu/validate.h"
 
 namespace blockfuse {
@@ -25,39 +25,48 @@ const char* layout_name(GateUpLayout l) {
 
 namespace {
 
-template <class T, bool kInterleaved>
-__global__ void swiglu_kernel(const T* __restrict__ in, int64_t ldi, T* __restrict__ out, int64_t ldo,
-                              int64_t rows, int64_t u, int act) {
-  const int64_t chunks_per_row = u / 8;
-  const int64_t total = rows * chunks_per_row;
-  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
-       idx += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = idx / chunks_per_row;
-    const int64_t c = (idx - r * chunks_per_row) * 8;  // first output column of this chunk
-    float g[8], up[8];
-    load_gate_up_chunk<T, kInterleaved>(in + r * ldi, u, c, g, up);
-    uint4 o;
-    T* eo = reinterpret_cast<T*>(&o);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) eo[i] = static_cast<T>(gated_act(act, g[i], up[i]));
-    *reinterpret_cast<uint4*>(out + r * ldo + c) = o;
-  }
-}
+using swiglu_detail::OutKind;
 
-template <class T>
-void launch(const ConstMatrix& in, const Matrix& out, Activation act, GateUpLayout layout, cudaStream_t stream) {
-  const int64_t total = out.rows * (out.cols / 8);
-  const int threads = 256;
+int sm_count() {
   int dev = 0, sms = 0;
   BF_CUDA_CHECK(cudaGetDevice(&dev));
   BF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, int64_t(sms) * 16);
+  return sms;
+}
+
+// Elementwise kernel grid: enough blocks for kChunksPerThread chunks per thread, at most 8 waves of
+// the 8 resident 256-thread blocks per SM (then the grid-stride loop takes over).
+template <class T, OutKind kOut>
+void launch_elementwise(const ConstMatrix& in, void* out, int64_t ldo, int64_t rows, int64_t u, Activation act,
+                        GateUpLayout layout, const float* scale, cudaStream_t stream) {
+  using namespace swiglu_detail;
+  const int64_t total = rows * (u / 8);
+  const int64_t per_block = int64_t(kElementwiseThreads) * kChunksPerThread;
+  const int64_t blocks = std::min<int64_t>((total + per_block - 1) / per_block, int64_t(sm_count()) * 64);
   auto* ip = static_cast<const T*>(in.data);
-  auto* op = static_cast<T*>(out.data);
   if (layout == GateUpLayout::kInterleaved)
-    swiglu_kernel<T, true><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(ip, in.ld, op, out.ld, out.rows, out.cols, int(act));
+    swiglu_elementwise_kernel<T, true, kOut><<<unsigned(blocks), kElementwiseThreads, 0, stream>>>(ip, in.ld, out, ldo, rows, u, int(act), scale);
   else
-    swiglu_kernel<T, false><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(ip, in.ld, op, out.ld, out.rows, out.cols, int(act));
+    swiglu_elementwise_kernel<T, false, kOut><<<unsigned(blocks), kElementwiseThreads, 0, stream>>>(ip, in.ld, out, ldo, rows, u, int(act), scale);
+  BF_CHECK_LAUNCH();
+}
+
+// Row kernel: whole warps, enough for kChunksPerThread chunks each (at most 1024 threads); one
+// block per row up to the rows that are resident at once, times a few waves.
+template <class T>
+void launch_rowwise(const ConstMatrix& in, const Fp8Matrix& out, float* scale, Activation act, GateUpLayout layout,
+                    cudaStream_t stream) {
+  using namespace swiglu_detail;
+  const int64_t chunks = out.cols / 8;
+  const int64_t want = (chunks + kChunksPerThread - 1) / kChunksPerThread;
+  const int threads = static_cast<int>(std::clamp<int64_t>((want + 31) / 32 * 32, 32, kRowMaxThreads));
+  const int64_t blocks = std::min<int64_t>(out.rows, int64_t(sm_count()) * std::max(1, 2048 / threads) * 8);
+  auto* ip = static_cast<const T*>(in.data);
+  auto* op = static_cast<uint8_t*>(out.data);
+  if (layout == GateUpLayout::kInterleaved)
+    swiglu_fp8_rowwise_kernel<T, true><<<unsigned(blocks), threads, 0, stream>>>(ip, in.ld, op, out.ld, out.rows, out.cols, int(act), scale);
+  else
+    swiglu_fp8_rowwise_kernel<T, false><<<unsigned(blocks), threads, 0, stream>>>(ip, in.ld, op, out.ld, out.rows, out.cols, int(act), scale);
   BF_CHECK_LAUNCH();
 }
 
@@ -98,9 +107,39 @@ void swiglu(ConstMatrix gate_up, Matrix out, Activation act, GateUpLayout layout
   detail::check_no_overlap(kFn, "out", out, "gate_up", gate_up);
   detail::check_compute_capability(kFn, 8, 0);
   if (gate_up.dtype == DType::kBF16)
-    launch<__nv_bfloat16>(gate_up, out, act, layout, stream);
+    launch_elementwise<__nv_bfloat16, OutKind::k16Bit>(gate_up, out.data, out.ld, out.rows, out.cols, act, layout, nullptr, stream);
   else
-    launch<__half>(gate_up, out, act, layout, stream);
+    launch_elementwise<__half, OutKind::k16Bit>(gate_up, out.data, out.ld, out.rows, out.cols, act, layout, nullptr, stream);
+}
+
+void swiglu_fp8(ConstMatrix gate_up, Fp8Matrix out, Fp8Scale scale, Activation act, GateUpLayout layout,
+                cudaStream_t stream) {
+  constexpr const char* kFn = "swiglu_fp8";
+  detail::check_swiglu_codes_and_input(kFn, gate_up, act, layout);
+  detail::check_fp8_matrix_shape(kFn, "out", out, 8);
+  detail::check_swiglu_shapes(kFn, gate_up, out.rows, out.cols);
+  detail::check_fp8_scale(kFn, "scale", scale, out.rows, /*on_device=*/false);
+  if (out.rows == 0 || out.cols == 0) return;
+  detail::check_device_matrix(kFn, "gate_up", gate_up);
+  detail::check_device_pointer(kFn, "out", out.data);
+  detail::check_fp8_scale(kFn, "scale", scale, out.rows, /*on_device=*/true);
+  const detail::Span scales = detail::span_of(scale, out.rows);
+  detail::check_no_overlap(kFn, "out", detail::span_of(out), "gate_up", detail::span_of(gate_up));
+  detail::check_no_overlap(kFn, "scale", scales, "gate_up", detail::span_of(gate_up));
+  detail::check_no_overlap(kFn, "scale", scales, "out", detail::span_of(out));
+  detail::check_compute_capability(kFn, 8, 0);
+  const bool bf16 = gate_up.dtype == DType::kBF16;
+  if (scale.mode == Fp8ScaleMode::kStaticPerTensor) {
+    // No row-wide dependency: the elementwise kernel spreads even one row over many SMs.
+    if (bf16)
+      launch_elementwise<__nv_bfloat16, OutKind::kFp8>(gate_up, out.data, out.ld, out.rows, out.cols, act, layout, scale.scale, stream);
+    else
+      launch_elementwise<__half, OutKind::kFp8>(gate_up, out.data, out.ld, out.rows, out.cols, act, layout, scale.scale, stream);
+  } else if (bf16) {
+    launch_rowwise<__nv_bfloat16>(gate_up, out, scale.scale, act, layout, stream);
+  } else {
+    launch_rowwise<__half>(gate_up, out, scale.scale, act, layout, stream);
+  }
 }
 
 }  // namespace blockfuse

@@ -1,0 +1,159 @@
+// Internal: the swiglu kernels (included by swiglu.cu only).
+//
+// Both are memory-bound on the H100 only if the per-element math stays small: act() costs an expf
+// and an IEEE division, the FP8 path a multiply and half a cvt more. Measured (H100, 2048 x 16384
+// rows x U, bf16 in): 16-bit out 91 % of copy bandwidth; the first FP8 version (a division per
+// element, 4 chunks per thread held in registers under a 64-register cap -> spills) 50 %.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "common/fp8_device.cuh"
+#include "gated_up/activation.cuh"
+#include "swiglu/gate_up_load.cuh"
+
+namespace blockfuse::swiglu_detail {
+
+// Chunks (8 columns) per thread: both chunks' 16-byte loads are issued before any math, 64 bytes in
+// flight per thread; more would cost registers (and the row kernel below keeps them all live).
+constexpr int kChunksPerThread = 2;
+constexpr int kElementwiseThreads = 256;
+constexpr int kRowMaxThreads = 1024;
+// The row kernel keeps a whole row in registers up to this U (1024 threads x 2 chunks x 8).
+constexpr int64_t kRowInRegistersMaxU = int64_t(kRowMaxThreads) * kChunksPerThread * 8;
+
+enum class OutKind : int { k16Bit = 0, kFp8 = 1 };
+
+// Elementwise: thread t of the grid handles chunks t and t + stride (grid-stride loop beyond).
+// 16-bit output, or FP8 with one per-tensor scale (read from device memory: graph-safe).
+template <class T, bool kInterleaved, OutKind kOut>
+__global__ void __launch_bounds__(kElementwiseThreads) swiglu_elementwise_kernel(
+    const T* __restrict__ in, int64_t ldi, void* __restrict__ out, int64_t ldo, int64_t rows, int64_t u, int act,
+    const float* __restrict__ scale) {
+  const int64_t chunks_per_row = u / 8;
+  const int64_t total = rows * chunks_per_row;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  float inv_scale = 1.0f;
+  if constexpr (kOut == OutKind::kFp8) inv_scale = 1.0f / __ldg(scale);
+  for (int64_t base = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; base < total; base += stride * kChunksPerThread) {
+    uint4 raw[kChunksPerThread][2];
+    int64_t r[kChunksPerThread], c[kChunksPerThread];
+#pragma unroll
+    for (int i = 0; i < kChunksPerThread; ++i) {
+      const int64_t idx = base + i * stride;
+      r[i] = idx / chunks_per_row;
+      c[i] = (idx - r[i] * chunks_per_row) * 8;
+      if (idx < total) load_gate_up_raw<T, kInterleaved>(in + r[i] * ldi, u, c[i], raw[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < kChunksPerThread; ++i) {
+      if (base + i * stride >= total) break;
+      float g[8], up[8], v[8];
+      unpack_gate_up<T, kInterleaved>(raw[i], g, up);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = gated_act(act, g[j], up[j]);
+      if constexpr (kOut == OutKind::k16Bit) {
+        uint4 o;
+        T* eo = reinterpret_cast<T*>(&o);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) eo[j] = static_cast<T>(v[j]);
+        *reinterpret_cast<uint4*>(static_cast<T*>(out) + r[i] * ldo + c[i]) = o;
+      } else {
+        store_fp8x8(static_cast<uint8_t*>(out) + r[i] * ldo + c[i], v, inv_scale);
+      }
+    }
+  }
+}
+
+// Block-wide max of v (>= 0), blockDim.x a multiple of 32. partial[32] holds one value per warp and
+// *result the block's; the two barriers make it safe to call once per row in a loop (no warp can
+// overwrite partial[] for the next row before warp 0 has read this row's).
+__device__ __forceinline__ float block_max(float v, float* partial, float* result) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float w = lane < int(blockDim.x / 32) ? partial[lane] : 0.0f;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) w = fmaxf(w, __shfl_xor_sync(0xffffffffu, w, o));
+    if (lane == 0) *result = w;
+  }
+  __syncthreads();
+  return *result;
+}
+
+template <class T, bool kInterleaved>
+__device__ __forceinline__ void chunk_values(const T* row, int64_t u, int64_t c, int act, float (&v)[8]) {
+  float g[8], up[8];
+  load_gate_up_chunk<T, kInterleaved>(row, u, c, g, up);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = gated_act(act, g[j], up[j]);
+}
+
+// FP8 with a dynamic per-row scale: the row's amax is needed before its first byte is written, so
+// one block owns a row (grid-stride over rows) and keeps its share of the row's fp32 results in
+// registers (U <= kRowInRegistersMaxU: one read, one write); wider rows recompute in a second pass.
+template <class T, bool kInterleaved>
+__global__ void __launch_bounds__(kRowMaxThreads) swiglu_fp8_rowwise_kernel(
+    const T* __restrict__ in, int64_t ldi, uint8_t* __restrict__ out, int64_t ldo, int64_t rows, int64_t u, int act,
+    float* __restrict__ scale) {
+  __shared__ float partial[32];
+  __shared__ float result;
+  const int64_t chunks = u / 8;
+  const bool in_registers = chunks <= int64_t(blockDim.x) * kChunksPerThread;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* row = in + r * ldi;
+    uint8_t* orow = out + r * ldo;
+    if (in_registers) {
+      uint4 raw[kChunksPerThread][2];
+#pragma unroll
+      for (int i = 0; i < kChunksPerThread; ++i) {
+        const int64_t ch = threadIdx.x + int64_t(i) * blockDim.x;
+        if (ch < chunks) load_gate_up_raw<T, kInterleaved>(row, u, ch * 8, raw[i]);
+      }
+      float v[kChunksPerThread][8];
+      float amax = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kChunksPerThread; ++i) {
+        const bool live = threadIdx.x + int64_t(i) * blockDim.x < chunks;
+        float g[8], up[8];
+        unpack_gate_up<T, kInterleaved>(raw[i], g, up);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          v[i][j] = gated_act(act, g[j], up[j]);
+          if (live) amax = fmaxf(amax, finite_abs(v[i][j]));  // dead chunks hold garbage
+        }
+      }
+      const float s = fp8_dynamic_scale(block_max(amax, partial, &result));
+      if (threadIdx.x == 0) scale[r] = s;
+      const float inv = 1.0f / s;
+#pragma unroll
+      for (int i = 0; i < kChunksPerThread; ++i) {
+        const int64_t ch = threadIdx.x + int64_t(i) * blockDim.x;
+        if (ch < chunks) store_fp8x8(orow + ch * 8, v[i], inv);
+      }
+    } else {
+      float amax = 0.0f;
+      for (int64_t ch = threadIdx.x; ch < chunks; ch += blockDim.x) {
+        float v[8];
+        chunk_values<T, kInterleaved>(row, u, ch * 8, act, v);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) amax = fmaxf(amax, finite_abs(v[j]));
+      }
+      const float s = fp8_dynamic_scale(block_max(amax, partial, &result));
+      if (threadIdx.x == 0) scale[r] = s;
+      const float inv = 1.0f / s;
+      for (int64_t ch = threadIdx.x; ch < chunks; ch += blockDim.x) {
+        float v[8];
+        chunk_values<T, kInterleaved>(row, u, ch * 8, act, v);
+        store_fp8x8(orow + ch * 8, v, inv);
+      }
+    }
+  }
+}
+
+}  // namespace blockfuse::swiglu_detail
