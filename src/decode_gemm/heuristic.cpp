@@ -98,7 +98,7 @@ size_t decode_gemm_workspace_size(int64_t m, int64_t n, int64_t k, DecodeGemmCon
     detail::throw_arg(kFn, "config", cat("has warps_per_block = ", config.warps_per_block), "4 or 8");
   if (!decode::split_is_valid(k, config.split_k))
     detail::throw_arg(kFn, "config", cat("has split_k = ", config.split_k, " for K = ", k),
-                      cat("1, or 2..", kDecodeGemmMaxSplitK, " with every K slice non-empty (split_k <= ceil(K / 32))"));
+                      cat("1, or 2..", kDecodeGemmMaxSplitK, " with every K slice (ceil(K / split_k) rounded up to 32) non-empty"));
   if (m == 0 || n == 0) return 0;
   return decode::workspace_bytes(m, n, config);
 }
