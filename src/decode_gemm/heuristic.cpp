@@ -8,7 +8,7 @@
 //   * T_dram = W bytes / SMs: no schedule beats the copy rate;
 //   * T_sm: the busiest SM runs ceil(blocks / SMs) blocks, at most 16 / warps at a time (the
 //     __launch_bounds__ residency of the kernel, 16 warps per SM), in rounds; a round of r resident
-//     warps streams at min(kBurst, r / kWarpsForFullRate) times the fair share — with fewer than 12
+//     warps owning columns streams at min(kBurst, r / kWarpsForFullRate) times the fair share — with fewer than 12
 //     warps an SM has too few 16-byte loads in flight to hide DRAM latency, and an SM can pull only
 //     somewhat more than its share (kBurst) while others idle at the tail;
 //   * T_reduce: the split-K partials (split · M_pad · N fp32, written once and read once by the last
@@ -49,7 +49,9 @@ double modeled_time(int64_t m, int64_t n, int64_t k, int sms, int split, int war
   const double t_dram = w_bytes / sms;
   const int64_t per_sm = decode::ceil_div(blocks, sms);
   const int64_t resident = kResidentWarpsPerSm / warps;
-  auto rate = [&](int64_t r) { return std::min(kBurst, double(r * warps) / kWarpsForFullRate); };
+  // Only warps that own columns stream (N < 16·warps leaves the others idle).
+  const int64_t active = std::min<int64_t>(warps, decode::ceil_div(n, decode::kWarpN));
+  auto rate = [&](int64_t r) { return std::min(kBurst, double(r * active) / kWarpsForFullRate); };
   const int64_t full_rounds = per_sm / resident, last = per_sm % resident;
   double t_sm = double(full_rounds) * double(resident) * bb / rate(resident);
   if (last > 0) t_sm += double(last) * bb / rate(last);
