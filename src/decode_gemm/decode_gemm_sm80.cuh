@@ -146,6 +146,7 @@ __global__ void __launch_bounds__(WARPS * 32, 16 / WARPS) decode_gemm_kernel(con
     const int64_t split_stride = int64_t(gridDim.x) * WARPS * NT * 32;
 #pragma unroll
     for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+#pragma unroll 4  // several splits' loads in flight; the adds stay in order s = 0, 1, ...
     for (int s = 0; s < p.split; ++s) {
 #pragma unroll
       for (int j = 0; j < NT; ++j) {

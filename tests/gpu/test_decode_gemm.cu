@@ -186,6 +186,8 @@ TEST_P(DecodeGemmGpu, StridedRows) {
       run_case(GetParam(), m, n, 4104, 8, 40, 3);
       run_case(GetParam(), m, n, 24, 40, 8, 1, DecodeGemmConfig{1, 8});
     }
+  // K = 0 (rows of ld 8, nothing to read): y is all zeros.
+  run_case(GetParam(), 3, 24, 0, 8, 8, 0);
 }
 
 TEST_P(DecodeGemmGpu, ExplicitConfigsAgree) {
