@@ -44,14 +44,13 @@ void validate_host(const ConstMatrix& x, const ConstMatrix& w, const Matrix& y) 
   detail::check_no_overlap(kFn, "y", y, "w", w);
 }
 
-void validate_config(const ConstMatrix& x, const ConstMatrix& w, DecodeGemmConfig c) {
+void validate_config(const ConstMatrix& x, DecodeGemmConfig c) {
   if (c.warps_per_block != 4 && c.warps_per_block != 8)
     detail::throw_arg(kFn, "config", cat("has warps_per_block = ", c.warps_per_block), "4 or 8");
   if (!decode::split_is_valid(x.cols, c.split_k))
     detail::throw_arg(kFn, "config", cat("has split_k = ", c.split_k, " for K = ", x.cols),
                       cat("1, or 2..", kDecodeGemmMaxSplitK,
                           " with every K slice (ceil(K / split_k) rounded up to 32) non-empty"));
-  (void)w;
 }
 
 void validate_workspace(const ConstMatrix& x, const ConstMatrix& w, const Matrix& y, void* ws, size_t bytes,
@@ -152,7 +151,7 @@ size_t decode_gemm_workspace_size(int64_t m, int64_t n, int64_t k, int device) {
 void decode_gemm(ConstMatrix x, ConstMatrix w, Matrix y, void* workspace, size_t workspace_bytes,
                  DecodeGemmConfig config, cudaStream_t stream) {
   validate_host(x, w, y);
-  validate_config(x, w, config);
+  validate_config(x, config);
   validate_workspace(x, w, y, workspace, workspace_bytes, config);
   if (x.rows == 0 || w.rows == 0) return;
   detail::check_device_matrix(kFn, "x", x);
