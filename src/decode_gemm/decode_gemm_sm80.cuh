@@ -15,7 +15,8 @@
 // {0, 1}): the vector's 32-bit words .x .y feed step 0 (a0a1/b0b1 = .x, a4a5/b2b3 = .y) and .z .w
 // step 1 — a 16-byte load is exactly one lane's fragment of two MMA steps.
 // U chunks are loaded before any MMA (2·U 16-byte W loads in flight per lane: 16 for NT = 1, 8
-// otherwise, where x takes more registers), 16 resident warps per SM (__launch_bounds__).
+// for NT = 2, 3 and 6 for NT = 4, where x takes more registers), with 16 resident warps per SM
+// (__launch_bounds__: <= 128 registers, no spills).
 //
 // Split-K. split == 1 writes y from the accumulators. Otherwise each block writes its fp32
 // accumulators to its slot of the workspace (coalesced float4 per lane), fences, and counts
@@ -56,13 +57,29 @@ struct MmaType<__half> {
   }
 };
 
-// W: streamed once. L2::256B asks for the whole 256-byte line pair (a warp reads each row's
-// 64-byte piece per chunk and the next chunks of the same row right after).
-__device__ __forceinline__ uint4 load_stream(const void* p) {
+// Predicated 16-byte loads (zeros where the guard is false), CUTLASS-style: the predicate lives
+// inside the asm, so the compiler emits straight-line predicated loads, not a branch around each.
+// W: streamed once — no L1 allocation, and L2::256B asks for the whole 256-byte piece (a warp
+// reads each row's next chunks right after). x: the read-only path, cached in L1 (every warp of
+// the block re-reads the same x slice).
+__device__ __forceinline__ uint4 load_w(const void* p, bool guard) {
   uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
+      " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
+      " @p ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "r"(int(guard)));
+  return v;
+}
+__device__ __forceinline__ uint4 load_x(const void* p, bool guard) {
+  uint4 v;
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
+      " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
+      " @p ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "r"(int(guard)));
   return v;
 }
 
@@ -75,7 +92,9 @@ __device__ __forceinline__ void store_y<__half>(__half* y, float v) { *y = __flo
 
 template <class T, int NT, int WARPS>
 __global__ void __launch_bounds__(WARPS * 32, 16 / WARPS) decode_gemm_kernel(const DecodeGemmParams p) {
-  constexpr int U = NT == 1 ? 8 : 4;  // 32-k chunks per step
+  // 32-k chunks per step: 2·U W loads in flight per lane, as many as 128 registers allow beside
+  // NT·U x vectors (U = 4 at NT = 4 spilled).
+  constexpr int U = NT == 1 ? 8 : NT == 4 ? 3 : 4;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int64_t n0 = (int64_t(blockIdx.x) * WARPS + warp) * kWarpN;
@@ -106,8 +125,8 @@ __global__ void __launch_bounds__(WARPS * 32, 16 / WARPS) decode_gemm_kernel(con
     for (int c = 0; c < U; ++c) {
       const int64_t kk = kb + c * kChunkK;
       const bool in = kk + 8 * t < k_end;
-      a0[c] = in && w_ok0 ? load_stream(w0 + kk) : make_uint4(0, 0, 0, 0);
-      a1[c] = in && w_ok1 ? load_stream(w1 + kk) : make_uint4(0, 0, 0, 0);
+      a0[c] = load_w(w0 + kk, in && w_ok0);
+      a1[c] = load_w(w1 + kk, in && w_ok1);
     }
 #pragma unroll
     for (int c = 0; c < U; ++c) {
@@ -115,7 +134,7 @@ __global__ void __launch_bounds__(WARPS * 32, 16 / WARPS) decode_gemm_kernel(con
       const bool in = kk + 8 * t < k_end;
 #pragma unroll
       for (int j = 0; j < NT; ++j)
-        b[c][j] = in && x_ok[j] ? __ldg(reinterpret_cast<const uint4*>(xr[j] + kk)) : make_uint4(0, 0, 0, 0);
+        b[c][j] = load_x(xr[j] + kk, in && x_ok[j]);
     }
 #pragma unroll
     for (int c = 0; c < U; ++c) {
