@@ -119,8 +119,9 @@ __global__ void __launch_bounds__(WARPS * 32, 16 / WARPS) decode_gemm_kernel(con
 
   for (int64_t kb = k_begin; kb < k_end; kb += U * kChunkK) {
     uint4 a0[U], a1[U], b[U][NT];
-    // K % 8 == 0, so a lane's 8 elements are all in the slice or all out (then zeros, W and x
-    // both, so 0 · 0 — never 0 · Inf — fills the gap).
+    // K % 8 == 0, so a lane's 8 elements are all in the slice or all out (then zeros in W and x
+    // both: 0 · 0, never 0 · Inf, fills the gap). A row of W past N is zeros too; its 0 · Inf
+    // (Inf in x) is a NaN in a column that is never stored.
 #pragma unroll
     for (int c = 0; c < U; ++c) {
       const int64_t kk = kb + c * kChunkK;
