@@ -1,0 +1,177 @@
+// decode_gemm: validation, configuration and launch of the split-K decode kernel
+// (decode_gemm_sm80.cuh; the heuristic is heuristic.cpp).
+#include "blockfuse/decode_gemm.h"
+
+#include <algorithm>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "blockfuse/gated_up.h"  // current_device_spec
+#include "common/check.h"
+#include "decode_gemm/decode_gemm_sm80.cuh"
+#include "decode_gemm/params.h"
+
+namespace blockfuse {
+
+namespace {
+
+constexpr const char* kFn = "decode_gemm";
+using detail::cat;
+
+// Everything that needs no device: shapes, dtypes, alignment, overlaps by address. Runs first so
+// every argument error is reported identically on machines without a GPU.
+void validate_host(const ConstMatrix& x, const ConstMatrix& w, const Matrix& y) {
+  detail::check_matrix_shape(kFn, "x", x);
+  detail::check_matrix_shape(kFn, "w", w);
+  detail::check_matrix_shape(kFn, "y", y);
+  if (x.rows > kDecodeGemmMaxM)
+    detail::throw_arg(kFn, "x", cat("has M = ", x.rows, " rows"),
+                      cat("M <= ", kDecodeGemmMaxM, " (decode_gemm is for decode batches; for more rows use a GEMM)"));
+  detail::check_same_dtype(kFn, "w", w, "x", x.dtype);
+  detail::check_same_dtype(kFn, "y", y, "x", x.dtype);
+  if (w.cols != x.cols)
+    detail::throw_arg(kFn, "w", cat("has cols = ", w.cols), cat("w.cols == x.cols == K (= ", x.cols, ")"));
+  if (x.cols % 8 != 0) detail::throw_arg(kFn, "x", cat("has K = ", x.cols, " columns"), "K % 8 == 0 (16-byte loads)");
+  if (y.rows != x.rows)
+    detail::throw_arg(kFn, "y", cat("has rows = ", y.rows), cat("y.rows == x.rows (= ", x.rows, ")"));
+  if (y.cols != w.rows)
+    detail::throw_arg(kFn, "y", cat("has cols = ", y.cols), cat("y.cols == w.rows == N (= ", w.rows, ")"));
+  detail::check_alignment(kFn, "x", x, 16, 8);
+  detail::check_alignment(kFn, "w", w, 16, 8);
+  detail::check_alignment(kFn, "y", y, 2, 1);
+  detail::check_no_overlap(kFn, "y", y, "x", x);
+  detail::check_no_overlap(kFn, "y", y, "w", w);
+}
+
+void validate_config(const ConstMatrix& x, DecodeGemmConfig c) {
+  if (c.warps_per_block != 4 && c.warps_per_block != 8)
+    detail::throw_arg(kFn, "config", cat("has warps_per_block = ", c.warps_per_block), "4 or 8");
+  if (!decode::split_is_valid(x.cols, c.split_k))
+    detail::throw_arg(kFn, "config", cat("has split_k = ", c.split_k, " for K = ", x.cols),
+                      cat("1, or 2..", kDecodeGemmMaxSplitK,
+                          " with every K slice (ceil(K / split_k) rounded up to 32) non-empty"));
+}
+
+void validate_workspace(const ConstMatrix& x, const ConstMatrix& w, const Matrix& y, void* ws, size_t bytes,
+                        DecodeGemmConfig c) {
+  const size_t need = decode::workspace_bytes(x.rows, w.rows, c);
+  if (need == 0) return;
+  if (ws == nullptr)
+    detail::throw_arg(kFn, "workspace", cat("is null with split_k = ", c.split_k),
+                      cat("a zero-initialised device buffer of >= ", need, " bytes (decode_gemm_workspace_size)"));
+  if (bytes < need)
+    detail::throw_arg(kFn, "workspace_bytes", cat("is ", bytes, " with split_k = ", c.split_k),
+                      cat(">= ", need, " (decode_gemm_workspace_size)"));
+  if (reinterpret_cast<std::uintptr_t>(ws) % 16 != 0)
+    detail::throw_arg(kFn, "workspace", cat("pointer ", static_cast<const void*>(ws), " is not 16-byte aligned"),
+                      "a 16-byte aligned pointer");
+  // The workspace as a byte "matrix" for the overlap checks.
+  const ConstMatrix wsm{ws, DType::kBF16, 1, int64_t(need / 2), int64_t(need / 2)};
+  detail::check_no_overlap(kFn, "workspace", wsm, "y", y);
+  detail::check_no_overlap(kFn, "workspace", wsm, "x", x);
+  detail::check_no_overlap(kFn, "workspace", wsm, "w", w);
+}
+
+template <class T, int NT>
+void launch_nt(const decode::DecodeGemmParams& p, int warps, dim3 grid, cudaStream_t stream) {
+  if (warps == 4)
+    decode::decode_gemm_kernel<T, NT, 4><<<grid, 4 * 32, 0, stream>>>(p);
+  else
+    decode::decode_gemm_kernel<T, NT, 8><<<grid, 8 * 32, 0, stream>>>(p);
+}
+
+template <class T>
+void launch(const decode::DecodeGemmParams& p, int warps, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(decode::n_blocks(p.n, warps)), static_cast<unsigned>(p.split));
+  switch (decode::m_tiles(p.m)) {
+    case 1: launch_nt<T, 1>(p, warps, grid, stream); break;
+    case 2: launch_nt<T, 2>(p, warps, grid, stream); break;
+    case 3: launch_nt<T, 3>(p, warps, grid, stream); break;
+    default: launch_nt<T, 4>(p, warps, grid, stream); break;
+  }
+  BF_CHECK_LAUNCH();
+}
+
+// Launches after every check but the device's (the callers check the pointers first).
+void run(const ConstMatrix& x, const ConstMatrix& w, const Matrix& y, void* ws, DecodeGemmConfig c,
+         cudaStream_t stream) {
+  detail::check_compute_capability(kFn, 8, 0);
+  // gridDim.x holds the N blocks (< 2^31); rows * ld < 2^40 with ld >= 8 leaves one value over.
+  if (decode::n_blocks(w.rows, c.warps_per_block) > 0x7fffffff)
+    detail::throw_arg(kFn, "w", cat("has N = ", w.rows, " rows"),
+                      cat("ceil(N / ", decode::block_n(c.warps_per_block), ") < 2^31 (the grid's x dimension)"));
+  decode::DecodeGemmParams p{};
+  p.x = x.data;
+  p.w = w.data;
+  p.y = y.data;
+  p.m = x.rows;
+  p.n = w.rows;
+  p.k = x.cols;
+  p.ldx = x.ld;
+  p.ldw = w.ld;
+  p.ldy = y.ld;
+  p.split = c.split_k;
+  p.slice = decode::slice_k(std::max<int64_t>(p.k, 1), c.split_k);
+  if (c.split_k > 1) {
+    p.counters = static_cast<int*>(ws);
+    p.partials = reinterpret_cast<float*>(static_cast<char*>(ws) + decode::counter_bytes(p.n));
+  }
+  if (x.dtype == DType::kBF16)
+    launch<__nv_bfloat16>(p, c.warps_per_block, stream);
+  else
+    launch<__half>(p, c.warps_per_block, stream);
+}
+
+int sm_count_of(int device) {
+  int dev = device;
+  if (dev < 0) BF_CUDA_CHECK(cudaGetDevice(&dev));
+  int sms = 0;
+  BF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms;
+}
+
+}  // namespace
+
+size_t decode_gemm_workspace_size(int64_t m, int64_t n, int64_t k, int device) {
+  if (m < 0 || m > kDecodeGemmMaxM)
+    detail::throw_arg("decode_gemm_workspace_size", "m", cat("is ", m),
+                      cat("0 <= m <= ", kDecodeGemmMaxM, " (for more rows use a GEMM)"));
+  if (n < 0) detail::throw_arg("decode_gemm_workspace_size", "n", cat("is ", n), "n >= 0");
+  if (k < 0 || k % 8 != 0)
+    detail::throw_arg("decode_gemm_workspace_size", "k", cat("is ", k), "k >= 0 and k % 8 == 0");
+  if (m == 0 || n == 0) return 0;
+  const int sms = sm_count_of(device);
+  size_t most = 0;
+  for (int64_t mm = 1; mm <= m; ++mm)
+    most = std::max(most, decode::workspace_bytes(mm, n, decode_gemm_heuristic(mm, n, k, sms)));
+  return most;
+}
+
+void decode_gemm(ConstMatrix x, ConstMatrix w, Matrix y, void* workspace, size_t workspace_bytes,
+                 DecodeGemmConfig config, cudaStream_t stream) {
+  validate_host(x, w, y);
+  validate_config(x, config);
+  validate_workspace(x, w, y, workspace, workspace_bytes, config);
+  if (x.rows == 0 || w.rows == 0) return;
+  detail::check_device_matrix(kFn, "x", x);
+  detail::check_device_matrix(kFn, "w", w);
+  detail::check_device_matrix(kFn, "y", y);
+  run(x, w, y, workspace, config, stream);
+}
+
+void decode_gemm(ConstMatrix x, ConstMatrix w, Matrix y, void* workspace, size_t workspace_bytes,
+                 cudaStream_t stream) {
+  validate_host(x, w, y);
+  if (x.rows == 0 || w.rows == 0) return;
+  // The configuration depends on the SM count: the device's pointers are checked first so a
+  // host pointer is reported as such rather than as a CUDA error of the attribute query.
+  detail::check_device_matrix(kFn, "x", x);
+  detail::check_device_matrix(kFn, "w", w);
+  detail::check_device_matrix(kFn, "y", y);
+  const DecodeGemmConfig c = decode_gemm_heuristic(x.rows, w.rows, x.cols, current_device_spec().sm_count);
+  validate_workspace(x, w, y, workspace, workspace_bytes, c);
+  run(x, w, y, workspace, c, stream);
+}
+
+}  // namespace blockfuse

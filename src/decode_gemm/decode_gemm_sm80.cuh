@@ -1,0 +1,195 @@
+// The decode GEMM kernel (sm80+: mma.sync, so one kernel is correct on Ampere, Ada and Hopper).
+//
+// Transposed product: yᵀ[N, M] = W[N, K] · xᵀ, so W rows are the M = 16 side of
+// mma.m16n8k16 (the A operand) and the token rows the n = 8 side (B): M <= 8 wastes nothing, and
+// M <= 32 takes NT = 1..4 n8 tiles. A warp owns 16 rows of W (output columns n) and one K slice;
+// a block of WARPS warps covers 16·WARPS columns; gridDim.y = split_k slices of K.
+//
+// Loads. Per 32-k chunk, lane (g = lane / 4, t = lane % 4) loads 16 bytes = 8 k-elements
+// [8t, 8t + 8) of W rows g and g + 8 and of x rows g + 8j, straight into registers (no shared
+// memory, no ldmatrix): W with ld.global.nc.L1::no_allocate (read once, keep L1 for x), x with the
+// read-only path (x is tiny and every warp of the block re-reads the same slice: L1 hits).
+// The m16n8k16 fragments want lane (g, t) to hold logical k {2t, 2t+1, 2t+8, 2t+9} of each k16
+// step; a permutation of k inside the 32-chunk changes nothing as long as A and B use the same
+// one, so physical k 8t + 4h + 2q + i is taken as logical k 2t + 8q + i of k16 step h (h, q, i in
+// {0, 1}): the vector's 32-bit words .x .y feed step 0 (a0a1/b0b1 = .x, a4a5/b2b3 = .y) and .z .w
+// step 1 — a 16-byte load is exactly one lane's fragment of two MMA steps.
+// U chunks are loaded before any MMA (2·U 16-byte W loads in flight per lane: 16 for NT = 1, 8
+// for NT = 2, 3 and 6 for NT = 4, where x takes more registers), with 16 resident warps per SM
+// (__launch_bounds__: <= 128 registers, no spills).
+//
+// Split-K. split == 1 writes y from the accumulators. Otherwise each block writes its fp32
+// accumulators to its slot of the workspace (coalesced float4 per lane), fences, and counts
+// itself in with an atomicAdd on its N tile's counter; the block that arrives last sums the split
+// slots in order s = 0..split-1 (a fixed order: deterministic) with L1-bypassing loads, writes y
+// and sets the counter back to 0, so the next call (or a graph replay) finds it zeroed.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "decode_gemm/params.h"
+
+namespace blockfuse::decode {
+
+template <class T>
+struct MmaType;
+template <>
+struct MmaType<__nv_bfloat16> {
+  __device__ __forceinline__ static void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+template <>
+struct MmaType<__half> {
+  __device__ __forceinline__ static void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+// Predicated 16-byte loads (zeros where the guard is false), CUTLASS-style: the predicate lives
+// inside the asm, so the compiler emits straight-line predicated loads, not a branch around each.
+// W: streamed once — no L1 allocation, and L2::256B asks for the whole 256-byte piece (a warp
+// reads each row's next chunks right after). x: the read-only path, cached in L1 (every warp of
+// the block re-reads the same x slice).
+__device__ __forceinline__ uint4 load_w(const void* p, bool guard) {
+  uint4 v;
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
+      " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
+      " @p ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "r"(int(guard)));
+  return v;
+}
+__device__ __forceinline__ uint4 load_x(const void* p, bool guard) {
+  uint4 v;
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
+      " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
+      " @p ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "r"(int(guard)));
+  return v;
+}
+
+template <class T>
+__device__ __forceinline__ void store_y(T* y, float v) { *y = static_cast<T>(v); }
+template <>
+__device__ __forceinline__ void store_y<__nv_bfloat16>(__nv_bfloat16* y, float v) { *y = __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ void store_y<__half>(__half* y, float v) { *y = __float2half_rn(v); }
+
+template <class T, int NT, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32, 16 / WARPS) decode_gemm_kernel(const DecodeGemmParams p) {
+  // 32-k chunks per step: 2·U W loads in flight per lane, as many as 128 registers allow beside
+  // NT·U x vectors (U = 4 at NT = 4 spilled).
+  constexpr int U = NT == 1 ? 8 : NT == 4 ? 3 : 4;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t n0 = (int64_t(blockIdx.x) * WARPS + warp) * kWarpN;
+  const int64_t k_begin = min(p.k, int64_t(blockIdx.y) * p.slice);
+  const int64_t k_end = min(p.k, k_begin + p.slice);
+
+  // Rows past N / M read nothing and contribute zeros; their outputs are never stored.
+  const bool w_ok0 = n0 + g < p.n, w_ok1 = n0 + g + 8 < p.n;
+  const T* w0 = static_cast<const T*>(p.w) + (w_ok0 ? n0 + g : 0) * p.ldw + 8 * t;
+  const T* w1 = static_cast<const T*>(p.w) + (w_ok1 ? n0 + g + 8 : 0) * p.ldw + 8 * t;
+  const T* xr[NT];
+  bool x_ok[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    x_ok[j] = 8 * j + g < p.m;
+    xr[j] = static_cast<const T*>(p.x) + (x_ok[j] ? 8 * j + g : 0) * p.ldx + 8 * t;
+  }
+
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+
+  for (int64_t kb = k_begin; kb < k_end; kb += U * kChunkK) {
+    uint4 a0[U], a1[U], b[U][NT];
+    // K % 8 == 0, so a lane's 8 elements are all in the slice or all out (then zeros in W and x
+    // both: 0 · 0, never 0 · Inf, fills the gap). A row of W past N is zeros too; its 0 · Inf
+    // (Inf in x) is a NaN in a column that is never stored.
+#pragma unroll
+    for (int c = 0; c < U; ++c) {
+      const int64_t kk = kb + c * kChunkK;
+      const bool in = kk + 8 * t < k_end;
+      a0[c] = load_w(w0 + kk, in && w_ok0);
+      a1[c] = load_w(w1 + kk, in && w_ok1);
+    }
+#pragma unroll
+    for (int c = 0; c < U; ++c) {
+      const int64_t kk = kb + c * kChunkK;
+      const bool in = kk + 8 * t < k_end;
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+        b[c][j] = load_x(xr[j] + kk, in && x_ok[j]);
+    }
+#pragma unroll
+    for (int c = 0; c < U; ++c) {
+      const uint32_t f0[4] = {a0[c].x, a1[c].x, a0[c].y, a1[c].y};  // k16 step 0
+      const uint32_t f1[4] = {a0[c].z, a1[c].z, a0[c].w, a1[c].w};  // k16 step 1
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        MmaType<T>::mma(acc[j], f0, b[c][j].x, b[c][j].y);
+        MmaType<T>::mma(acc[j], f1, b[c][j].z, b[c][j].w);
+      }
+    }
+  }
+
+  // acc[j] = {y[8j + 2t][n0 + g], y[8j + 2t + 1][n0 + g], y[8j + 2t][n0 + g + 8], y[8j + 2t + 1][n0 + g + 8]}.
+  if (p.split > 1) {
+    float4* slot = reinterpret_cast<float4*>(p.partials) +
+                   ((int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * WARPS + warp) * NT * 32 + lane;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) slot[j * 32] = make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
+    __threadfence();  // the partials are visible device-wide before the count says so
+    __syncthreads();
+    __shared__ int is_last;
+    if (threadIdx.x == 0) is_last = atomicAdd(p.counters + blockIdx.x, 1) == p.split - 1;
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    const float4* first = reinterpret_cast<const float4*>(p.partials) + (int64_t(blockIdx.x) * WARPS + warp) * NT * 32 + lane;
+    const int64_t split_stride = int64_t(gridDim.x) * WARPS * NT * 32;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+#pragma unroll 4  // several splits' loads in flight; the adds stay in order s = 0, 1, ...
+    for (int s = 0; s < p.split; ++s) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const float4 v = __ldcg(first + s * split_stride + j * 32);  // L2: other SMs wrote it
+        acc[j][0] += v.x;
+        acc[j][1] += v.y;
+        acc[j][2] += v.z;
+        acc[j][3] += v.w;
+      }
+    }
+    if (threadIdx.x == 0) p.counters[blockIdx.x] = 0;  // every block of this tile has counted
+  }
+
+  T* y = static_cast<T*>(p.y);
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int64_t m = 8 * j + 2 * t;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t mm = m + (e & 1), nn = n0 + g + (e >> 1) * 8;
+      if (mm < p.m && nn < p.n) store_y<T>(y + mm * p.ldy + nn, acc[j][e]);
+    }
+  }
+}
+
+}  // namespace blockfuse::decode
