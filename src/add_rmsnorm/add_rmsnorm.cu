@@ -136,6 +136,15 @@ __device__ __forceinline__ void norm_chunk(const uint4& r, const T* w, int c, fl
   for (int j = 0; j < 8; ++j) v[j] = rf[j] * inv * (gemma ? 1.0f + g[j] : g[j]);
 }
 
+// Starts fetching the weight into L2 (one request per 128-byte line: the thread whose chunk
+// begins a line) so that, for a few-row decode step, its DRAM latency overlaps the row loads instead
+// of following the reduction; the weight registers are only taken after the reduction.
+template <class T>
+__device__ __forceinline__ void prefetch_weight(const T* w, int nchunks) {
+  for (int c = threadIdx.x * 8; c < nchunks; c += blockDim.x * 8)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(w + c * 8));
+}
+
 __device__ __forceinline__ float finite_abs_max8(const float v[8]) {
   float m = 0;
 #pragma unroll
@@ -167,6 +176,7 @@ __global__ void __launch_bounds__(512) add_rmsnorm_regs(const Params p) {
   const T* w = static_cast<const T*>(p.w);
   const float inv_h = 1.0f / float(p.h);
   const float static_scale = kOut == kOutFp8Static ? __ldg(p.scale) : 1.0f;
+  prefetch_weight(w, nchunks);
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
     const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + row * p.ldx);
     const uint4* rr = p.res ? reinterpret_cast<const uint4*>(static_cast<const T*>(p.res) + row * p.ldr) : nullptr;
