@@ -25,6 +25,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include "add_rmsnorm/config.h"
 #include "add_rmsnorm/reference.h"
 #include "blockfuse/add_rmsnorm.h"
 #include "commands.h"
@@ -283,7 +284,7 @@ int run(const Args& args) {
 
   const float eps = 1e-6f;
   const size_t es = dtype_size(dt);
-  Table table({"H", "rows", "fp8", "µs", "GB/s", "%copy", "base µs", "base GB/s", "speedup", "timing", "verified"});
+  Table table({"H", "rows", "fp8", "kernel", "µs", "GB/s", "%copy", "base µs", "base GB/s", "speedup", "timing", "verified"});
   Json jrows = Json::array();
   bool all_ok = true;
   int points = 0, skipped = 0;
@@ -410,7 +411,9 @@ int run(const Args& args) {
         std::fprintf(stderr, "[add-rmsnorm] H=%ld rows=%ld fp8=%s: %.2f µs %.0f GB/s (%.1f%% of copy), baseline %.2f µs, x%.2f %s\n",
                      long(H), long(M), mode_name(mode), us, gbs, 100 * gbs / copy_bw, bus, bus / us, ok ? "verified" : "VERIFY FAILED");
         const std::string timing = graph ? "graph/" + std::to_string(graph_calls) : "rot " + std::to_string(sets);
-        table.add({std::to_string(H), std::to_string(M), mode_name(mode), fmt(us, 2), fmt(gbs, 0), fmt(100 * gbs / copy_bw, 1),
+        const detail::AddRmsNormConfig kc = detail::add_rmsnorm_config(int(H / 8));
+        const std::string kernel = kc.v ? "v" + std::to_string(kc.v) + "x" + std::to_string(kc.threads) : "loop x" + std::to_string(kc.threads);
+        table.add({std::to_string(H), std::to_string(M), mode_name(mode), kernel, fmt(us, 2), fmt(gbs, 0), fmt(100 * gbs / copy_bw, 1),
                    fmt(bus, 2), fmt(bgbs, 0), fmt(bus / us, 2), timing, ok ? "yes" : "NO"});
         Json r = Json::object();
         r.set("benchmark", "add-rmsnorm")
@@ -420,6 +423,7 @@ int run(const Args& args) {
             .set("rows", M)
             .set("dtype", dts)
             .set("fp8", mode_name(mode))
+            .set("kernel", kernel)
             .set("bytes", int64_t(bytes))
             .set("fused_us", us)
             .set("fused_min_us", tf.min_ms * 1e3)

@@ -52,7 +52,9 @@ void add_rmsnorm(ConstMatrix x, ConstMatrix residual, ConstMatrix weight, Matrix
 // The same with the normalised output in FP8 e4m3 (see fp8.h for the format and both scale modes;
 // the quantised value is v_i above, before any rounding to bf16/fp16):
 //   kStaticPerTensor: scale.scale points to one device float (> 0, read by the kernel, so the call
-//                     can be captured in a CUDA graph while the value changes); q = sat(v / scale).
+//                     can be captured in a CUDA graph while the value changes; its value is the
+//                     caller's responsibility — it lives in device memory and is not checked);
+//                     q = sat(v / scale).
 //   kDynamicPerRow:   scale.scale points to M device floats, written: scale_r = amax_r / 448 over
 //                     the row's finite v (1 when amax_r == 0); q = sat(v / scale_r).
 // Additional requirements: out.rows == M, out.cols == H, out.ld >= H and a multiple of 8 bytes, out

@@ -2,7 +2,7 @@
 // registers between the fp32 reduction and the writes, so global memory is read once and written
 // once — the minimum traffic, which is the whole cost of this memory-bound op.
 //
-// Kernel shapes (chosen on the host from H, see choose_config):
+// Kernel shapes (chosen on the host from H, see config.h):
 //   register path  each of T threads (a multiple of 32) holds V 16-byte chunks of the row (8
 //                  elements each, as packed dtype bits: the norm is computed from the rounded
 //                  residual_out, so the rounded values are all that needs keeping — 4 registers
@@ -25,6 +25,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include "add_rmsnorm/config.h"
 #include "common/check.h"
 
 namespace blockfuse {
@@ -279,27 +280,9 @@ __global__ void __launch_bounds__(512) add_rmsnorm_loop(const Params p) {
   }
 }
 
-constexpr int kLoopThreads = 512;
-
-// Chunks per thread V (0 = loop path) and threads per block for a row of `nchunks` 16-byte chunks:
-// the smallest V whose block (<= 128, 256, 256, 512 threads for V = 1, 2, 4, 8) covers the row, so
-// short rows get few registers per thread and long rows enough threads to issue every load at once.
-// H = 4096 -> V 2 x 256 threads; 5120 -> V 4 x 160; 8192 -> V 4 x 256; 16384 -> V 8 x 256.
-struct Config {
-  int v, threads;
-};
-Config choose_config(int nchunks) {
-  auto threads_for = [&](int v) { return std::max(32, (nchunks + v - 1) / v + 31) / 32 * 32; };
-  if (nchunks <= 128) return {1, threads_for(1)};
-  if (nchunks <= 512) return {2, threads_for(2)};
-  if (nchunks <= 1024) return {4, threads_for(4)};
-  if (nchunks <= 4096) return {8, threads_for(8)};
-  return {0, kLoopThreads};
-}
-
 template <class T, int kOut>
 void launch(const Params& p, cudaStream_t stream) {
-  const Config cfg = choose_config(p.h / 8);
+  const detail::AddRmsNormConfig cfg = detail::add_rmsnorm_config(p.h / 8);
   // One block per row; beyond 2^31 - 1 rows the blocks loop (grid-stride over rows).
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(p.rows, std::numeric_limits<int>::max()));
   switch (cfg.v) {
