@@ -1,0 +1,66 @@
+// blockfuse/add_rmsnorm.h — fused residual add + RMSNorm, the norm at the start of every decoder
+// sub-block (input_layernorm / post_attention_layernorm of Llama, Mistral, Qwen, Gemma).
+//
+//   residual_out = x + residual                                  (rounded to the dtype)
+//   out          = residual_out · rsqrt(mean(residual_out²) + eps) · w     (or · (1 + w), Gemma)
+//
+// One pass over global memory: each row is read once (x, residual), kept in registers between the
+// fp32 reduction and the writes, and written once (residual_out, out). The unfused pipeline a
+// PyTorch model runs (add; pow/mean; mul; mul) moves the row 3-4 times.
+//
+// Numerics (the same as PyTorch's `hidden = x + residual` in bf16/fp16 followed by RMSNorm of
+// `hidden`): x_i + residual_i is summed in fp32 and rounded to the dtype; **the norm is computed
+// from those rounded values r_i** (not from the unrounded sums), so `out` is exactly the RMSNorm of
+// the `residual_out` that is written. mean(r²) is an fp32 sum of squares divided by H;
+// v_i = r_i · rsqrt(mean + eps) · w_i in fp32 (w_i → 1 + w_i with gemma_one_plus_w, the addition
+// in fp32); out_i = round(v_i) to the dtype (round to nearest even), or to FP8 e4m3 (fp8.h).
+// NaN/Inf propagate as in the reference: a NaN anywhere in a row makes that row's `out` NaN; an
+// Inf in a row makes the row's mean Inf, so its Inf elements give NaN and the others 0 (r · 0).
+#pragma once
+
+#include "blockfuse/common.h"
+#include "blockfuse/fp8.h"
+
+namespace blockfuse {
+
+struct RmsNormOptions {
+  float eps = 1e-6f;              // added to mean(r²); must be finite and > 0
+  bool gemma_one_plus_w = false;  // Gemma's RMSNorm scales by (1 + w) (its weights are stored as w)
+};
+
+// All matrices are [M, H] row-major views of device memory on the current device (row stride ld,
+// in elements) except weight, [1, H]. Arguments:
+//   x            [M, H], bf16 or fp16. M may be 0 (then nothing is launched).
+//   residual     [M, H] with x's dtype, or *absent*: an empty view (data == nullptr and rows == 0,
+//                e.g. ConstMatrix{}) — the first layer, which has no residual stream yet; then
+//                r = x (no addition).
+//   weight       [1, H], x's dtype (the norm's gain; read through the read-only cache, shared by
+//                every row).
+//   residual_out [M, H] with x's dtype, or *absent*: an empty view (data == nullptr and rows == 0,
+//                e.g. Matrix{}) to skip writing it (only the normalised output is wanted). It may
+//                alias `residual` exactly (same data pointer and ld: the in-place update of the
+//                residual stream); any other overlap with an input or with `out` is an error.
+//   out          [M, H] with x's dtype (add_rmsnorm) or FP8 e4m3 (add_rmsnorm_fp8); must not
+//                overlap any other argument.
+// Requirements (all checked before anything is launched; a violation throws blockfuse::Error
+// naming the argument): dtypes equal; shapes as above; H % 8 == 0 (16-byte vectors); every ld a
+// multiple of 8 elements; data pointers 16-byte aligned; opt.eps finite and > 0; no overlaps
+// other than the exact residual_out == residual alias; compute capability >= 8.0.
+void add_rmsnorm(ConstMatrix x, ConstMatrix residual, ConstMatrix weight, Matrix residual_out, Matrix out,
+                 RmsNormOptions opt = {}, cudaStream_t stream = nullptr);
+
+// The same with the normalised output in FP8 e4m3 (see fp8.h for the format and both scale modes;
+// the quantised value is v_i above, before any rounding to bf16/fp16):
+//   kStaticPerTensor: scale.scale points to one device float (> 0, read by the kernel, so the call
+//                     can be captured in a CUDA graph while the value changes; its value is the
+//                     caller's responsibility — it lives in device memory and is not checked);
+//                     q = sat(v / scale).
+//   kDynamicPerRow:   scale.scale points to M device floats, written: scale_r = amax_r / 448 over
+//                     the row's finite v (1 when amax_r == 0); q = sat(v / scale_r).
+// Additional requirements: out.rows == M, out.cols == H, out.ld >= H and a multiple of 8 bytes, out
+// 16-byte aligned; scale.scale non-null, 4-byte aligned device memory that overlaps no output
+// (and, dynamic, no input); a known scale mode.
+void add_rmsnorm_fp8(ConstMatrix x, ConstMatrix residual, ConstMatrix weight, Matrix residual_out, Fp8Matrix out,
+                     Fp8Scale scale, RmsNormOptions opt = {}, cudaStream_t stream = nullptr);
+
+}  // namespace blockfuse

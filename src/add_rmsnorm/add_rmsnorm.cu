@@ -1,0 +1,459 @@
+// Fused residual add + RMSNorm (blockfuse/add_rmsnorm.h): one block per row, the row held in
+// registers between the fp32 reduction and the writes, so global memory is read once and written
+// once — the minimum traffic, which is the whole cost of this memory-bound op.
+//
+// Kernel shapes (chosen on the host from H, see config.h):
+//   register path  each of T threads (a multiple of 32) holds V 16-byte chunks of the row (8
+//                  elements each, as packed dtype bits: the norm is computed from the rounded
+//                  residual_out, so the rounded values are all that needs keeping — 4 registers
+//                  per chunk). V in {1, 2, 4, 8}: T*V*8 >= H with the tail chunks masked, so any
+//                  H % 8 == 0 up to 8 * 512 * 8 = 32768 takes this path. Chunk c of thread t is
+//                  c = t + i*T (consecutive threads read consecutive 16-byte chunks: coalesced).
+//   loop path      H > 32768: a block of 512 threads loops over the row's chunks; the second pass
+//                  re-reads the row (from residual_out when written — the in-place alias makes
+//                  the residual stale — else x and residual), which mostly hits L2. More traffic,
+//                  but only for hidden sizes no current model has.
+// One block per row (rather than a warp per row) also serves the latency-bound decode case
+// (1-32 rows in a CUDA graph): every chunk of the row is requested by some thread at once.
+#include "blockfuse/add_rmsnorm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "add_rmsnorm/config.h"
+#include "common/check.h"
+
+namespace blockfuse {
+namespace {
+
+enum OutKind : int { kOutDtype = 0, kOutFp8Static = 1, kOutFp8Dynamic = 2 };
+
+struct Params {
+  const void* x;
+  int64_t ldx;
+  const void* res;  // nullptr: absent (r = x)
+  int64_t ldr;
+  const void* w;
+  void* res_out;  // nullptr: not written
+  int64_t ldro;
+  void* out;  // dtype elements or e4m3 bytes
+  int64_t ldo;
+  float* scale;  // fp8 static: read (1 float); dynamic: written (rows floats)
+  int64_t rows;
+  int h;  // elements per row, % 8 == 0
+  float eps;
+  bool gemma;
+};
+
+// 8 packed elements <-> 8 floats. Pairs go through the 2-wide intrinsics (one instruction each).
+template <class T> struct Pack;
+template <> struct Pack<__nv_bfloat16> {
+  static __device__ __forceinline__ void unpack(const uint4& v, float f[8]) {
+    const auto* p = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) { const float2 t = __bfloat1622float2(p[i]); f[2 * i] = t.x; f[2 * i + 1] = t.y; }
+  }
+  static __device__ __forceinline__ uint4 pack(const float f[8]) {
+    uint4 v;
+    auto* p = reinterpret_cast<__nv_bfloat162*>(&v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) p[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    return v;
+  }
+};
+template <> struct Pack<__half> {
+  static __device__ __forceinline__ void unpack(const uint4& v, float f[8]) {
+    const auto* p = reinterpret_cast<const __half2*>(&v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) { const float2 t = __half22float2(p[i]); f[2 * i] = t.x; f[2 * i + 1] = t.y; }
+  }
+  static __device__ __forceinline__ uint4 pack(const float f[8]) {
+    uint4 v;
+    auto* p = reinterpret_cast<__half2*>(&v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) p[i] = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
+    return v;
+  }
+};
+
+__device__ __forceinline__ uint4 zero4() { return make_uint4(0u, 0u, 0u, 0u); }
+
+// Sum or max over the block; every thread gets the result. `red` is a 32-float shared array used
+// by this reduction only; the trailing barrier lets the caller reuse it (the next row of the
+// grid-stride loop) without a race against slower warps still reading it.
+template <bool kMax>
+__device__ __forceinline__ float block_reduce(float v, float* red) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float u = __shfl_xor_sync(0xffffffffu, v, o);
+    v = kMax ? fmaxf(v, u) : v + u;
+  }
+  if (blockDim.x == 32) return v;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  v = lane < int(blockDim.x >> 5) ? red[lane] : 0.0f;  // 0 is the identity of both (max of |v|)
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float u = __shfl_xor_sync(0xffffffffu, v, o);
+    v = kMax ? fmaxf(v, u) : v + u;
+  }
+  __syncthreads();
+  return v;
+}
+
+// r = round(x + residual) for one chunk (x alone when the residual is absent).
+template <class T>
+__device__ __forceinline__ uint4 add_chunk(const uint4& xv, const uint4& rv, bool has_res) {
+  if (!has_res) return xv;
+  float a[8], b[8];
+  Pack<T>::unpack(xv, a);
+  Pack<T>::unpack(rv, b);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) a[j] += b[j];
+  return Pack<T>::pack(a);
+}
+
+__device__ __forceinline__ float sumsq8(const float f[8]) {
+  float s = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) s = fmaf(f[j], f[j], s);
+  return s;
+}
+
+// v = r · inv · g for one chunk; g = w or 1 + w. The weight is shared by every row: read through
+// the non-coherent (read-only) path so it stays in L1/L2.
+template <class T>
+__device__ __forceinline__ void norm_chunk(const uint4& r, const T* w, int c, float inv, bool gemma, float v[8]) {
+  float rf[8], g[8];
+  Pack<T>::unpack(r, rf);
+  Pack<T>::unpack(__ldg(reinterpret_cast<const uint4*>(w) + c), g);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = rf[j] * inv * (gemma ? 1.0f + g[j] : g[j]);
+}
+
+// Starts fetching the weight into L2 (one request per 128-byte line: the thread whose chunk
+// begins a line) so that, for a few-row decode step, its DRAM latency overlaps the row loads instead
+// of following the reduction; the weight registers are only taken after the reduction.
+template <class T>
+__device__ __forceinline__ void prefetch_weight(const T* w, int nchunks) {
+  for (int c = threadIdx.x * 8; c < nchunks; c += blockDim.x * 8)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(w + c * 8));
+}
+
+__device__ __forceinline__ float finite_abs_max8(const float v[8]) {
+  float m = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) m = isfinite(v[j]) ? fmaxf(m, fabsf(v[j])) : m;
+  return m;
+}
+
+// Stores chunk c (elements 8c..8c+7) of the output row; fp8: q = sat(v / s), s the scale.
+template <class T, int kOut>
+__device__ __forceinline__ void store_out(const Params& p, int64_t row, int c, const float v[8], float s) {
+  if constexpr (kOut == kOutDtype) {
+    reinterpret_cast<uint4*>(static_cast<T*>(p.out) + row * p.ldo)[c] = Pack<T>::pack(v);
+  } else {
+    uint2 q;
+    auto* h = reinterpret_cast<__nv_fp8x2_storage_t*>(&q);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      h[i] = __nv_cvt_float2_to_fp8x2(make_float2(v[2 * i] / s, v[2 * i + 1] / s), __NV_SATFINITE, __NV_E4M3);
+    reinterpret_cast<uint2*>(static_cast<unsigned char*>(p.out) + row * p.ldo)[c] = q;
+  }
+}
+
+// Register path: T = blockDim.x threads, V chunks each.
+template <class T, int V, int kOut>
+__global__ void __launch_bounds__(512) add_rmsnorm_regs(const Params p) {
+  __shared__ float red[2][32];
+  const int nchunks = p.h >> 3;
+  const int tid = threadIdx.x, nt = blockDim.x;
+  const T* w = static_cast<const T*>(p.w);
+  const float inv_h = 1.0f / float(p.h);
+  const float static_scale = kOut == kOutFp8Static ? __ldg(p.scale) : 1.0f;
+  prefetch_weight(w, nchunks);
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + row * p.ldx);
+    const uint4* rr = p.res ? reinterpret_cast<const uint4*>(static_cast<const T*>(p.res) + row * p.ldr) : nullptr;
+    // All loads first (x, then residual) so every chunk of the row is in flight at once.
+    uint4 r[V], b[V];
+#pragma unroll
+    for (int i = 0; i < V; ++i) r[i] = tid + i * nt < nchunks ? __ldcs(xr + tid + i * nt) : zero4();
+    if (rr) {
+#pragma unroll
+      for (int i = 0; i < V; ++i) b[i] = tid + i * nt < nchunks ? __ldcs(rr + tid + i * nt) : zero4();
+    }
+    float ss = 0;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      r[i] = add_chunk<T>(r[i], b[i], rr != nullptr);  // masked chunks stay 0: no effect on the sum
+      float f[8];
+      Pack<T>::unpack(r[i], f);
+      ss += sumsq8(f);
+    }
+    const float inv = rsqrtf(block_reduce<false>(ss, red[0]) * inv_h + p.eps);
+    if (p.res_out) {
+      uint4* ro = reinterpret_cast<uint4*>(static_cast<T*>(p.res_out) + row * p.ldro);
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+        if (tid + i * nt < nchunks) ro[tid + i * nt] = r[i];
+    }
+    float s = static_scale;
+    if constexpr (kOut == kOutFp8Dynamic) {
+      // amax of the finite v over the row: a second reduction in the same pass, over the values
+      // still in registers (the weight chunks come again from L1).
+      float m = 0;
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+        if (tid + i * nt < nchunks) {
+          float v[8];
+          norm_chunk<T>(r[i], w, tid + i * nt, inv, p.gemma, v);
+          m = fmaxf(m, finite_abs_max8(v));
+        }
+      const float amax = block_reduce<true>(m, red[1]);
+      s = amax > 0.0f ? amax / kFp8E4M3Max : 1.0f;
+      if (tid == 0) p.scale[row] = s;
+    }
+#pragma unroll
+    for (int i = 0; i < V; ++i)
+      if (tid + i * nt < nchunks) {
+        float v[8];
+        norm_chunk<T>(r[i], w, tid + i * nt, inv, p.gemma, v);
+        store_out<T, kOut>(p, row, tid + i * nt, v, s);
+      }
+  }
+}
+
+// Loop path (H > 32768): the row does not fit the registers of one block, so it is read again.
+template <class T, int kOut>
+__global__ void __launch_bounds__(512) add_rmsnorm_loop(const Params p) {
+  __shared__ float red[2][32];
+  const int nchunks = p.h >> 3;
+  const T* w = static_cast<const T*>(p.w);
+  const float inv_h = 1.0f / float(p.h);
+  const float static_scale = kOut == kOutFp8Static ? __ldg(p.scale) : 1.0f;
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + row * p.ldx);
+    const uint4* rr = p.res ? reinterpret_cast<const uint4*>(static_cast<const T*>(p.res) + row * p.ldr) : nullptr;
+    uint4* ro = p.res_out ? reinterpret_cast<uint4*>(static_cast<T*>(p.res_out) + row * p.ldro) : nullptr;
+    // The rounded residual of chunk c after the first pass: from residual_out when it was written
+    // (this thread's own earlier store; with the in-place alias the residual itself is overwritten),
+    // else recomputed from the unchanged inputs — the same fp32 sum, so the same bits.
+    auto reread = [&](int c) {
+      if (ro) return ro[c];
+      const uint4 b = rr ? rr[c] : zero4();
+      return add_chunk<T>(xr[c], b, rr != nullptr);
+    };
+    float ss = 0;
+    for (int c = threadIdx.x; c < nchunks; c += blockDim.x) {
+      const uint4 b = rr ? rr[c] : zero4();
+      const uint4 r = add_chunk<T>(xr[c], b, rr != nullptr);
+      float f[8];
+      Pack<T>::unpack(r, f);
+      ss += sumsq8(f);
+      if (ro) ro[c] = r;
+    }
+    const float inv = rsqrtf(block_reduce<false>(ss, red[0]) * inv_h + p.eps);
+    float s = static_scale;
+    if constexpr (kOut == kOutFp8Dynamic) {
+      float m = 0;
+      for (int c = threadIdx.x; c < nchunks; c += blockDim.x) {
+        float v[8];
+        norm_chunk<T>(reread(c), w, c, inv, p.gemma, v);
+        m = fmaxf(m, finite_abs_max8(v));
+      }
+      const float amax = block_reduce<true>(m, red[1]);
+      s = amax > 0.0f ? amax / kFp8E4M3Max : 1.0f;
+      if (threadIdx.x == 0) p.scale[row] = s;
+    }
+    for (int c = threadIdx.x; c < nchunks; c += blockDim.x) {
+      float v[8];
+      norm_chunk<T>(reread(c), w, c, inv, p.gemma, v);
+      store_out<T, kOut>(p, row, c, v, s);
+    }
+  }
+}
+
+template <class T, int kOut>
+void launch(const Params& p, cudaStream_t stream) {
+  const detail::AddRmsNormConfig cfg = detail::add_rmsnorm_config(p.h / 8);
+  // One block per row; beyond 2^31 - 1 rows the blocks loop (grid-stride over rows).
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(p.rows, std::numeric_limits<int>::max()));
+  switch (cfg.v) {
+    case 1: add_rmsnorm_regs<T, 1, kOut><<<blocks, cfg.threads, 0, stream>>>(p); break;
+    case 2: add_rmsnorm_regs<T, 2, kOut><<<blocks, cfg.threads, 0, stream>>>(p); break;
+    case 4: add_rmsnorm_regs<T, 4, kOut><<<blocks, cfg.threads, 0, stream>>>(p); break;
+    case 8: add_rmsnorm_regs<T, 8, kOut><<<blocks, cfg.threads, 0, stream>>>(p); break;
+    default: add_rmsnorm_loop<T, kOut><<<blocks, cfg.threads, 0, stream>>>(p); break;
+  }
+  BF_CHECK_LAUNCH();
+}
+
+template <int kOut>
+void dispatch(DType t, const Params& p, cudaStream_t stream) {
+  if (t == DType::kBF16)
+    launch<__nv_bfloat16, kOut>(p, stream);
+  else
+    launch<__half, kOut>(p, stream);
+}
+
+bool absent(const ConstMatrix& m) { return m.data == nullptr && m.rows == 0; }
+
+// An e4m3 matrix as a 2-byte view spanning the same bytes (cols and ld are even: % 8 == 0), so the
+// shared overlap and device-pointer checks apply to it.
+ConstMatrix byte_view(const Fp8Matrix& m) { return ConstMatrix{m.data, DType::kBF16, m.rows, m.cols / 2, m.ld / 2}; }
+// n floats as a 2-byte view.
+ConstMatrix float_view(const float* p, int64_t n) { return ConstMatrix{p, DType::kBF16, 1, 2 * n, std::max<int64_t>(2 * n, 1)}; }
+
+// Everything about x, residual, weight, residual_out and opt that both entry points share; the
+// pointer-only checks (no CUDA call) — device-memory checks come after the caller's own checks so
+// every argument error is reported on CPU-only machines too.
+void check_common(const char* fn, const ConstMatrix& x, const ConstMatrix& residual, const ConstMatrix& weight,
+                  const Matrix& residual_out, const RmsNormOptions& opt) {
+  using detail::cat;
+  if (!(opt.eps > 0.0f) || !std::isfinite(opt.eps))
+    detail::throw_arg(fn, "opt.eps", cat("is ", opt.eps), "a finite eps > 0");
+  detail::check_matrix_shape(fn, "x", x);
+  if (x.cols <= 0 || x.cols % 8 != 0)
+    detail::throw_arg(fn, "x", cat("has cols H = ", x.cols), "H > 0 and H % 8 == 0 (16-byte vectors)");
+  if (x.cols > (int64_t{1} << 30))
+    detail::throw_arg(fn, "x", cat("has cols H = ", x.cols), "H <= 2^30");
+  detail::check_alignment(fn, "x", x, 16, 8);
+  if (!absent(residual)) {
+    detail::check_matrix_shape(fn, "residual", residual);
+    detail::check_same_dtype(fn, "residual", residual, "x", x.dtype);
+    if (residual.rows != x.rows || residual.cols != x.cols)
+      detail::throw_arg(fn, "residual", cat("is [", residual.rows, ", ", residual.cols, "]"),
+                        cat("the shape of 'x' [", x.rows, ", ", x.cols, "], or an empty view (data == nullptr, rows == 0) for no residual"));
+    detail::check_alignment(fn, "residual", residual, 16, 8);
+  }
+  detail::check_matrix_shape(fn, "weight", weight);
+  detail::check_same_dtype(fn, "weight", weight, "x", x.dtype);
+  if (weight.rows != 1 || weight.cols != x.cols)
+    detail::throw_arg(fn, "weight", cat("is [", weight.rows, ", ", weight.cols, "]"), cat("[1, H] (= [1, ", x.cols, "])"));
+  detail::check_alignment(fn, "weight", weight, 16, 8);
+  if (!absent(residual_out)) {
+    detail::check_matrix_shape(fn, "residual_out", residual_out);
+    detail::check_same_dtype(fn, "residual_out", residual_out, "x", x.dtype);
+    if (residual_out.rows != x.rows || residual_out.cols != x.cols)
+      detail::throw_arg(fn, "residual_out", cat("is [", residual_out.rows, ", ", residual_out.cols, "]"),
+                        cat("the shape of 'x' [", x.rows, ", ", x.cols, "], or an empty view (data == nullptr, rows == 0) to skip it"));
+    detail::check_alignment(fn, "residual_out", residual_out, 16, 8);
+    // In place on the residual stream: the exact alias is fine (each element is read before the
+    // same thread writes it); a shifted or differently strided overlap would read written values.
+    const bool exact_alias = !absent(residual) && residual_out.data == residual.data && residual_out.ld == residual.ld;
+    if (!exact_alias && !absent(residual)) detail::check_no_overlap(fn, "residual_out", residual_out, "residual", residual);
+    detail::check_no_overlap(fn, "residual_out", residual_out, "x", x);
+    detail::check_no_overlap(fn, "residual_out", residual_out, "weight", weight);
+  }
+}
+
+// `out` (any dtype, as a view) must not overlap anything.
+void check_out_overlaps(const char* fn, const ConstMatrix& out, const ConstMatrix& x, const ConstMatrix& residual,
+                        const ConstMatrix& weight, const ConstMatrix& residual_out) {
+  detail::check_no_overlap(fn, "out", out, "x", x);
+  if (!absent(residual)) detail::check_no_overlap(fn, "out", out, "residual", residual);
+  detail::check_no_overlap(fn, "out", out, "weight", weight);
+  if (!absent(residual_out)) detail::check_no_overlap(fn, "out", out, "residual_out", residual_out);
+}
+
+void check_devices(const char* fn, const ConstMatrix& x, const ConstMatrix& residual, const ConstMatrix& weight,
+                   const ConstMatrix& residual_out) {
+  detail::check_device_matrix(fn, "x", x);
+  if (!absent(residual)) detail::check_device_matrix(fn, "residual", residual);
+  detail::check_device_matrix(fn, "weight", weight);
+  if (!absent(residual_out)) detail::check_device_matrix(fn, "residual_out", residual_out);
+}
+
+Params make_params(const ConstMatrix& x, const ConstMatrix& residual, const ConstMatrix& weight,
+                   const Matrix& residual_out, void* out, int64_t ldo, float* scale, const RmsNormOptions& opt) {
+  Params p{};
+  p.x = x.data;
+  p.ldx = x.ld;
+  p.res = absent(residual) ? nullptr : residual.data;
+  p.ldr = residual.ld;
+  p.w = weight.data;
+  p.res_out = absent(residual_out) ? nullptr : residual_out.data;
+  p.ldro = residual_out.ld;
+  p.out = out;
+  p.ldo = ldo;
+  p.scale = scale;
+  p.rows = x.rows;
+  p.h = static_cast<int>(x.cols);
+  p.eps = opt.eps;
+  p.gemma = opt.gemma_one_plus_w;
+  return p;
+}
+
+}  // namespace
+
+void add_rmsnorm(ConstMatrix x, ConstMatrix residual, ConstMatrix weight, Matrix residual_out, Matrix out,
+                 RmsNormOptions opt, cudaStream_t stream) {
+  constexpr const char* kFn = "add_rmsnorm";
+  using detail::cat;
+  check_common(kFn, x, residual, weight, residual_out, opt);
+  detail::check_matrix_shape(kFn, "out", out);
+  detail::check_same_dtype(kFn, "out", out, "x", x.dtype);
+  if (out.rows != x.rows || out.cols != x.cols)
+    detail::throw_arg(kFn, "out", cat("is [", out.rows, ", ", out.cols, "]"), cat("the shape of 'x' [", x.rows, ", ", x.cols, "]"));
+  detail::check_alignment(kFn, "out", out, 16, 8);
+  check_out_overlaps(kFn, out, x, residual, weight, residual_out);
+  if (x.rows == 0) return;
+  check_devices(kFn, x, residual, weight, residual_out);
+  detail::check_device_matrix(kFn, "out", out);
+  detail::check_compute_capability(kFn, 8, 0);
+  dispatch<kOutDtype>(x.dtype, make_params(x, residual, weight, residual_out, out.data, out.ld, nullptr, opt), stream);
+}
+
+void add_rmsnorm_fp8(ConstMatrix x, ConstMatrix residual, ConstMatrix weight, Matrix residual_out, Fp8Matrix out,
+                     Fp8Scale scale, RmsNormOptions opt, cudaStream_t stream) {
+  constexpr const char* kFn = "add_rmsnorm_fp8";
+  using detail::cat;
+  check_common(kFn, x, residual, weight, residual_out, opt);
+  if (out.rows != x.rows || out.cols != x.cols)
+    detail::throw_arg(kFn, "out", cat("is [", out.rows, ", ", out.cols, "]"), cat("the shape of 'x' [", x.rows, ", ", x.cols, "]"));
+  if (out.ld < out.cols || out.ld % 8 != 0)
+    detail::throw_arg(kFn, "out", cat("has row stride ld = ", out.ld, " with cols = ", out.cols), "ld >= cols and ld % 8 == 0 (bytes)");
+  if (out.data == nullptr && out.rows > 0)
+    detail::throw_arg(kFn, "out", "has a null data pointer", "a valid pointer for a non-empty matrix");
+  if (reinterpret_cast<uintptr_t>(out.data) % 16 != 0)
+    detail::throw_arg(kFn, "out", cat("pointer ", static_cast<const void*>(out.data), " is not 16-byte aligned"), "a 16-byte aligned data pointer");
+  const bool dynamic = scale.mode == Fp8ScaleMode::kDynamicPerRow;
+  if (scale.mode != Fp8ScaleMode::kStaticPerTensor && !dynamic)
+    detail::throw_arg(kFn, "scale.mode", cat("has code ", int(scale.mode)), "Fp8ScaleMode::kStaticPerTensor or kDynamicPerRow");
+  if (scale.scale == nullptr && (!dynamic || x.rows > 0))
+    detail::throw_arg(kFn, "scale.scale", "is a null pointer",
+                      dynamic ? "a device array of x.rows floats (written)" : "a device pointer to the scale (read)");
+  if (reinterpret_cast<uintptr_t>(scale.scale) % 4 != 0)
+    detail::throw_arg(kFn, "scale.scale", cat("pointer ", static_cast<const void*>(scale.scale), " is not 4-byte aligned"),
+                      "a 4-byte aligned float pointer");
+  const ConstMatrix ov = byte_view(out);
+  check_out_overlaps(kFn, ov, x, residual, weight, residual_out);
+  const ConstMatrix sv = float_view(scale.scale, dynamic ? x.rows : 1);
+  // A written scale array must overlap nothing; the static scale (read) must only not be written.
+  detail::check_no_overlap(kFn, "scale.scale", sv, "out", ov);
+  if (!absent(residual_out)) detail::check_no_overlap(kFn, "scale.scale", sv, "residual_out", residual_out);
+  if (dynamic) {
+    detail::check_no_overlap(kFn, "scale.scale", sv, "x", x);
+    if (!absent(residual)) detail::check_no_overlap(kFn, "scale.scale", sv, "residual", residual);
+    detail::check_no_overlap(kFn, "scale.scale", sv, "weight", weight);
+  }
+  if (x.rows == 0) return;
+  check_devices(kFn, x, residual, weight, residual_out);
+  detail::check_device_matrix(kFn, "out", ov);
+  detail::check_device_matrix(kFn, "scale.scale", sv);
+  detail::check_compute_capability(kFn, 8, 0);
+  const Params p = make_params(x, residual, weight, residual_out, out.data, out.ld, scale.scale, opt);
+  if (dynamic)
+    dispatch<kOutFp8Dynamic>(x.dtype, p, stream);
+  else
+    dispatch<kOutFp8Static>(x.dtype, p, stream);
+}
+
+}  // namespace blockfuse

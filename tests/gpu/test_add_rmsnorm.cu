@@ -1,0 +1,412 @@
+// GPU tests of blockfuse::add_rmsnorm / add_rmsnorm_fp8 (src/add_rmsnorm/add_rmsnorm.cu) against
+// the CPU reference (src/add_rmsnorm/reference.h, itself tested on hand rows in tests/cpu/):
+//   - residual_out bit-exact (both sum x + residual in fp32 and round once);
+//   - out within 2 roundings of the dtype of the fp64 value computed from the same rounded
+//     residual_out (the kernel's fp32 sum of squares and rsqrtf add ~1e-6 relative);
+//   - FP8 out compared after de-scaling (q · scale) within one e4m3 step (2^-3 relative, plus the
+//     subnormal step 2^-9 · scale), saturation at ±448 included; dynamic scales within 1e-5 of the
+//     reference's (fp32 vs fp64 v), static scale read from device memory.
+// Shapes: rows 1, 3, 255 (and 65537 at H = 8 and 64), H = 8, 24 (one chunk; a masked tail), 3584,
+// 4096, 5120, 16384 (each register-path configuration) and 32768 / 32776 (the largest register
+// row; the loop path). Outputs are poisoned (NaN) before each launch; strided cases carry sentinel
+// padding that must come back untouched. Each test skips, saying so, where no CUDA device exists.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "add_rmsnorm/reference.h"
+#include "blockfuse/add_rmsnorm.h"
+#include "support/test_util.h"
+#include "testing/testing.h"
+
+namespace blockfuse {
+namespace {
+
+using test::HostMatrix;
+
+#define SKIP_WITHOUT_GPU()                                                                       \
+  do {                                                                                           \
+    if (!blockfuse::testing::has_cuda_device())                                                  \
+      GTEST_SKIP() << "no CUDA device on this machine: the add_rmsnorm kernels cannot run here"; \
+  } while (0)
+
+#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr << ": " << cudaGetErrorString(cudaGetLastError())
+
+// A device copy of a host byte range (the whole ld-strided buffer, padding included).
+struct DevBytes {
+  void* p = nullptr;
+  size_t bytes = 0;
+  DevBytes(const void* src, size_t n) : bytes(n) {
+    if (cudaMalloc(&p, std::max<size_t>(n, 16)) != cudaSuccess) throw std::runtime_error("cudaMalloc failed");
+    if (n && cudaMemcpy(p, src, n, cudaMemcpyHostToDevice) != cudaSuccess) throw std::runtime_error("cudaMemcpy H2D failed");
+  }
+  explicit DevBytes(const HostMatrix& h) : DevBytes(h.bits.data(), h.bits.size() * sizeof(uint16_t)) {}
+  ~DevBytes() { cudaFree(p); }
+  DevBytes(const DevBytes&) = delete;
+  DevBytes& operator=(const DevBytes&) = delete;
+  void to_host(void* dst) const {
+    if (bytes && cudaMemcpy(dst, p, bytes, cudaMemcpyDeviceToHost) != cudaSuccess)
+      throw std::runtime_error("cudaMemcpy D2H failed");
+  }
+};
+
+enum class Fp8 { kNone, kStatic, kStaticSaturating, kDynamic };
+const char* fp8_name(Fp8 f) {
+  switch (f) {
+    case Fp8::kNone: return "dtype-out";
+    case Fp8::kStatic: return "fp8-static";
+    case Fp8::kStaticSaturating: return "fp8-static-saturating";
+    case Fp8::kDynamic: return "fp8-dynamic";
+  }
+  return "?";
+}
+
+struct Case {
+  DType dt = DType::kBF16;
+  int64_t rows = 1, h = 8;
+  int64_t pad = 0;         // row padding (elements) of every matrix (residual and out get other amounts)
+  bool has_res = true;     // residual given (else absent)
+  bool write_res = true;   // residual_out written (else absent)
+  bool in_place = false;   // residual_out aliases residual
+  bool gemma = false;
+  Fp8 fp8 = Fp8::kNone;
+  float eps = 1e-6f;
+  cudaStream_t stream = nullptr;
+  // Edits the host inputs before the copies (to plant NaN/Inf).
+  std::function<void(HostMatrix& x, HostMatrix& res)> tweak;
+};
+
+bool is_nan_bits(DType t, uint16_t b) { return std::isnan(host::to_float(t, b)); }
+
+void run_case(const Case& c) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(std::string(dtype_name(c.dt)) + " rows=" + std::to_string(c.rows) + " H=" + std::to_string(c.h) +
+               " pad=" + std::to_string(c.pad) + (c.has_res ? " residual" : " no-residual") +
+               (c.in_place ? " in-place" : c.write_res ? " residual_out" : " no-residual_out") +
+               (c.gemma ? " gemma" : "") + " " + fp8_name(c.fp8) + "; " + test::seed_note(seed));
+  std::mt19937_64 rng(seed);
+  const int64_t M = c.rows, H = c.h;
+  HostMatrix x(c.dt, M, H, H + c.pad), res(c.dt, c.has_res ? M : 0, H, H + 2 * c.pad), w(c.dt, 1, H);
+  x.fill_uniform(rng, -2.f, 2.f);
+  res.fill_uniform(rng, -2.f, 2.f);
+  w.fill_uniform(rng, c.gemma ? -1.f : -2.f, c.gemma ? 1.f : 2.f);
+  if (c.tweak) c.tweak(x, res);
+
+  std::vector<uint16_t> r_ref(size_t(M * H));
+  std::vector<double> v_ref(size_t(M * H));
+  reference::add_rmsnorm(c.dt, M, H, x.bits.data(), x.ld, c.has_res ? res.bits.data() : nullptr, res.ld,
+                         w.bits.data(), c.eps, c.gemma, r_ref.data(), v_ref.data());
+
+  HostMatrix ro(c.dt, M, H, H + c.pad + 8);
+  ro.poison();
+  HostMatrix out(c.dt, M, H, H + 3 * c.pad);
+  out.poison();
+  const int64_t ld8 = H + 8 * c.pad;  // bytes
+  std::vector<uint8_t> out8(size_t(M * ld8), 0xAB);  // padding sentinel
+  for (int64_t r = 0; r < M; ++r) std::memset(&out8[size_t(r * ld8)], 0x7f, size_t(H));  // e4m3 NaN
+  const bool fp8 = c.fp8 != Fp8::kNone, dynamic = c.fp8 == Fp8::kDynamic;
+  float static_scale = 1.0f;
+  if (c.fp8 == Fp8::kStatic || c.fp8 == Fp8::kStaticSaturating) {
+    double amax = 0;
+    for (double v : v_ref)
+      if (std::isfinite(v)) amax = std::max(amax, std::fabs(v));
+    // 300: every value representable; 900: the largest ~half of the range saturates at ±448.
+    static_scale = amax > 0 ? float(amax / (c.fp8 == Fp8::kStatic ? 300.0 : 900.0)) : 1.0f;
+  }
+  std::vector<float> scales(size_t(dynamic ? std::max<int64_t>(M, 1) : 1), std::nanf(""));
+  if (!dynamic) scales[0] = static_scale;
+
+  DevBytes dx(x), dres(res), dw(w), dro(ro), dout(out), dout8(out8.data(), out8.size()),
+      dscale(scales.data(), scales.size() * sizeof(float));
+  const ConstMatrix xv{dx.p, c.dt, M, H, x.ld};
+  const ConstMatrix resv = c.has_res ? ConstMatrix{dres.p, c.dt, M, H, res.ld} : ConstMatrix{};
+  const ConstMatrix wv{dw.p, c.dt, 1, H, H};
+  Matrix rov{};
+  if (c.in_place)
+    rov = Matrix{dres.p, c.dt, M, H, res.ld};
+  else if (c.write_res)
+    rov = Matrix{dro.p, c.dt, M, H, ro.ld};
+  RmsNormOptions opt;
+  opt.eps = c.eps;
+  opt.gemma_one_plus_w = c.gemma;
+  if (fp8)
+    add_rmsnorm_fp8(xv, resv, wv, rov, Fp8Matrix{dout8.p, M, H, ld8},
+                    Fp8Scale{dynamic ? Fp8ScaleMode::kDynamicPerRow : Fp8ScaleMode::kStaticPerTensor,
+                             static_cast<float*>(dscale.p)},
+                    opt, c.stream);
+  else
+    add_rmsnorm(xv, resv, wv, rov, Matrix{dout.p, c.dt, M, H, out.ld}, opt, c.stream);
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaStreamSynchronize(c.stream));
+
+  // residual_out: bit-exact, padding untouched.
+  if (c.write_res || c.in_place) {
+    HostMatrix got = c.in_place ? res : ro;
+    (c.in_place ? dres : dro).to_host(got.bits.data());
+    const HostMatrix& before = c.in_place ? res : ro;
+    int64_t bad = 0, pad_bad = 0;
+    for (int64_t r = 0; r < M; ++r) {
+      for (int64_t i = 0; i < H; ++i) {
+        const uint16_t g = got.bits[size_t(r * got.ld + i)], e = r_ref[size_t(r * H + i)];
+        const bool ok = g == e || (is_nan_bits(c.dt, g) && is_nan_bits(c.dt, e));
+        if (!ok && bad++ < 5)
+          ADD_FAILURE() << "residual_out(" << r << ", " << i << ") = " << host::to_float(c.dt, g) << ", expected "
+                        << host::to_float(c.dt, e);
+      }
+      for (int64_t i = H; i < got.ld; ++i)
+        if (got.bits[size_t(r * got.ld + i)] != before.bits[size_t(r * got.ld + i)]) ++pad_bad;
+    }
+    EXPECT_EQ(bad, 0) << "residual_out differs from round(x + residual)";
+    EXPECT_EQ(pad_bad, 0) << "residual_out padding written (ld ignored?)";
+  } else {
+    std::vector<uint16_t> after(ro.bits.size());
+    dro.to_host(after.data());
+    EXPECT_EQ(after, ro.bits) << "the unused residual_out buffer was written";
+  }
+  if (c.has_res && !c.in_place) {  // an input stays as it was
+    std::vector<uint16_t> after(res.bits.size());
+    dres.to_host(after.data());
+    EXPECT_EQ(after, res.bits) << "residual modified although residual_out is elsewhere";
+  }
+
+  const double u = test::unit_roundoff(c.dt);
+  int64_t bad = 0, pad_bad = 0;
+  if (!fp8) {
+    dout.to_host(out.bits.data());
+    for (int64_t r = 0; r < M; ++r) {
+      for (int64_t i = 0; i < H; ++i) {
+        const double ref = v_ref[size_t(r * H + i)], got = out.at(r, i);
+        const bool ok = std::isnan(ref) ? std::isnan(got) : std::fabs(got - ref) <= 2 * u * std::fabs(ref) + 1e-7;
+        if (!ok && bad++ < 5) ADD_FAILURE() << "out(" << r << ", " << i << ") = " << got << ", expected " << ref;
+      }
+      for (int64_t i = H; i < out.ld; ++i)
+        if (out.bits[size_t(r * out.ld + i)] != 0xABCD) ++pad_bad;
+    }
+  } else {
+    dout8.to_host(out8.data());
+    dscale.to_host(scales.data());
+    for (int64_t r = 0; r < M; ++r) {
+      float s = static_scale;
+      if (dynamic) {
+        const float want = reference::e4m3_dynamic_scale(&v_ref[size_t(r * H)], H);
+        s = scales[size_t(r)];
+        if (!(std::fabs(s - want) <= 1e-5f * want) && bad++ < 5)
+          ADD_FAILURE() << "scale[" << r << "] = " << s << ", expected " << want;
+      }
+      for (int64_t i = 0; i < H; ++i) {
+        const double ref = v_ref[size_t(r * H + i)];
+        const uint8_t q = out8[size_t(r * ld8 + i)];
+        const double got = reference::e4m3_to_double(q) * s;
+        bool ok;
+        if (std::isnan(ref)) {
+          ok = std::isnan(got);
+        } else {
+          const double lim = double(kFp8E4M3Max) * s, want = std::max(-lim, std::min(lim, ref));
+          ok = std::fabs(got - want) <= std::fabs(want) / 8 + std::ldexp(1.0, -9) * s;
+        }
+        if (!ok && bad++ < 5)
+          ADD_FAILURE() << "out(" << r << ", " << i << ") = 0x" << std::hex << int(q) << std::dec << " · " << s << " = "
+                        << got << ", expected " << ref;
+      }
+      for (int64_t i = H; i < ld8; ++i)
+        if (out8[size_t(r * ld8 + i)] != 0xAB) ++pad_bad;
+    }
+    if (!dynamic) EXPECT_EQ(scales[0], static_scale) << "the static scale was written";
+  }
+  EXPECT_EQ(bad, 0) << "outputs out of tolerance or left unwritten (NaN poison)";
+  EXPECT_EQ(pad_bad, 0) << "out padding written (ld ignored?)";
+}
+
+class AddRmsNormGpu : public ::testing::TestWithParam<DType> {};
+
+const int64_t kHidden[] = {8, 24, 3584, 4096, 5120, 16384};
+
+TEST_P(AddRmsNormGpu, OutOfPlace) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t rows : {1, 3, 255})
+    for (int64_t h : kHidden) {
+      Case c;
+      c.dt = GetParam();
+      c.rows = rows;
+      c.h = h;
+      run_case(c);
+    }
+  for (int64_t h : {8, 64}) {  // many short rows: 65537 blocks of one warp
+    Case c;
+    c.dt = GetParam();
+    c.rows = 65537;
+    c.h = h;
+    run_case(c);
+  }
+}
+
+TEST_P(AddRmsNormGpu, InPlace) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t rows : {1, 3, 255})
+    for (int64_t h : kHidden) {
+      Case c;
+      c.dt = GetParam();
+      c.rows = rows;
+      c.h = h;
+      c.in_place = true;
+      run_case(c);
+    }
+}
+
+TEST_P(AddRmsNormGpu, LargestRegisterRowAndLoopPath) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t h : {32768, 32776, 65536})
+    for (bool in_place : {false, true})
+      for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
+        Case c;
+        c.dt = GetParam();
+        c.rows = 5;
+        c.h = h;
+        c.in_place = in_place;
+        c.fp8 = f;
+        run_case(c);
+      }
+}
+
+TEST_P(AddRmsNormGpu, OptionalArgumentsAndGemma) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t h : {24, 4096, 16384}) {
+    Case c;
+    c.dt = GetParam();
+    c.rows = 67;
+    c.h = h;
+    { Case d = c; d.has_res = false; run_case(d); }                       // first layer: r = x
+    { Case d = c; d.write_res = false; run_case(d); }                     // residual_out skipped
+    { Case d = c; d.has_res = false; d.write_res = false; run_case(d); }  // plain RMSNorm
+    { Case d = c; d.gemma = true; run_case(d); }
+    { Case d = c; d.gemma = true; d.in_place = true; d.eps = 1e-2f; run_case(d); }
+  }
+}
+
+TEST_P(AddRmsNormGpu, StridedRows) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t pad : {8, 40})
+    for (int64_t rows : {1, 3, 255})
+      for (int64_t h : kHidden)
+        for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
+          Case c;
+          c.dt = GetParam();
+          c.rows = rows;
+          c.h = h;
+          c.pad = pad;
+          c.fp8 = f;
+          c.in_place = rows == 3;
+          run_case(c);
+        }
+}
+
+// A NaN in row 1 makes row 1 NaN; an Inf in row 2 makes its element NaN and the rest 0; rows 0 and
+// 3 are unaffected — as in the reference (and PyTorch).
+TEST_P(AddRmsNormGpu, NonFiniteRowsPropagate) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t h : {24, 4096, 16384, 32776})
+    for (Fp8 f : {Fp8::kNone, Fp8::kStatic, Fp8::kDynamic})
+      for (bool in_place : {false, true}) {
+        Case c;
+        c.dt = GetParam();
+        c.rows = 4;
+        c.h = h;
+        c.fp8 = f;
+        c.in_place = in_place;
+        c.tweak = [h](HostMatrix& x, HostMatrix& res) {
+          x.set(1, h / 3, std::nanf(""));
+          res.set(2, h - 1, -INFINITY);
+        };
+        run_case(c);
+      }
+}
+
+TEST_P(AddRmsNormGpu, Fp8Static) {
+  SKIP_WITHOUT_GPU();
+  for (Fp8 f : {Fp8::kStatic, Fp8::kStaticSaturating})
+    for (int64_t rows : {1, 3, 255})
+      for (int64_t h : kHidden) {
+        Case c;
+        c.dt = GetParam();
+        c.rows = rows;
+        c.h = h;
+        c.fp8 = f;
+        c.in_place = rows == 255;
+        run_case(c);
+      }
+}
+
+TEST_P(AddRmsNormGpu, Fp8Dynamic) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t rows : {1, 3, 255})
+    for (int64_t h : kHidden) {
+      Case c;
+      c.dt = GetParam();
+      c.rows = rows;
+      c.h = h;
+      c.fp8 = Fp8::kDynamic;
+      c.gemma = rows == 3;
+      c.in_place = rows == 255;
+      run_case(c);
+    }
+  Case c;
+  c.dt = GetParam();
+  c.rows = 65537;
+  c.h = 64;
+  c.fp8 = Fp8::kDynamic;
+  c.has_res = false;
+  run_case(c);
+}
+
+TEST_P(AddRmsNormGpu, OnAStream) {
+  SKIP_WITHOUT_GPU();
+  cudaStream_t s = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (Fp8 f : {Fp8::kNone, Fp8::kStatic, Fp8::kDynamic}) {
+    Case c;
+    c.dt = GetParam();
+    c.rows = 257;
+    c.h = 1032;
+    c.pad = 8;
+    c.fp8 = f;
+    c.stream = s;
+    run_case(c);
+  }
+  CUDA_OK(cudaStreamDestroy(s));
+}
+
+std::string dt_name(const ::testing::TestParamInfo<DType>& i) { return dtype_name(i.param); }
+
+INSTANTIATE_TEST_SUITE_P(BothDtypes, AddRmsNormGpu, ::testing::Values(DType::kBF16, DType::kFP16), dt_name);
+
+// Small shapes for compute-sanitizer (scripts/sanitize: memcheck + racecheck): every kernel variant
+// once — each register-path V, the loop path, in place, absent arguments, the three output kinds.
+TEST(AddRmsNormSanitizer, EveryKernelVariantSmall) {
+  SKIP_WITHOUT_GPU();
+  for (DType dt : {DType::kBF16, DType::kFP16})
+    for (int64_t h : {24, 2048, 5120, 16384, 32776})
+      for (Fp8 f : {Fp8::kNone, Fp8::kStatic, Fp8::kDynamic}) {
+        Case c;
+        c.dt = dt;
+        c.rows = 3;
+        c.h = h;
+        c.fp8 = f;
+        c.pad = 8;
+        c.in_place = h == 2048;
+        c.has_res = h != 5120;
+        c.write_res = h != 24;
+        run_case(c);
+      }
+}
+
+}  // namespace
+}  // namespace blockfuse
