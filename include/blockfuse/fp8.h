@@ -7,11 +7,14 @@
 //
 // Scaling (dequantised value = float(q) · scale):
 //   kStaticPerTensor: the caller gives one scale in device memory (so the call can sit in a CUDA
-//                     graph while the scale changes); q = sat(v / scale). scale must be > 0.
+//                     graph while the scale changes); q = sat(v · (1/scale)). scale must be > 0
+//                     (a NaN scale gives NaN outputs).
 //   kDynamicPerRow:   the kernel writes one scale per row: scale_r = amax_r / 448 where
 //                     amax_r = max |v| over the row's finite values (NaN/Inf excluded, so one bad
 //                     value does not zero the rest of the row), and scale_r = 1 when amax_r == 0;
-//                     q = sat(v / scale_r). NaN/Inf inputs give NaN (e4m3 has no Inf).
+//                     q = sat(v · (1/scale_r)), so the row's largest finite value maps to ±448.
+//   1/scale is rounded to fp32 once per tensor or row (the kernels multiply, not divide, per
+//   element); sat() saturates to ±448. Non-finite v gives NaN (e4m3 has no Inf).
 // v is the fp32 result before any rounding to bf16/fp16.
 #pragma once
 
