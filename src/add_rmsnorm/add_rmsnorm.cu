@@ -27,6 +27,7 @@
 
 #include "add_rmsnorm/config.h"
 #include "common/check.h"
+#include "common/fp8_device.cuh"
 
 namespace blockfuse {
 namespace {
@@ -153,18 +154,14 @@ __device__ __forceinline__ float finite_abs_max8(const float v[8]) {
   return m;
 }
 
-// Stores chunk c (elements 8c..8c+7) of the output row; fp8: q = sat(v / s), s the scale.
+// Stores chunk c (elements 8c..8c+7) of the output row; fp8: q = sat(v · inv_s) with inv_s = 1 / scale
+// (common/fp8_device.cuh: non-finite v -> NaN, the quantisation every blockfuse FP8 output uses).
 template <class T, int kOut>
-__device__ __forceinline__ void store_out(const Params& p, int64_t row, int c, const float v[8], float s) {
+__device__ __forceinline__ void store_out(const Params& p, int64_t row, int c, const float v[8], float inv_s) {
   if constexpr (kOut == kOutDtype) {
     reinterpret_cast<uint4*>(static_cast<T*>(p.out) + row * p.ldo)[c] = Pack<T>::pack(v);
   } else {
-    uint2 q;
-    auto* h = reinterpret_cast<__nv_fp8x2_storage_t*>(&q);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      h[i] = __nv_cvt_float2_to_fp8x2(make_float2(v[2 * i] / s, v[2 * i + 1] / s), __NV_SATFINITE, __NV_E4M3);
-    reinterpret_cast<uint2*>(static_cast<unsigned char*>(p.out) + row * p.ldo)[c] = q;
+    store_fp8x8(static_cast<uint8_t*>(p.out) + row * p.ldo + 8 * int64_t(c), *reinterpret_cast<const float(*)[8]>(v), inv_s);
   }
 }
 
@@ -220,12 +217,13 @@ __global__ void __launch_bounds__(512) add_rmsnorm_regs(const Params p) {
       s = amax > 0.0f ? amax / kFp8E4M3Max : 1.0f;
       if (tid == 0) p.scale[row] = s;
     }
+    const float inv_s = 1.0f / s;
 #pragma unroll
     for (int i = 0; i < V; ++i)
       if (tid + i * nt < nchunks) {
         float v[8];
         norm_chunk<T>(r[i], w, tid + i * nt, inv, p.gemma, v);
-        store_out<T, kOut>(p, row, tid + i * nt, v, s);
+        store_out<T, kOut>(p, row, tid + i * nt, v, inv_s);
       }
   }
 }
@@ -272,10 +270,11 @@ __global__ void __launch_bounds__(512) add_rmsnorm_loop(const Params p) {
       s = amax > 0.0f ? amax / kFp8E4M3Max : 1.0f;
       if (threadIdx.x == 0) p.scale[row] = s;
     }
+    const float inv_s = 1.0f / s;
     for (int c = threadIdx.x; c < nchunks; c += blockDim.x) {
       float v[8];
       norm_chunk<T>(reread(c), w, c, inv, p.gemma, v);
-      store_out<T, kOut>(p, row, c, v, s);
+      store_out<T, kOut>(p, row, c, v, inv_s);
     }
   }
 }
