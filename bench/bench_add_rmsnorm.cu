@@ -90,7 +90,7 @@ __device__ float block_sum_or_max(float v, bool is_max) {
   for (int o = 16; o > 0; o >>= 1) { const float u = __shfl_xor_sync(~0u, v, o); v = is_max ? fmaxf(v, u) : v + u; }
   if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
   __syncthreads();
-  v = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
+  v = (threadIdx.x & 31) < (blockDim.x >> 5) ? red[threadIdx.x & 31] : 0.f;  // every warp reduces the partials
   for (int o = 16; o > 0; o >>= 1) { const float u = __shfl_xor_sync(~0u, v, o); v = is_max ? fmaxf(v, u) : v + u; }
   return v;
 }
