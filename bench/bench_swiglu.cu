@@ -8,6 +8,8 @@
 // Bytes counted = the minimum traffic: read [M, 2U], write [M, U] (+ one scale per row). Rows <= 32
 // (decode) are timed as per-call time of 20 calls captured in one CUDA graph (a model runs them in a
 // graph); larger row counts with CUDA events around each call, inputs rotated so L2 holds none.
+// Each point also times a device-to-device copy of the same byte count the same way ("same-size
+// copy"): the 1 GiB copy's bandwidth is out of reach for a 50 MB problem, for any kernel.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -174,7 +176,7 @@ int run(const Args& args) {
   const double copy_gbs = args.has("no-ceilings") ? 0.0 : measure_copy_bandwidth_gbs(s);
   if (copy_gbs > 0) std::fprintf(stderr, "[swiglu] device copy: %.0f GB/s\n", copy_gbs);
 
-  Table table({"U", "M", "out", "us", "GB/s", "%copy", "eager us", "eager GB/s", "speedup", "timing"});
+  Table table({"U", "M", "out", "us", "GB/s", "%copy", "%same-size copy", "eager us", "eager GB/s", "speedup", "timing"});
   Json rows_json = Json::array();
   for (int64_t u : hidden)
     for (int64_t m : rows_list)
@@ -214,19 +216,35 @@ int run(const Args& args) {
                               static_cast<uint8_t*>(outs8[size_t(i)]->p), sc.scale, m, u, int(act), sms, s);
           BENCH_CUDA(cudaGetLastError());
         };
-        Timing tf{}, te{};
+        // The same-size copy: a device-to-device copy moving the op's bytes (half read, half written)
+        // timed the same way. A problem of a few tens of MB cannot reach the 1 GiB copy's bandwidth
+        // (launch and tail are a larger share of it): this is the ceiling at this size.
+        const size_t copy_bytes = size_t((in_bytes + out_bytes) / 2);
+        std::vector<std::unique_ptr<DevBuf>> csrc, cdst;
+        for (int i = 0; i < sets; ++i) {
+          csrc.push_back(std::make_unique<DevBuf>(copy_bytes));
+          cdst.push_back(std::make_unique<DevBuf>(copy_bytes));
+        }
+        auto copy = [&](int rep) {
+          const int i = rep % sets;
+          BENCH_CUDA(cudaMemcpyAsync(cdst[size_t(i)]->p, csrc[size_t(i)]->p, copy_bytes, cudaMemcpyDeviceToDevice, s));
+        };
+        Timing tf{}, te{}, tc{};
         if (graph) {
           tf = time_graph_per_call([&] { fused(0); }, s, kGraphCalls, warmup, reps);
           te = time_graph_per_call([&] { eager(0); }, s, kGraphCalls, warmup, reps);
+          tc = time_graph_per_call([&] { copy(0); }, s, kGraphCalls, warmup, reps);
         } else {
           tf = time_it(fused, s, warmup, reps);
           te = time_it(eager, s, warmup, reps);
+          tc = time_it(copy, s, warmup, reps);
         }
         BENCH_CUDA(cudaStreamSynchronize(s));
         const double bytes = double(in_bytes + out_bytes);
         const double gbs = bytes / (tf.median_ms * 1e6), egbs = bytes / (te.median_ms * 1e6);
+        const double cgbs = double(2 * copy_bytes) / (tc.median_ms * 1e6);
         table.add({std::to_string(u), std::to_string(m), out_name(o), fmt(tf.median_ms * 1e3, 2), fmt(gbs, 0),
-                   copy_gbs > 0 ? fmt(100 * gbs / copy_gbs, 1) : "-", fmt(te.median_ms * 1e3, 2), fmt(egbs, 0),
+                   copy_gbs > 0 ? fmt(100 * gbs / copy_gbs, 1) : "-", fmt(100 * gbs / cgbs, 1), fmt(te.median_ms * 1e3, 2), fmt(egbs, 0),
                    fmt(te.median_ms / tf.median_ms, 2), graph ? "graph/20" : "events"});
         Json r = Json::object();
         r.set("U", u).set("M", m).set("out", out_name(o)).set("layout", layout_name(layout))
@@ -234,6 +252,7 @@ int run(const Args& args) {
             .set("us", tf.median_ms * 1e3).set("gbs", gbs).set("eager_us", te.median_ms * 1e3).set("eager_gbs", egbs)
             .set("speedup_vs_eager", te.median_ms / tf.median_ms)
             .set("timing", graph ? "graph, per call of 20" : "cuda events, rotated inputs").set("rotation_sets", sets);
+        r.set("same_size_copy_us", tc.median_ms * 1e3).set("same_size_copy_gbs", cgbs).set("frac_of_same_size_copy", gbs / cgbs);
         if (copy_gbs > 0) r.set("frac_of_copy", gbs / copy_gbs);
         rows_json.push(r);
       }

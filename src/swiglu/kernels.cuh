@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include "common/fp8_device.cuh"
@@ -154,6 +155,79 @@ __global__ void __launch_bounds__(kRowMaxThreads) swiglu_fp8_rowwise_kernel(
       }
     }
   }
+}
+
+// FP8 with a dynamic per-row scale on Hopper (sm_90+): a cluster of C CTAs shares one row, each CTA
+// one slice of at most blockDim.x · kChunksPerThread chunks held in registers; the CTAs exchange
+// their slice's amax through distributed shared memory. Compared with one 1024-thread block per row
+// this spreads a decode row over C SMs (latency) and keeps several small, independent CTAs per SM
+// whose load / reduce / store phases overlap (bandwidth). cta_amax is double-buffered by row parity:
+// a CTA writes slot p for row k only after the cluster barrier of row k-1, which every CTA passes
+// only after reading slot p for row k-2 — so one barrier per row suffices.
+template <class T, bool kInterleaved>
+__global__ void __launch_bounds__(kRowMaxThreads) swiglu_fp8_cluster_kernel(
+    const T* __restrict__ in, int64_t ldi, uint8_t* __restrict__ out, int64_t ldo, int64_t rows, int64_t u, int act,
+    float* __restrict__ scale) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int csize = static_cast<int>(cluster.num_blocks());
+  const int rank = static_cast<int>(cluster.block_rank());
+  __shared__ float partial[32];
+  __shared__ float result;
+  __shared__ float cta_amax[2];
+  const int64_t chunks = u / 8;
+  const int64_t slice = (chunks + csize - 1) / csize;
+  const int64_t c0 = rank * slice, c1 = std::min(chunks, c0 + slice);
+  int parity = 0;
+  for (int64_t r = blockIdx.x / csize; r < rows; r += gridDim.x / csize, parity ^= 1) {
+    const T* row = in + r * ldi;
+    uint8_t* orow = out + r * ldo;
+    uint4 raw[kChunksPerThread][2];
+#pragma unroll
+    for (int i = 0; i < kChunksPerThread; ++i) {
+      const int64_t ch = c0 + threadIdx.x + int64_t(i) * blockDim.x;
+      if (ch < c1) load_gate_up_raw<T, kInterleaved>(row, u, ch * 8, raw[i]);
+    }
+    float v[kChunksPerThread][8];
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kChunksPerThread; ++i) {
+      const bool live = c0 + threadIdx.x + int64_t(i) * blockDim.x < c1;
+      float g[8], up[8];
+      unpack_gate_up<T, kInterleaved>(raw[i], g, up);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        v[i][j] = gated_act(act, g[j], up[j]);
+        if (live) amax = fmaxf(amax, finite_abs(v[i][j]));
+      }
+    }
+    const float mine = block_max(amax, partial, &result);
+    if (threadIdx.x == 0) cta_amax[parity] = mine;
+    cluster.sync();  // release/acquire: every CTA's slot is visible to the whole cluster
+    float m = 0.0f;
+    for (int q = 0; q < csize; ++q) m = fmaxf(m, *cluster.map_shared_rank(&cta_amax[parity], q));
+    const float s = fp8_dynamic_scale(m);
+    if (rank == 0 && threadIdx.x == 0) scale[r] = s;
+    const float inv = 1.0f / s;
+#pragma unroll
+    for (int i = 0; i < kChunksPerThread; ++i) {
+      const int64_t ch = c0 + threadIdx.x + int64_t(i) * blockDim.x;
+      if (ch < c1) store_fp8x8(orow + ch * 8, v[i], inv);
+    }
+  }
+  cluster.sync();  // no CTA may exit while another can still read its shared memory
+#endif
+}
+
+// The cluster size for a row of `chunks` 8-column chunks: the smallest power of two that gives each
+// CTA at most kClusterSliceChunks chunks (256 threads x 2), at most 8 (the portable cluster size);
+// 1 = the row fits one such CTA, use swiglu_fp8_rowwise_kernel. U = 16384 -> 4, 8192 -> 2, 4096 -> 1.
+constexpr int64_t kClusterSliceChunks = 512;
+inline int fp8_cluster_size(int64_t chunks) {
+  int c = 1;
+  while (c < 8 && chunks > kClusterSliceChunks * c) c *= 2;
+  return c;
 }
 
 }  // namespace blockfuse::swiglu_detail
