@@ -8,7 +8,6 @@
 
 #include <cstdint>
 
-#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include "common/fp8_device.cuh"
@@ -96,8 +95,12 @@ __device__ __forceinline__ void chunk_values(const T* row, int64_t u, int64_t c,
 }
 
 // FP8 with a dynamic per-row scale: the row's amax is needed before its first byte is written, so
-// one block owns a row (grid-stride over rows) and keeps its share of the row's fp32 results in
-// registers (U <= kRowInRegistersMaxU: one read, one write); wider rows recompute in a second pass.
+// one block owns a row and keeps its share of the row's fp32 results in registers (U <=
+// kRowInRegistersMaxU: one read, one write); wider rows recompute in a second pass. The grid is
+// persistent (as many blocks as are resident) and each block loads its next row while it computes,
+// reduces and stores the current one: with one 1024-thread block per SM (64 registers each fill the
+// register file) the load, math and store phases of consecutive rows would otherwise not overlap —
+// measured 74 % of copy bandwidth at 2048 x 16384 without the prefetch.
 template <class T, bool kInterleaved>
 __global__ void __launch_bounds__(kRowMaxThreads) swiglu_fp8_rowwise_kernel(
     const T* __restrict__ in, int64_t ldi, uint8_t* __restrict__ out, int64_t ldo, int64_t rows, int64_t u, int act,
@@ -105,17 +108,19 @@ __global__ void __launch_bounds__(kRowMaxThreads) swiglu_fp8_rowwise_kernel(
   __shared__ float partial[32];
   __shared__ float result;
   const int64_t chunks = u / 8;
-  const bool in_registers = chunks <= int64_t(blockDim.x) * kChunksPerThread;
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const T* row = in + r * ldi;
-    uint8_t* orow = out + r * ldo;
-    if (in_registers) {
-      uint4 raw[kChunksPerThread][2];
+  if (chunks <= int64_t(blockDim.x) * kChunksPerThread) {
+    auto load_row = [&](int64_t r, uint4 (&raw)[kChunksPerThread][2]) {
 #pragma unroll
       for (int i = 0; i < kChunksPerThread; ++i) {
         const int64_t ch = threadIdx.x + int64_t(i) * blockDim.x;
-        if (ch < chunks) load_gate_up_raw<T, kInterleaved>(row, u, ch * 8, raw[i]);
+        if (ch < chunks && r < rows) load_gate_up_raw<T, kInterleaved>(in + r * ldi, u, ch * 8, raw[i]);
       }
+    };
+    uint4 raw[kChunksPerThread][2];
+    load_row(blockIdx.x, raw);
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+      uint4 next[kChunksPerThread][2];
+      load_row(r + gridDim.x, next);  // in flight during this row's math, reductions and stores
       float v[kChunksPerThread][8];
       float amax = 0.0f;
 #pragma unroll
@@ -132,12 +137,22 @@ __global__ void __launch_bounds__(kRowMaxThreads) swiglu_fp8_rowwise_kernel(
       const float s = fp8_dynamic_scale(block_max(amax, partial, &result));
       if (threadIdx.x == 0) scale[r] = s;
       const float inv = 1.0f / s;
+      uint8_t* orow = out + r * ldo;
 #pragma unroll
       for (int i = 0; i < kChunksPerThread; ++i) {
         const int64_t ch = threadIdx.x + int64_t(i) * blockDim.x;
         if (ch < chunks) store_fp8x8(orow + ch * 8, v[i], inv);
       }
-    } else {
+#pragma unroll
+      for (int i = 0; i < kChunksPerThread; ++i) {
+        raw[i][0] = next[i][0];
+        raw[i][1] = next[i][1];
+      }
+    }
+  } else {
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+      const T* row = in + r * ldi;
+      uint8_t* orow = out + r * ldo;
       float amax = 0.0f;
       for (int64_t ch = threadIdx.x; ch < chunks; ch += blockDim.x) {
         float v[8];
@@ -155,79 +170,6 @@ __global__ void __launch_bounds__(kRowMaxThreads) swiglu_fp8_rowwise_kernel(
       }
     }
   }
-}
-
-// FP8 with a dynamic per-row scale on Hopper (sm_90+): a cluster of C CTAs shares one row, each CTA
-// one slice of at most blockDim.x · kChunksPerThread chunks held in registers; the CTAs exchange
-// their slice's amax through distributed shared memory. Compared with one 1024-thread block per row
-// this spreads a decode row over C SMs (latency) and keeps several small, independent CTAs per SM
-// whose load / reduce / store phases overlap (bandwidth). cta_amax is double-buffered by row parity:
-// a CTA writes slot p for row k only after the cluster barrier of row k-1, which every CTA passes
-// only after reading slot p for row k-2 — so one barrier per row suffices.
-template <class T, bool kInterleaved>
-__global__ void __launch_bounds__(kRowMaxThreads) swiglu_fp8_cluster_kernel(
-    const T* __restrict__ in, int64_t ldi, uint8_t* __restrict__ out, int64_t ldo, int64_t rows, int64_t u, int act,
-    float* __restrict__ scale) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  const int csize = static_cast<int>(cluster.num_blocks());
-  const int rank = static_cast<int>(cluster.block_rank());
-  __shared__ float partial[32];
-  __shared__ float result;
-  __shared__ float cta_amax[2];
-  const int64_t chunks = u / 8;
-  const int64_t slice = (chunks + csize - 1) / csize;
-  const int64_t c0 = rank * slice, c1 = std::min(chunks, c0 + slice);
-  int parity = 0;
-  for (int64_t r = blockIdx.x / csize; r < rows; r += gridDim.x / csize, parity ^= 1) {
-    const T* row = in + r * ldi;
-    uint8_t* orow = out + r * ldo;
-    uint4 raw[kChunksPerThread][2];
-#pragma unroll
-    for (int i = 0; i < kChunksPerThread; ++i) {
-      const int64_t ch = c0 + threadIdx.x + int64_t(i) * blockDim.x;
-      if (ch < c1) load_gate_up_raw<T, kInterleaved>(row, u, ch * 8, raw[i]);
-    }
-    float v[kChunksPerThread][8];
-    float amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kChunksPerThread; ++i) {
-      const bool live = c0 + threadIdx.x + int64_t(i) * blockDim.x < c1;
-      float g[8], up[8];
-      unpack_gate_up<T, kInterleaved>(raw[i], g, up);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        v[i][j] = gated_act(act, g[j], up[j]);
-        if (live) amax = fmaxf(amax, finite_abs(v[i][j]));
-      }
-    }
-    const float mine = block_max(amax, partial, &result);
-    if (threadIdx.x == 0) cta_amax[parity] = mine;
-    cluster.sync();  // release/acquire: every CTA's slot is visible to the whole cluster
-    float m = 0.0f;
-    for (int q = 0; q < csize; ++q) m = fmaxf(m, *cluster.map_shared_rank(&cta_amax[parity], q));
-    const float s = fp8_dynamic_scale(m);
-    if (rank == 0 && threadIdx.x == 0) scale[r] = s;
-    const float inv = 1.0f / s;
-#pragma unroll
-    for (int i = 0; i < kChunksPerThread; ++i) {
-      const int64_t ch = c0 + threadIdx.x + int64_t(i) * blockDim.x;
-      if (ch < c1) store_fp8x8(orow + ch * 8, v[i], inv);
-    }
-  }
-  cluster.sync();  // no CTA may exit while another can still read its shared memory
-#endif
-}
-
-// The cluster size for a row of `chunks` 8-column chunks: the smallest power of two that gives each
-// CTA at most kClusterSliceChunks chunks (256 threads x 2), at most 8 (the portable cluster size);
-// 1 = the row fits one such CTA, use swiglu_fp8_rowwise_kernel. U = 16384 -> 4, 8192 -> 2, 4096 -> 1.
-constexpr int64_t kClusterSliceChunks = 512;
-inline int fp8_cluster_size(int64_t chunks) {
-  int c = 1;
-  while (c < 8 && chunks > kClusterSliceChunks * c) c *= 2;
-  return c;
 }
 
 }  // namespace blockfuse::swiglu_detail

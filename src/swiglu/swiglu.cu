@@ -51,8 +51,9 @@ void launch_elementwise(const ConstMatrix& in, void* out, int64_t ldo, int64_t r
   BF_CHECK_LAUNCH();
 }
 
-// Row kernel: whole warps, enough for kChunksPerThread chunks each (at most 1024 threads); one
-// block per row up to the rows that are resident at once, times a few waves.
+// Row kernel: whole warps, enough for kChunksPerThread chunks each (at most 1024 threads); a
+// persistent grid of the blocks that fit at once (64 registers per thread: 1024 threads per SM), so
+// that every block has a next row to prefetch.
 template <class T>
 void launch_rowwise(const ConstMatrix& in, const Fp8Matrix& out, float* scale, Activation act, GateUpLayout layout,
                     cudaStream_t stream) {
@@ -60,7 +61,7 @@ void launch_rowwise(const ConstMatrix& in, const Fp8Matrix& out, float* scale, A
   const int64_t chunks = out.cols / 8;
   const int64_t want = (chunks + kChunksPerThread - 1) / kChunksPerThread;
   const int threads = static_cast<int>(std::clamp<int64_t>((want + 31) / 32 * 32, 32, kRowMaxThreads));
-  const int64_t blocks = std::min<int64_t>(out.rows, int64_t(sm_count()) * std::max(1, 2048 / threads) * 8);
+  const int64_t blocks = std::min<int64_t>(out.rows, int64_t(sm_count()) * std::max(1, 1024 / threads));
   auto* ip = static_cast<const T*>(in.data);
   auto* op = static_cast<uint8_t*>(out.data);
   if (layout == GateUpLayout::kInterleaved)
@@ -68,45 +69,6 @@ void launch_rowwise(const ConstMatrix& in, const Fp8Matrix& out, float* scale, A
   else
     swiglu_fp8_rowwise_kernel<T, false><<<unsigned(blocks), threads, 0, stream>>>(ip, in.ld, op, out.ld, out.rows, out.cols, int(act), scale);
   BF_CHECK_LAUNCH();
-}
-
-// Dynamic FP8 on sm_90+: one cluster of C CTAs per row (swiglu_fp8_cluster_kernel), for rows wider than
-// one 512-chunk CTA whose slices still fit the registers (C <= 8, U <= 8 · 1024 · 2 · 8).
-template <class T>
-bool try_launch_cluster(const ConstMatrix& in, const Fp8Matrix& out, float* scale, Activation act,
-                        GateUpLayout layout, cudaStream_t stream) {
-  using namespace swiglu_detail;
-  int dev = 0, major = 0;
-  BF_CUDA_CHECK(cudaGetDevice(&dev));
-  BF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  const int64_t chunks = out.cols / 8;
-  const int c = fp8_cluster_size(chunks);
-  if (major < 9 || c == 1) return false;
-  const int64_t slice = (chunks + c - 1) / c;
-  const int64_t want = (slice + kChunksPerThread - 1) / kChunksPerThread;
-  if (want > kRowMaxThreads) return false;
-  const int threads = static_cast<int>(std::max<int64_t>(32, (want + 31) / 32 * 32));
-  const int64_t clusters = std::min<int64_t>(out.rows, int64_t(sm_count()) * 8);
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(clusters * c));
-  cfg.blockDim = dim3(static_cast<unsigned>(threads));
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(c);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  auto* ip = static_cast<const T*>(in.data);
-  auto* op = static_cast<uint8_t*>(out.data);
-  if (layout == GateUpLayout::kInterleaved)
-    BF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, swiglu_fp8_cluster_kernel<T, true>, ip, in.ld, op, out.ld, out.rows, out.cols, int(act), scale));
-  else
-    BF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, swiglu_fp8_cluster_kernel<T, false>, ip, in.ld, op, out.ld, out.rows, out.cols, int(act), scale));
-  BF_CHECK_LAUNCH();
-  return true;
 }
 
 }  // namespace
@@ -175,11 +137,9 @@ void swiglu_fp8(ConstMatrix gate_up, Fp8Matrix out, Fp8Scale scale, Activation a
     else
       launch_elementwise<__half, OutKind::kFp8>(gate_up, out.data, out.ld, out.rows, out.cols, act, layout, scale.scale, stream);
   } else if (bf16) {
-    if (!try_launch_cluster<__nv_bfloat16>(gate_up, out, scale.scale, act, layout, stream))
-      launch_rowwise<__nv_bfloat16>(gate_up, out, scale.scale, act, layout, stream);
+    launch_rowwise<__nv_bfloat16>(gate_up, out, scale.scale, act, layout, stream);
   } else {
-    if (!try_launch_cluster<__half>(gate_up, out, scale.scale, act, layout, stream))
-      launch_rowwise<__half>(gate_up, out, scale.scale, act, layout, stream);
+    launch_rowwise<__half>(gate_up, out, scale.scale, act, layout, stream);
   }
 }
 

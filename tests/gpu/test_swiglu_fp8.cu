@@ -1,10 +1,9 @@
 // GPU tests of swiglu_fp8 (src/swiglu/swiglu_fp8.cu) against the CPU reference (src/swiglu/reference.*)
 // on host copies of fresh random inputs: both layouts, both activations, both dtypes, static and
-// dynamic scales; rows 1, 3, 255, 65537; U = 8, 24, 4096, 14336, 16384, 32776 and 131080. The dynamic
-// scale's paths: one block per row (U <= 4096, and everything before sm_90), a cluster of 2/4/8 CTAs
-// per row on sm_90 (U = 4104 -> 2, 14336 / 16384 -> 4, 32776 -> 8, with ragged slices), and the
-// two-pass block-per-row fallback past the cluster's register capacity (U = 131080); strided outputs
-// whose padding must stay untouched; NaN/Inf inputs; and a small *Sanitizer* set for compute-sanitizer.
+// dynamic scales; rows 1, 3, 255, 65537; U = 8, 24, 4096, 14336, 16384, 32776 and 131080 (the dynamic
+// scale's block-per-row kernel keeps rows up to U = 16384 in registers and takes a two-pass path
+// beyond); strided outputs whose padding must stay untouched; NaN/Inf inputs; and a small
+// *Sanitizer* set for compute-sanitizer.
 //
 // Comparison after de-scaling. The device's expf/tanhf may differ from the host's in the last fp32
 // ulp, so a value lying on an e4m3 rounding boundary may take the neighbouring code, and a row's amax
@@ -165,7 +164,7 @@ TEST_P(SwigluFp8Gpu, ManyRowsStridedAndWideRows) {
   SKIP_WITHOUT_GPU();
   { Case c = base(); c.rows = 65537; c.u = 24; c.in_pad = 8; c.out_pad = 8; run_case(c); }  // grid-stride over rows
   { Case c = base(); c.rows = 37; c.u = 4104; c.in_pad = 40; c.out_pad = 24; run_case(c); }
-  { Case c = base(); c.rows = 5; c.u = 32776; c.out_pad = 8; run_case(c); }               // 8-CTA clusters
+  { Case c = base(); c.rows = 5; c.u = 32776; c.out_pad = 8; run_case(c); }               // two-pass path
   { Case c = base(); c.rows = 3; c.u = 131080; run_case(c); }                              // two-pass path
 }
 
@@ -204,7 +203,7 @@ TEST(SwigluFp8Sanitizer, SmallShapes) {
       c.layout = layout;
       c.rows = 3; c.u = 136; c.out_pad = 8; run_case(c);
       c.rows = 2; c.u = 32776; c.out_pad = 0; run_case(c);
-      c.rows = 3; c.u = 8200; c.out_pad = 8; run_case(c);   // 4-CTA clusters, ragged last slice
+      c.rows = 3; c.u = 8200; c.out_pad = 8; run_case(c);   // a partial last chunk set
       c.rows = 1; c.u = 131080; c.out_pad = 0; run_case(c); // two-pass fallback
       c.rows = 5; c.u = 1032; c.nonfinite = true; run_case(c);
     }
