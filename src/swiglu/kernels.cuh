@@ -95,12 +95,13 @@ __device__ __forceinline__ void chunk_values(const T* row, int64_t u, int64_t c,
 }
 
 // FP8 with a dynamic per-row scale: the row's amax is needed before its first byte is written, so
-// one block owns a row and keeps its share of the row's fp32 results in registers (U <=
-// kRowInRegistersMaxU: one read, one write); wider rows recompute in a second pass. The grid is
-// persistent (as many blocks as are resident) and each block loads its next row while it computes,
-// reduces and stores the current one: with one 1024-thread block per SM (64 registers each fill the
-// register file) the load, math and store phases of consecutive rows would otherwise not overlap —
-// measured 74 % of copy bandwidth at 2048 x 16384 without the prefetch.
+// one block owns a row (grid-stride over rows) and keeps its share of the row's fp32 results in
+// registers (U <= kRowInRegistersMaxU: one read, one write); wider rows recompute in a second pass.
+// Two alternatives measured slower on the H100 (bf16, % of copy bandwidth at 2048 / 8192 rows):
+// a cluster of 4 CTAs per row sharing the amax through DSMEM, U = 16384: 64 / 73 % vs 74 / 84 %
+// here, and no faster at 1-32 rows (4.2-4.9 µs vs 4.4-4.7); a persistent grid prefetching each
+// block's next row into registers: 56 / 78 % (U = 4096) and 71 / 81 % (U = 16384) vs 67 / 87 % and
+// 74 / 84 %.
 template <class T, bool kInterleaved>
 __global__ void __launch_bounds__(kRowMaxThreads) swiglu_fp8_rowwise_kernel(
     const T* __restrict__ in, int64_t ldi, uint8_t* __restrict__ out, int64_t ldo, int64_t rows, int64_t u, int act,
@@ -108,19 +109,17 @@ __global__ void __launch_bounds__(kRowMaxThreads) swiglu_fp8_rowwise_kernel(
   __shared__ float partial[32];
   __shared__ float result;
   const int64_t chunks = u / 8;
-  if (chunks <= int64_t(blockDim.x) * kChunksPerThread) {
-    auto load_row = [&](int64_t r, uint4 (&raw)[kChunksPerThread][2]) {
+  const bool in_registers = chunks <= int64_t(blockDim.x) * kChunksPerThread;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* row = in + r * ldi;
+    uint8_t* orow = out + r * ldo;
+    if (in_registers) {
+      uint4 raw[kChunksPerThread][2];
 #pragma unroll
       for (int i = 0; i < kChunksPerThread; ++i) {
         const int64_t ch = threadIdx.x + int64_t(i) * blockDim.x;
-        if (ch < chunks && r < rows) load_gate_up_raw<T, kInterleaved>(in + r * ldi, u, ch * 8, raw[i]);
+        if (ch < chunks) load_gate_up_raw<T, kInterleaved>(row, u, ch * 8, raw[i]);
       }
-    };
-    uint4 raw[kChunksPerThread][2];
-    load_row(blockIdx.x, raw);
-    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-      uint4 next[kChunksPerThread][2];
-      load_row(r + gridDim.x, next);  // in flight during this row's math, reductions and stores
       float v[kChunksPerThread][8];
       float amax = 0.0f;
 #pragma unroll
@@ -137,22 +136,12 @@ __global__ void __launch_bounds__(kRowMaxThreads) swiglu_fp8_rowwise_kernel(
       const float s = fp8_dynamic_scale(block_max(amax, partial, &result));
       if (threadIdx.x == 0) scale[r] = s;
       const float inv = 1.0f / s;
-      uint8_t* orow = out + r * ldo;
 #pragma unroll
       for (int i = 0; i < kChunksPerThread; ++i) {
         const int64_t ch = threadIdx.x + int64_t(i) * blockDim.x;
         if (ch < chunks) store_fp8x8(orow + ch * 8, v[i], inv);
       }
-#pragma unroll
-      for (int i = 0; i < kChunksPerThread; ++i) {
-        raw[i][0] = next[i][0];
-        raw[i][1] = next[i][1];
-      }
-    }
-  } else {
-    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-      const T* row = in + r * ldi;
-      uint8_t* orow = out + r * ldo;
+    } else {
       float amax = 0.0f;
       for (int64_t ch = threadIdx.x; ch < chunks; ch += blockDim.x) {
         float v[8];

@@ -51,9 +51,8 @@ void launch_elementwise(const ConstMatrix& in, void* out, int64_t ldo, int64_t r
   BF_CHECK_LAUNCH();
 }
 
-// Row kernel: whole warps, enough for kChunksPerThread chunks each (at most 1024 threads); a
-// persistent grid of the blocks that fit at once (64 registers per thread: 1024 threads per SM), so
-// that every block has a next row to prefetch.
+// Row kernel: whole warps, enough for kChunksPerThread chunks each (at most 1024 threads); one
+// block per row up to the rows that are resident at once, times a few waves.
 template <class T>
 void launch_rowwise(const ConstMatrix& in, const Fp8Matrix& out, float* scale, Activation act, GateUpLayout layout,
                     cudaStream_t stream) {
@@ -61,7 +60,7 @@ void launch_rowwise(const ConstMatrix& in, const Fp8Matrix& out, float* scale, A
   const int64_t chunks = out.cols / 8;
   const int64_t want = (chunks + kChunksPerThread - 1) / kChunksPerThread;
   const int threads = static_cast<int>(std::clamp<int64_t>((want + 31) / 32 * 32, 32, kRowMaxThreads));
-  const int64_t blocks = std::min<int64_t>(out.rows, int64_t(sm_count()) * std::max(1, 1024 / threads));
+  const int64_t blocks = std::min<int64_t>(out.rows, int64_t(sm_count()) * std::max(1, 2048 / threads) * 8);
   auto* ip = static_cast<const T*>(in.data);
   auto* op = static_cast<uint8_t*>(out.data);
   if (layout == GateUpLayout::kInterleaved)
