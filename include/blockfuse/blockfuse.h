@@ -1,7 +1,9 @@
 // blockfuse — fused kernels for the transformer decoder block. Umbrella header.
 #pragma once
 
+#include "blockfuse/add_rmsnorm.h"
 #include "blockfuse/common.h"
+#include "blockfuse/decode_gemm.h"
 #include "blockfuse/fp8.h"
 #include "blockfuse/gated_up.h"
 #include "blockfuse/swiglu.h"
