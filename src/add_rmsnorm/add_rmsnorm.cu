@@ -27,6 +27,7 @@
 #include "blockfuse/add_rmsnorm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 
@@ -446,20 +447,19 @@ bool cluster_path_available() {
   return cache[dev] == 1;
 }
 
+std::atomic<bool> g_clusters_enabled{true};
+
 template <class T, int kOut>
 void launch(const Params& p, cudaStream_t stream) {
-  if (cluster_path_available()) {
-    const detail::AddRmsNormConfig cc = detail::add_rmsnorm_config_sm90(p.h / 8);
-    if (cc.cluster > 1) {
-      if (cc.v == 2)
-        launch_cluster<T, 2, kOut>(p, cc, stream);
-      else
-        launch_cluster<T, 4, kOut>(p, cc, stream);
-      BF_CHECK_LAUNCH();
-      return;
-    }
+  const detail::AddRmsNormConfig cfg = detail::add_rmsnorm_launch_config(p.h / 8);
+  if (cfg.cluster > 1) {
+    if (cfg.v == 2)
+      launch_cluster<T, 2, kOut>(p, cfg, stream);
+    else
+      launch_cluster<T, 4, kOut>(p, cfg, stream);
+    BF_CHECK_LAUNCH();
+    return;
   }
-  const detail::AddRmsNormConfig cfg = detail::add_rmsnorm_config(p.h / 8);
   // One block per row; beyond 2^31 - 1 rows the blocks loop (grid-stride over rows).
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(p.rows, std::numeric_limits<int>::max()));
   switch (cfg.v) {
@@ -569,6 +569,14 @@ Params make_params(const ConstMatrix& x, const ConstMatrix& residual, const Cons
 }
 
 }  // namespace
+
+namespace detail {
+AddRmsNormConfig add_rmsnorm_launch_config(int nchunks) {
+  if (g_clusters_enabled.load(std::memory_order_relaxed) && cluster_path_available()) return add_rmsnorm_config_sm90(nchunks);
+  return add_rmsnorm_config(nchunks);
+}
+void set_add_rmsnorm_clusters_enabled(bool enabled) { g_clusters_enabled.store(enabled, std::memory_order_relaxed); }
+}  // namespace detail
 
 void add_rmsnorm(ConstMatrix x, ConstMatrix residual, ConstMatrix weight, Matrix residual_out, Matrix out,
                  RmsNormOptions opt, cudaStream_t stream) {

@@ -55,4 +55,11 @@ inline AddRmsNormConfig add_rmsnorm_config_sm90(int nchunks) {
   return {v, std::max(32, ((slice + v - 1) / v + 31) / 32 * 32), c};
 }
 
+// The shape add_rmsnorm launches for rows of nchunks chunks on the current device: the sm_90 one
+// where the cluster path is available and enabled (defined in add_rmsnorm.cu; for the bench).
+AddRmsNormConfig add_rmsnorm_launch_config(int nchunks);
+// Tests and the bench only: false makes every device take the one-block-per-row (sm_80) kernels,
+// so they are exercised and measured on a Hopper too. Process-wide; default true.
+void set_add_rmsnorm_clusters_enabled(bool enabled);
+
 }  // namespace blockfuse::detail

@@ -27,6 +27,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "add_rmsnorm/config.h"
 #include "add_rmsnorm/reference.h"
 #include "blockfuse/add_rmsnorm.h"
 #include "support/test_util.h"
@@ -388,6 +389,30 @@ TEST_P(AddRmsNormGpu, OnAStream) {
   CUDA_OK(cudaStreamDestroy(s));
 }
 
+// On sm_90 the one-block-per-row kernels (the sm_80 path) would otherwise only run for H < 3072
+// and H > 131072: run the cluster shapes through them too.
+struct ClustersOff {
+  ClustersOff() { detail::set_add_rmsnorm_clusters_enabled(false); }
+  ~ClustersOff() { detail::set_add_rmsnorm_clusters_enabled(true); }
+};
+
+TEST_P(AddRmsNormGpu, OneBlockPerRowKernelsEverywhere) {
+  SKIP_WITHOUT_GPU();
+  ClustersOff off;
+  for (int64_t h : {3584, 4096, 5120, 8200, 16384, 16392, 32768})
+    for (Fp8 f : {Fp8::kNone, Fp8::kStatic, Fp8::kDynamic}) {
+      Case c;
+      c.dt = GetParam();
+      c.rows = 67;
+      c.h = h;
+      c.fp8 = f;
+      c.pad = h == 8200 ? 8 : 0;
+      c.in_place = f == Fp8::kStatic;
+      c.gemma = h == 5120;
+      run_case(c);
+    }
+}
+
 std::string dt_name(const ::testing::TestParamInfo<DType>& i) { return dtype_name(i.param); }
 
 INSTANTIATE_TEST_SUITE_P(BothDtypes, AddRmsNormGpu, ::testing::Values(DType::kBF16, DType::kFP16), dt_name);
@@ -410,6 +435,21 @@ TEST(AddRmsNormSanitizer, EveryKernelVariantSmall) {
         c.write_res = h != 24;
         run_case(c);
       }
+}
+
+// The register kernels V = 4 and 8 (on sm_90 only reached with the clusters switched off).
+TEST(AddRmsNormSanitizer, OneBlockPerRowKernelsSmall) {
+  SKIP_WITHOUT_GPU();
+  ClustersOff off;
+  for (int64_t h : {5120, 16392})
+    for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
+      Case c;
+      c.rows = 3;
+      c.h = h;
+      c.fp8 = f;
+      c.in_place = h == 5120;
+      run_case(c);
+    }
 }
 
 // Runs add_rmsnorm (or add_rmsnorm_fp8 with dynamic scales) on x/residual and returns the bytes of
