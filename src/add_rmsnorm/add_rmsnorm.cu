@@ -205,7 +205,8 @@ __global__ void __launch_bounds__(512) add_rmsnorm_regs(const Params p) {
     keep_packed<V>(w);
     const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + row * p.ldx);
     const uint4* rr = p.res ? reinterpret_cast<const uint4*>(static_cast<const T*>(p.res) + row * p.ldr) : nullptr;
-    // All loads first (x, then residual) so every chunk of the row is in flight at once.
+    // All loads first (x, then residual; the weight before the loop) so every chunk of the row is
+    // in flight at once.
     uint4 r[V], b[V];
 #pragma unroll
     for (int i = 0; i < V; ++i) r[i] = tid + i * nt < nchunks ? __ldcs(xr + tid + i * nt) : zero4();
@@ -221,13 +222,15 @@ __global__ void __launch_bounds__(512) add_rmsnorm_regs(const Params p) {
       Pack<T>::unpack(r[i], f);
       ss += sumsq8(f);
     }
-    const float inv = rsqrtf(block_reduce<false>(ss, red[0]) * inv_h + p.eps);
+    // residual_out does not depend on the norm: stored before the reduction's barriers, so the
+    // stores drain while the warps wait. In place, each thread overwrites only chunks it has read.
     if (p.res_out) {
       uint4* ro = reinterpret_cast<uint4*>(static_cast<T*>(p.res_out) + row * p.ldro);
 #pragma unroll
       for (int i = 0; i < V; ++i)
         if (tid + i * nt < nchunks) ro[tid + i * nt] = r[i];
     }
+    const float inv = rsqrtf(block_reduce<false>(ss, red[0]) * inv_h + p.eps);
     float s = static_scale;
     if constexpr (kOut == kOutFp8Dynamic) {
       // amax of the finite v over the row: a second reduction in the same pass, over the values
