@@ -269,7 +269,8 @@ TEST_P(AddRmsNormGpu, InPlace) {
 
 TEST_P(AddRmsNormGpu, LargestRegisterRowAndLoopPath) {
   SKIP_WITHOUT_GPU();
-  for (int64_t h : {32768, 32776, 65536})
+  // sm_90: 32768..131072 are clusters of 8 (131072: v = 4 per thread), 131080 the loop path.
+  for (int64_t h : {32768, 32776, 65536, 131072, 131080})
     for (bool in_place : {false, true})
       for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
         Case c;
@@ -399,7 +400,7 @@ struct ClustersOff {
 TEST_P(AddRmsNormGpu, OneBlockPerRowKernelsEverywhere) {
   SKIP_WITHOUT_GPU();
   ClustersOff off;
-  for (int64_t h : {3584, 4096, 5120, 8200, 16384, 16392, 32768})
+  for (int64_t h : {3584, 4096, 5120, 8200, 16384, 16392, 32768, 65536})
     for (Fp8 f : {Fp8::kNone, Fp8::kStatic, Fp8::kDynamic}) {
       Case c;
       c.dt = GetParam();
@@ -437,11 +438,20 @@ TEST(AddRmsNormSanitizer, EveryKernelVariantSmall) {
       }
 }
 
-// The register kernels V = 4 and 8 (on sm_90 only reached with the clusters switched off).
-TEST(AddRmsNormSanitizer, OneBlockPerRowKernelsSmall) {
+// The register kernels V = 4 and 8 and the loop path (on sm_90 only reached with the clusters
+// switched off), and the cluster kernel with v = 4 (H = 131072, clusters on).
+TEST(AddRmsNormSanitizer, OneBlockPerRowKernelsAndWideClustersSmall) {
   SKIP_WITHOUT_GPU();
+  for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
+    Case c;
+    c.rows = 2;
+    c.h = 131072;
+    c.fp8 = f;
+    c.in_place = f == Fp8::kNone;
+    run_case(c);
+  }
   ClustersOff off;
-  for (int64_t h : {5120, 16392})
+  for (int64_t h : {5120, 16392, 32776})
     for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
       Case c;
       c.rows = 3;
