@@ -9,8 +9,10 @@
 // Shapes: rows 1, 3, 255 (and 65537 at H = 8 and 64), H = 8, 24 (one chunk; a masked tail), 3584,
 // 4096, 5120, 16384 (each register-path configuration; on sm_90 3584..16384 take the cluster path:
 // C = 2 or 4 CTAs per row), 8200 and 16392 (cluster slices of unequal length: the last CTA's slice
-// is shorter, its tail chunks masked) and 32768 / 32776 (the largest register row; the loop path;
-// on sm_90 clusters of 8). Determinism: the same inputs twice give bit-identical outputs, and a
+// is shorter, its tail chunks masked), 32768 / 32776 / 65536 (the largest register row; the loop
+// path; on sm_90 clusters of 8) and 131072 / 131080 (sm_90: the widest cluster shape, v = 4, and
+// the fallback to the loop path beyond it). On sm_90 the one-block kernels are also run with the
+// clusters switched off (detail::set_add_rmsnorm_clusters_enabled). Determinism: the same inputs twice give bit-identical outputs, and a
 // constant row gives one output value in every CTA's slice (all CTAs of a cluster must use the same
 // rsqrt and scale). Outputs are poisoned (NaN) before each launch; strided cases carry sentinel
 // padding that must come back untouched. Each test skips, saying so, where no CUDA device exists.
