@@ -12,6 +12,11 @@
 // graph (time_graph_per_call), the way a model's decode graph runs them. Larger row counts: CUDA
 // events around each call, inputs and outputs rotated over enough copies to span 3x L2. Out of
 // place (residual_out separate), so every repetition sees the same data.
+// Small problems cannot reach the 1 GiB copy's bandwidth (launch latency, a partly filled GPU), so
+// each point also times a device-to-device cudaMemcpyAsync of bytes/2 (bytes/2 read + bytes/2
+// written: the op's traffic) with the same method and reports the op against it ("%same-copy").
+// The kernel column is the launch shape (config.h): "v2x256" = one block of 256 threads x 2 chunks
+// per row, "c4:v2x256" = a cluster of 4 such CTAs per row (sm_90).
 // Before a point is timed, rows 0..7 and the last 8 rows of both pipelines' outputs are checked
 // against the CPU reference (src/add_rmsnorm/reference.h); a failure makes the command exit 1.
 #include <algorithm>
@@ -160,6 +165,7 @@ const char* mode_name(Mode m) { return m == Mode::kNone ? "none" : m == Mode::kS
 // One rotation set: the buffers of one call (contiguous [M, H] matrices).
 struct Set {
   std::unique_ptr<DevBuf> x, res, ro, out, scales, y, rstd;  // y, rstd: the baseline's intermediates
+  std::unique_ptr<DevBuf> copy_src, copy_dst;                // the same-size copy
 };
 
 void print_help() {
@@ -174,6 +180,7 @@ void print_help() {
       "  --reps N             timed repetitions, median reported (default 100)\n"
       "  --warmup N           untimed calls first (default 10)\n"
       "  --graph-calls N      calls per captured graph for rows <= 32 (default 20)\n"
+      "  --clusters on|off    sm_90 cluster kernels (default on); off times the one-block-per-row kernels\n"
       "  --quick              rows 8,2048 x H 4096,16384 x fp8 none,dynamic, 30 reps (explicit options win)\n"
       "  --json FILE          write the run and its rows as JSON\n"
       "Exit status: 0 ok, 1 a verification failed or an error, 2 no usable GPU.\n");
@@ -266,6 +273,9 @@ int run(const Args& args) {
   const int graph_calls = static_cast<int>(args.get_int("graph-calls", 20));
   if (reps < 1 || warmup < 0 || graph_calls < 1) throw Error("--reps and --graph-calls must be >= 1, --warmup >= 0");
   if (args.has("json") && args.get("json").empty()) throw Error("--json needs a file name");
+  const std::string clusters = args.get("clusters", "on");
+  if (clusters != "on" && clusters != "off") throw Error("--clusters must be on or off, got '" + clusters + "'");
+  detail::set_add_rmsnorm_clusters_enabled(clusters == "on");
 
   if (!require_gpu("blockfuse bench add-rmsnorm")) return 2;
   cudaStream_t s = nullptr;
@@ -284,7 +294,7 @@ int run(const Args& args) {
 
   const float eps = 1e-6f;
   const size_t es = dtype_size(dt);
-  Table table({"H", "rows", "fp8", "kernel", "µs", "GB/s", "%copy", "base µs", "base GB/s", "speedup", "timing", "verified"});
+  Table table({"H", "rows", "fp8", "kernel", "µs", "GB/s", "%copy", "%same-copy", "copy µs", "base µs", "base GB/s", "speedup", "timing", "verified"});
   Json jrows = Json::array();
   bool all_ok = true;
   int points = 0, skipped = 0;
@@ -310,7 +320,9 @@ int run(const Args& args) {
         const int sets = graph ? 1 : rotation_sets(int64_t(bytes), 16);
         // Per set: x, residual, residual_out, out, scales, and the baseline's dtype intermediate
         // (dynamic) and rstd.
-        const size_t per_set = 3 * mat + out_bytes + 4 * size_t(M) + (mode == Mode::kDynamic ? mat : 0) + 4 * size_t(M);
+        // The same-size copy: bytes/2 copied (16-byte multiple).
+        const size_t copy_bytes = size_t(bytes / 2) / 16 * 16;
+        const size_t per_set = 3 * mat + out_bytes + 4 * size_t(M) + (mode == Mode::kDynamic ? mat : 0) + 4 * size_t(M) + 2 * copy_bytes;
         size_t free_b = 0, total_b = 0;
         BENCH_CUDA(cudaMemGetInfo(&free_b, &total_b));
         if (per_set * size_t(sets) + (256u << 20) > free_b) {
@@ -329,6 +341,9 @@ int run(const Args& args) {
           st.scales = std::make_unique<DevBuf>(4 * size_t(M));
           st.y = std::make_unique<DevBuf>(mode == Mode::kDynamic ? mat : 16);
           st.rstd = std::make_unique<DevBuf>(4 * size_t(M));
+          st.copy_src = std::make_unique<DevBuf>(copy_bytes);
+          st.copy_dst = std::make_unique<DevBuf>(copy_bytes);
+          BENCH_CUDA(cudaMemsetAsync(st.copy_src->p, 0, copy_bytes, s));
           testing::fill_uniform(make_matrix(st.x->p, dt, M, H), -1.f, 1.f, 1000003ull * uint64_t(M) + 2 * uint64_t(i), s);
           testing::fill_uniform(make_matrix(st.res->p, dt, M, H), -1.f, 1.f, 1000003ull * uint64_t(M) + 2 * uint64_t(i) + 1, s);
         }
@@ -396,25 +411,36 @@ int run(const Args& args) {
         const bool ok = vf.ok && vb.ok;
         all_ok = all_ok && ok;
 
-        Timing tf, tb;
+        auto copy = [&](int i) {
+          const Set& st = set[size_t(i % sets)];
+          BENCH_CUDA(cudaMemcpyAsync(st.copy_dst->p, st.copy_src->p, copy_bytes, cudaMemcpyDeviceToDevice, s));
+        };
+        Timing tf, tb, tc;
         if (graph) {
           tf = time_graph_per_call([&] { fused(0); }, s, graph_calls, warmup, reps);
           tb = time_graph_per_call([&] { base(0); }, s, graph_calls, warmup, reps);
+          tc = time_graph_per_call([&] { copy(0); }, s, graph_calls, warmup, reps);
         } else {
           tf = time_it(fused, s, warmup, reps);
           tb = time_it(base, s, warmup, reps);
+          tc = time_it(copy, s, warmup, reps);
         }
         BENCH_CUDA(cudaStreamSynchronize(s));
-        const double us = tf.median_ms * 1e3, bus = tb.median_ms * 1e3;
+        const double us = tf.median_ms * 1e3, bus = tb.median_ms * 1e3, cus = tc.median_ms * 1e3;
         const double gbs = bytes / (tf.median_ms * 1e-3) / 1e9, bgbs = bytes / (tb.median_ms * 1e-3) / 1e9;
+        const double cgbs = 2.0 * double(copy_bytes) / (tc.median_ms * 1e-3) / 1e9;  // read + written
         ++points;
-        std::fprintf(stderr, "[add-rmsnorm] H=%ld rows=%ld fp8=%s: %.2f µs %.0f GB/s (%.1f%% of copy), baseline %.2f µs, x%.2f %s\n",
-                     long(H), long(M), mode_name(mode), us, gbs, 100 * gbs / copy_bw, bus, bus / us, ok ? "verified" : "VERIFY FAILED");
+        std::fprintf(stderr,
+                     "[add-rmsnorm] H=%ld rows=%ld fp8=%s: %.2f µs %.0f GB/s (%.1f%% of copy, %.1f%% of the same-size copy "
+                     "%.2f µs), baseline %.2f µs, x%.2f %s\n",
+                     long(H), long(M), mode_name(mode), us, gbs, 100 * gbs / copy_bw, 100 * gbs / cgbs, cus, bus, bus / us,
+                     ok ? "verified" : "VERIFY FAILED");
         const std::string timing = graph ? "graph/" + std::to_string(graph_calls) : "rot " + std::to_string(sets);
-        const detail::AddRmsNormConfig kc = detail::add_rmsnorm_config(int(H / 8));
-        const std::string kernel = kc.v ? "v" + std::to_string(kc.v) + "x" + std::to_string(kc.threads) : "loop x" + std::to_string(kc.threads);
+        const detail::AddRmsNormConfig kc = detail::add_rmsnorm_launch_config(int(H / 8));
+        const std::string kernel = (kc.cluster > 1 ? "c" + std::to_string(kc.cluster) + ":" : std::string()) +
+                                   (kc.v ? "v" + std::to_string(kc.v) + "x" + std::to_string(kc.threads) : "loop x" + std::to_string(kc.threads));
         table.add({std::to_string(H), std::to_string(M), mode_name(mode), kernel, fmt(us, 2), fmt(gbs, 0), fmt(100 * gbs / copy_bw, 1),
-                   fmt(bus, 2), fmt(bgbs, 0), fmt(bus / us, 2), timing, ok ? "yes" : "NO"});
+                   fmt(100 * gbs / cgbs, 1), fmt(cus, 2), fmt(bus, 2), fmt(bgbs, 0), fmt(bus / us, 2), timing, ok ? "yes" : "NO"});
         Json r = Json::object();
         r.set("benchmark", "add-rmsnorm")
             .set("device", dev_name)
@@ -429,6 +455,11 @@ int run(const Args& args) {
             .set("fused_min_us", tf.min_ms * 1e3)
             .set("fused_gbs", gbs)
             .set("fused_frac_of_copy", gbs / copy_bw)
+            .set("same_size_copy_bytes", int64_t(copy_bytes))
+            .set("same_size_copy_us", cus)
+            .set("same_size_copy_gbs", cgbs)
+            .set("fused_frac_of_same_size_copy", gbs / cgbs)
+            .set("clusters", clusters == "on")
             .set("baseline", "one kernel per op: add; row sum of squares; normalise (+ per-row quantise for dynamic fp8)")
             .set("baseline_us", bus)
             .set("baseline_min_us", tb.min_ms * 1e3)
@@ -449,7 +480,8 @@ int run(const Args& args) {
   std::printf("\nblockfuse bench add-rmsnorm — %s (cc %s), %s, eps %g; median of %d (after %d warm-up)\n", dev_name.c_str(),
               cc.c_str(), dts.c_str(), double(eps), reps, warmup);
   std::printf("GB/s = minimum bytes (read x, residual, weight; write residual_out, out, scales) / time; %%copy = of the "
-              "device copy measured this run (%.0f GB/s);\nbase = one kernel per op; rows <= 32 timed as %d calls per CUDA "
+              "device copy measured this run (%.0f GB/s);\n%%same-copy = of a cudaMemcpyAsync D2D of bytes/2 timed the same way "
+              "('copy µs'); kernel cN: = a cluster of N CTAs per row;\nbase = one kernel per op; rows <= 32 timed as %d calls per CUDA "
               "graph, larger with inputs rotated over 'rot' copies.\n",
               copy_bw, graph_calls);
   table.print();

@@ -1,8 +1,17 @@
-// Fused residual add + RMSNorm (blockfuse/add_rmsnorm.h): one block per row, the row held in
-// registers between the fp32 reduction and the writes, so global memory is read once and written
-// once — the minimum traffic, which is the whole cost of this memory-bound op.
+// Fused residual add + RMSNorm (blockfuse/add_rmsnorm.h): one block (or, on sm_90, one cluster
+// of blocks) per row, the row held in registers between the fp32 reduction and the writes, so
+// global memory is read once and written once — the minimum traffic, which is the whole cost of
+// this memory-bound op.
 //
-// Kernel shapes (chosen on the host from H, see config.h):
+// Kernel shapes (chosen on the host from H and the device, see config.h):
+//   cluster path   sm_90, 3072 <= H <= 131072: a thread-block cluster of C = 2, 4 or 8 CTAs shares
+//                  each row, CTA rank k holding the slice of chunks [k*S, (k+1)*S) (S = ceil(H/8 /
+//                  C), the last slice shorter) in registers, V = 2 or 4 per thread, its weight
+//                  slice too. The CTAs exchange their partial sums (and FP8 amax) through
+//                  distributed shared memory and add them in rank order, so every CTA of the
+//                  cluster computes the bit-identical total and rsqrt. The row is then fetched by
+//                  C SMs at once (one SM per row was per-SM bound: 6-7 µs for one H = 16384 row on
+//                  the H100) and the CTAs are small (finer waves for many rows).
 //   register path  each of T threads (a multiple of 32) holds V 16-byte chunks of the row (8
 //                  elements each, as packed dtype bits: the norm is computed from the rounded
 //                  residual_out, so the rounded values are all that needs keeping — 4 registers
@@ -18,14 +27,20 @@
 #include "blockfuse/add_rmsnorm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 
+#include <mutex>
+#include <vector>
+
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include "add_rmsnorm/config.h"
+#include "blockfuse/gated_up.h"  // current_device_spec
 #include "common/check.h"
 #include "common/fp8_device.cuh"
 
@@ -127,24 +142,35 @@ __device__ __forceinline__ float sumsq8(const float f[8]) {
   return s;
 }
 
-// v = r · inv · g for one chunk; g = w or 1 + w. The weight is shared by every row: read through
-// the non-coherent (read-only) path so it stays in L1/L2.
+// v = r · inv · g for one chunk; g = w or 1 + w (w: the weight chunk, already in registers).
 template <class T>
-__device__ __forceinline__ void norm_chunk(const uint4& r, const T* w, int c, float inv, bool gemma, float v[8]) {
+__device__ __forceinline__ void norm_chunk(const uint4& r, const uint4& w, float inv, bool gemma, float v[8]) {
   float rf[8], g[8];
   Pack<T>::unpack(r, rf);
-  Pack<T>::unpack(__ldg(reinterpret_cast<const uint4*>(w) + c), g);
+  Pack<T>::unpack(w, g);
 #pragma unroll
   for (int j = 0; j < 8; ++j) v[j] = rf[j] * inv * (gemma ? 1.0f + g[j] : g[j]);
 }
 
-// Starts fetching the weight into L2 (one request per 128-byte line: the thread whose chunk
-// begins a line) so that, for a few-row decode step, its DRAM latency overlaps the row loads instead
-// of following the reduction; the weight registers are only taken after the reduction.
-template <class T>
-__device__ __forceinline__ void prefetch_weight(const T* w, int nchunks) {
-  for (int c = threadIdx.x * 8; c < nchunks; c += blockDim.x * 8)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(w + c * 8));
+// The weight chunks a thread needs (chunks first + tid + i*nt, i < V, those below `len`), loaded
+// once per block before the row loop, so their latency overlaps the first row's loads instead of
+// following the reduction (the weight is shared by every row: the read-only path keeps it in L2).
+template <int V>
+__device__ __forceinline__ void load_weight(const void* w, int first, int len, uint4 (&wv)[V]) {
+  const uint4* wp = static_cast<const uint4*>(w) + first;
+  const int tid = threadIdx.x, nt = blockDim.x;
+#pragma unroll
+  for (int i = 0; i < V; ++i) wv[i] = tid + i * nt < len ? __ldg(wp + tid + i * nt) : zero4();
+}
+
+// Called at the top of each row of the grid-stride loop: makes the packed weight registers opaque
+// to the compiler, which otherwise hoists their unpacking to fp32 (loop-invariant) out of the row
+// loop and keeps 8 instead of 4 registers per chunk live — 90+ registers and spills at V = 8 (ptxas,
+// sm_90). Emits no instruction.
+template <int V>
+__device__ __forceinline__ void keep_packed(uint4 (&wv)[V]) {
+#pragma unroll
+  for (int i = 0; i < V; ++i) asm volatile("" : "+r"(wv[i].x), "+r"(wv[i].y), "+r"(wv[i].z), "+r"(wv[i].w));
 }
 
 __device__ __forceinline__ float finite_abs_max8(const float v[8]) {
@@ -171,14 +197,16 @@ __global__ void __launch_bounds__(512) add_rmsnorm_regs(const Params p) {
   __shared__ float red[2][32];
   const int nchunks = p.h >> 3;
   const int tid = threadIdx.x, nt = blockDim.x;
-  const T* w = static_cast<const T*>(p.w);
   const float inv_h = 1.0f / float(p.h);
   const float static_scale = kOut == kOutFp8Static ? __ldg(p.scale) : 1.0f;
-  prefetch_weight(w, nchunks);
+  uint4 w[V];
+  load_weight<V>(p.w, 0, nchunks, w);
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    keep_packed<V>(w);
     const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + row * p.ldx);
     const uint4* rr = p.res ? reinterpret_cast<const uint4*>(static_cast<const T*>(p.res) + row * p.ldr) : nullptr;
-    // All loads first (x, then residual) so every chunk of the row is in flight at once.
+    // All loads first (x, then residual; the weight before the loop) so every chunk of the row is
+    // in flight at once.
     uint4 r[V], b[V];
 #pragma unroll
     for (int i = 0; i < V; ++i) r[i] = tid + i * nt < nchunks ? __ldcs(xr + tid + i * nt) : zero4();
@@ -194,23 +222,25 @@ __global__ void __launch_bounds__(512) add_rmsnorm_regs(const Params p) {
       Pack<T>::unpack(r[i], f);
       ss += sumsq8(f);
     }
-    const float inv = rsqrtf(block_reduce<false>(ss, red[0]) * inv_h + p.eps);
+    // residual_out does not depend on the norm: stored before the reduction's barriers, so the
+    // stores drain while the warps wait. In place, each thread overwrites only chunks it has read.
     if (p.res_out) {
       uint4* ro = reinterpret_cast<uint4*>(static_cast<T*>(p.res_out) + row * p.ldro);
 #pragma unroll
       for (int i = 0; i < V; ++i)
         if (tid + i * nt < nchunks) ro[tid + i * nt] = r[i];
     }
+    const float inv = rsqrtf(block_reduce<false>(ss, red[0]) * inv_h + p.eps);
     float s = static_scale;
     if constexpr (kOut == kOutFp8Dynamic) {
       // amax of the finite v over the row: a second reduction in the same pass, over the values
-      // still in registers (the weight chunks come again from L1).
+      // still in registers.
       float m = 0;
 #pragma unroll
       for (int i = 0; i < V; ++i)
         if (tid + i * nt < nchunks) {
           float v[8];
-          norm_chunk<T>(r[i], w, tid + i * nt, inv, p.gemma, v);
+          norm_chunk<T>(r[i], w[i], inv, p.gemma, v);
           m = fmaxf(m, finite_abs_max8(v));
         }
       const float amax = block_reduce<true>(m, red[1]);
@@ -222,10 +252,109 @@ __global__ void __launch_bounds__(512) add_rmsnorm_regs(const Params p) {
     for (int i = 0; i < V; ++i)
       if (tid + i * nt < nchunks) {
         float v[8];
-        norm_chunk<T>(r[i], w, tid + i * nt, inv, p.gemma, v);
+        norm_chunk<T>(r[i], w[i], inv, p.gemma, v);
         store_out<T, kOut>(p, row, tid + i * nt, v, inv_s);
       }
   }
+}
+
+// Cluster path (sm_90): the CTAs of a cluster of C share each row (config.h). CTA rank k holds
+// chunks [first, first + len) of the row (first = k*S), V per thread: chunk first + tid + i*nt.
+// Per row: all loads (x, residual; the weight slice once per CTA) -> partial sum of squares ->
+// block reduction -> this CTA's partial into its shared `part` -> cluster.sync -> every thread
+// reads the C partials through distributed shared memory and adds them in rank order (so all CTAs
+// get the same bits: the same rsqrt everywhere) -> the same for the FP8 dynamic amax -> stores.
+// `part` is double-buffered by row parity: a CTA writes the slot of row j+2 only after passing the
+// barrier of row j+1, which every CTA reaches after reading the slot of row j. All CTAs of a
+// cluster walk the same rows (grid-stride by clusters), so the barriers match; a last
+// cluster.sync keeps each CTA's shared memory alive until its peers have read it.
+template <class T, int V, int kOut>
+__global__ void __launch_bounds__(512) add_rmsnorm_cluster(const Params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  __shared__ float red[2][32];
+  __shared__ float part[2][2];  // [row parity][sum of squares, amax] of this CTA's slice
+  const int C = static_cast<int>(cluster.num_blocks());
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int nchunks = p.h >> 3;
+  const int slice = (nchunks + C - 1) / C;
+  const int first = rank * slice;
+  const int len = max(0, min(slice, nchunks - first));
+  const int tid = threadIdx.x, nt = blockDim.x;
+  const float inv_h = 1.0f / float(p.h);
+  const float static_scale = kOut == kOutFp8Static ? __ldg(p.scale) : 1.0f;
+  uint4 w[V];
+  load_weight<V>(p.w, first, len, w);
+  int par = 0;
+  for (int64_t row = blockIdx.x / C; row < p.rows; row += gridDim.x / C, par ^= 1) {
+    keep_packed<V>(w);
+    const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + row * p.ldx) + first;
+    const uint4* rr = p.res ? reinterpret_cast<const uint4*>(static_cast<const T*>(p.res) + row * p.ldr) + first : nullptr;
+    uint4 r[V], b[V];
+#pragma unroll
+    for (int i = 0; i < V; ++i) r[i] = tid + i * nt < len ? __ldcs(xr + tid + i * nt) : zero4();
+    if (rr) {
+#pragma unroll
+      for (int i = 0; i < V; ++i) b[i] = tid + i * nt < len ? __ldcs(rr + tid + i * nt) : zero4();
+    }
+    float ss = 0;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      r[i] = add_chunk<T>(r[i], b[i], rr != nullptr);  // masked chunks stay 0: no effect on the sum
+      float f[8];
+      Pack<T>::unpack(r[i], f);
+      ss += sumsq8(f);
+    }
+    // residual_out does not depend on the norm: stored before the cluster barrier, so the stores
+    // drain while the CTAs wait for each other. In place (residual_out == residual) this CTA only
+    // overwrites its own slice, which it has already read.
+    if (p.res_out) {
+      uint4* ro = reinterpret_cast<uint4*>(static_cast<T*>(p.res_out) + row * p.ldro) + first;
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+        if (tid + i * nt < len) ro[tid + i * nt] = r[i];
+    }
+    const float cta_ss = block_reduce<false>(ss, red[0]);
+    if (tid == 0) part[par][0] = cta_ss;
+    cluster.sync();
+    float total = 0;
+#pragma unroll 1
+    for (int k = 0; k < C; ++k) total += *cluster.map_shared_rank(&part[par][0], k);
+    const float inv = rsqrtf(total * inv_h + p.eps);
+    float s = static_scale;
+    if constexpr (kOut == kOutFp8Dynamic) {
+      float m = 0;
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+        if (tid + i * nt < len) {
+          float v[8];
+          norm_chunk<T>(r[i], w[i], inv, p.gemma, v);
+          m = fmaxf(m, finite_abs_max8(v));
+        }
+      const float cta_m = block_reduce<true>(m, red[1]);
+      if (tid == 0) part[par][1] = cta_m;
+      cluster.sync();
+      float amax = 0;
+#pragma unroll 1
+      for (int k = 0; k < C; ++k) amax = fmaxf(amax, *cluster.map_shared_rank(&part[par][1], k));
+      s = amax > 0.0f ? amax / kFp8E4M3Max : 1.0f;
+      if (rank == 0 && tid == 0) p.scale[row] = s;
+    }
+    const float inv_s = 1.0f / s;
+#pragma unroll
+    for (int i = 0; i < V; ++i)
+      if (tid + i * nt < len) {
+        float v[8];
+        norm_chunk<T>(r[i], w[i], inv, p.gemma, v);
+        store_out<T, kOut>(p, row, first + tid + i * nt, v, inv_s);
+      }
+  }
+  cluster.sync();
+#else
+  // Never launched below sm_90 (cluster_path_available() checks the code's architecture).
+  __trap();
+#endif
 }
 
 // Loop path (H > 32768): the row does not fit the registers of one block, so it is read again.
@@ -233,7 +362,7 @@ template <class T, int kOut>
 __global__ void __launch_bounds__(512) add_rmsnorm_loop(const Params p) {
   __shared__ float red[2][32];
   const int nchunks = p.h >> 3;
-  const T* w = static_cast<const T*>(p.w);
+  const uint4* w = static_cast<const uint4*>(p.w);  // read-only path: shared by every row, stays in L2
   const float inv_h = 1.0f / float(p.h);
   const float static_scale = kOut == kOutFp8Static ? __ldg(p.scale) : 1.0f;
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
@@ -263,7 +392,7 @@ __global__ void __launch_bounds__(512) add_rmsnorm_loop(const Params p) {
       float m = 0;
       for (int c = threadIdx.x; c < nchunks; c += blockDim.x) {
         float v[8];
-        norm_chunk<T>(reread(c), w, c, inv, p.gemma, v);
+        norm_chunk<T>(reread(c), __ldg(w + c), inv, p.gemma, v);
         m = fmaxf(m, finite_abs_max8(v));
       }
       const float amax = block_reduce<true>(m, red[1]);
@@ -273,15 +402,67 @@ __global__ void __launch_bounds__(512) add_rmsnorm_loop(const Params p) {
     const float inv_s = 1.0f / s;
     for (int c = threadIdx.x; c < nchunks; c += blockDim.x) {
       float v[8];
-      norm_chunk<T>(reread(c), w, c, inv, p.gemma, v);
+      norm_chunk<T>(reread(c), __ldg(w + c), inv, p.gemma, v);
       store_out<T, kOut>(p, row, c, v, inv_s);
     }
   }
 }
 
+template <class T, int V, int kOut>
+void launch_cluster(const Params& p, const detail::AddRmsNormConfig& cfg, cudaStream_t stream) {
+  // One cluster per row (grid-stride beyond 2^31 - 1 blocks).
+  const int64_t clusters = std::min<int64_t>(p.rows, std::numeric_limits<int>::max() / cfg.cluster);
+  cudaLaunchConfig_t lc{};
+  lc.gridDim = dim3(static_cast<unsigned>(clusters * cfg.cluster));
+  lc.blockDim = dim3(static_cast<unsigned>(cfg.threads));
+  lc.dynamicSmemBytes = 0;
+  lc.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(cfg.cluster);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  lc.attrs = attr;
+  lc.numAttrs = 1;
+  BF_CUDA_CHECK(cudaLaunchKernelEx(&lc, add_rmsnorm_cluster<T, V, kOut>, p));
+}
+
+// Whether the current device runs the cluster kernels: compute capability >= 9.0 *and* the
+// library carries code for them compiled for sm_90+ (a build for sm_80 only runs on a Hopper
+// through its compute_80 PTX, where the cluster kernel's body is a trap; ptxVersion is the
+// virtual architecture the loaded code was compiled for). Cached per device.
+bool cluster_path_available() {
+  static std::mutex mu;
+  static std::vector<int> cache;  // per device: -1 unknown, 0 no, 1 yes
+  int dev = 0;
+  BF_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  if (static_cast<int>(cache.size()) <= dev) cache.resize(dev + 1, -1);
+  if (cache[dev] < 0) {
+    bool ok = current_device_spec().cc_major >= 9;
+    if (ok) {
+      cudaFuncAttributes a{};
+      BF_CUDA_CHECK(cudaFuncGetAttributes(&a, add_rmsnorm_cluster<__nv_bfloat16, 2, kOutDtype>));
+      ok = a.ptxVersion >= 90;
+    }
+    cache[dev] = ok ? 1 : 0;
+  }
+  return cache[dev] == 1;
+}
+
+std::atomic<bool> g_clusters_enabled{true};
+
 template <class T, int kOut>
 void launch(const Params& p, cudaStream_t stream) {
-  const detail::AddRmsNormConfig cfg = detail::add_rmsnorm_config(p.h / 8);
+  const detail::AddRmsNormConfig cfg = detail::add_rmsnorm_launch_config(p.h / 8);
+  if (cfg.cluster > 1) {
+    if (cfg.v == 2)
+      launch_cluster<T, 2, kOut>(p, cfg, stream);
+    else
+      launch_cluster<T, 4, kOut>(p, cfg, stream);
+    BF_CHECK_LAUNCH();
+    return;
+  }
   // One block per row; beyond 2^31 - 1 rows the blocks loop (grid-stride over rows).
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(p.rows, std::numeric_limits<int>::max()));
   switch (cfg.v) {
@@ -391,6 +572,14 @@ Params make_params(const ConstMatrix& x, const ConstMatrix& residual, const Cons
 }
 
 }  // namespace
+
+namespace detail {
+AddRmsNormConfig add_rmsnorm_launch_config(int nchunks) {
+  if (g_clusters_enabled.load(std::memory_order_relaxed) && cluster_path_available()) return add_rmsnorm_config_sm90(nchunks);
+  return add_rmsnorm_config(nchunks);
+}
+void set_add_rmsnorm_clusters_enabled(bool enabled) { g_clusters_enabled.store(enabled, std::memory_order_relaxed); }
+}  // namespace detail
 
 void add_rmsnorm(ConstMatrix x, ConstMatrix residual, ConstMatrix weight, Matrix residual_out, Matrix out,
                  RmsNormOptions opt, cudaStream_t stream) {

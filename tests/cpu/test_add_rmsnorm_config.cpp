@@ -1,7 +1,9 @@
 // add_rmsnorm's launch shape (src/add_rmsnorm/config.h): for every row length up to the register
 // limit, the block covers the row (threads x v chunks), is a whole number of warps and fits the
-// kernels' __launch_bounds__(512); longer rows take the loop path. The shapes of the common hidden
-// sizes are pinned so a change to them is deliberate (they decide registers, occupancy, latency).
+// kernels' __launch_bounds__(512); longer rows take the loop path. The sm_90 cluster shape: C CTAs
+// whose slices (ceil(n / C) chunks, the last one shorter) cover the row, each CTA non-empty and
+// without a whole idle warp, v = 2 or 4 (loads overlap). The shapes of the common hidden sizes are
+// pinned so a change to them is deliberate (they decide registers, occupancy, latency).
 #include <gtest/gtest.h>
 
 #include "add_rmsnorm/config.h"
@@ -30,6 +32,40 @@ TEST(AddRmsNormConfig, CommonHiddenSizes) {
   for (const Want w : {Want{8, 1, 32}, Want{24, 1, 32}, Want{3584, 2, 224}, Want{4096, 2, 256}, Want{5120, 4, 160},
                        Want{8192, 4, 256}, Want{16384, 8, 256}, Want{32768, 8, 512}}) {
     const detail::AddRmsNormConfig c = detail::add_rmsnorm_config(w.h / 8);
+    EXPECT_EQ(c.v, w.v) << "H " << w.h;
+    EXPECT_EQ(c.threads, w.threads) << "H " << w.h;
+  }
+}
+
+TEST(AddRmsNormConfig, ClusterSlicesCoverEveryRowLength) {
+  for (int n = detail::kAddRmsNormMinClusterChunks; n <= detail::kAddRmsNormMaxClusterChunks; ++n) {
+    const detail::AddRmsNormConfig c = detail::add_rmsnorm_config_sm90(n);
+    ASSERT_TRUE(c.cluster == 2 || c.cluster == 4 || c.cluster == 8) << "chunks " << n;
+    ASSERT_TRUE(c.v == 2 || c.v == 4) << "chunks " << n;
+    const int slice = (n + c.cluster - 1) / c.cluster;
+    ASSERT_GE(c.threads * c.v, slice) << "chunks " << n;
+    ASSERT_LT((c.threads - 32) * c.v, slice) << "chunks " << n << ": a whole idle warp";
+    ASSERT_EQ(c.threads % 32, 0) << "chunks " << n;
+    ASSERT_LE(c.threads, 512) << "chunks " << n;
+    ASSERT_GT(n - (c.cluster - 1) * slice, 0) << "chunks " << n << ": the last CTA's slice is empty";
+  }
+  // Outside the cluster range: exactly the one-block (sm_80) shape.
+  for (int n : {1, 8, 255, detail::kAddRmsNormMinClusterChunks - 1, detail::kAddRmsNormMaxClusterChunks + 1, 1 << 27}) {
+    const detail::AddRmsNormConfig c = detail::add_rmsnorm_config_sm90(n), o = detail::add_rmsnorm_config(n);
+    EXPECT_EQ(c.cluster, 1) << "chunks " << n;
+    EXPECT_EQ(c.v, o.v) << "chunks " << n;
+    EXPECT_EQ(c.threads, o.threads) << "chunks " << n;
+  }
+  EXPECT_EQ(detail::add_rmsnorm_config(512).cluster, 1);
+}
+
+TEST(AddRmsNormConfig, ClusterCommonHiddenSizes) {
+  struct Want { int h, cluster, v, threads; };
+  for (const Want w : {Want{2048, 1, 2, 128}, Want{3584, 2, 2, 128}, Want{4096, 2, 2, 128}, Want{5120, 2, 2, 160},
+                       Want{8192, 4, 2, 128}, Want{8200, 4, 2, 160}, Want{16384, 4, 2, 256}, Want{16392, 4, 2, 288},
+                       Want{32768, 8, 2, 256}, Want{131072, 8, 4, 512}, Want{131080, 1, 0, 512}}) {
+    const detail::AddRmsNormConfig c = detail::add_rmsnorm_config_sm90(w.h / 8);
+    EXPECT_EQ(c.cluster, w.cluster) << "H " << w.h;
     EXPECT_EQ(c.v, w.v) << "H " << w.h;
     EXPECT_EQ(c.threads, w.threads) << "H " << w.h;
   }

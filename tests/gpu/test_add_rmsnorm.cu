@@ -7,8 +7,14 @@
 //     subnormal step 2^-9 · scale), saturation at ±448 included; dynamic scales within 1e-5 of the
 //     reference's (fp32 vs fp64 v), static scale read from device memory.
 // Shapes: rows 1, 3, 255 (and 65537 at H = 8 and 64), H = 8, 24 (one chunk; a masked tail), 3584,
-// 4096, 5120, 16384 (each register-path configuration) and 32768 / 32776 (the largest register
-// row; the loop path). Outputs are poisoned (NaN) before each launch; strided cases carry sentinel
+// 4096, 5120, 16384 (each register-path configuration; on sm_90 3584..16384 take the cluster path:
+// C = 2 or 4 CTAs per row), 8200 and 16392 (cluster slices of unequal length: the last CTA's slice
+// is shorter, its tail chunks masked), 32768 / 32776 / 65536 (the largest register row; the loop
+// path; on sm_90 clusters of 8) and 131072 / 131080 (sm_90: the widest cluster shape, v = 4, and
+// the fallback to the loop path beyond it). On sm_90 the one-block kernels are also run with the
+// clusters switched off (detail::set_add_rmsnorm_clusters_enabled). Determinism: the same inputs twice give bit-identical outputs, and a
+// constant row gives one output value in every CTA's slice (all CTAs of a cluster must use the same
+// rsqrt and scale). Outputs are poisoned (NaN) before each launch; strided cases carry sentinel
 // padding that must come back untouched. Each test skips, saying so, where no CUDA device exists.
 #include <gtest/gtest.h>
 
@@ -23,6 +29,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "add_rmsnorm/config.h"
 #include "add_rmsnorm/reference.h"
 #include "blockfuse/add_rmsnorm.h"
 #include "support/test_util.h"
@@ -228,7 +235,7 @@ void run_case(const Case& c) {
 
 class AddRmsNormGpu : public ::testing::TestWithParam<DType> {};
 
-const int64_t kHidden[] = {8, 24, 3584, 4096, 5120, 16384};
+const int64_t kHidden[] = {8, 24, 3584, 4096, 5120, 8200, 16384, 16392};
 
 TEST_P(AddRmsNormGpu, OutOfPlace) {
   SKIP_WITHOUT_GPU();
@@ -264,7 +271,8 @@ TEST_P(AddRmsNormGpu, InPlace) {
 
 TEST_P(AddRmsNormGpu, LargestRegisterRowAndLoopPath) {
   SKIP_WITHOUT_GPU();
-  for (int64_t h : {32768, 32776, 65536})
+  // sm_90: 32768..131072 are clusters of 8 (131072: v = 4 per thread), 131080 the loop path.
+  for (int64_t h : {32768, 32776, 65536, 131072, 131080})
     for (bool in_place : {false, true})
       for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
         Case c;
@@ -384,6 +392,30 @@ TEST_P(AddRmsNormGpu, OnAStream) {
   CUDA_OK(cudaStreamDestroy(s));
 }
 
+// On sm_90 the one-block-per-row kernels (the sm_80 path) would otherwise only run for H < 3072
+// and H > 131072: run the cluster shapes through them too.
+struct ClustersOff {
+  ClustersOff() { detail::set_add_rmsnorm_clusters_enabled(false); }
+  ~ClustersOff() { detail::set_add_rmsnorm_clusters_enabled(true); }
+};
+
+TEST_P(AddRmsNormGpu, OneBlockPerRowKernelsEverywhere) {
+  SKIP_WITHOUT_GPU();
+  ClustersOff off;
+  for (int64_t h : {3584, 4096, 5120, 8200, 16384, 16392, 32768, 65536})
+    for (Fp8 f : {Fp8::kNone, Fp8::kStatic, Fp8::kDynamic}) {
+      Case c;
+      c.dt = GetParam();
+      c.rows = 67;
+      c.h = h;
+      c.fp8 = f;
+      c.pad = h == 8200 ? 8 : 0;
+      c.in_place = f == Fp8::kStatic;
+      c.gemma = h == 5120;
+      run_case(c);
+    }
+}
+
 std::string dt_name(const ::testing::TestParamInfo<DType>& i) { return dtype_name(i.param); }
 
 INSTANTIATE_TEST_SUITE_P(BothDtypes, AddRmsNormGpu, ::testing::Values(DType::kBF16, DType::kFP16), dt_name);
@@ -393,7 +425,7 @@ INSTANTIATE_TEST_SUITE_P(BothDtypes, AddRmsNormGpu, ::testing::Values(DType::kBF
 TEST(AddRmsNormSanitizer, EveryKernelVariantSmall) {
   SKIP_WITHOUT_GPU();
   for (DType dt : {DType::kBF16, DType::kFP16})
-    for (int64_t h : {24, 2048, 5120, 16384, 32776})
+    for (int64_t h : {24, 2048, 5120, 8200, 16384, 16392, 32776})
       for (Fp8 f : {Fp8::kNone, Fp8::kStatic, Fp8::kDynamic}) {
         Case c;
         c.dt = dt;
@@ -401,10 +433,113 @@ TEST(AddRmsNormSanitizer, EveryKernelVariantSmall) {
         c.h = h;
         c.fp8 = f;
         c.pad = 8;
-        c.in_place = h == 2048;
+        c.in_place = h == 2048 || h == 8200;
         c.has_res = h != 5120;
         c.write_res = h != 24;
         run_case(c);
+      }
+}
+
+// The register kernels V = 4 and 8 and the loop path (on sm_90 only reached with the clusters
+// switched off), and the cluster kernel with v = 4 (H = 131072, clusters on).
+TEST(AddRmsNormSanitizer, OneBlockPerRowKernelsAndWideClustersSmall) {
+  SKIP_WITHOUT_GPU();
+  for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
+    Case c;
+    c.rows = 2;
+    c.h = 131072;
+    c.fp8 = f;
+    c.in_place = f == Fp8::kNone;
+    run_case(c);
+  }
+  ClustersOff off;
+  for (int64_t h : {5120, 16392, 32776})
+    for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
+      Case c;
+      c.rows = 3;
+      c.h = h;
+      c.fp8 = f;
+      c.in_place = h == 5120;
+      run_case(c);
+    }
+}
+
+// Runs add_rmsnorm (or add_rmsnorm_fp8 with dynamic scales) on x/residual and returns the bytes of
+// residual_out, out and the scales, in that order, for bit comparisons.
+std::vector<uint8_t> run_raw(DType dt, int64_t M, int64_t H, const HostMatrix& x, const HostMatrix& res,
+                             const HostMatrix& w, bool fp8) {
+  DevBytes dx(x), dres(res), dw(w);
+  const size_t mat = size_t(M * H) * 2, outb = fp8 ? size_t(M * H) : mat;
+  std::vector<uint8_t> poison(std::max(mat, outb), 0xff);
+  DevBytes dro(poison.data(), mat), dout(poison.data(), outb), dscale(poison.data(), size_t(M) * 4);
+  const ConstMatrix xv{dx.p, dt, M, H, H}, rv{dres.p, dt, M, H, H}, wv{dw.p, dt, 1, H, H};
+  const Matrix rov{dro.p, dt, M, H, H};
+  if (fp8)
+    add_rmsnorm_fp8(xv, rv, wv, rov, Fp8Matrix{dout.p, M, H, H}, Fp8Scale{Fp8ScaleMode::kDynamicPerRow, static_cast<float*>(dscale.p)});
+  else
+    add_rmsnorm(xv, rv, wv, rov, Matrix{dout.p, dt, M, H, H});
+  if (cudaDeviceSynchronize() != cudaSuccess) throw std::runtime_error(cudaGetErrorString(cudaGetLastError()));
+  std::vector<uint8_t> all(mat + outb + size_t(M) * 4);
+  dro.to_host(all.data());
+  dout.to_host(all.data() + mat);
+  dscale.to_host(all.data() + mat + outb);
+  return all;
+}
+
+// The same inputs twice give the same bits (residual_out, out, dynamic scales): the cluster CTAs
+// add their partials in a fixed (rank) order, not in arrival order.
+TEST(AddRmsNormDeterminism, SameInputsSameBits) {
+  SKIP_WITHOUT_GPU();
+  for (DType dt : {DType::kBF16, DType::kFP16})
+    for (int64_t h : {4096, 8200, 16384, 16392, 32776})
+      for (bool fp8 : {false, true}) {
+        const uint64_t seed = test::fresh_seed();
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " H=" + std::to_string(h) + (fp8 ? " fp8-dynamic" : " dtype-out") + "; " +
+                     test::seed_note(seed));
+        std::mt19937_64 rng(seed);
+        const int64_t M = 67;
+        HostMatrix x(dt, M, h, h), res(dt, M, h, h), w(dt, 1, h);
+        x.fill_uniform(rng, -2.f, 2.f);
+        res.fill_uniform(rng, -2.f, 2.f);
+        w.fill_uniform(rng, -2.f, 2.f);
+        const std::vector<uint8_t> a = run_raw(dt, M, h, x, res, w, fp8), b = run_raw(dt, M, h, x, res, w, fp8);
+        EXPECT_TRUE(a == b) << "two runs on the same inputs differ";
+      }
+}
+
+// A row whose every element is the same (x = c, residual 0, weight 1) must give one output value
+// in every slice: a CTA of a cluster that used a different mean (a partial missed, or read before
+// its owner wrote it) shows up as a different value in its slice. The per-element comparison also
+// covers the shorter last slice of H = 8200 / 16392.
+TEST(AddRmsNormDeterminism, ConstantRowOneValueInEverySlice) {
+  SKIP_WITHOUT_GPU();
+  for (DType dt : {DType::kBF16, DType::kFP16})
+    for (int64_t h : {3584, 4096, 8200, 16384, 16392, 32768})
+      for (bool fp8 : {false, true}) {
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " H=" + std::to_string(h) + (fp8 ? " fp8-dynamic" : " dtype-out"));
+        const int64_t M = 5;
+        HostMatrix x(dt, M, h, h), res(dt, M, h, h), w(dt, 1, h);
+        for (int64_t r = 0; r < M; ++r)
+          for (int64_t i = 0; i < h; ++i) {
+            x.set(r, i, 1.0f + 0.0625f * float(r + 1) + 1.0f / 128);
+            res.set(r, i, 0.0f);
+          }
+        for (int64_t i = 0; i < h; ++i) w.set(0, i, 1.0f);
+        const std::vector<uint8_t> a = run_raw(dt, M, h, x, res, w, fp8);
+        const size_t mat = size_t(M * h) * 2;
+        int64_t bad = 0;
+        for (int64_t r = 0; r < M; ++r) {
+          if (fp8) {
+            const uint8_t* q = &a[mat + size_t(r * h)];
+            for (int64_t i = 1; i < h; ++i)
+              if (q[i] != q[0] && bad++ < 5) ADD_FAILURE() << "row " << r << ": out[" << i << "] != out[0]";
+          } else {
+            const uint8_t* o = &a[mat + size_t(r * h) * 2];
+            for (int64_t i = 1; i < h; ++i)
+              if (std::memcmp(o + 2 * i, o, 2) != 0 && bad++ < 5) ADD_FAILURE() << "row " << r << ": out[" << i << "] != out[0]";
+          }
+        }
+        EXPECT_EQ(bad, 0);
       }
 }
 
