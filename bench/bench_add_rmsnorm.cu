@@ -436,7 +436,7 @@ int run(const Args& args) {
                      long(H), long(M), mode_name(mode), us, gbs, 100 * gbs / copy_bw, 100 * gbs / cgbs, cus, bus, bus / us,
                      ok ? "verified" : "VERIFY FAILED");
         const std::string timing = graph ? "graph/" + std::to_string(graph_calls) : "rot " + std::to_string(sets);
-        const detail::AddRmsNormConfig kc = detail::add_rmsnorm_launch_config(int(H / 8));
+        const detail::AddRmsNormConfig kc = detail::add_rmsnorm_launch_config(int(H / 8), M);
         const std::string kernel = (kc.cluster > 1 ? "c" + std::to_string(kc.cluster) + ":" : std::string()) +
                                    (kc.v ? "v" + std::to_string(kc.v) + "x" + std::to_string(kc.threads) : "loop x" + std::to_string(kc.threads));
         table.add({std::to_string(H), std::to_string(M), mode_name(mode), kernel, fmt(us, 2), fmt(gbs, 0), fmt(100 * gbs / copy_bw, 1),

@@ -57,9 +57,9 @@ void add_rmsnorm(ConstMatrix x, ConstMatrix residual, ConstMatrix weight, Matrix
 //   kStaticPerTensor: scale.scale points to one device float (> 0, read by the kernel, so the call
 //                     can be captured in a CUDA graph while the value changes; its value is the
 //                     caller's responsibility — it lives in device memory and is not checked);
-//                     q = sat(v / scale).
+//                     q = sat(v · (1/scale)).
 //   kDynamicPerRow:   scale.scale points to M device floats, written: scale_r = amax_r / 448 over
-//                     the row's finite v (1 when amax_r == 0); q = sat(v / scale_r).
+//                     the row's finite v (1 when amax_r == 0); q = sat(v · (1/scale_r)).
 // Additional requirements: out.rows == M, out.cols == H, out.ld >= H and a multiple of 8 bytes, out
 // 16-byte aligned; scale.scale non-null, 4-byte aligned device memory that overlaps no output
 // (and, dynamic, no input); a known scale mode.

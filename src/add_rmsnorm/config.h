@@ -3,13 +3,14 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 
 namespace blockfuse::detail {
 
 constexpr int kAddRmsNormLoopThreads = 512;
 constexpr int kAddRmsNormMaxRegisterChunks = 4096;  // 512 threads x 8 chunks: H <= 32768
 // Cluster path (sm_90): rows of 384 .. 16384 chunks (3072 <= H <= 131072).
-constexpr int kAddRmsNormMinClusterChunks = 384;
+constexpr int kAddRmsNormMinClusterChunks = 1024;  // H >= 8192
 constexpr int kAddRmsNormMaxClusterChunks = 16384;  // 8 CTAs x 512 threads x 4 chunks
 
 // v = 16-byte chunks each thread holds in registers (0 = the loop path, for rows longer than
@@ -33,31 +34,37 @@ inline AddRmsNormConfig add_rmsnorm_config(int nchunks) {
   return {0, kAddRmsNormLoopThreads};
 }
 
-// sm_90 path. One block per row leaves one SM to move the whole row: at H = 16384 (160 KB of x,
-// residual, weight, residual_out and out) a decode step of 1-32 rows took 6-7 µs on the H100,
-// per-SM bound, and 2048 rows ran in 5.2 waves of fat blocks (a ~1/6-full last wave: 83 % of copy
-// bandwidth). A cluster of C CTAs splits each row into C slices (exchanging the partial sums
-// through distributed shared memory), so a row is fetched by C SMs at once and each CTA is small
-// (more of them resident, a finer last wave). C grows with H so a CTA keeps <= 512 chunks
-// (<= 1024 from H = 32768): v = 2 chunks per thread (x, residual and weight: 6 16-byte loads in
-// flight per thread) with <= 256 (C = 2) or <= 512 threads. Rows below 3072 elements keep the
-// one-block path (a block of <= 192 threads already issues the whole row at once, and a cluster
-// barrier would only add latency); rows beyond kAddRmsNormMaxClusterChunks fall back to it too.
-// H = 3584 -> c2: v2 x 128; 4096 -> c2: v2 x 128; 5120 -> c2: v2 x 160; 8192 -> c4: v2 x 128;
-// 16384 -> c4: v2 x 256; 32768 -> c8: v2 x 256; 131072 -> c8: v4 x 512.
+// sm_90 path for decode-sized row counts. One block per row leaves one SM to move the whole row: at
+// H = 16384 (160 KB of x, residual, weight, residual_out and out) a decode step of 1-32 rows took
+// 6.1-7.1 µs on the H100, per-SM bound. A cluster of C CTAs splits each row into C slices
+// (exchanging the partial sums through distributed shared memory), so a row is fetched by C SMs at
+// once: 3.7-4.5 µs (5.0-5.8 with the dynamic FP8 scale's second exchange). Measured on the same
+// H100 run, clusters lose wherever the one-block kernel already has enough rows to fill the GPU
+// (H = 16384: 256-32768 rows 8-30 % slower; H = 4096, C = 2: slower at every row count, 1 row 2.99
+// vs 2.30 µs), so they are used only for H >= 8192 and rows · C <= 2 · SMs
+// (add_rmsnorm_clusters_pay). C grows with H so a CTA keeps <= 512 chunks (<= 1024 from H =
+// 32768): v = 2 chunks per thread. H = 8192 -> c4: v2 x 128; 16384 -> c4: v2 x 256; 32768 -> c8:
+// v2 x 256; 131072 -> c8: v4 x 512; beyond kAddRmsNormMaxClusterChunks the one-block path.
 // The slice of CTA rank k is chunks [k*S, min((k+1)*S, nchunks)), S = ceil(nchunks / C); every
-// CTA gets >= 1 chunk (nchunks >= 384 >> C).
+// CTA gets >= 1 chunk (nchunks >= 1024 >> C).
 inline AddRmsNormConfig add_rmsnorm_config_sm90(int nchunks) {
   if (nchunks < kAddRmsNormMinClusterChunks || nchunks > kAddRmsNormMaxClusterChunks) return add_rmsnorm_config(nchunks);
-  const int c = nchunks < 1024 ? 2 : nchunks < 4096 ? 4 : 8;
+  const int c = nchunks < 4096 ? 4 : 8;
   const int slice = (nchunks + c - 1) / c;
   const int v = slice <= 1024 ? 2 : 4;
   return {v, std::max(32, ((slice + v - 1) / v + 31) / 32 * 32), c};
 }
 
-// The shape add_rmsnorm launches for rows of nchunks chunks on the current device: the sm_90 one
-// where the cluster path is available and enabled (defined in add_rmsnorm.cu; for the bench).
-AddRmsNormConfig add_rmsnorm_launch_config(int nchunks);
+// Whether a cluster of `cluster` CTAs per row beats one block per row for `rows` rows: only while
+// the rows alone leave most SMs idle (measured above).
+inline bool add_rmsnorm_clusters_pay(int64_t rows, int cluster, int sm_count) {
+  return cluster > 1 && rows * cluster <= 2 * int64_t(sm_count);
+}
+
+// The shape add_rmsnorm launches for `rows` rows of nchunks chunks on the current device: the
+// sm_90 cluster shape where the path is available and enabled and pays, else the one-block shape
+// (defined in add_rmsnorm.cu; also printed by the bench).
+AddRmsNormConfig add_rmsnorm_launch_config(int nchunks, int64_t rows);
 // Tests and the bench only: false makes every device take the one-block-per-row (sm_80) kernels,
 // so they are exercised and measured on a Hopper too. Process-wide; default true.
 void set_add_rmsnorm_clusters_enabled(bool enabled);

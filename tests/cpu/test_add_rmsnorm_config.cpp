@@ -40,7 +40,7 @@ TEST(AddRmsNormConfig, CommonHiddenSizes) {
 TEST(AddRmsNormConfig, ClusterSlicesCoverEveryRowLength) {
   for (int n = detail::kAddRmsNormMinClusterChunks; n <= detail::kAddRmsNormMaxClusterChunks; ++n) {
     const detail::AddRmsNormConfig c = detail::add_rmsnorm_config_sm90(n);
-    ASSERT_TRUE(c.cluster == 2 || c.cluster == 4 || c.cluster == 8) << "chunks " << n;
+    ASSERT_TRUE(c.cluster == 4 || c.cluster == 8) << "chunks " << n;
     ASSERT_TRUE(c.v == 2 || c.v == 4) << "chunks " << n;
     const int slice = (n + c.cluster - 1) / c.cluster;
     ASSERT_GE(c.threads * c.v, slice) << "chunks " << n;
@@ -61,7 +61,7 @@ TEST(AddRmsNormConfig, ClusterSlicesCoverEveryRowLength) {
 
 TEST(AddRmsNormConfig, ClusterCommonHiddenSizes) {
   struct Want { int h, cluster, v, threads; };
-  for (const Want w : {Want{2048, 1, 2, 128}, Want{3584, 2, 2, 128}, Want{4096, 2, 2, 128}, Want{5120, 2, 2, 160},
+  for (const Want w : {Want{2048, 1, 2, 128}, Want{3584, 1, 2, 224}, Want{4096, 1, 2, 256}, Want{5120, 1, 4, 160},
                        Want{8192, 4, 2, 128}, Want{8200, 4, 2, 160}, Want{16384, 4, 2, 256}, Want{16392, 4, 2, 288},
                        Want{32768, 8, 2, 256}, Want{131072, 8, 4, 512}, Want{131080, 1, 0, 512}}) {
     const detail::AddRmsNormConfig c = detail::add_rmsnorm_config_sm90(w.h / 8);
@@ -69,6 +69,18 @@ TEST(AddRmsNormConfig, ClusterCommonHiddenSizes) {
     EXPECT_EQ(c.v, w.v) << "H " << w.h;
     EXPECT_EQ(c.threads, w.threads) << "H " << w.h;
   }
+}
+
+TEST(AddRmsNormConfig, ClustersOnlyForFewRows) {
+  // H100: 132 SMs. 4-CTA clusters up to 66 rows, 8-CTA ones up to 33; never for one CTA.
+  EXPECT_TRUE(detail::add_rmsnorm_clusters_pay(1, 4, 132));
+  EXPECT_TRUE(detail::add_rmsnorm_clusters_pay(32, 4, 132));
+  EXPECT_TRUE(detail::add_rmsnorm_clusters_pay(66, 4, 132));
+  EXPECT_FALSE(detail::add_rmsnorm_clusters_pay(67, 4, 132));
+  EXPECT_FALSE(detail::add_rmsnorm_clusters_pay(256, 4, 132));
+  EXPECT_TRUE(detail::add_rmsnorm_clusters_pay(33, 8, 132));
+  EXPECT_FALSE(detail::add_rmsnorm_clusters_pay(34, 8, 132));
+  EXPECT_FALSE(detail::add_rmsnorm_clusters_pay(1, 1, 132));
 }
 
 }  // namespace
