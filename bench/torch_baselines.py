@@ -154,7 +154,7 @@ def main(argv=None):
     for hdim in (4096, 16384):
         w = torch.randn(hdim, dtype=bf, device="cuda")
         for m in rows_list:
-            nb = 5 * m * hdim * 2 + hdim * 2  # x, residual, w read; residual_out, out written
+            nb = 4 * m * hdim * 2 + hdim * 2  # x, residual, w read; residual_out, out written
             n_sets = 1 if m <= GRAPH_ROWS else sets_for(nb)
             xs = [torch.randn(m, hdim, dtype=bf, device="cuda") for _ in range(n_sets)]
             rs = [torch.randn(m, hdim, dtype=bf, device="cuda") for _ in range(n_sets)]

@@ -1,11 +1,13 @@
 // blockfuse/decode_gemm.h — y[M, N] = x[M, K] · Wᵀ for the decode case, M = 1..32.
 //
 // At decode time a linear layer multiplies a few token rows by a large weight W [N, K]: the work is
-// reading W once (N·K·2 bytes) and the matrix math is negligible. A GEMM library tiles for large M
-// and, for N of a few thousand, launches too few blocks to keep every SM streaming weights
-// (cuBLAS reaches ~59 % of copy bandwidth at N = 2304, K = 16384 on an H100). decode_gemm splits K
+// reading W once (N·K·2 bytes) and the matrix math is negligible. A GEMM tiled for large M launches
+// too few blocks at N of a few thousand to keep every SM streaming weights; decode_gemm splits K
 // over blocks (split-K) so that every SM streams, issues 16-byte loads with many in flight, and sums
 // the fp32 partials of one N tile in the last block to finish it — no second kernel, no second pass.
+// Measured on the H100 (docs/decoder-kernels.md): 77-97 % of copy bandwidth on the Llama-3 decode
+// shapes, 0.94-1.04x cuBLAS — whose decode path, timed the same way (W rotated past L2, calls in a
+// CUDA graph), already reaches 78-95 % (81 % at N = 2304, K = 16384, not the 59 % once quoted).
 //
 // Numerics: products accumulated in fp32 (tensor cores), the split-K partials summed in fp32 in a
 // fixed order (deterministic: the same inputs and configuration give the same bits), y rounded once.
