@@ -202,7 +202,10 @@ __device__ __forceinline__ void store_out(const Params& p, int64_t row, int c, c
 
 // Register path: T = blockDim.x threads, V chunks each.
 template <class T, int V, int kOut>
-__global__ void __launch_bounds__(512) add_rmsnorm_regs(const Params p) {
+#ifndef BLOCKFUSE_NORM_V8_MIN_BLOCKS
+#define BLOCKFUSE_NORM_V8_MIN_BLOCKS 1
+#endif
+__global__ void __launch_bounds__(512, V == 8 ? BLOCKFUSE_NORM_V8_MIN_BLOCKS : 1) add_rmsnorm_regs(const Params p) {
   __shared__ float red[2][32];
   const int nchunks = p.h >> 3;
   const int tid = threadIdx.x, nt = blockDim.x;

@@ -20,15 +20,21 @@ namespace blockfuse::swiglu_detail {
 // flight per thread; more would cost registers (and the row kernel below keeps them all live).
 constexpr int kChunksPerThread = 2;
 constexpr int kElementwiseThreads = 256;
+// Problems of at most this many chunks use one chunk per thread in 128-thread blocks (decode rows).
+constexpr int64_t kSmallProblemChunksPerSm = 512;
+constexpr int kSmallBlockThreads = 128;
 constexpr int kRowMaxThreads = 1024;
 // The row kernel keeps a whole row in registers up to this U (1024 threads x 2 chunks x 8).
 constexpr int64_t kRowInRegistersMaxU = int64_t(kRowMaxThreads) * kChunksPerThread * 8;
 
 enum class OutKind : int { k16Bit = 0, kFp8 = 1 };
 
-// Elementwise: thread t of the grid handles chunks t and t + stride (grid-stride loop beyond).
-// 16-bit output, or FP8 with one per-tensor scale (read from device memory: graph-safe).
-template <class T, bool kInterleaved, OutKind kOut>
+// Elementwise: thread t of the grid handles chunks t, t + stride, ... (kChunks of them, then the
+// grid-stride loop). 16-bit output, or FP8 with one per-tensor scale (read from device memory:
+// graph-safe). kChunks = kChunks for large problems (more bytes in flight per thread);
+// 1 for decode-sized ones, where spreading the few chunks over as many SMs as possible is what
+// shortens the call.
+template <class T, bool kInterleaved, OutKind kOut, int kChunks>
 __global__ void __launch_bounds__(kElementwiseThreads) swiglu_elementwise_kernel(
     const T* __restrict__ in, int64_t ldi, void* __restrict__ out, int64_t ldo, int64_t rows, int64_t u, int act,
     const float* __restrict__ scale) {
@@ -37,18 +43,18 @@ __global__ void __launch_bounds__(kElementwiseThreads) swiglu_elementwise_kernel
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   float inv_scale = 1.0f;
   if constexpr (kOut == OutKind::kFp8) inv_scale = 1.0f / __ldg(scale);
-  for (int64_t base = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; base < total; base += stride * kChunksPerThread) {
-    uint4 raw[kChunksPerThread][2];
-    int64_t r[kChunksPerThread], c[kChunksPerThread];
+  for (int64_t base = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; base < total; base += stride * kChunks) {
+    uint4 raw[kChunks][2];
+    int64_t r[kChunks], c[kChunks];
 #pragma unroll
-    for (int i = 0; i < kChunksPerThread; ++i) {
+    for (int i = 0; i < kChunks; ++i) {
       const int64_t idx = base + i * stride;
       r[i] = idx / chunks_per_row;
       c[i] = (idx - r[i] * chunks_per_row) * 8;
       if (idx < total) load_gate_up_raw<T, kInterleaved>(in + r[i] * ldi, u, c[i], raw[i]);
     }
 #pragma unroll
-    for (int i = 0; i < kChunksPerThread; ++i) {
+    for (int i = 0; i < kChunks; ++i) {
       if (base + i * stride >= total) break;
       float g[8], up[8], v[8];
       unpack_gate_up<T, kInterleaved>(raw[i], g, up);

@@ -34,20 +34,32 @@ int sm_count() {
   return sms;
 }
 
-// Elementwise kernel grid: enough blocks for kChunksPerThread chunks per thread, at most 8 waves of
-// the 8 resident 256-thread blocks per SM (then the grid-stride loop takes over).
+// Elementwise kernel grid: for large problems enough 256-thread blocks for kChunksPerThread chunks
+// per thread, at most 8 waves of the resident blocks (then the grid-stride loop takes over); for
+// decode-sized problems (<= 512 chunks per SM) one chunk per thread in 128-thread blocks, so the
+// row is spread over as many SMs as it can be.
 template <class T, OutKind kOut>
 void launch_elementwise(const ConstMatrix& in, void* out, int64_t ldo, int64_t rows, int64_t u, Activation act,
                         GateUpLayout layout, const float* scale, cudaStream_t stream) {
   using namespace swiglu_detail;
   const int64_t total = rows * (u / 8);
-  const int64_t per_block = int64_t(kElementwiseThreads) * kChunksPerThread;
-  const int64_t blocks = std::min<int64_t>((total + per_block - 1) / per_block, int64_t(sm_count()) * 64);
+  const int sms = sm_count();
   auto* ip = static_cast<const T*>(in.data);
-  if (layout == GateUpLayout::kInterleaved)
-    swiglu_elementwise_kernel<T, true, kOut><<<unsigned(blocks), kElementwiseThreads, 0, stream>>>(ip, in.ld, out, ldo, rows, u, int(act), scale);
-  else
-    swiglu_elementwise_kernel<T, false, kOut><<<unsigned(blocks), kElementwiseThreads, 0, stream>>>(ip, in.ld, out, ldo, rows, u, int(act), scale);
+  const bool il = layout == GateUpLayout::kInterleaved;
+  if (total <= int64_t(sms) * kSmallProblemChunksPerSm) {
+    const unsigned blocks = unsigned((total + kSmallBlockThreads - 1) / kSmallBlockThreads);
+    if (il)
+      swiglu_elementwise_kernel<T, true, kOut, 1><<<blocks, kSmallBlockThreads, 0, stream>>>(ip, in.ld, out, ldo, rows, u, int(act), scale);
+    else
+      swiglu_elementwise_kernel<T, false, kOut, 1><<<blocks, kSmallBlockThreads, 0, stream>>>(ip, in.ld, out, ldo, rows, u, int(act), scale);
+  } else {
+    const int64_t per_block = int64_t(kElementwiseThreads) * kChunksPerThread;
+    const unsigned blocks = unsigned(std::min<int64_t>((total + per_block - 1) / per_block, int64_t(sms) * 64));
+    if (il)
+      swiglu_elementwise_kernel<T, true, kOut, kChunksPerThread><<<blocks, kElementwiseThreads, 0, stream>>>(ip, in.ld, out, ldo, rows, u, int(act), scale);
+    else
+      swiglu_elementwise_kernel<T, false, kOut, kChunksPerThread><<<blocks, kElementwiseThreads, 0, stream>>>(ip, in.ld, out, ldo, rows, u, int(act), scale);
+  }
   BF_CHECK_LAUNCH();
 }
 
