@@ -40,13 +40,9 @@ namespace {
 
 using test::HostMatrix;
 
-#define SKIP_WITHOUT_GPU()                                                                       \
-  do {                                                                                           \
-    if (!blockfuse::testing::has_cuda_device())                                                  \
-      GTEST_SKIP() << "no CUDA device on this machine: the add_rmsnorm kernels cannot run here"; \
-  } while (0)
+#define SKIP_WITHOUT_GPU() BF_SKIP_WITHOUT_GPU("the add_rmsnorm kernels")
 
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr << ": " << cudaGetErrorString(cudaGetLastError())
+#define CUDA_OK(expr) BF_CUDA_OK(expr)
 
 // A device copy of a host byte range (the whole ld-strided buffer, padding included).
 struct DevBytes {

@@ -27,13 +27,9 @@ namespace {
 
 using test::HostMatrix;
 
-#define SKIP_WITHOUT_GPU()                                                                   \
-  do {                                                                                       \
-    if (!blockfuse::testing::has_cuda_device())                                              \
-      GTEST_SKIP() << "no CUDA device on this machine: the swiglu kernel cannot run here";   \
-  } while (0)
+#define SKIP_WITHOUT_GPU() BF_SKIP_WITHOUT_GPU("the swiglu kernel")
 
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr << ": " << cudaGetErrorString(cudaGetLastError())
+#define CUDA_OK(expr) BF_CUDA_OK(expr)
 
 // The whole ld-strided host buffer on the device (padding included, so it can be checked after).
 struct DeviceCopy {

@@ -35,13 +35,9 @@ namespace {
 
 using test::HostMatrix;
 
-#define SKIP_WITHOUT_GPU()                                                                      \
-  do {                                                                                          \
-    if (!blockfuse::testing::has_cuda_device())                                                 \
-      GTEST_SKIP() << "no CUDA device on this machine: the swiglu_fp8 kernel cannot run here";  \
-  } while (0)
+#define SKIP_WITHOUT_GPU() BF_SKIP_WITHOUT_GPU("the swiglu_fp8 kernel")
 
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr << ": " << cudaGetErrorString(cudaGetLastError())
+#define CUDA_OK(expr) BF_CUDA_OK(expr)
 
 constexpr uint8_t kPoison = 0xAA;  // a finite code (-0.3125): a byte the kernel forgets shows as a wrong value
 constexpr uint8_t kPadding = 0x5C;

@@ -25,6 +25,16 @@ std::string seed_note(uint64_t seed);
 // Is a CUDA device usable here? false on CPU-only machines (CI); never throws, leaves no error set.
 bool has_cuda_device();
 
+// In a GPU test: skips it, saying so, where no CUDA device exists (`what` names the kernel).
+#define BF_SKIP_WITHOUT_GPU(what)                                                         \
+  do {                                                                                     \
+    if (!::blockfuse::test::has_cuda_device())                                             \
+      GTEST_SKIP() << "no CUDA device on this machine: " << (what) << " cannot run here";  \
+  } while (0)
+
+// Asserts a CUDA runtime call succeeded, printing the call and the error.
+#define BF_CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr << ": " << cudaGetErrorString(cudaGetLastError())
+
 // Runs fn and expects blockfuse::Error whose message names 'arg' (in quotes), says "required",
 // and contains `also` when given: the library's contract for every invalid argument.
 void expect_arg_error(const std::function<void()>& fn, const std::string& arg, const std::string& also = "");
