@@ -40,21 +40,6 @@
 namespace blockfuse::bench {
 namespace {
 
-struct DevBuf {
-  void* p = nullptr;
-  size_t bytes = 0;
-  explicit DevBuf(size_t n) : bytes(n) {
-    const cudaError_t e = cudaMalloc(&p, std::max<size_t>(n, 16));
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      throw Error("cudaMalloc of " + fmt(n / 1048576.0, 1) + " MiB failed: " + cudaGetErrorString(e));
-    }
-  }
-  ~DevBuf() { if (p) cudaFree(p); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-};
-
 // ---- the baseline: one kernel per op, 16-byte vectors, fp32 math (a fair eager pipeline) ----
 
 template <class T> __device__ __forceinline__ float2 to_f2(uint32_t u);

@@ -50,23 +50,6 @@ const Shape kShapes[] = {
       throw Error(std::string("cuBLAS status ") + std::to_string(int(s_)) + " in " #expr); \
   } while (0)
 
-// A device allocation freed on scope exit.
-struct DevBuf {
-  void* p = nullptr;
-  size_t bytes = 0;
-  explicit DevBuf(size_t n) : bytes(n) {
-    if (n == 0) return;
-    const cudaError_t e = cudaMalloc(&p, n);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      throw Error("cudaMalloc of " + fmt(n / 1048576.0, 1) + " MiB failed: " + cudaGetErrorString(e));
-    }
-  }
-  ~DevBuf() { if (p) cudaFree(p); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-};
-
 void print_help() {
   std::printf(
       "blockfuse bench decode-gemm [options]\n"

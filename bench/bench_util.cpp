@@ -202,6 +202,7 @@ int rotation_sets(int64_t bytes, int max_sets) {
 }
 
 DevBuf::DevBuf(size_t n) : bytes(n) {
+  if (n == 0) return;  // nothing to allocate (p stays null)
   const cudaError_t e = cudaMalloc(&p, n);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();

@@ -37,7 +37,8 @@ void cuda_check(cudaError_t err, const char* what);
 #define BENCH_CUDA(expr) ::blockfuse::bench::cuda_check((expr), #expr)
 
 // A device allocation freed on scope exit, so a point that throws or is skipped leaks nothing and
-// the next (larger) point sees all the memory again. Throws blockfuse::Error when cudaMalloc fails.
+// the next (larger) point sees all the memory again. Throws blockfuse::Error when cudaMalloc fails;
+// a 0-byte buffer allocates nothing (p == nullptr).
 struct DevBuf {
   void* p = nullptr;
   size_t bytes = 0;

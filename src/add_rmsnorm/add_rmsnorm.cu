@@ -185,7 +185,7 @@ __device__ __forceinline__ void prefetch_weight(const T* w, int nchunks) {
 __device__ __forceinline__ float finite_abs_max8(const float v[8]) {
   float m = 0;
 #pragma unroll
-  for (int j = 0; j < 8; ++j) m = isfinite(v[j]) ? fmaxf(m, fabsf(v[j])) : m;
+  for (int j = 0; j < 8; ++j) m = fmaxf(m, finite_abs(v[j]));
   return m;
 }
 
@@ -254,7 +254,7 @@ __global__ void __launch_bounds__(512) add_rmsnorm_regs(const Params p) {
           m = fmaxf(m, finite_abs_max8(v));
         }
       const float amax = block_reduce<true>(m, red[1]);
-      s = amax > 0.0f ? amax / kFp8E4M3Max : 1.0f;
+      s = fp8_dynamic_scale(amax);
       if (tid == 0) p.scale[row] = s;
     }
     const float inv_s = 1.0f / s;
@@ -348,7 +348,7 @@ __global__ void __launch_bounds__(512) add_rmsnorm_cluster(const Params p) {
       float amax = 0;
 #pragma unroll 1
       for (int k = 0; k < C; ++k) amax = fmaxf(amax, *cluster.map_shared_rank(&part[par][1], k));
-      s = amax > 0.0f ? amax / kFp8E4M3Max : 1.0f;
+      s = fp8_dynamic_scale(amax);
       if (rank == 0 && tid == 0) p.scale[row] = s;
     }
     const float inv_s = 1.0f / s;
@@ -406,7 +406,7 @@ __global__ void __launch_bounds__(512) add_rmsnorm_loop(const Params p) {
         m = fmaxf(m, finite_abs_max8(v));
       }
       const float amax = block_reduce<true>(m, red[1]);
-      s = amax > 0.0f ? amax / kFp8E4M3Max : 1.0f;
+      s = fp8_dynamic_scale(amax);
       if (threadIdx.x == 0) p.scale[row] = s;
     }
     const float inv_s = 1.0f / s;
@@ -495,12 +495,6 @@ void dispatch(DType t, const Params& p, cudaStream_t stream) {
 
 bool absent(const ConstMatrix& m) { return m.data == nullptr && m.rows == 0; }
 
-// An e4m3 matrix as a 2-byte view spanning the same bytes (cols and ld are even: % 8 == 0), so the
-// shared overlap and device-pointer checks apply to it.
-ConstMatrix byte_view(const Fp8Matrix& m) { return ConstMatrix{m.data, DType::kBF16, m.rows, m.cols / 2, m.ld / 2}; }
-// n floats as a 2-byte view.
-ConstMatrix float_view(const float* p, int64_t n) { return ConstMatrix{p, DType::kBF16, 1, 2 * n, std::max<int64_t>(2 * n, 1)}; }
-
 // Everything about x, residual, weight, residual_out and opt that both entry points share; the
 // pointer-only checks (no CUDA call) — device-memory checks come after the caller's own checks so
 // every argument error is reported on CPU-only machines too.
@@ -544,13 +538,13 @@ void check_common(const char* fn, const ConstMatrix& x, const ConstMatrix& resid
   }
 }
 
-// `out` (any dtype, as a view) must not overlap anything.
-void check_out_overlaps(const char* fn, const ConstMatrix& out, const ConstMatrix& x, const ConstMatrix& residual,
+// `out` (bf16/fp16 or e4m3 bytes, as a byte span) must not overlap anything.
+void check_out_overlaps(const char* fn, const detail::Span& out, const ConstMatrix& x, const ConstMatrix& residual,
                         const ConstMatrix& weight, const ConstMatrix& residual_out) {
-  detail::check_no_overlap(fn, "out", out, "x", x);
-  if (!absent(residual)) detail::check_no_overlap(fn, "out", out, "residual", residual);
-  detail::check_no_overlap(fn, "out", out, "weight", weight);
-  if (!absent(residual_out)) detail::check_no_overlap(fn, "out", out, "residual_out", residual_out);
+  detail::check_no_overlap(fn, "out", out, "x", detail::span_of(x));
+  if (!absent(residual)) detail::check_no_overlap(fn, "out", out, "residual", detail::span_of(residual));
+  detail::check_no_overlap(fn, "out", out, "weight", detail::span_of(weight));
+  if (!absent(residual_out)) detail::check_no_overlap(fn, "out", out, "residual_out", detail::span_of(residual_out));
 }
 
 void check_devices(const char* fn, const ConstMatrix& x, const ConstMatrix& residual, const ConstMatrix& weight,
@@ -604,7 +598,7 @@ void add_rmsnorm(ConstMatrix x, ConstMatrix residual, ConstMatrix weight, Matrix
   if (out.rows != x.rows || out.cols != x.cols)
     detail::throw_arg(kFn, "out", cat("is [", out.rows, ", ", out.cols, "]"), cat("the shape of 'x' [", x.rows, ", ", x.cols, "]"));
   detail::check_alignment(kFn, "out", out, 16, 8);
-  check_out_overlaps(kFn, out, x, residual, weight, residual_out);
+  check_out_overlaps(kFn, detail::span_of(out), x, residual, weight, residual_out);
   if (x.rows == 0) return;
   check_devices(kFn, x, residual, weight, residual_out);
   detail::check_device_matrix(kFn, "out", out);
@@ -634,21 +628,21 @@ void add_rmsnorm_fp8(ConstMatrix x, ConstMatrix residual, ConstMatrix weight, Ma
   if (reinterpret_cast<uintptr_t>(scale.scale) % 4 != 0)
     detail::throw_arg(kFn, "scale.scale", cat("pointer ", static_cast<const void*>(scale.scale), " is not 4-byte aligned"),
                       "a 4-byte aligned float pointer");
-  const ConstMatrix ov = byte_view(out);
+  const detail::Span ov = detail::span_of(out);
   check_out_overlaps(kFn, ov, x, residual, weight, residual_out);
-  const ConstMatrix sv = float_view(scale.scale, dynamic ? x.rows : 1);
+  const detail::Span sv = detail::span_of(scale, x.rows);
   // A written scale array must overlap nothing; the static scale (read) must only not be written.
   detail::check_no_overlap(kFn, "scale.scale", sv, "out", ov);
-  if (!absent(residual_out)) detail::check_no_overlap(kFn, "scale.scale", sv, "residual_out", residual_out);
+  if (!absent(residual_out)) detail::check_no_overlap(kFn, "scale.scale", sv, "residual_out", detail::span_of(residual_out));
   if (dynamic) {
-    detail::check_no_overlap(kFn, "scale.scale", sv, "x", x);
-    if (!absent(residual)) detail::check_no_overlap(kFn, "scale.scale", sv, "residual", residual);
-    detail::check_no_overlap(kFn, "scale.scale", sv, "weight", weight);
+    detail::check_no_overlap(kFn, "scale.scale", sv, "x", detail::span_of(x));
+    if (!absent(residual)) detail::check_no_overlap(kFn, "scale.scale", sv, "residual", detail::span_of(residual));
+    detail::check_no_overlap(kFn, "scale.scale", sv, "weight", detail::span_of(weight));
   }
   if (x.rows == 0) return;
   check_devices(kFn, x, residual, weight, residual_out);
-  detail::check_device_matrix(kFn, "out", ov);
-  detail::check_device_matrix(kFn, "scale.scale", sv);
+  detail::check_device_pointer(kFn, "out", out.data);
+  detail::check_device_pointer(kFn, "scale.scale", scale.scale);
   detail::check_compute_capability(kFn, 8, 0);
   const Params p = make_params(x, residual, weight, residual_out, out.data, out.ld, scale.scale, opt);
   if (dynamic)

@@ -26,7 +26,7 @@ void add_rmsnorm(DType t, int64_t M, int64_t H, const uint16_t* x, int64_t ldx, 
 uint16_t round_to_dtype(DType t, double v);
 
 // FP8 e4m3 (OCP): round to nearest even, saturating to ±448 (as __NV_SATFINITE: ±Inf → ±448),
-// NaN → 0x7f. Subnormals: multiples of 2^-9 below 2^-6.
+// NaN → 0x7f. Subnormals: multiples of 2^-9 below 2^-6. Thin wrappers of common/fp8_host.h.
 uint8_t e4m3_from_double(double v);
 double e4m3_to_double(uint8_t b);  // NaN for 0x7f / 0xff
 

@@ -9,6 +9,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "blockfuse/gated_up.h"  // current_device_spec
 #include "common/check.h"
 #include "swiglu/kernels.cuh"
 #include "swiglu/validate.h"
@@ -27,13 +28,6 @@ namespace {
 
 using swiglu_detail::OutKind;
 
-int sm_count() {
-  int dev = 0, sms = 0;
-  BF_CUDA_CHECK(cudaGetDevice(&dev));
-  BF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return sms;
-}
-
 // Elementwise kernel grid: for large problems enough 256-thread blocks for kChunksPerThread chunks
 // per thread, at most 8 waves of the resident blocks (then the grid-stride loop takes over); for
 // decode-sized problems (<= 512 chunks per SM) one chunk per thread in 128-thread blocks, so the
@@ -43,7 +37,7 @@ void launch_elementwise(const ConstMatrix& in, void* out, int64_t ldo, int64_t r
                         GateUpLayout layout, const float* scale, cudaStream_t stream) {
   using namespace swiglu_detail;
   const int64_t total = rows * (u / 8);
-  const int sms = sm_count();
+  const int sms = current_device_spec().sm_count;  // cached per device
   auto* ip = static_cast<const T*>(in.data);
   const bool il = layout == GateUpLayout::kInterleaved;
   if (total <= int64_t(sms) * kSmallProblemChunksPerSm) {
@@ -72,7 +66,7 @@ void launch_rowwise(const ConstMatrix& in, const Fp8Matrix& out, float* scale, A
   const int64_t chunks = out.cols / 8;
   const int64_t want = (chunks + kChunksPerThread - 1) / kChunksPerThread;
   const int threads = static_cast<int>(std::clamp<int64_t>((want + 31) / 32 * 32, 32, kRowMaxThreads));
-  const int64_t blocks = std::min<int64_t>(out.rows, int64_t(sm_count()) * std::max(1, 2048 / threads) * 8);
+  const int64_t blocks = std::min<int64_t>(out.rows, int64_t(current_device_spec().sm_count) * std::max(1, 2048 / threads) * 8);
   auto* ip = static_cast<const T*>(in.data);
   auto* op = static_cast<uint8_t*>(out.data);
   if (layout == GateUpLayout::kInterleaved)
