@@ -202,7 +202,7 @@ __device__ __forceinline__ void store_out(const Params& p, int64_t row, int c, c
 
 // Register path: T = blockDim.x threads, V chunks each.
 template <class T, int V, int kOut>
-// (Capping V = 8 at 64 registers, 4 blocks of 256 per SM instead of 2, measured 0-4 % slower at
+// (Capping V = 8 at 64 registers, 4 blocks of 256 per SM instead of 2, measured up to 4 % slower (one point 1 % faster) at
 // H = 16384, 256-32768 rows: __launch_bounds__(512, 2) spills and the extra rows in flight do not pay.)
 __global__ void __launch_bounds__(512) add_rmsnorm_regs(const Params p) {
   __shared__ float red[2][32];
@@ -217,8 +217,8 @@ __global__ void __launch_bounds__(512) add_rmsnorm_regs(const Params p) {
     const uint4* rr = p.res ? reinterpret_cast<const uint4*>(static_cast<const T*>(p.res) + row * p.ldr) : nullptr;
     // All loads first (x, then residual) so every chunk of the row is in flight at once. The weight
     // chunks are read after the reduction (L2-prefetched at the start): loading them up front into
-    // registers too, before the row loop, measured slower on the H100 — 80-88 % instead of 89-98 %
-    // of copy bandwidth at 8192-32768 rows (more registers per thread, fewer rows per SM).
+    // registers too, before the row loop, measured slower on the H100 — at H = 16384 and
+    // 8192-32768 rows 78-87 % instead of 89-98 % of copy bandwidth (more registers, fewer rows per SM).
     uint4 r[V], b[V];
 #pragma unroll
     for (int i = 0; i < V; ++i) r[i] = tid + i * nt < nchunks ? __ldcs(xr + tid + i * nt) : zero4();
