@@ -1,0 +1,59 @@
+// blockfuse::testing::DeviceBuffer — the one owning device allocation of the tests and benchmarks.
+// Freed on scope exit, so a test that fails or a benchmark point that throws leaks nothing and the
+// next (larger) point sees all the memory again. Header-only so CPU-only test binaries can use it
+// without linking blockfuse_testing.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <utility>
+
+#include <cuda_runtime_api.h>
+
+#include "blockfuse/common.h"
+
+namespace blockfuse::testing {
+
+template <class T = unsigned char>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  // `count` elements of T; 0 allocates nothing (data() == nullptr). Throws blockfuse::Error when
+  // cudaMalloc fails, naming the size.
+  explicit DeviceBuffer(size_t count) : count_(count) {
+    if (count == 0) return;
+    const cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&p_), count * sizeof(T));
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      p_ = nullptr;
+      throw Error("cudaMalloc of " + std::to_string(count * sizeof(T)) + " bytes failed: " + cudaGetErrorString(e));
+    }
+  }
+  ~DeviceBuffer() { reset(); }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), count_(std::exchange(o.count_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      p_ = std::exchange(o.p_, nullptr);
+      count_ = std::exchange(o.count_, 0);
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  T* data() const { return p_; }
+  size_t size() const { return count_; }
+  size_t bytes() const { return count_ * sizeof(T); }
+  void reset() {
+    if (p_) cudaFree(p_);
+    p_ = nullptr;
+    count_ = 0;
+  }
+
+ private:
+  T* p_ = nullptr;
+  size_t count_ = 0;
+};
+
+}  // namespace blockfuse::testing
