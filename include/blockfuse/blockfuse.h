@@ -2,6 +2,7 @@
 #pragma once
 
 #include "blockfuse/add_rmsnorm.h"
+#include "blockfuse/attention.h"
 #include "blockfuse/common.h"
 #include "blockfuse/decode_gemm.h"
 #include "blockfuse/fp8.h"

@@ -1,0 +1,122 @@
+// blockfuse/attention.h — fused scaled-dot-product attention, forward pass (prefill and chunked
+// prefill), FlashAttention-2 style: softmax(q·kᵀ·scale [+ mask, soft-cap])·v without materialising
+// the score matrix, fp32 online softmax, optional fp32 log-sum-exp output.
+//
+// Layouts. q is [B, Sq, Hq, D], k and v are [B, Sk, Hkv, D], out is [B, Sq, Hq, D]; the head dim D
+// is contiguous and the other three dimensions have element strides, so q, k and v may be views of
+// one fused QKV projection ([B, S, (Hq + 2·Hkv)·D]). Packed variable-length batches ("varlen", the
+// layout of serving engines) pass [total, H, D] tensors (batch = 1, seqlen = total tokens) plus the
+// int32 prefix sums cu_seqlens_q / cu_seqlens_k ([num_seqs + 1], on the device) and the maximum
+// per-sequence lengths; sequence b owns rows [cu_seqlens[b], cu_seqlens[b+1]); empty sequences are
+// allowed.
+//
+// Semantics, for query row i of a sequence with Sq queries and Sk keys (shift = Sk − Sq):
+//   s_ij  = scale · q_i·k_j                      (scale defaults to 1/√D)
+//   s_ij  = cap · tanh(s_ij / cap)               (only when softcap > 0: Gemma-2's logit soft-cap)
+//   key j is visible iff 0 <= j < Sk, j <= i + shift + right and j >= i + shift − left, where
+//   causal means right = 0 (the diagonal aligned bottom-right, FlashAttention's convention: the
+//   last query sees every key), window_right = −1 / window_left = −1 mean unbounded;
+//   out_i = Σ_j softmax_j(s_ij) · v_j over the visible keys;  lse_i = log Σ_j exp(s_ij) (natural log).
+// A row that sees no key (possible with causal and Sq > Sk, or a window) gets out_i = 0 and
+// lse_i = −inf. A NaN in q row i stays in row i (out_i and lse_i NaN); NaN in k or v spreads to
+// every row that sees it, as in the mathematics.
+//
+// Supported: bf16 and fp16 (q, k, v, out of one dtype), D ∈ {64, 128, 256}, Hq % Hkv == 0
+// (MHA, GQA, MQA), any lengths >= 1 (0 launches nothing), lengths < 2^30. Deterministic: the same
+// inputs give the same bits (no atomics, fixed reduction order). Needs compute capability >= 8.0;
+// on Hopper the same sm80 kernel runs (mma.sync).
+#pragma once
+
+#include <cstdint>
+
+#include "blockfuse/common.h"
+
+namespace blockfuse {
+
+// A read-only [batch, seqlen, heads, head_dim] view of device memory. Strides are in elements;
+// head_dim is contiguous (stride 1). For varlen, batch = 1 and seqlen = total tokens.
+struct AttnConstTensor {
+  const void* data = nullptr;
+  DType dtype = DType::kBF16;
+  int64_t batch = 0, seqlen = 0, heads = 0, head_dim = 0;
+  int64_t batch_stride = 0, seq_stride = 0, head_stride = 0;
+};
+
+// A writable view of the same shape conventions.
+struct AttnTensor {
+  void* data = nullptr;
+  DType dtype = DType::kBF16;
+  int64_t batch = 0, seqlen = 0, heads = 0, head_dim = 0;
+  int64_t batch_stride = 0, seq_stride = 0, head_stride = 0;
+  operator AttnConstTensor() const {
+    return AttnConstTensor{data, dtype, batch, seqlen, heads, head_dim, batch_stride, seq_stride, head_stride};
+  }
+};
+
+// A contiguous [batch, seqlen, heads, head_dim] tensor.
+inline AttnConstTensor make_attn_tensor(const void* data, DType dtype, int64_t batch, int64_t seqlen,
+                                        int64_t heads, int64_t head_dim) {
+  return AttnConstTensor{data, dtype, batch, seqlen, heads, head_dim,
+                         seqlen * heads * head_dim, heads * head_dim, head_dim};
+}
+inline AttnTensor make_attn_tensor(void* data, DType dtype, int64_t batch, int64_t seqlen, int64_t heads,
+                                   int64_t head_dim) {
+  return AttnTensor{data, dtype, batch, seqlen, heads, head_dim,
+                    seqlen * heads * head_dim, heads * head_dim, head_dim};
+}
+
+// The element type of cu_seqlens buffers (only kInt32 is accepted; the field exists so a binding
+// can pass what it was given and get the library's error).
+enum class IndexType : int { kInt32 = 0, kInt64 = 1 };
+
+struct AttentionParams {
+  float softmax_scale = 0.0f;  // <= 0: 1/√D
+  bool causal = false;         // right = 0, aligned bottom-right
+  int64_t window_left = -1;    // keys to the left of the diagonal a query sees; -1: unbounded
+  int64_t window_right = -1;   // keys to the right; -1: unbounded (0 with causal)
+  float softcap = 0.0f;        // > 0: s = cap·tanh(s / cap); 0: off
+
+  // Varlen (packed) mode when cu_seqlens_q != nullptr. Both device buffers hold num_seqs + 1
+  // non-decreasing offsets starting at 0. The device values are trusted (reading them would cost a
+  // synchronisation): the kernel reads sequence b's rows [cu[b], cu[b+1]) and assumes
+  // cu[num_seqs] <= total rows and every length <= max_seqlen. When host copies are given they are
+  // checked (first 0, non-decreasing, last <= total, lengths <= max_seqlen) before anything launches.
+  const void* cu_seqlens_q = nullptr;
+  const void* cu_seqlens_k = nullptr;
+  IndexType cu_seqlens_type = IndexType::kInt32;
+  int64_t num_seqs = 0;
+  int64_t max_seqlen_q = 0;
+  int64_t max_seqlen_k = 0;
+  const int32_t* host_cu_seqlens_q = nullptr;  // optional host copies, validated when given
+  const int32_t* host_cu_seqlens_k = nullptr;
+};
+
+// Tile configuration of the sm80 kernel (see src/attention/heuristic.cpp).
+struct AttentionConfig {
+  int block_m = 128;  // query rows per block
+  int block_n = 64;   // keys per main-loop step
+  int warps = 4;      // 16·warps query rows per MMA step
+};
+
+// The configuration attention() picks for head_dim on a device of compute capability
+// cc_major.cc_minor (a pure function). Throws blockfuse::Error for an unsupported head_dim.
+AttentionConfig attention_heuristic(int64_t head_dim, bool causal, int cc_major, int cc_minor);
+// Every configuration compiled for head_dim (the heuristic's choice first); for benchmarks/tuning.
+int attention_num_configs(int64_t head_dim);
+AttentionConfig attention_config(int64_t head_dim, int index);
+
+// out = attention(q, k, v). lse: nullptr, or a 4-byte aligned fp32 device buffer of [B, Hq, Sq]
+// (batched) or [Hq, total_q] (varlen), contiguous. Every argument is validated before anything is
+// launched (blockfuse::Error naming the argument): dtypes equal, D supported and equal everywhere,
+// head_dim stride 1, data 16-byte aligned and batch/seq/head strides multiples of 8 elements (16-byte
+// vector loads), shapes consistent (k, v [B, Sk, Hkv, D]; out like q), Hq % Hkv == 0, positive
+// strides, out not overlapping q, k, v or lse, device pointers of the current device, window
+// arguments >= -1 and window_right <= 0 with causal, varlen arguments as documented above.
+void attention(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnTensor out, float* lse,
+               const AttentionParams& params, cudaStream_t stream = nullptr);
+
+// The same with an explicit configuration (one of attention_config(D, i)).
+void attention(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnTensor out, float* lse,
+               const AttentionParams& params, AttentionConfig config, cudaStream_t stream = nullptr);
+
+}  // namespace blockfuse

@@ -1,0 +1,270 @@
+// attention: validation, configuration and launch of the sm80 attention kernel
+// (attention_sm80.cuh; tiles from heuristic.cpp). Every check runs before anything is launched.
+#include "blockfuse/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "attention/launch.h"
+#include "attention/params.h"
+#include "blockfuse/gated_up.h"  // current_device_spec
+#include "common/check.h"
+
+namespace blockfuse {
+
+namespace {
+
+constexpr const char* kFn = "attention";
+using detail::cat;
+using detail::throw_arg;
+
+constexpr int64_t kMaxLen = int64_t(1) << 30;  // keeps the kernel's int row/key arithmetic exact
+
+// Byte range a [batch, seqlen, heads, D] view spans (for the overlap checks).
+detail::Span span_of_tensor(const AttnConstTensor& t) {
+  if (t.batch == 0 || t.seqlen == 0 || t.heads == 0) return detail::Span{};
+  const int64_t last = (t.batch - 1) * t.batch_stride + (t.seqlen - 1) * t.seq_stride +
+                       (t.heads - 1) * t.head_stride + t.head_dim;
+  auto* b = static_cast<const char*>(t.data);
+  return detail::Span{b, b + last * 2};
+}
+
+void check_tensor(const char* arg, const AttnConstTensor& t, bool varlen) {
+  if (t.dtype != DType::kBF16 && t.dtype != DType::kFP16)
+    throw_arg(kFn, arg, cat("has dtype code ", static_cast<int>(t.dtype)), "bf16 or fp16");
+  if (t.head_dim != 64 && t.head_dim != 128 && t.head_dim != 256)
+    throw_arg(kFn, arg, cat("has head_dim = ", t.head_dim), "64, 128 or 256");
+  if (t.batch < 0 || t.seqlen < 0 || t.heads < 1)
+    throw_arg(kFn, arg, cat("has batch = ", t.batch, ", seqlen = ", t.seqlen, ", heads = ", t.heads),
+              "batch >= 0, seqlen >= 0, heads >= 1");
+  if (varlen && t.batch != 1)
+    throw_arg(kFn, arg, cat("has batch = ", t.batch, " in varlen mode"),
+              "a packed [total, heads, head_dim] tensor passed as batch = 1, seqlen = total");
+  if (t.seqlen >= kMaxLen) throw_arg(kFn, arg, cat("has seqlen = ", t.seqlen), "seqlen < 2^30");
+  if (t.heads > 65535) throw_arg(kFn, arg, cat("has heads = ", t.heads), "heads <= 65535 (grid y)");
+  if (t.batch > 65535) throw_arg(kFn, arg, cat("has batch = ", t.batch), "batch <= 65535 (grid z)");
+  // Strides: positive, multiples of 8 elements (16-byte vectors), the head dim contiguous.
+  const struct { const char* name; int64_t v; bool used; } strides[] = {
+      {"batch_stride", t.batch_stride, !varlen && t.batch > 1},
+      {"seq_stride", t.seq_stride, t.seqlen > 1},
+      {"head_stride", t.head_stride, t.heads > 1}};
+  for (const auto& s : strides) {
+    if (s.v % 8 != 0)
+      throw_arg(kFn, arg, cat("has ", s.name, " = ", s.v), cat(s.name, " % 8 == 0 (16-byte vector loads)"));
+    if (s.used && s.v < t.head_dim)
+      throw_arg(kFn, arg, cat("has ", s.name, " = ", s.v, " with head_dim = ", t.head_dim),
+                cat(s.name, " >= head_dim (the head dim is contiguous, stride 1; rows must not overlap)"));
+  }
+  if (t.data == nullptr && t.batch > 0 && t.seqlen > 0)
+    throw_arg(kFn, arg, "has a null data pointer", "a valid device pointer for a non-empty tensor");
+  if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0)
+    throw_arg(kFn, arg, cat("pointer ", t.data, " is not 16-byte aligned"), "a 16-byte aligned data pointer");
+}
+
+void check_host_cu_seqlens(const char* arg, const int32_t* cu, int64_t n, int64_t total, int64_t max_len,
+                           const char* max_arg) {
+  if (cu[0] != 0) throw_arg(kFn, arg, cat("starts at ", cu[0]), "cu_seqlens[0] == 0");
+  for (int64_t i = 0; i < n; ++i) {
+    if (cu[i + 1] < cu[i])
+      throw_arg(kFn, arg, cat("decreases at index ", i + 1, " (", cu[i], " -> ", cu[i + 1], ")"),
+                "non-decreasing offsets");
+    if (cu[i + 1] - cu[i] > max_len)
+      throw_arg(kFn, max_arg, cat("is ", max_len, " but sequence ", i, " has length ", cu[i + 1] - cu[i]),
+                "every sequence length <= the maximum");
+  }
+  if (cu[n] > total)
+    throw_arg(kFn, arg, cat("ends at ", cu[n], " beyond the ", total, " packed rows"), "cu_seqlens[num_seqs] <= total");
+}
+
+struct Validated {
+  bool varlen;
+  int64_t batch, seqlen_q, seqlen_k;  // varlen: num_seqs and the maxima
+};
+
+Validated validate_host(const AttnConstTensor& q, const AttnConstTensor& k, const AttnConstTensor& v,
+                        const AttnTensor& out, const float* lse, const AttentionParams& prm) {
+  const bool varlen = prm.cu_seqlens_q != nullptr || prm.cu_seqlens_k != nullptr;
+  check_tensor("q", q, varlen);
+  check_tensor("k", k, varlen);
+  check_tensor("v", v, varlen);
+  check_tensor("out", out, varlen);
+  if (k.dtype != q.dtype) throw_arg(kFn, "k", cat("has dtype ", dtype_name(k.dtype)), cat("the dtype of 'q' (", dtype_name(q.dtype), ")"));
+  if (v.dtype != q.dtype) throw_arg(kFn, "v", cat("has dtype ", dtype_name(v.dtype)), cat("the dtype of 'q' (", dtype_name(q.dtype), ")"));
+  if (out.dtype != q.dtype) throw_arg(kFn, "out", cat("has dtype ", dtype_name(out.dtype)), cat("the dtype of 'q' (", dtype_name(q.dtype), ")"));
+  const AttnConstTensor out_c = out;
+  for (auto [name, t] : {std::pair<const char*, const AttnConstTensor*>{"k", &k}, {"v", &v}, {"out", &out_c}}) {
+    const AttnConstTensor& x = *t;
+    if (x.head_dim != q.head_dim)
+      throw_arg(kFn, name, cat("has head_dim = ", x.head_dim), cat("the head_dim of 'q' (", q.head_dim, ")"));
+    if (!varlen && x.batch != q.batch)
+      throw_arg(kFn, name, cat("has batch = ", x.batch), cat("the batch of 'q' (", q.batch, ")"));
+  }
+  if (v.seqlen != k.seqlen) throw_arg(kFn, "v", cat("has seqlen = ", v.seqlen), cat("the seqlen of 'k' (", k.seqlen, ")"));
+  if (v.heads != k.heads) throw_arg(kFn, "v", cat("has heads = ", v.heads), cat("the heads of 'k' (", k.heads, ")"));
+  if (out.seqlen != q.seqlen) throw_arg(kFn, "out", cat("has seqlen = ", out.seqlen), cat("the seqlen of 'q' (", q.seqlen, ")"));
+  if (out.heads != q.heads) throw_arg(kFn, "out", cat("has heads = ", out.heads), cat("the heads of 'q' (", q.heads, ")"));
+  if (q.heads % k.heads != 0)
+    throw_arg(kFn, "k", cat("has heads = ", k.heads, " with q.heads = ", q.heads),
+              "q.heads % k.heads == 0 (grouped-query attention)");
+  if (reinterpret_cast<std::uintptr_t>(lse) % 4 != 0)
+    throw_arg(kFn, "lse", cat("pointer ", static_cast<const void*>(lse), " is not 4-byte aligned"), "a 4-byte aligned fp32 buffer");
+
+  // Scalars.
+  if (!(std::isfinite(prm.softmax_scale))) throw_arg(kFn, "softmax_scale", cat("is ", prm.softmax_scale), "a finite value (<= 0: 1/sqrt(D))");
+  if (!(prm.softcap >= 0.0f) || !std::isfinite(prm.softcap))
+    throw_arg(kFn, "softcap", cat("is ", prm.softcap), "0 (off) or a finite value > 0");
+  if (prm.window_left < -1) throw_arg(kFn, "window_left", cat("is ", prm.window_left), "-1 (unbounded) or >= 0");
+  if (prm.window_right < -1) throw_arg(kFn, "window_right", cat("is ", prm.window_right), "-1 (unbounded) or >= 0");
+  if (prm.causal && prm.window_right > 0)
+    throw_arg(kFn, "window_right", cat("is ", prm.window_right, " with causal = true"),
+              "window_right == 0 or -1 when causal (causal means no key to the right of the diagonal)");
+
+  Validated r{varlen, q.batch, q.seqlen, k.seqlen};
+  if (varlen) {
+    if (prm.cu_seqlens_q == nullptr) throw_arg(kFn, "cu_seqlens_q", "is null while cu_seqlens_k is set", "both or neither");
+    if (prm.cu_seqlens_k == nullptr) throw_arg(kFn, "cu_seqlens_k", "is null while cu_seqlens_q is set", "both or neither");
+    if (prm.cu_seqlens_type != IndexType::kInt32)
+      throw_arg(kFn, "cu_seqlens_type", cat("is ", prm.cu_seqlens_type == IndexType::kInt64 ? "int64" : "unknown"), "int32");
+    for (auto [name, p] : {std::pair<const char*, const void*>{"cu_seqlens_q", prm.cu_seqlens_q}, {"cu_seqlens_k", prm.cu_seqlens_k}})
+      if (reinterpret_cast<std::uintptr_t>(p) % 4 != 0)
+        throw_arg(kFn, name, cat("pointer ", p, " is not 4-byte aligned"), "an int32 device buffer");
+    if (prm.num_seqs < 1 || prm.num_seqs > 65535)
+      throw_arg(kFn, "num_seqs", cat("is ", prm.num_seqs), "1 <= num_seqs <= 65535");
+    if (prm.max_seqlen_q < 0 || prm.max_seqlen_q > q.seqlen)
+      throw_arg(kFn, "max_seqlen_q", cat("is ", prm.max_seqlen_q), cat("0 <= max_seqlen_q <= total q rows (", q.seqlen, ")"));
+    if (prm.max_seqlen_k < 0 || prm.max_seqlen_k > k.seqlen)
+      throw_arg(kFn, "max_seqlen_k", cat("is ", prm.max_seqlen_k), cat("0 <= max_seqlen_k <= total k rows (", k.seqlen, ")"));
+    if (prm.host_cu_seqlens_q)
+      check_host_cu_seqlens("cu_seqlens_q", prm.host_cu_seqlens_q, prm.num_seqs, q.seqlen, prm.max_seqlen_q, "max_seqlen_q");
+    if (prm.host_cu_seqlens_k)
+      check_host_cu_seqlens("cu_seqlens_k", prm.host_cu_seqlens_k, prm.num_seqs, k.seqlen, prm.max_seqlen_k, "max_seqlen_k");
+    r = Validated{true, prm.num_seqs, prm.max_seqlen_q, prm.max_seqlen_k};
+  } else if (q.seqlen > 0 && k.seqlen == 0) {
+    throw_arg(kFn, "k", "has seqlen = 0 with q.seqlen > 0", "seqlen >= 1 (every query needs a key)");
+  }
+
+  // Overlaps: out must not alias an input or the LSE (q, k, v may alias each other: fused QKV).
+  const detail::Span so = span_of_tensor(out);
+  detail::check_no_overlap(kFn, "out", so, "q", span_of_tensor(q));
+  detail::check_no_overlap(kFn, "out", so, "k", span_of_tensor(k));
+  detail::check_no_overlap(kFn, "out", so, "v", span_of_tensor(v));
+  if (lse) {
+    const int64_t lse_elems = q.heads * (varlen ? q.seqlen : q.batch * q.seqlen);
+    const detail::Span sl = detail::span_of_bytes(lse, lse_elems * 4);
+    detail::check_no_overlap(kFn, "lse", sl, "out", so);
+    detail::check_no_overlap(kFn, "lse", sl, "q", span_of_tensor(q));
+    detail::check_no_overlap(kFn, "lse", sl, "k", span_of_tensor(k));
+    detail::check_no_overlap(kFn, "lse", sl, "v", span_of_tensor(v));
+  }
+  return r;
+}
+
+void validate_config(int64_t head_dim, const AttentionConfig& c) {
+  for (const auto& t : attn::kTileConfigs)
+    if (t.head_dim == head_dim && t.block_m == c.block_m && t.block_n == c.block_n && t.warps == c.warps) return;
+  throw_arg(kFn, "config", cat("is ", c.block_m, " x ", c.block_n, " with ", c.warps, " warps for head_dim ", head_dim),
+            "one of attention_config(head_dim, i)");
+}
+
+bool nothing_to_do(const AttnConstTensor& q, const Validated& val) {
+  return q.seqlen == 0 || (!val.varlen && q.batch == 0) || (val.varlen && val.seqlen_q == 0);
+}
+
+void check_devices(const AttnConstTensor& q, const AttnConstTensor& k, const AttnConstTensor& v,
+                   const AttnTensor& out, const float* lse, const AttentionParams& prm, bool varlen) {
+  detail::check_device_pointer(kFn, "q", q.data);
+  if (k.seqlen > 0) detail::check_device_pointer(kFn, "k", k.data);
+  if (v.seqlen > 0) detail::check_device_pointer(kFn, "v", v.data);
+  detail::check_device_pointer(kFn, "out", out.data);
+  if (lse) detail::check_device_pointer(kFn, "lse", lse);
+  if (varlen) {
+    detail::check_device_pointer(kFn, "cu_seqlens_q", prm.cu_seqlens_q);
+    detail::check_device_pointer(kFn, "cu_seqlens_k", prm.cu_seqlens_k);
+  }
+}
+
+void run(const AttnConstTensor& q, const AttnConstTensor& k, const AttnConstTensor& v, const AttnTensor& out,
+         float* lse, const AttentionParams& prm, const Validated& val, const AttentionConfig& c, cudaStream_t stream) {
+  detail::check_compute_capability(kFn, 8, 0);
+  attn::AttnParams p{};
+  p.q = q.data;
+  p.k = k.data;
+  p.v = v.data;
+  p.out = out.data;
+  p.lse = lse;
+  p.q_batch_stride = q.batch_stride, p.q_row_stride = q.seq_stride, p.q_head_stride = q.head_stride;
+  p.k_batch_stride = k.batch_stride, p.k_row_stride = k.seq_stride, p.k_head_stride = k.head_stride;
+  p.v_batch_stride = v.batch_stride, p.v_row_stride = v.seq_stride, p.v_head_stride = v.head_stride;
+  p.o_batch_stride = out.batch_stride, p.o_row_stride = out.seq_stride, p.o_head_stride = out.head_stride;
+  p.batch = static_cast<int>(val.batch);
+  p.heads_q = static_cast<int>(q.heads);
+  p.heads_kv = static_cast<int>(k.heads);
+  p.group = static_cast<int>(q.heads / k.heads);
+  p.seqlen_q = static_cast<int>(val.seqlen_q);
+  p.seqlen_k = static_cast<int>(val.seqlen_k);
+  if (val.varlen) {
+    p.cu_seqlens_q = static_cast<const int32_t*>(prm.cu_seqlens_q);
+    p.cu_seqlens_k = static_cast<const int32_t*>(prm.cu_seqlens_k);
+    p.lse_batch_stride = 0;
+    p.lse_head_stride = q.seqlen;
+  } else {
+    p.lse_batch_stride = q.heads * q.seqlen;
+    p.lse_head_stride = q.seqlen;
+  }
+  const double scale = prm.softmax_scale > 0 ? prm.softmax_scale : 1.0 / std::sqrt(double(q.head_dim));
+  constexpr double kLog2e = 1.4426950408889634;
+  if (prm.softcap > 0) {
+    p.softcap_mul = static_cast<float>(scale / prm.softcap);
+    p.scale_log2 = static_cast<float>(prm.softcap * kLog2e);
+    p.scale_lse = prm.softcap;
+  } else {
+    p.softcap_mul = 0.0f;
+    p.scale_log2 = static_cast<float>(scale * kLog2e);
+    p.scale_lse = static_cast<float>(scale);
+  }
+  constexpr int kUnbounded = 1 << 30;  // clamped per sequence in the kernel
+  p.window_left = prm.window_left < 0 ? kUnbounded : static_cast<int>(std::min<int64_t>(prm.window_left, kUnbounded));
+  const int64_t right = prm.causal ? 0 : prm.window_right;
+  p.window_right = right < 0 ? kUnbounded : static_cast<int>(std::min<int64_t>(right, kUnbounded));
+
+  const attn::TileConfig t{static_cast<int>(q.head_dim), c.block_m, c.block_n, c.warps};
+  switch (t.head_dim) {
+    case 64: attn::launch_sm80_d64(p, t, q.dtype, stream); break;
+    case 128: attn::launch_sm80_d128(p, t, q.dtype, stream); break;
+    default: attn::launch_sm80_d256(p, t, q.dtype, stream); break;
+  }
+}
+
+void check_smem(const AttentionConfig& c, int64_t head_dim) {
+  const int need = attn::smem_bytes(attn::TileConfig{static_cast<int>(head_dim), c.block_m, c.block_n, c.warps});
+  const int have = current_device_spec().max_smem_per_block;
+  if (need > have)
+    throw Error(cat("blockfuse::attention: the tile ", c.block_m, " x ", c.block_n, " at head_dim ", head_dim, " needs ",
+                    need, " bytes of shared memory; the current device allows ", have, " per block"));
+}
+
+}  // namespace
+
+void attention(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnTensor out, float* lse,
+               const AttentionParams& params, AttentionConfig config, cudaStream_t stream) {
+  const Validated val = validate_host(q, k, v, out, lse, params);
+  validate_config(q.head_dim, config);
+  if (nothing_to_do(q, val)) return;
+  check_devices(q, k, v, out, lse, params, val.varlen);
+  check_smem(config, q.head_dim);
+  run(q, k, v, out, lse, params, val, config, stream);
+}
+
+void attention(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnTensor out, float* lse,
+               const AttentionParams& params, cudaStream_t stream) {
+  const Validated val = validate_host(q, k, v, out, lse, params);
+  if (nothing_to_do(q, val)) return;
+  check_devices(q, k, v, out, lse, params, val.varlen);
+  const DeviceSpec spec = current_device_spec();
+  const AttentionConfig c = attention_heuristic(q.head_dim, params.causal, spec.cc_major, spec.cc_minor);
+  check_smem(c, q.head_dim);
+  run(q, k, v, out, lse, params, val, c, stream);
+}
+
+}  // namespace blockfuse

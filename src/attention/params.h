@@ -1,0 +1,55 @@
+// Internal: the attention kernel's launch parameters and the table of compiled tile configurations,
+// shared by the heuristic, the validation, the launcher and the kernel (so they cannot disagree).
+#pragma once
+
+#include <cstdint>
+
+#include "blockfuse/attention.h"
+
+namespace blockfuse::attn {
+
+// One compiled (head_dim, block_m, block_n, warps) instantiation of the sm80 kernel.
+struct TileConfig {
+  int head_dim, block_m, block_n, warps;
+};
+
+// The heuristic's choice for each head dim comes first (attention_config(D, 0)); the rest are
+// compiled for benchmarking and tuning. 128 x 64 with 4 warps at D = 128 and 128 x 128 at D = 64
+// are FlashAttention-2's sm80/sm90 choices: 4 warps own 16 query rows each per MMA step, the block
+// holds 64 fp32 accumulators of O per thread at D = 128, and K/V tiles of 64 rows keep the shared
+// memory (Q 32 KB + K 16 KB + V 16 KB) at two blocks per SM.
+inline constexpr TileConfig kTileConfigs[] = {
+    {64, 128, 128, 4}, {64, 128, 64, 4},
+    {128, 128, 64, 4}, {128, 128, 128, 8}, {128, 64, 64, 4},
+    {256, 128, 64, 8}, {256, 64, 64, 4},
+};
+inline constexpr int kNumTileConfigs = sizeof(kTileConfigs) / sizeof(kTileConfigs[0]);
+
+// Shared memory of one block: Q [block_m, D], K and V [block_n, D] each, 2-byte elements (O is
+// staged through Q's buffer).
+constexpr int smem_bytes(const TileConfig& c) { return (c.block_m + 2 * c.block_n) * c.head_dim * 2; }
+
+// What the kernel is launched with. Offsets are in elements (int64: tensors may exceed 2^31).
+struct AttnParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* out;
+  float* lse;  // nullptr: not written
+  int64_t q_batch_stride, q_row_stride, q_head_stride;
+  int64_t k_batch_stride, k_row_stride, k_head_stride;
+  int64_t v_batch_stride, v_row_stride, v_head_stride;
+  int64_t o_batch_stride, o_row_stride, o_head_stride;
+  int64_t lse_batch_stride, lse_head_stride;  // batched: Hq·Sq, Sq; varlen: 0, total_q
+  int batch, heads_q, heads_kv, group;        // group = Hq / Hkv
+  int seqlen_q, seqlen_k;                     // batched lengths; varlen: the maxima
+  const int32_t* cu_seqlens_q;                // nullptr: batched
+  const int32_t* cu_seqlens_k;
+  float scale_log2;    // exp2 domain: softmax_scale·log2(e), or softcap·log2(e) with a soft-cap
+  float scale_lse;     // natural-log factor of the row max in the LSE: softmax_scale, or softcap
+  float softcap_mul;   // with a soft-cap: softmax_scale / softcap (tanh argument); 0: off
+  int window_left;     // clamped: -1 -> unbounded is stored as a value beyond every row
+  int window_right;
+};
+
+}  // namespace blockfuse::attn

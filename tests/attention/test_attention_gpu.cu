@@ -1,0 +1,369 @@
+// attention() on the device against the fp64 CPU reference (small shapes) or the fp32 GPU reference
+// (large shapes; itself checked against the CPU reference here): lengths 1 .. 4097 with tails,
+// Sq != Sk both ways, GQA ratios 1, 2, 4, 8 and MQA, causal / sliding window / soft-cap, varlen with
+// empty and length-1 sequences, fused-QKV strides, a NaN query row, bitwise determinism and CUDA
+// graph replay, both dtypes, D = 64, 128, 256. The AttentionSanitizer tests are the small set that
+// scripts/sanitize runs under compute-sanitizer.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "attention/reference.h"
+#include "blockfuse/attention.h"
+#include "support/test_util.h"
+#include "testing/attention_reference.h"
+#include "testing/device_buffer.h"
+#include "testing/testing.h"
+
+namespace blockfuse {
+namespace {
+
+using testing::DeviceBuffer;
+
+struct Case {
+  int64_t b, sq, sk, hq, hkv, d;
+  bool causal = false;
+  int64_t left = -1, right = -1;
+  float softcap = 0;
+  DType dt = DType::kBF16;
+  bool fused = false;  // q, k, v as views of one [B, S, (Hq + 2 Hkv) D] buffer (requires sq == sk)
+  float scale = 0;
+};
+
+std::string describe(const Case& c) {
+  return "B" + std::to_string(c.b) + " Sq" + std::to_string(c.sq) + " Sk" + std::to_string(c.sk) + " Hq" +
+         std::to_string(c.hq) + " Hkv" + std::to_string(c.hkv) + " D" + std::to_string(c.d) +
+         (c.causal ? " causal" : "") + " win(" + std::to_string(c.left) + "," + std::to_string(c.right) + ")" +
+         " cap" + std::to_string(c.softcap) + (c.dt == DType::kBF16 ? " bf16" : " fp16") + (c.fused ? " fused" : "");
+}
+
+// Device inputs, their host copies (same strides) and the output buffers.
+struct Problem {
+  Case c;
+  DeviceBuffer<uint16_t> qb, kb, vb, ob;
+  DeviceBuffer<float> lseb;
+  std::vector<uint16_t> hq, hk, hv;
+  AttnConstTensor q, k, v;
+  AttnTensor out;
+  AttentionParams p;
+  int64_t out_rows = 0, lse_count = 0;
+
+  // Views with the same strides over other base pointers (host copies).
+  static AttnConstTensor rebase(AttnConstTensor t, const void* old_base, const void* new_base) {
+    const auto off = static_cast<const char*>(t.data) - static_cast<const char*>(old_base);
+    t.data = static_cast<const char*>(new_base) + off;
+    return t;
+  }
+  AttnConstTensor host_q() const { return rebase(q, qb.data(), hq.data()); }
+  AttnConstTensor host_k() const { return rebase(k, c.fused ? qb.data() : kb.data(), c.fused ? hq.data() : hk.data()); }
+  AttnConstTensor host_v() const { return rebase(v, c.fused ? qb.data() : vb.data(), c.fused ? hq.data() : hv.data()); }
+};
+
+void download(std::vector<uint16_t>& h, const DeviceBuffer<uint16_t>& d) {
+  h.resize(d.size());
+  if (d.size()) ASSERT_EQ(cudaMemcpy(h.data(), d.data(), d.bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+}
+
+void make_problem(Problem& pr, const Case& c, uint64_t seed) {
+  pr.c = c;
+  const int64_t D = c.d;
+  if (c.fused) {
+    const int64_t H = c.hq + 2 * c.hkv, row = H * D;
+    pr.qb = DeviceBuffer<uint16_t>(size_t(c.b * c.sq * row));
+    testing::fill_uniform(Matrix{pr.qb.data(), c.dt, c.b * c.sq, row, row}, -2.0f, 2.0f, seed);
+    uint16_t* base = pr.qb.data();
+    pr.q = AttnConstTensor{base, c.dt, c.b, c.sq, c.hq, D, c.sq * row, row, D};
+    pr.k = AttnConstTensor{base + c.hq * D, c.dt, c.b, c.sk, c.hkv, D, c.sk * row, row, D};
+    pr.v = AttnConstTensor{base + (c.hq + c.hkv) * D, c.dt, c.b, c.sk, c.hkv, D, c.sk * row, row, D};
+  } else {
+    pr.qb = DeviceBuffer<uint16_t>(size_t(c.b * c.sq * c.hq * D));
+    pr.kb = DeviceBuffer<uint16_t>(size_t(c.b * c.sk * c.hkv * D));
+    pr.vb = DeviceBuffer<uint16_t>(size_t(c.b * c.sk * c.hkv * D));
+    testing::fill_uniform(Matrix{pr.qb.data(), c.dt, c.b * c.sq * c.hq, D, D}, -2.0f, 2.0f, seed);
+    testing::fill_uniform(Matrix{pr.kb.data(), c.dt, c.b * c.sk * c.hkv, D, D}, -2.0f, 2.0f, seed + 1);
+    testing::fill_uniform(Matrix{pr.vb.data(), c.dt, c.b * c.sk * c.hkv, D, D}, -1.0f, 1.0f, seed + 2);
+    pr.q = make_attn_tensor(pr.qb.data(), c.dt, c.b, c.sq, c.hq, D);
+    pr.k = make_attn_tensor(pr.kb.data(), c.dt, c.b, c.sk, c.hkv, D);
+    pr.v = make_attn_tensor(pr.vb.data(), c.dt, c.b, c.sk, c.hkv, D);
+  }
+  pr.out_rows = c.b * c.sq;
+  pr.lse_count = c.b * c.hq * c.sq;
+  pr.ob = DeviceBuffer<uint16_t>(size_t(pr.out_rows * c.hq * D));
+  pr.lseb = DeviceBuffer<float>(size_t(pr.lse_count));
+  pr.out = make_attn_tensor(pr.ob.data(), c.dt, c.b, c.sq, c.hq, D);
+  pr.p.causal = c.causal;
+  pr.p.window_left = c.left;
+  pr.p.window_right = c.right;
+  pr.p.softcap = c.softcap;
+  pr.p.softmax_scale = c.scale;
+}
+
+void poison(Problem& pr) {
+  testing::fill_bits(Matrix{pr.ob.data(), pr.c.dt, pr.out_rows * pr.c.hq, pr.c.d, pr.c.d}, testing::nan_bits(pr.c.dt));
+  ASSERT_EQ(cudaMemset(pr.lseb.data(), 0xff, pr.lseb.bytes()), cudaSuccess);  // NaN
+}
+
+// The reference: fp64 on the host for small problems, fp32 on the device otherwise.
+void reference(const Problem& pr, bool on_gpu, std::vector<float>& out, std::vector<float>& lse) {
+  if (!on_gpu) {
+    Problem& m = const_cast<Problem&>(pr);
+    download(m.hq, pr.qb);
+    if (!pr.c.fused) {
+      download(m.hk, pr.kb);
+      download(m.hv, pr.vb);
+    }
+    attn::attention_reference(pr.host_q(), pr.host_k(), pr.host_v(), pr.p, out, lse);
+    return;
+  }
+  DeviceBuffer<float> ro(size_t(pr.out_rows * pr.c.hq * pr.c.d)), rl(size_t(pr.lse_count));
+  testing::attention_reference_gpu(pr.q, pr.k, pr.v, pr.p, ro.data(), rl.data());
+  out.resize(ro.size());
+  lse.resize(rl.size());
+  ASSERT_EQ(cudaMemcpy(out.data(), ro.data(), ro.bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(lse.data(), rl.data(), rl.bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+}
+
+float to_f(DType t, uint16_t b) { return host::to_float(t, b); }
+
+// Compares out / lse with the reference. Rows listed in skip_rows ((row * Hq + h) indices) are
+// expected NaN instead. Returns the number of violations (and reports the first few).
+int64_t check(const Problem& pr, const std::vector<float>& ref_o, const std::vector<float>& ref_l,
+              const std::vector<int64_t>& nan_rows = {}) {
+  std::vector<uint16_t> o;
+  std::vector<float> l(size_t(pr.lse_count));
+  download(o, pr.ob);
+  EXPECT_EQ(cudaMemcpy(l.data(), pr.lseb.data(), pr.lseb.bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+  const Case& c = pr.c;
+  const double u = test::unit_roundoff(c.dt);
+  // P is rounded to the input type before P·V (relative u per weight, |v| <= 1) and O once at the end.
+  const double atol = 2 * u + 1e-4, rtol = 2 * u;
+  int64_t bad = 0;
+  auto is_nan_row = [&](int64_t rh) { return std::find(nan_rows.begin(), nan_rows.end(), rh) != nan_rows.end(); };
+  for (int64_t r = 0; r < pr.out_rows; ++r)
+    for (int64_t h = 0; h < c.hq; ++h) {
+      const int64_t rh = r * c.hq + h;
+      const bool nan_row = is_nan_row(rh);
+      for (int64_t d = 0; d < c.d; ++d) {
+        const float got = to_f(c.dt, o[size_t(rh * c.d + d)]);
+        const float want = ref_o[size_t(rh * c.d + d)];
+        const bool ok = nan_row ? std::isnan(got) : std::fabs(got - want) <= atol + rtol * std::fabs(want);
+        if (!ok && bad++ < 5)
+          ADD_FAILURE() << describe(c) << ": out row " << r << " head " << h << " d " << d << ": " << got << " vs " << want;
+      }
+    }
+  // LSE: [B, Hq, Sq]; the fp32 exp2/log and tanh.approx leave ~1e-4 relative.
+  for (int64_t i = 0; i < pr.lse_count; ++i) {
+    const int64_t b = i / (c.hq * c.sq), h = (i / c.sq) % c.hq, s = i % c.sq;
+    const int64_t rh = (b * c.sq + s) * c.hq + h;
+    const float got = l[size_t(i)], want = ref_l[size_t(i)];
+    bool ok;
+    if (is_nan_row(rh)) ok = std::isnan(got);
+    else if (std::isinf(want)) ok = std::isinf(got) && got < 0;
+    else ok = std::fabs(got - want) <= 2e-3 + 2e-4 * std::fabs(want);
+    if (!ok && bad++ < 5) ADD_FAILURE() << describe(c) << ": lse b " << b << " head " << h << " row " << s << ": " << got << " vs " << want;
+  }
+  return bad;
+}
+
+void run_case(const Case& c, bool gpu_ref) {
+  BF_SKIP_WITHOUT_GPU("attention");
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(test::seed_note(seed) + " " + describe(c));
+  Problem pr;
+  make_problem(pr, c, seed);
+  poison(pr);
+  attention(pr.q, pr.k, pr.v, pr.out, pr.lseb.data(), pr.p);
+  BF_CUDA_OK(cudaDeviceSynchronize());
+  std::vector<float> ro, rl;
+  reference(pr, gpu_ref, ro, rl);
+  EXPECT_EQ(check(pr, ro, rl), 0);
+}
+
+class AttentionGpuSmall : public ::testing::TestWithParam<Case> {};
+TEST_P(AttentionGpuSmall, MatchesCpuReference) { run_case(GetParam(), false); }
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AttentionGpuSmall,
+    ::testing::Values(Case{1, 1, 1, 1, 1, 64}, Case{1, 1, 1, 2, 1, 128, true}, Case{2, 7, 7, 4, 1, 128, true},
+                      Case{1, 7, 7, 2, 2, 256, false, -1, -1, 0, DType::kFP16},
+                      Case{1, 127, 127, 8, 2, 128, true, -1, -1, 0, DType::kFP16, true},
+                      Case{2, 127, 300, 4, 4, 64}, Case{2, 127, 300, 4, 4, 64, true},
+                      Case{1, 300, 127, 4, 4, 128, true},  // Sq > Sk: 173 rows see no key
+                      Case{1, 200, 200, 8, 1, 256, false, -1, -1, 0, DType::kBF16, true},
+                      Case{1, 257, 257, 4, 2, 128, false, 32, 16}, Case{1, 300, 300, 2, 2, 64, true, 64},
+                      Case{1, 200, 260, 4, 2, 128, true, 0, -1},  // only the diagonal key
+                      Case{1, 200, 200, 4, 2, 128, true, -1, -1, 2.0f}, Case{1, 150, 190, 4, 1, 64, false, 20, 5, 3.0f, DType::kFP16},
+                      Case{1, 129, 129, 8, 1, 128, false, -1, -1, 0, DType::kBF16, false, 0.3f}));
+
+class AttentionGpuLarge : public ::testing::TestWithParam<Case> {};
+TEST_P(AttentionGpuLarge, MatchesGpuReference) { run_case(GetParam(), true); }
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AttentionGpuLarge,
+    ::testing::Values(Case{1, 1000, 1000, 32, 8, 128, true},                         // Llama GQA 4
+                      Case{1, 1000, 1000, 8, 4, 256, true, -1, -1, 50.0f},          // Gemma-2: GQA 2, soft-cap
+                      Case{2, 1000, 1000, 16, 2, 64, false, -1, -1, 0, DType::kFP16},  // GQA 8
+                      Case{1, 1000, 4097, 8, 8, 128, true},                          // chunked prefill
+                      Case{1, 4097, 4097, 4, 1, 128, true},                          // MQA
+                      Case{1, 4097, 4097, 2, 2, 64, false, 1024, 0, 0, DType::kFP16, true},
+                      Case{1, 4097, 1000, 4, 2, 128, false}));
+
+// The fp32 GPU reference against the fp64 CPU reference (it stands in for the latter above).
+TEST(AttentionGpuReference, MatchesCpuReference) {
+  BF_SKIP_WITHOUT_GPU("attention_reference_gpu");
+  for (const Case& c : {Case{2, 77, 131, 4, 2, 128, true, 50, -1, 3.0f}, Case{1, 90, 60, 2, 1, 256, false, 10, 20},
+                        Case{1, 33, 33, 2, 2, 64, false, -1, -1, 0, DType::kFP16, true}}) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(test::seed_note(seed) + " " + describe(c));
+    Problem pr;
+    make_problem(pr, c, seed);
+    std::vector<float> go, gl, co, cl;
+    reference(pr, true, go, gl);
+    reference(pr, false, co, cl);
+    for (size_t i = 0; i < go.size(); ++i) ASSERT_NEAR(go[i], co[i], 1e-4) << i;
+    for (size_t i = 0; i < gl.size(); ++i) {
+      if (std::isinf(cl[i])) ASSERT_TRUE(std::isinf(gl[i])) << i;
+      else ASSERT_NEAR(gl[i], cl[i], 1e-4 * (1 + std::fabs(cl[i]))) << i;
+    }
+  }
+}
+
+// Varlen: q lengths 5, 0, 1, 130, 7, 1 and k lengths 9, 4, 1, 130, 0, 200 (an empty sequence, a
+// query without keys, length-1 sequences), causal and not, GQA 2.
+void run_varlen(bool causal, DType dt, int64_t D) {
+  BF_SKIP_WITHOUT_GPU("attention (varlen)");
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(test::seed_note(seed));
+  const std::vector<int32_t> lq{5, 0, 1, 130, 7, 1}, lk{9, 4, 1, 130, 0, 200};
+  std::vector<int32_t> cq(1, 0), ck(1, 0);
+  for (size_t i = 0; i < lq.size(); ++i) cq.push_back(cq.back() + lq[i]), ck.push_back(ck.back() + lk[i]);
+  const int64_t tq = cq.back(), tk = ck.back(), hq = 4, hkv = 2;
+  Case c{1, tq, tk, hq, hkv, D, causal};
+  c.dt = dt;
+  Problem pr;
+  make_problem(pr, c, seed);
+  DeviceBuffer<int32_t> dq(cq.size()), dk(ck.size());
+  BF_CUDA_OK(cudaMemcpy(dq.data(), cq.data(), dq.bytes(), cudaMemcpyHostToDevice));
+  BF_CUDA_OK(cudaMemcpy(dk.data(), ck.data(), dk.bytes(), cudaMemcpyHostToDevice));
+  pr.p.cu_seqlens_q = dq.data();
+  pr.p.cu_seqlens_k = dk.data();
+  pr.p.num_seqs = int64_t(lq.size());
+  pr.p.max_seqlen_q = 130;
+  pr.p.max_seqlen_k = 200;
+  pr.p.host_cu_seqlens_q = cq.data();
+  pr.p.host_cu_seqlens_k = ck.data();
+  poison(pr);
+  attention(pr.q, pr.k, pr.v, pr.out, pr.lseb.data(), pr.p);
+  BF_CUDA_OK(cudaDeviceSynchronize());
+  std::vector<float> ro, rl;
+  reference(pr, false, ro, rl);
+  // Varlen LSE is [Hq, total]: the same element count as [1, Hq, total], which check() assumes.
+  EXPECT_EQ(check(pr, ro, rl), 0);
+}
+TEST(AttentionGpuVarlen, CausalBf16D128) { run_varlen(true, DType::kBF16, 128); }
+TEST(AttentionGpuVarlen, NonCausalFp16D64) { run_varlen(false, DType::kFP16, 64); }
+
+TEST(AttentionGpu, NanInOneQueryRowStaysInThatRow) {
+  BF_SKIP_WITHOUT_GPU("attention");
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(test::seed_note(seed));
+  Case c{1, 200, 200, 4, 2, 128, true};
+  Problem pr;
+  make_problem(pr, c, seed);
+  const int64_t row = 77, head = 1;
+  const uint16_t nan = testing::nan_bits(c.dt);
+  BF_CUDA_OK(cudaMemcpy(pr.qb.data() + (row * c.hq + head) * c.d + 5, &nan, 2, cudaMemcpyHostToDevice));
+  poison(pr);
+  attention(pr.q, pr.k, pr.v, pr.out, pr.lseb.data(), pr.p);
+  BF_CUDA_OK(cudaDeviceSynchronize());
+  std::vector<float> ro, rl;
+  reference(pr, false, ro, rl);
+  EXPECT_EQ(check(pr, ro, rl, {row * c.hq + head}), 0);
+}
+
+TEST(AttentionGpu, BitwiseDeterministic) {
+  BF_SKIP_WITHOUT_GPU("attention");
+  Case c{2, 1000, 1000, 8, 2, 128, true};
+  Problem pr;
+  make_problem(pr, c, test::fresh_seed());
+  std::vector<uint16_t> o1, o2;
+  std::vector<float> l1(size_t(pr.lse_count)), l2(size_t(pr.lse_count));
+  for (auto* dst : {&o1, &o2}) {
+    poison(pr);
+    attention(pr.q, pr.k, pr.v, pr.out, pr.lseb.data(), pr.p);
+    BF_CUDA_OK(cudaDeviceSynchronize());
+    download(*dst, pr.ob);
+    BF_CUDA_OK(cudaMemcpy((dst == &o1 ? l1 : l2).data(), pr.lseb.data(), pr.lseb.bytes(), cudaMemcpyDeviceToHost));
+  }
+  EXPECT_EQ(std::memcmp(o1.data(), o2.data(), o1.size() * 2), 0);
+  EXPECT_EQ(std::memcmp(l1.data(), l2.data(), l1.size() * 4), 0);
+}
+
+TEST(AttentionGpu, CudaGraphReplaySeesNewInputs) {
+  BF_SKIP_WITHOUT_GPU("attention");
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(test::seed_note(seed));
+  Case c{1, 300, 300, 4, 2, 64, true, -1, -1, 0, DType::kFP16};
+  Problem pr;
+  make_problem(pr, c, seed);
+  cudaStream_t s;
+  BF_CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  BF_CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  attention(pr.q, pr.k, pr.v, pr.out, pr.lseb.data(), pr.p, s);
+  BF_CUDA_OK(cudaStreamEndCapture(s, &g));
+  BF_CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+  for (int rep = 0; rep < 2; ++rep) {
+    // New inputs, poisoned outputs, then only the replay: the output must match the new inputs.
+    testing::fill_uniform(Matrix{pr.qb.data(), c.dt, c.sq * c.hq, c.d, c.d}, -2.0f, 2.0f, seed + 100 + rep);
+    poison(pr);
+    BF_CUDA_OK(cudaDeviceSynchronize());
+    BF_CUDA_OK(cudaGraphLaunch(ge, s));
+    BF_CUDA_OK(cudaStreamSynchronize(s));
+    std::vector<float> ro, rl;
+    reference(pr, false, ro, rl);
+    EXPECT_EQ(check(pr, ro, rl), 0) << "replay " << rep;
+  }
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
+}
+
+// Every compiled tile configuration (not only the heuristic's) on a shape with tails.
+TEST(AttentionGpu, EveryTileConfig) {
+  BF_SKIP_WITHOUT_GPU("attention");
+  for (int64_t d : {64, 128, 256})
+    for (int i = 0; i < attention_num_configs(d); ++i) {
+      const uint64_t seed = test::fresh_seed();
+      const AttentionConfig cfg = attention_config(d, i);
+      SCOPED_TRACE(test::seed_note(seed) + " D " + std::to_string(d) + " config " + std::to_string(i));
+      Case c{1, 190, 250, 4, 2, d, true, 100, -1};
+      Problem pr;
+      make_problem(pr, c, seed);
+      poison(pr);
+      attention(pr.q, pr.k, pr.v, pr.out, pr.lseb.data(), pr.p, cfg);
+      BF_CUDA_OK(cudaDeviceSynchronize());
+      std::vector<float> ro, rl;
+      reference(pr, false, ro, rl);
+      EXPECT_EQ(check(pr, ro, rl), 0);
+    }
+}
+
+// The compute-sanitizer set (scripts/sanitize runs '*Sanitizer*'): small grids reaching the tails,
+// the masks, the no-key rows, varlen and every head dim.
+class AttentionSanitizer : public ::testing::TestWithParam<Case> {};
+TEST_P(AttentionSanitizer, Small) { run_case(GetParam(), false); }
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionSanitizer,
+                         ::testing::Values(Case{1, 70, 45, 2, 1, 64, true, 20, -1}, Case{1, 33, 100, 2, 2, 128, false, -1, -1, 2.0f},
+                                           Case{1, 65, 65, 2, 1, 256, true, -1, -1, 0, DType::kFP16, true}));
+TEST(AttentionSanitizerVarlen, Small) { run_varlen(true, DType::kBF16, 64); }
+
+}  // namespace
+}  // namespace blockfuse

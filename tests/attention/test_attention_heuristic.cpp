@@ -1,0 +1,43 @@
+// The attention tile heuristic and configuration table (pure functions, no GPU).
+#include <gtest/gtest.h>
+
+#include "attention/params.h"
+#include "blockfuse/attention.h"
+#include "support/test_util.h"
+
+namespace blockfuse {
+namespace {
+
+TEST(AttentionHeuristic, EveryHeadDimHasAConfigThatFitsTheSharedMemory) {
+  for (int64_t d : {64, 128, 256}) {
+    for (bool causal : {false, true})
+      for (int cc : {80, 86, 89, 90}) {
+        const AttentionConfig c = attention_heuristic(d, causal, cc / 10, cc % 10);
+        EXPECT_EQ(c.block_m % (16 * c.warps), 0);
+        // 99 KB: the smallest opt-in shared memory per block of the sm_8x parts (sm_86/89).
+        const int smem = attn::smem_bytes(attn::TileConfig{int(d), c.block_m, c.block_n, c.warps});
+        if (d <= 128) {
+          EXPECT_LE(smem, 99 * 1024) << "D " << d;
+        }
+        EXPECT_LE(smem, 163 * 1024) << "D " << d;  // A100's 163 KB: every config runs on sm_80
+      }
+    // The heuristic's choice is configuration 0 and every configuration is listed once.
+    const AttentionConfig h = attention_heuristic(d, false, 9, 0);
+    const AttentionConfig c0 = attention_config(d, 0);
+    EXPECT_EQ(h.block_m, c0.block_m);
+    EXPECT_EQ(h.block_n, c0.block_n);
+    EXPECT_EQ(h.warps, c0.warps);
+    EXPECT_GE(attention_num_configs(d), 2);
+  }
+  EXPECT_EQ(attention_heuristic(128, false, 9, 0).block_n, 64);
+  EXPECT_EQ(attention_heuristic(64, true, 8, 0).block_n, 128);
+}
+
+TEST(AttentionHeuristic, RejectsUnsupportedInput) {
+  test::expect_arg_error([] { attention_heuristic(96, false, 9, 0); }, "head_dim", "64, 128 or 256");
+  test::expect_arg_error([] { attention_heuristic(128, false, 7, 5); }, "cc_major");
+  test::expect_arg_error([] { attention_config(128, 99); }, "index");
+}
+
+}  // namespace
+}  // namespace blockfuse
