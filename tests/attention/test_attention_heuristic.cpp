@@ -29,7 +29,8 @@ TEST(AttentionHeuristic, EveryHeadDimHasAConfigThatFitsTheSharedMemory) {
     EXPECT_EQ(h.warps, c0.warps);
     EXPECT_GE(attention_num_configs(d), 2);
   }
-  EXPECT_EQ(attention_heuristic(128, false, 9, 0).block_n, 64);
+  EXPECT_EQ(attention_heuristic(128, false, 9, 0).block_n, 128);
+  EXPECT_EQ(attention_heuristic(128, false, 9, 0).warps, 8);
   EXPECT_EQ(attention_heuristic(64, true, 8, 0).block_n, 128);
 }
 
