@@ -11,8 +11,8 @@ from one fp32 model built on the GPU with a fixed seed:
   * prefill: median ms of a forward over T tokens (batch 1, no cache, logits of the last token
     only), and its peak memory beyond the weights (max_memory_allocated delta);
   * decode: tokens/s of `steps` greedy-fed steps (DynamicCache, eager) after a 128-token prompt,
-    at each batch size; with --graphs also batch 1 with a StaticCache and
-    torch.compile(mode="reduce-overhead") (CUDA graphs), if that works on the installed versions.
+    at each batch size; with --graphs also batch 1 through generate() with a StaticCache, which
+    transformers compiles (torch.compile, CUDA graphs) itself; --profile prints the kernels of a step.
 overhead: µs per call, host-side (a tight loop of 2000 calls, synchronised once), of each op on a
 tiny problem against torch.nn.functional.linear on one of the same size, eager, under no_grad —
 the cost a decode step pays per op when the kernels themselves take ~2-5 µs.
@@ -94,7 +94,7 @@ def prefill(model, t, reps=3):
 def decode(model, batch, steps, prompt=128):
     import transformers as tf
     ids = torch.randint(0, model.config.vocab_size, (batch, prompt), device="cuda")
-    cache = tf.DynamicCache(config=model.config) if "config" in tf.DynamicCache.__init__.__code__.co_varnames else tf.DynamicCache()
+    cache = tf.DynamicCache(config=model.config)
     out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
     tok = out.logits[:, -1:].argmax(-1)
     for _ in range(2):  # warm-up steps (cache growth, first-call setup)
@@ -112,29 +112,60 @@ def decode(model, batch, steps, prompt=128):
 
 @torch.no_grad()
 def decode_graphs(model, steps, prompt=128):
-    """Batch-1 decode with a StaticCache and torch.compile(mode="reduce-overhead"): tokens/s."""
+    """Batch-1 decode with a StaticCache through generate(), which compiles the forward itself
+    (transformers' auto-compile: torch.compile fullgraph, mode="reduce-overhead", i.e. CUDA graphs)
+    where it supports it. Returns (tokens/s, ms per step, compiled?)."""
     ids = torch.randint(0, model.config.vocab_size, (1, prompt), device="cuda")
-    model.generation_config.cache_implementation = "static"
-    fwd = model.forward
-    model.forward = torch.compile(fwd, mode="reduce-overhead", fullgraph=True)
-    try:
-        kw = dict(do_sample=False, pad_token_id=0, attention_mask=torch.ones_like(ids), min_new_tokens=steps)
-        model.generate(ids, max_new_tokens=steps, **kw)  # compile and capture
-        model.generate(ids, max_new_tokens=steps, **kw)
+    kw = dict(do_sample=False, pad_token_id=0, attention_mask=torch.ones_like(ids), cache_implementation="static")
+    graphs_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+
+    def gen(n):
+        model.generate(ids, max_new_tokens=n, min_new_tokens=n, **kw)
         torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        model.generate(ids, max_new_tokens=steps, **kw)
+
+    gen(steps)  # compile and capture
+    gen(steps)
+    t0 = time.perf_counter()
+    gen(steps)
+    t_long = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    gen(1)
+    t_short = time.perf_counter() - t0
+    per = (t_long - t_short) / (steps - 1)  # the prefill and the first token cancel
+    compiled = torch._dynamo.utils.counters["stats"]["unique_graphs"] > graphs_before
+    return 1.0 / per, 1e3 * per, compiled
+
+
+@torch.no_grad()
+def profile_decode(model, label, batch=1, prompt=128, steps=3):
+    """Prints the CUDA kernels of `steps` decode steps by GPU time, and GPU vs wall time per step."""
+    import transformers as tf
+    from torch.profiler import ProfilerActivity, profile
+    ids = torch.randint(0, model.config.vocab_size, (batch, prompt), device="cuda")
+    cache = tf.DynamicCache(config=model.config)
+    out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    tok = out.logits[:, -1:].argmax(-1)
+    for _ in range(2):
+        out = model(input_ids=tok, past_key_values=cache, use_cache=True)
+        tok = out.logits[:, -1:].argmax(-1)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            out = model(input_ids=tok, past_key_values=cache, use_cache=True)
+            tok = out.logits[:, -1:].argmax(-1)
         torch.cuda.synchronize()
-        t_long = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        model.generate(ids, max_new_tokens=1, **{**kw, "min_new_tokens": 1})
-        torch.cuda.synchronize()
-        t_short = time.perf_counter() - t0
-        per = (t_long - t_short) / (steps - 1)  # the prefill and the first token cancel
-        return 1.0 / per, 1e3 * per
-    finally:
-        model.forward = fwd
-        model.generation_config.cache_implementation = None
+    wall = (time.perf_counter() - t0) / steps * 1e3
+    events = [e for e in prof.key_averages() if getattr(e, "self_device_time_total", 0) > 0]
+    events.sort(key=lambda e: -e.self_device_time_total)
+    gpu = sum(e.self_device_time_total for e in events) / steps / 1e3
+    print(f"# profile {label} b={batch}: GPU {gpu:.2f} ms per step, wall {wall:.2f} ms (profiled)", flush=True)
+    top = []
+    for e in events[:10]:
+        ms = e.self_device_time_total / steps / 1e3
+        top.append({"kernel": e.key[:90], "ms_per_step": ms, "calls_per_step": e.count / steps})
+        print(f"#   {ms:7.3f} ms  x{e.count / steps:5.0f}  {e.key[:90]}", flush=True)
+    return {"gpu_ms_per_step": gpu, "wall_ms_per_step_profiled": wall, "top": top}
 
 
 def run_model(args):
@@ -167,6 +198,8 @@ def run_model(args):
                                   "ms_per_step": {"unpatched": su, "patched": sp}})
             print(f"| {name} | decode b={b} eager | {tu:.0f} tok/s ({su:.2f} ms) | {tp:.0f} tok/s ({sp:.2f} ms) | "
                   f"{tp / tu:.3f}x |", flush=True)
+        if args.profile:
+            row["profile"] = {label: profile_decode(m, label) for label, m in (("unpatched", ref), ("patched", pat))}
         if args.graphs:
             res = {}
             for label, m in (("unpatched", ref), ("patched", pat)):
@@ -178,10 +211,11 @@ def run_model(args):
                     print(f"# graphs ({label}) failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
                 torch._dynamo.reset()
             if all(res.values()):
-                (tu, su), (tp, sp) = res["unpatched"], res["patched"]
-                row["decode"].append({"batch": 1, "mode": "static+graphs", "tok_s": {"unpatched": tu, "patched": tp},
+                (tu, su, cu), (tp, sp, cp) = res["unpatched"], res["patched"]
+                mode = "static+compiled" if cu and cp else "static (not compiled)"
+                row["decode"].append({"batch": 1, "mode": mode, "tok_s": {"unpatched": tu, "patched": tp},
                                       "ms_per_step": {"unpatched": su, "patched": sp}})
-                print(f"| {name} | decode b=1 static+graphs | {tu:.0f} tok/s ({su:.2f} ms) | {tp:.0f} tok/s "
+                print(f"| {name} | decode b=1 {mode} | {tu:.0f} tok/s ({su:.2f} ms) | {tp:.0f} tok/s "
                       f"({sp:.2f} ms) | {tp / tu:.3f}x |", flush=True)
         rows.append(row)
         del ref, pat
@@ -252,6 +286,7 @@ def main(argv):
     m.add_argument("--batches", default="1,8,32")
     m.add_argument("--steps", type=int, default=32)
     m.add_argument("--graphs", action="store_true", help="also batch-1 decode with StaticCache + CUDA graphs")
+    m.add_argument("--profile", action="store_true", help="print the kernels of a batch-1 decode step")
     m.add_argument("--json", default="bench_model.json")
     o = sub.add_parser("overhead", help="µs per call of each op on a tiny problem vs F.linear")
     o.add_argument("--json", default="bench_overhead.json")
