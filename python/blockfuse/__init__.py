@@ -1,11 +1,11 @@
 """blockfuse — fused CUDA kernels for the transformer decoder block, from PyTorch.
 
     import blockfuse
-    replaced = blockfuse.patch_model(model)        # every Llama/Mistral/Qwen2/Gemma2 MLP -> GatedMLP
+    patched = blockfuse.patch_model(model)         # fused MLPs and add+RMSNorms in a HF decoder
     h = blockfuse.ops.gated_up(x, w_interleaved)   # act(x·W_gateᵀ) ⊙ (x·W_upᵀ) in one kernel
 
-Submodules: `ops` (the torch.library ops), `nn` (GatedMLP, patch_model), `kvcache` (the KV-cache
-analysis; torch-free), `bench` (`python -m blockfuse.bench gated-up`). Importing `blockfuse` itself
+Submodules: `ops` (the torch.library ops), `nn` (GatedMLP), `patch` (patch_model), `kvcache` (the
+KV-cache analysis; torch-free), `bench` (`python -m blockfuse.bench gated-up|model`). Importing `blockfuse` itself
 imports nothing heavy: `ops`/`nn` (and torch) load on first use, so `blockfuse.kvcache` works
 without torch.
 """
@@ -13,8 +13,8 @@ import importlib
 
 __version__ = "0.1.0"
 
-_LAZY_MODULES = ("ops", "nn", "kvcache", "bench")
-_LAZY_NAMES = {"patch_model": "nn", "GatedMLP": "nn", "gated_up": "ops"}
+_LAZY_MODULES = ("ops", "nn", "patch", "kvcache", "bench")
+_LAZY_NAMES = {"patch_model": "patch", "GatedMLP": "nn", "gated_up": "ops"}
 
 
 def __getattr__(name):

@@ -1,5 +1,7 @@
 """The Python benchmark: the seed's gated-MLP charts, measured from PyTorch.
 
+    python -m blockfuse.bench model ...      # patched vs unpatched HF model (blockfuse/bench_model.py)
+    python -m blockfuse.bench overhead       # µs per call of each op vs F.linear (bench_model.py)
     python -m blockfuse.bench gated-up [--models 8b,70b,405b,gemma27b] [--tokens 512,1024,...]
                                        [--reps-time 0.3] [--out DIR] [--quick]
 
@@ -302,6 +304,10 @@ def _mib(r):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in ("model", "overhead"):  # the end-to-end and per-call benchmarks
+        from . import bench_model
+        return bench_model.main(argv)
     p = argparse.ArgumentParser(prog="python -m blockfuse.bench", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     g = sub.add_parser("gated-up", help="TFLOP/s and peak activation memory of the gated up-projection pipelines")

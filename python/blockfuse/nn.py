@@ -1,7 +1,7 @@
 """blockfuse modules: a fused gated MLP and a one-line drop-in for Hugging Face models.
 
     mlp = blockfuse.nn.GatedMLP.from_hf(model.model.layers[0].mlp)   # convert one MLP
-    replaced = blockfuse.patch_model(model)                          # or every MLP, in place
+    patched = blockfuse.patch_model(model)                           # or the whole model, in place
 
 GatedMLP computes down(act(x·W_gateᵀ) ⊙ (x·W_upᵀ)): the gate/up projection and the activation run
 as one blockfuse kernel (ops.gated_up) from the interleaved weight `w_gate_up` [2U, K] (row 2j =
@@ -9,9 +9,10 @@ up_j, row 2j+1 = gate_j), then `down` is an ordinary nn.Linear (cuBLAS). On CUDA
 it uses the fused kernel; on anything else (CPU tensors, float32) it runs the same formula in
 plain torch (ops.gated_up_reference), so a converted model still works there.
 
-patch_model replaces, by class name (transformers is never imported here), every
-LlamaMLP / MistralMLP / Qwen2MLP (SwiGLU) and Gemma2MLP (GeGLU, tanh-approximated GELU) in a
-model, converting each one's weights once.
+patch_model (python/blockfuse/patch.py) replaces, by class name (transformers is never imported
+here), every gated MLP of a Llama / Mistral / Qwen2 / Qwen3 / Phi-3 (SwiGLU) or Gemma-2 / Gemma-3
+(GeGLU, tanh-approximated GELU) model by a GatedMLP, converting each one's weights once, and fuses
+the decoder layers' residual adds and RMSNorms into add_rmsnorm calls.
 """
 import math
 
@@ -22,7 +23,9 @@ from . import ops
 
 # Hugging Face MLP classes with gate_proj/up_proj/down_proj and forward
 #   down_proj(act_fn(gate_proj(x)) * up_proj(x))
-HF_MLP_CLASSES = ("LlamaMLP", "MistralMLP", "Qwen2MLP", "Gemma2MLP")
+#   down_proj(act_fn(gate_proj(x)) * up_proj(x)), or Phi-3's stacked gate_up_proj [gate; up]:
+#   gate, up = gate_up_proj(x).chunk(2, -1); down_proj(up * activation_fn(gate))
+HF_MLP_CLASSES = ("LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP", "Gemma2MLP", "Gemma3MLP", "Phi3MLP")
 
 # Hugging Face activation names (config.hidden_act / hidden_activation) -> blockfuse's.
 HF_ACTIVATIONS = {
@@ -70,19 +73,13 @@ class GatedMLP(nn.Module):
         nn.init.kaiming_uniform_(self.w_gate_up, a=math.sqrt(5))
         self.down.reset_parameters()
 
-    def _fused(self, x):
-        w = self.w_gate_up
-        if not (x.is_cuda and x.dtype in ops._FUSED_DTYPES and w.dtype == x.dtype):
-            return False
-        if not ops.available():
-            raise RuntimeError(f"blockfuse.nn.GatedMLP: {ops.load_error()}")
-        return True
-
     def gate_up(self, x):
-        """h = act(x·W_gateᵀ) ⊙ (x·W_upᵀ), [..., U]."""
-        if self._fused(x):
-            return ops.gated_up(x, self.w_gate_up, self.activation)
-        return ops.gated_up_reference(x, self.w_gate_up, self.activation)
+        """h = act(x·W_gateᵀ) ⊙ (x·W_upᵀ), [..., U]: the fused kernel for CUDA bf16/fp16 inputs of
+        the weight's dtype, the same formula in plain torch otherwise."""
+        w = self.w_gate_up
+        if x.is_cuda and x.dtype is w.dtype and x.dtype in ops._FUSED_DTYPES:
+            return ops._GATED_UP(x, w, self.activation)  # the registered op itself: checks in C++
+        return ops.gated_up_reference(x, w, self.activation)
 
     def forward(self, x):
         return self.down(self.gate_up(x))
@@ -97,8 +94,11 @@ class GatedMLP(nn.Module):
         (once) into the interleaved layout, on the same device and dtype.
 
         Accepts any module with gate_proj/up_proj/down_proj nn.Linear's whose forward is
-        down_proj(act_fn(gate_proj(x)) * up_proj(x)) — LlamaMLP, MistralMLP, Qwen2MLP, Gemma2MLP —
-        and an activation that is SiLU or the tanh-approximated GELU (anything else: ValueError)."""
+        down_proj(act_fn(gate_proj(x)) * up_proj(x)) — LlamaMLP, MistralMLP, Qwen2MLP, Qwen3MLP,
+        Gemma2MLP, Gemma3MLP — or Phi-3's gate_up_proj (stacked [gate; up]) and down_proj, and an
+        activation that is SiLU or the tanh-approximated GELU (anything else: ValueError)."""
+        if isinstance(getattr(mlp, "gate_up_proj", None), nn.Linear):
+            return cls._from_stacked(mlp)
         for name in ("gate_proj", "up_proj", "down_proj"):
             if not isinstance(getattr(mlp, name, None), nn.Linear):
                 raise ValueError(f"blockfuse.nn.GatedMLP.from_hf: {type(mlp).__name__} has no nn.Linear "
@@ -128,6 +128,34 @@ class GatedMLP(nn.Module):
         new.train(mlp.training)
         return new
 
+    @classmethod
+    def _from_stacked(cls, mlp):
+        """Phi-3: gate_up_proj [2U, K] = [gate; up] (its forward chunks the output in two)."""
+        gu, down = mlp.gate_up_proj, getattr(mlp, "down_proj", None)
+        name = type(mlp).__name__
+        if not isinstance(down, nn.Linear):
+            raise ValueError(f"blockfuse.nn.GatedMLP.from_hf: {name} has no nn.Linear 'down_proj'")
+        if gu.bias is not None:
+            raise ValueError(f"blockfuse.nn.GatedMLP.from_hf: {name} has a bias on gate_up_proj; the fused kernel has none")
+        two_u, k = gu.weight.shape
+        if two_u % 2 or tuple(down.weight.shape) != (k, two_u // 2):
+            raise ValueError(f"blockfuse.nn.GatedMLP.from_hf: {name} gate_up_proj {tuple(gu.weight.shape)}, down_proj "
+                             f"{tuple(down.weight.shape)}; required: [2U, K] and [K, U]")
+        u = two_u // 2
+        if k % 8 or u % 8:
+            raise ValueError(f"blockfuse.nn.GatedMLP.from_hf: hidden size {k} / intermediate size {u}; "
+                             "required: both multiples of 8 (the kernel moves 16-byte vectors)")
+        act = hf_activation(mlp)
+        w = gu.weight
+        new = cls(k, u, act, dtype=w.dtype, device=w.device, down_bias=down.bias is not None)
+        with torch.no_grad():
+            new.w_gate_up.copy_(ops.interleave_stacked(w.detach()))
+            new.down.weight.copy_(down.weight)
+            if down.bias is not None:
+                new.down.bias.copy_(down.bias)
+        new.train(mlp.training)
+        return new
+
 
 def _act_probe(act_fn):
     """(name, ran): which blockfuse activation the callable act_fn computes, found by evaluating it
@@ -147,9 +175,11 @@ def _act_probe(act_fn):
 
 
 def hf_activation(mlp):
-    """blockfuse's name for the activation of a Hugging Face MLP: from what `mlp.act_fn` computes,
-    else from its config (`hidden_activation`, Gemma's, then `hidden_act`)."""
+    """blockfuse's name for the activation of a Hugging Face MLP: from what `mlp.act_fn` (Phi-3:
+    `activation_fn`) computes, else from its config (`hidden_activation`, Gemma's, then `hidden_act`)."""
     act_fn = getattr(mlp, "act_fn", None)
+    if act_fn is None:
+        act_fn = getattr(mlp, "activation_fn", None)
     cfg = getattr(mlp, "config", None)
     cfg_name = None
     if cfg is not None:
@@ -167,13 +197,16 @@ def hf_activation(mlp):
         "('gelu_pytorch_tanh'): the fused kernel computes only these")
 
 
-def patch_model(model, classes=HF_MLP_CLASSES):
-    """Replaces, in place, every submodule of `model` whose class name is in `classes` (by default
-    LlamaMLP, MistralMLP, Qwen2MLP, Gemma2MLP) by GatedMLP.from_hf(submodule).
+def patch_model(model, mlp=True, norm=True, attention=False, classes=HF_MLP_CLASSES):
+    """See blockfuse.patch.patch_model."""
+    from .patch import patch_model as _patch_model
+    return _patch_model(model, mlp=mlp, norm=norm, attention=attention, classes=classes)
 
-    Returns the list of (qualified name, original module) it replaced, in model order. The list
-    keeps the original weights alive: drop it to free them. Raises ValueError (before changing
-    anything) if some matching MLP cannot be converted."""
+
+def convert_mlps(model, classes=HF_MLP_CLASSES):
+    """The GatedMLP conversions patch_model(mlp=True) would make, computed but not applied:
+    [(qualified name, original module, GatedMLP)] in model order. Raises ValueError if some
+    matching MLP cannot be converted."""
     classes = tuple(classes)
     found = [(name, m) for name, m in model.named_modules() if type(m).__name__ in classes]
     if any(name == "" for name, _ in found):
@@ -181,11 +214,4 @@ def patch_model(model, classes=HF_MLP_CLASSES):
                          "blockfuse.nn.GatedMLP.from_hf(mlp) instead")
     # Skip MLPs nested inside an MLP that is replaced anyway.
     top = [(n, m) for n, m in found if not any(n.startswith(p + ".") for p, _ in found if p != n)]
-    converted = [(name, m, GatedMLP.from_hf(m)) for name, m in top]
-    replaced = []
-    for name, old, new in converted:
-        parent_name, _, attr = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, attr, new)
-        replaced.append((name, old))
-    return replaced
+    return [(name, m, GatedMLP.from_hf(m)) for name, m in top]

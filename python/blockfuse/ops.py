@@ -1,25 +1,43 @@
-"""blockfuse's operators for PyTorch: the fused gated up-projection and the weight-layout helpers.
+"""blockfuse's operators for PyTorch: every kernel of the decoder block, as torch.library ops.
 
-    h = blockfuse.ops.gated_up(x, w, activation="silu")   # x [..., K], w [2U, K] -> h [..., U]
+    h = blockfuse.ops.gated_up(x, w, activation="silu")           # act(x·W_gateᵀ) ⊙ (x·W_upᵀ), one kernel
+    out, residual = blockfuse.ops.add_rmsnorm(x, residual, weight, eps, gemma=False)
+    out = blockfuse.ops.rmsnorm(x, weight, eps)
+    h = blockfuse.ops.swiglu(gate_up, "silu", "stacked")          # act(gate) ⊙ up of a [.., 2U] GEMM output
+    y = blockfuse.ops.decode_gemm(x, w)                           # x·wᵀ for 1..32 rows (split-K GEMV)
+    q, row_scales = blockfuse.ops.add_rmsnorm_fp8(x, residual, weight, None, eps)[::2]  # FP8 e4m3 out
 
-computes h = act(x·W_gateᵀ) ⊙ (x·W_upᵀ) in one CUDA kernel: the gate is applied to the GEMM's fp32
-accumulators, so the [.., 2U] intermediate of the usual GEMM + SwiGLU never exists (one third of the
-activation memory). `w` is the *interleaved* weight: row 2j = up_j, row 2j+1 = gate_j — build it once
-with `interleave_gate_up(gate_proj.weight, up_proj.weight)`.
+Every op is a torch.library operator (schemas and CUDA kernels in C++, python/csrc; the fake
+implementations here), so it traces under torch.compile(fullgraph=True) without a graph break;
+outputs come from the caching allocator and the work goes on the current stream, so every op can be
+captured in a CUDA graph. The wrappers below call the registered op directly: all argument checks
+are in C++ (no Python on the hot path), and every argument error is a ValueError whose message
+names the op and the argument (blockfuse::Error's message, unchanged). gated_up has a backward (in
+C++); the other ops are inference-only (no autograd formula: a backward through them raises).
 
-The ops are registered with torch.library (schemas and CUDA/CPU kernels in C++, python/csrc; the
-fake implementations and the autograd formula here), so they trace under
-torch.compile(fullgraph=True) without a graph break, and they allocate through the caching
-allocator on the current stream, so they can be captured in CUDA graphs.
+gated_up: `w` is the *interleaved* weight, row 2j = up_j, row 2j+1 = gate_j — build it once with
+`interleave_gate_up(gate_proj.weight, up_proj.weight)` (or `interleave_stacked` from a fused
+[gate; up] checkpoint tensor). Requirements: CUDA tensors on one device, both bf16 or both fp16,
+compute capability >= 8.0; x's last dim contiguous and its leading dims flattenable into rows with
+one row stride; K % 8 == 0, U % 8 == 0, row strides % 8 == 0, 16-byte aligned data. Numerics: fp32
+accumulation, activation and product in fp32, one rounding to the output dtype.
 
-Requirements of gated_up (checked; errors name the argument): CUDA tensors on one device, both
-bf16 or both fp16, compute capability >= 8.0; x's last dim contiguous and its leading dims
-flattenable into rows with one row stride (any batch dims; row-strided slices are fine); K % 8 == 0,
-U % 8 == 0, row strides % 8 == 0 and 16-byte aligned data (the kernel moves 16-byte vectors).
-Numerics: fp32 accumulation, activation and product in fp32, one rounding to the output dtype.
+add_rmsnorm (the residual stream): `residual_out = x + residual` (rounded to the dtype) and
+`out = residual_out · rsqrt(mean(residual_out²) + eps) · w` (`· (1 + w)` with gemma=True), in one
+pass. The functional form returns the new residual stream (a fresh tensor) rather than writing over
+the old one: torch.compile and CUDA graphs take it as is, and callers still holding the old stream
+(e.g. Hugging Face's output_hidden_states) see it unchanged; the kernel writes residual_out either
+way, so this costs an allocation, no traffic. `add_rmsnorm_` updates `residual` in place
+(schema `Tensor(a!) residual`; torch.compile functionalises it).
 
-Backward (for fine-tuning through a patched model) recomputes x·wᵀ with torch and applies the
-activation's derivative: the forward's memory saving is kept, the backward is plain torch.
+FP8 (e4m3, dequantised value = float(q) · scale): `scale` a float32 CUDA tensor of one element is
+the static per-tensor scale (read on the device, so a captured graph replays with a changed value)
+and the returned row_scales is empty; `scale=None` is the dynamic mode: row_scales [...] (x's
+leading dims) = amax_row / 448, written by the kernel.
+
+decode_gemm: its split-K workspace is allocated, zeroed and cached in C++ (one per device, grown on
+first need, never freed). A capture cannot allocate, so run each shape once eagerly, or call
+`decode_gemm_reserve(w)`, before capturing it. One stream at a time per device.
 """
 import math
 
@@ -28,13 +46,16 @@ import torch
 from . import _lib
 
 ACTIVATIONS = ("silu", "gelu_tanh")
+LAYOUTS = ("stacked", "interleaved")
 _FUSED_DTYPES = (torch.bfloat16, torch.float16)
+FP8_DTYPE = torch.float8_e4m3fn
+FP8_MAX = 448.0
 
 _lib.load()
 
 
 def available():
-    """True when the compiled ops are loaded (they still need a CUDA device to run gated_up)."""
+    """True when the compiled ops are loaded (they still need a CUDA device to run)."""
     return _lib.loaded_from is not None
 
 
@@ -43,16 +64,89 @@ def load_error():
     return _lib.error
 
 
+def _resolve(name):
+    """The registered op's default overload (called directly: no overload resolution per call), or a
+    stand-in raising why the library is not loaded."""
+    if _lib.error is None:
+        return getattr(torch.ops.blockfuse, name).default
+
+    def missing(*args, **kwargs):
+        raise RuntimeError(_lib.error)
+    return missing
+
+
+_GATED_UP = _resolve("gated_up")
+_RMSNORM = _resolve("rmsnorm")
+_ADD_RMSNORM = _resolve("add_rmsnorm")
+_ADD_RMSNORM_ = _resolve("add_rmsnorm_")
+_RMSNORM_FP8 = _resolve("rmsnorm_fp8")
+_ADD_RMSNORM_FP8 = _resolve("add_rmsnorm_fp8")
+_SWIGLU = _resolve("swiglu")
+_SWIGLU_FP8 = _resolve("swiglu_fp8")
+_DECODE_GEMM = _resolve("decode_gemm")
+_DECODE_GEMM_RESERVE = _resolve("decode_gemm_reserve")
+
+
 # ---- the ops -----------------------------------------------------------------------------------
 
 def gated_up(x, w, activation="silu"):
     """h[..., U] = act(x·W_gateᵀ) ⊙ (x·W_upᵀ) for x [..., K] and the interleaved w [2U, K].
 
-    activation: "silu" (SwiGLU: Llama, Mistral, Qwen) or "gelu_tanh" (GeGLU: Gemma).
-    """
-    if _lib.error is not None:
-        raise RuntimeError(_lib.error)
-    return torch.ops.blockfuse.gated_up(x, w, activation)
+    activation: "silu" (SwiGLU: Llama, Mistral, Qwen, Phi-3) or "gelu_tanh" (GeGLU: Gemma)."""
+    return _GATED_UP(x, w, activation)
+
+
+def rmsnorm(x, weight, eps=1e-6, gemma=False):
+    """out[..., H] = x · rsqrt(mean(x²) + eps) · weight (· (1 + weight) with gemma=True); x and
+    weight [H] bf16/fp16 of one dtype, H % 8 == 0, eps > 0. fp32 math, one rounding."""
+    return _RMSNORM(x, weight, eps, gemma)
+
+
+def add_rmsnorm(x, residual, weight, eps=1e-6, gemma=False):
+    """(out, residual_out): residual_out = x + residual (rounded), out = rmsnorm(residual_out).
+
+    x, residual [..., H] of one shape and dtype; residual_out is a new tensor (the updated residual
+    stream), the old `residual` is left as it was."""
+    return _ADD_RMSNORM(x, residual, weight, eps, gemma)
+
+
+def add_rmsnorm_(x, residual, weight, eps=1e-6, gemma=False):
+    """out = rmsnorm(x + residual), writing x + residual over `residual` (in place)."""
+    return _ADD_RMSNORM_(x, residual, weight, eps, gemma)
+
+
+def rmsnorm_fp8(x, weight, scale=None, eps=1e-6, gemma=False):
+    """(out e4m3 [..., H], row_scales): rmsnorm quantised to FP8 without a bf16 rounding in between.
+    scale: a 1-element float32 CUDA tensor (static; row_scales empty) or None (dynamic per row)."""
+    return _RMSNORM_FP8(x, weight, scale, eps, gemma)
+
+
+def add_rmsnorm_fp8(x, residual, weight, scale=None, eps=1e-6, gemma=False):
+    """(out e4m3, residual_out, row_scales): add_rmsnorm with the normalised output in FP8."""
+    return _ADD_RMSNORM_FP8(x, residual, weight, scale, eps, gemma)
+
+
+def swiglu(gate_up, activation="silu", layout="stacked"):
+    """out[..., U] = act(gate) ⊙ up from gate_up [..., 2U]: layout "stacked" ([gate | up] columns,
+    e.g. x·[W_gate; W_up]ᵀ) or "interleaved" (column 2j = up_j, 2j+1 = gate_j). U % 8 == 0."""
+    return _SWIGLU(gate_up, activation, layout)
+
+
+def swiglu_fp8(gate_up, scale=None, activation="silu", layout="stacked"):
+    """(out e4m3 [..., U], row_scales): swiglu quantised to FP8 from the fp32 product."""
+    return _SWIGLU_FP8(gate_up, scale, activation, layout)
+
+
+def decode_gemm(x, w):
+    """y[..., N] = x·wᵀ for x [..., K] with 1..32 rows in all and w [N, K] (bf16/fp16, K % 8 == 0):
+    every SM streams a slice of w (split-K), fp32 accumulation, deterministic reduction."""
+    return _DECODE_GEMM(x, w)
+
+
+def decode_gemm_reserve(w):
+    """Allocates and zeroes, once, the split-K workspace every decode_gemm(x, w) with up to 32 rows
+    needs on w's device, so those calls can be captured in a CUDA graph. Returns the bytes reserved."""
+    return _DECODE_GEMM_RESERVE(w)
 
 
 def interleave_gate_up(gate, up):
@@ -155,50 +249,131 @@ def gated_up_backward(grad, x, w, activation, need_x=True, need_w=True):
     return dx, dw
 
 
-# ---- torch.library registrations (fake/meta kernels, autograd) -----------------------------------
+
+def rmsnorm_reference(x, weight, eps=1e-6, gemma=False, out_dtype=None):
+    """What rmsnorm computes, in fp32 torch (any device): one rounding to out_dtype (default x's)."""
+    r = x.float()
+    w = weight.float() + 1.0 if gemma else weight.float()
+    v = r * torch.rsqrt(r.pow(2).mean(-1, keepdim=True) + eps) * w
+    return v if out_dtype is torch.float32 else v.to(out_dtype or x.dtype)
+
+
+def add_rmsnorm_reference(x, residual, weight, eps=1e-6, gemma=False, out_dtype=None):
+    """(out, residual_out) as add_rmsnorm computes them: the sum is rounded to x's dtype first and
+    the norm is taken of the rounded values."""
+    r = (x.float() + residual.float()).to(x.dtype)
+    return rmsnorm_reference(r, weight, eps, gemma, out_dtype), r
+
+
+def swiglu_reference(gate_up, activation="silu", layout="stacked", out_dtype=None):
+    """act(gate) ⊙ up in fp32 from a [..., 2U] tensor in either layout; one rounding."""
+    z = gate_up.float()
+    u = z.shape[-1] // 2
+    if layout == "stacked":
+        gate, up = z[..., :u], z[..., u:]
+    elif layout == "interleaved":
+        up, gate = z[..., 0::2], z[..., 1::2]
+    else:
+        raise ValueError(f"blockfuse: layout '{layout}'; required: one of {LAYOUTS}")
+    v = _activation(gate, activation) * up
+    return v if out_dtype is torch.float32 else v.to(out_dtype or gate_up.dtype)
+
+
+def fp8_dequantize(q, scale):
+    """float32 values of e4m3 `q` with a per-tensor scale (1 element) or per-row scales [...]."""
+    s = scale.float()
+    if s.numel() != 1:
+        s = s.unsqueeze(-1)
+    return q.float() * s
+
+
+def fp8_quantize_reference(v, scale=None):
+    """(q e4m3, scales) as blockfuse's FP8 outputs define them, from fp32 values v [..., H]:
+    static (scale given): q = sat(v · (1/scale)); dynamic: scale_r = amax_r / 448 over the row's
+    finite values (1 when 0), q = sat(v · (1/scale_r))."""
+    v = v.float()
+    if scale is not None:
+        inv = 1.0 / scale.float().reshape(())
+        s = scale
+    else:
+        finite = torch.where(torch.isfinite(v), v.abs(), torch.zeros_like(v))
+        amax = finite.amax(-1)
+        s = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+        inv = (1.0 / s).unsqueeze(-1)
+    q = (v * inv).clamp(-FP8_MAX, FP8_MAX)
+    q = torch.where(torch.isfinite(v), q, torch.full_like(q, float("nan")))
+    return q.to(FP8_DTYPE), s
+
+
+# ---- fake (meta) implementations: shapes and dtypes for torch.compile / FakeTensor -----------------
+# No checks here beyond what the output shape needs: the C++ kernels validate every argument when
+# they run.
+
+def _with_last(x, n):
+    return (*x.shape[:-1], n)
+
+
+def _row_scales(x, scale):
+    return x.new_empty((0,) if scale is not None else tuple(x.shape[:-1]), dtype=torch.float32)
+
 
 if _lib.error is None:
 
     @torch.library.register_fake("blockfuse::gated_up")
     def _gated_up_fake(x, w, activation="silu"):
         torch._check(w.dim() == 2, lambda: f"blockfuse.gated_up: argument 'w' has {w.dim()} dims; required: [2U, K]")
-        torch._check(x.dim() >= 1, lambda: "blockfuse.gated_up: argument 'x' is 0-dimensional; required: [..., K]")
         torch._check(x.shape[-1] == w.shape[1],
                      lambda: f"blockfuse.gated_up: argument 'w' has K = {w.shape[1]}; required: x.size(-1) = {x.shape[-1]}")
-        torch._check(w.shape[0] % 2 == 0, lambda: "blockfuse.gated_up: argument 'w' needs an even number of rows 2U")
-        torch._check(x.dtype == w.dtype, lambda: f"blockfuse.gated_up: argument 'w' has dtype {w.dtype}; required: {x.dtype}")
-        return x.new_empty((*x.shape[:-1], w.shape[0] // 2))
+        return x.new_empty(_with_last(x, w.shape[0] // 2))
 
     @torch.library.register_fake("blockfuse::interleave_gate_up")
     def _interleave_gate_up_fake(gate, up):
-        torch._check(gate.dim() == 2 and gate.shape == up.shape, lambda: "blockfuse.interleave_gate_up: gate and up must be [U, K]")
         return gate.new_empty((2 * gate.shape[0], gate.shape[1]))
 
     @torch.library.register_fake("blockfuse::interleave_stacked")
     def _interleave_stacked_fake(stacked):
-        torch._check(stacked.dim() == 2, lambda: "blockfuse.interleave_stacked: stacked must be [2U, K]")
         return stacked.new_empty(stacked.shape)
 
     @torch.library.register_fake("blockfuse::deinterleave_gate_up")
     def _deinterleave_gate_up_fake(w):
-        torch._check(w.dim() == 2 and w.shape[0] % 2 == 0, lambda: "blockfuse.deinterleave_gate_up: w must be [2U, K]")
         return w.new_empty((w.shape[0] // 2, w.shape[1])), w.new_empty((w.shape[0] // 2, w.shape[1]))
 
     @torch.library.register_fake("blockfuse::deinterleave_to_stacked")
     def _deinterleave_to_stacked_fake(w):
-        torch._check(w.dim() == 2, lambda: "blockfuse.deinterleave_to_stacked: w must be [2U, K]")
         return w.new_empty(w.shape)
 
-    def _gated_up_setup_context(ctx, inputs, output):
-        x, w, activation = inputs
-        ctx.activation = activation
-        ctx.save_for_backward(x, w)
+    @torch.library.register_fake("blockfuse::rmsnorm")
+    def _rmsnorm_fake(x, weight, eps=1e-6, gemma=False):
+        return torch.empty_like(x, memory_format=torch.contiguous_format)
 
-    def _gated_up_autograd(ctx, grad):
-        x, w = ctx.saved_tensors
-        dx, dw = gated_up_backward(grad, x, w, ctx.activation,
-                                   need_x=ctx.needs_input_grad[0], need_w=ctx.needs_input_grad[1])
-        return dx, dw, None
+    @torch.library.register_fake("blockfuse::add_rmsnorm")
+    def _add_rmsnorm_fake(x, residual, weight, eps=1e-6, gemma=False):
+        return (torch.empty_like(x, memory_format=torch.contiguous_format),
+                torch.empty_like(x, memory_format=torch.contiguous_format))
 
-    torch.library.register_autograd("blockfuse::gated_up", _gated_up_autograd,
-                                    setup_context=_gated_up_setup_context)
+    @torch.library.register_fake("blockfuse::add_rmsnorm_")
+    def _add_rmsnorm_inplace_fake(x, residual, weight, eps=1e-6, gemma=False):
+        return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+    @torch.library.register_fake("blockfuse::rmsnorm_fp8")
+    def _rmsnorm_fp8_fake(x, weight, scale=None, eps=1e-6, gemma=False):
+        return x.new_empty(x.shape, dtype=FP8_DTYPE), _row_scales(x, scale)
+
+    @torch.library.register_fake("blockfuse::add_rmsnorm_fp8")
+    def _add_rmsnorm_fp8_fake(x, residual, weight, scale=None, eps=1e-6, gemma=False):
+        return (x.new_empty(x.shape, dtype=FP8_DTYPE), torch.empty_like(x, memory_format=torch.contiguous_format),
+                _row_scales(x, scale))
+
+    @torch.library.register_fake("blockfuse::swiglu")
+    def _swiglu_fake(gate_up, activation="silu", layout="stacked"):
+        return gate_up.new_empty(_with_last(gate_up, gate_up.shape[-1] // 2))
+
+    @torch.library.register_fake("blockfuse::swiglu_fp8")
+    def _swiglu_fp8_fake(gate_up, scale=None, activation="silu", layout="stacked"):
+        return gate_up.new_empty(_with_last(gate_up, gate_up.shape[-1] // 2), dtype=FP8_DTYPE), _row_scales(gate_up, scale)
+
+    @torch.library.register_fake("blockfuse::decode_gemm")
+    def _decode_gemm_fake(x, w):
+        torch._check(x.shape[-1] == w.shape[1],
+                     lambda: f"blockfuse.decode_gemm: argument 'w' has K = {w.shape[1]}; required: x.size(-1) = {x.shape[-1]}")
+        return x.new_empty(_with_last(x, w.shape[0]))

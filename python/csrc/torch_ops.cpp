@@ -1,158 +1,39 @@
 // The PyTorch binding of blockfuse: registers the blockfuse::* operators with the dispatcher.
 //
-// This is the only C++ file that sees torch. It turns tensors into blockfuse's plain matrix views
-// (pointer, dtype, rows, cols, row stride), checks what a view cannot express (device, dtype, a
-// contiguous last dimension, leading dimensions that flatten into rows with one row stride) with
-// messages that name the argument, and calls the C++ API on the current CUDA stream. Outputs come
-// from at::empty (the caching allocator), so every op can be captured in a CUDA graph. The C++
-// API validates again and throws blockfuse::Error; it is re-raised as a Python RuntimeError with
-// the same message.
+// The binding files (python/csrc/*.cpp, glued by binding.h) are the only C++ that sees torch. They
+// turn tensors into blockfuse's plain matrix views (pointer, dtype, rows, cols, row stride), check
+// what a view cannot express (device, dtype, a contiguous last dimension, leading dimensions that
+// flatten into rows with one row stride) with ValueErrors that name the argument, and call the C++
+// API on the current CUDA stream. Outputs come from at::empty (the caching allocator), so every op
+// can be captured in a CUDA graph. The C++ API validates again and throws blockfuse::Error; it is
+// re-raised as a Python ValueError with the same message.
 //
 // Python loads this library with torch.ops.load_library (python/blockfuse/_lib.py) — no pybind —
-// and registers the fake (meta) implementations and the autograd formula (python/blockfuse/ops.py).
+// and registers the fake (meta) implementations (python/blockfuse/ops.py). This file defines the
+// library (TORCH_LIBRARY); the other files add their ops with TORCH_LIBRARY_FRAGMENT.
 //
-// Ops (schemas below):
-//   gated_up(x [..., K], w [2U, K] interleaved, activation) -> h [..., U]         CUDA
+// Ops of this file (schemas at the end):
+//   gated_up(x [..., K], w [2U, K] interleaved, activation) -> h [..., U]         CUDA; autograd in C++
 //   interleave_gate_up(gate [U, K], up [U, K]) -> w [2U, K]                       CUDA, CPU
 //   interleave_stacked(stacked [2U, K] = [gate; up]) -> w [2U, K]                 CUDA, CPU
 //   deinterleave_gate_up(w [2U, K]) -> (gate [U, K], up [U, K])                   CUDA, CPU
 //   deinterleave_to_stacked(w [2U, K]) -> stacked [2U, K]                         CUDA, CPU
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
+#include <torch/autograd.h>
 #include <torch/library.h>
 
-#include <algorithm>
+#include <cmath>
 #include <initializer_list>
 #include <string>
 #include <tuple>
 #include <vector>
 
-#include "blockfuse/blockfuse.h"
+#include "binding.h"
 
 namespace {
 
-using blockfuse::ConstMatrix;
-using blockfuse::DType;
-using blockfuse::Matrix;
-
-// Message pieces as strings. Every argument given to TORCH_CHECK below is a string: torch formats
-// the others with an ostream, and formatting a number with an ostream inside a PyTorch process on
-// the H100 machine crashed it (SIGSEGV; see src/common/check.h). Devices and dtypes are rendered by
-// c10 itself (Device::str, toString).
-std::string num(int64_t v) { return std::to_string(v); }
-
-std::string dims(c10::IntArrayRef a) {
-  std::string s = "[";
-  for (size_t i = 0; i < a.size(); ++i) s += (i ? ", " : "") + std::to_string(a[i]);
-  return s + "]";
-}
-
-std::string shape_str(const at::Tensor& t) { return "sizes " + dims(t.sizes()) + ", strides " + dims(t.strides()); }
-
-std::string dev_str(const at::Tensor& t) { return t.device().str(); }
-const char* dtype_str(const at::Tensor& t) { return c10::toString(t.scalar_type()); }
-
-DType to_dtype(const at::Tensor& t, const char* fn, const char* arg) {
-  if (t.scalar_type() == at::kBFloat16) return DType::kBF16;
-  if (t.scalar_type() == at::kHalf) return DType::kFP16;
-  TORCH_CHECK_TYPE(false, "blockfuse.", fn, ": argument '", arg, "' has dtype ", dtype_str(t),
-                   "; required: torch.bfloat16 or torch.float16");
-  return DType::kBF16;  // unreachable
-}
-
-void check_same_dtype(const at::Tensor& t, const at::Tensor& ref, const char* fn, const char* arg,
-                      const char* ref_arg) {
-  TORCH_CHECK_TYPE(t.scalar_type() == ref.scalar_type(), "blockfuse.", fn, ": argument '", arg,
-                   "' has dtype ", dtype_str(t), "; required: the dtype of '", ref_arg, "' (",
-                   dtype_str(ref), ")");
-}
-
-void check_same_device(const at::Tensor& t, const at::Tensor& ref, const char* fn, const char* arg,
-                       const char* ref_arg) {
-  TORCH_CHECK(t.device() == ref.device(), "blockfuse.", fn, ": argument '", arg, "' is on ",
-              dev_str(t), "; required: the device of '", ref_arg, "' (", dev_str(ref), ")");
-}
-
-void check_cuda(const at::Tensor& t, const char* fn, const char* arg) {
-  TORCH_CHECK(t.is_cuda(), "blockfuse.", fn, ": argument '", arg, "' is on ", dev_str(t),
-              "; required: a CUDA tensor (the fused kernel runs on the GPU; blockfuse.nn.GatedMLP "
-              "falls back to plain torch for CPU tensors)");
-}
-
-// A tensor [..., cols] as a row-major matrix [rows, cols] with one row stride `ld`: the last dim
-// must be contiguous and the leading dims must flatten into rows (what x.view(-1, cols) accepts
-// whose rows are also non-overlapping and ordered). Size-1 dims place no constraint.
-struct RowView {
-  int64_t rows, cols, ld;
-};
-
-RowView as_rows(const at::Tensor& t, const char* fn, const char* arg) {
-  TORCH_CHECK_VALUE(t.dim() >= 1, "blockfuse.", fn, ": argument '", arg,
-                    "' is a 0-dimensional tensor; required: at least 1 dimension [..., K]");
-  const int64_t cols = t.size(-1);
-  const int64_t rows = cols == 0 ? 0 : t.numel() / cols;
-  TORCH_CHECK_VALUE(t.stride(-1) == 1 || cols <= 1 || rows == 0, "blockfuse.", fn, ": argument '",
-                    arg, "' has ", shape_str(t),
-                    "; required: a contiguous last dimension (stride(-1) == 1); call .contiguous()");
-  int64_t ld = -1, expected = -1;
-  for (int64_t d = t.dim() - 2; d >= 0; --d) {
-    if (t.size(d) == 1) continue;
-    if (ld < 0) {
-      ld = t.stride(d);
-      expected = ld * t.size(d);
-    } else {
-      TORCH_CHECK_VALUE(t.stride(d) == expected || rows == 0, "blockfuse.", fn, ": argument '", arg,
-                        "' has ", shape_str(t),
-                        "; required: leading dimensions that flatten into rows with one row "
-                        "stride (as x.view(-1, K) needs); call .contiguous() first");
-      expected *= t.size(d);
-    }
-  }
-  if (ld < 0) ld = cols;  // at most one row: any row stride >= cols describes it
-  TORCH_CHECK_VALUE(ld >= cols || rows <= 1, "blockfuse.", fn, ": argument '", arg, "' has ",
-                    shape_str(t), "; required: a row stride >= K = ", num(cols),
-                    " (rows must not overlap: broadcast/expanded rows are not accepted); call "
-                    ".contiguous()");
-  if (rows <= 1) ld = std::max<int64_t>(cols, 1);  // one row or none: its own length describes it
-  return {rows, cols, ld};
-}
-
-// A 2-D tensor as a matrix view (weights and weight-layout helpers).
-RowView as_matrix(const at::Tensor& t, const char* fn, const char* arg) {
-  TORCH_CHECK_VALUE(t.dim() == 2, "blockfuse.", fn, ": argument '", arg, "' has ", num(t.dim()),
-                    " dimensions (sizes ", dims(t.sizes()), "); required: a 2-D matrix");
-  return as_rows(t, fn, arg);
-}
-
-ConstMatrix cview(const at::Tensor& t, const RowView& v, DType dt) {
-  return blockfuse::make_matrix(static_cast<const void*>(t.data_ptr()), dt, v.rows, v.cols, v.ld);
-}
-Matrix mview(const at::Tensor& t, const RowView& v, DType dt) {
-  return blockfuse::make_matrix(t.data_ptr(), dt, v.rows, v.cols, v.ld);
-}
-
-blockfuse::Activation parse_activation(c10::string_view a) {
-  if (a == "silu") return blockfuse::Activation::kSiLU;
-  if (a == "gelu_tanh") return blockfuse::Activation::kGeluTanh;
-  TORCH_CHECK_VALUE(false, "blockfuse.gated_up: argument 'activation' is '", std::string(a.data(), a.size()),
-                    "'; required: 'silu' (SwiGLU) or 'gelu_tanh' (GeGLU)");
-  return blockfuse::Activation::kSiLU;  // unreachable
-}
-
-// Runs a blockfuse C++ call, re-raising blockfuse::Error as a torch error with the same message.
-template <typename F>
-void call_blockfuse(F&& f) {
-  try {
-    f();
-  } catch (const blockfuse::Error& e) {
-    TORCH_CHECK(false, e.what());
-  }
-}
-
-cudaStream_t current_stream(const at::Tensor& t) {
-  return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
-}
+using namespace blockfuse_torch;
 
 // ---- gated_up ----------------------------------------------------------------------------------
 
@@ -177,7 +58,7 @@ int64_t check_gated_up_args(const at::Tensor& x, const at::Tensor& w) {
 
 at::Tensor gated_up_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view activation) {
   constexpr const char* fn = "gated_up";
-  const blockfuse::Activation act = parse_activation(activation);
+  const blockfuse::Activation act = parse_activation(activation, fn);
   const int64_t U = check_gated_up_args(x, w);
   const DType dt = to_dtype(x, fn, "x");
   const RowView xv = as_rows(x, fn, "x");
@@ -196,8 +77,66 @@ at::Tensor gated_up_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_v
 }
 
 at::Tensor gated_up_cpu(const at::Tensor& x, const at::Tensor&, c10::string_view) {
-  check_cuda(x, "gated_up", "x");  // always throws: names the argument and the fallback
+  check_cuda(x, "gated_up", "x");  // always throws: names the argument
   return {};
+}
+
+// The backward of gated_up, in C++ so that an inference call pays no Python autograd kernel (a
+// torch.library.register_autograd formula runs Python on every call, grad or not). It recomputes
+// z = x·wᵀ with torch (the forward's memory saving is kept; the backward is plain torch):
+//   up = z[:, 0::2], gate = z[:, 1::2];  dz_up = g · act(gate),  dz_gate = g · up · act'(gate)
+//   dx = dz · w,  dw = dzᵀ · x
+// (the same formula as ops.gated_up_backward, which the CPU tests check against autograd).
+class GatedUpFunction : public torch::autograd::Function<GatedUpFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
+                            c10::string_view activation) {
+    const blockfuse::Activation act = parse_activation(activation, "gated_up");
+    at::Tensor out;
+    {
+      at::AutoDispatchBelowADInplaceOrView guard;
+      static auto op = c10::Dispatcher::singleton()
+                           .findSchemaOrThrow("blockfuse::gated_up", "")
+                           .typed<at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view)>();
+      out = op.call(x, w, activation);
+    }
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["act"] = static_cast<int64_t>(act);
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const at::Tensor& w = saved[1];
+    const auto act = static_cast<blockfuse::Activation>(ctx->saved_data["act"].toInt());
+    const int64_t k = x.size(-1), u = w.size(0) / 2;
+    const at::Tensor x2 = x.reshape({-1, k});
+    const at::Tensor z = at::mm(x2, w.t()).to(at::kFloat);
+    const at::Tensor up = z.slice(1, 0, c10::nullopt, 2), gate = z.slice(1, 1, c10::nullopt, 2);
+    at::Tensor a, da;
+    if (act == blockfuse::Activation::kSiLU) {
+      const at::Tensor s = at::sigmoid(gate);
+      a = gate * s;
+      da = s * (1 + gate * (1 - s));
+    } else {
+      const double c = std::sqrt(2.0 / M_PI);
+      const at::Tensor t = at::tanh(c * (gate + 0.044715 * gate * gate * gate));
+      a = 0.5 * gate * (1 + t);
+      da = 0.5 * (1 + t) + 0.5 * gate * (1 - t * t) * c * (1 + 3 * 0.044715 * gate * gate);
+    }
+    const at::Tensor g2 = grads[0].reshape({-1, u}).to(at::kFloat);
+    const at::Tensor dz = at::stack({g2 * a, g2 * up * da}, -1).reshape({-1, 2 * u}).to(x.scalar_type());
+    at::Tensor dx, dw;
+    if (ctx->needs_input_grad(0)) dx = at::mm(dz, w).reshape(x.sizes());
+    if (ctx->needs_input_grad(1)) dw = at::mm(dz.t(), x2);
+    return {dx, dw, at::Tensor()};
+  }
+};
+
+at::Tensor gated_up_autograd(const at::Tensor& x, const at::Tensor& w, c10::string_view activation) {
+  return GatedUpFunction::apply(x, w, activation);
 }
 
 // ---- weight layout -----------------------------------------------------------------------------
@@ -320,6 +259,8 @@ TORCH_LIBRARY_IMPL(blockfuse, CUDA, m) {
   m.impl("deinterleave_gate_up", &deinterleave_gate_up_op);
   m.impl("deinterleave_to_stacked", &deinterleave_to_stacked_op);
 }
+
+TORCH_LIBRARY_IMPL(blockfuse, Autograd, m) { m.impl("gated_up", &gated_up_autograd); }
 
 TORCH_LIBRARY_IMPL(blockfuse, CPU, m) {
   m.impl("gated_up", &gated_up_cpu);

@@ -57,8 +57,8 @@ def greedy(model, prompt, n):
 def test_patch_replaces_every_mlp(models):
     ref, _, patched, replaced = models
     n = ref.config.num_hidden_layers
-    assert [name for name, _ in replaced] == [f"model.layers.{i}.mlp" for i in range(n)]
-    assert all(type(m).__name__ == "LlamaMLP" for _, m in replaced)
+    assert [name for name, _ in replaced] == [x for i in range(n) for x in (f"model.layers.{i}", f"model.layers.{i}.mlp")]
+    assert all(type(m).__name__ in ("LlamaMLP", "LlamaDecoderLayer") for _, m in replaced)
     assert all(isinstance(layer.mlp, blockfuse.nn.GatedMLP) for layer in patched.model.layers)
     assert all(type(layer.mlp).__name__ == "LlamaMLP" for layer in ref.model.layers)
 

@@ -104,7 +104,8 @@ def test_patch_model_replaces_every_mlp():
     with torch.no_grad():
         after = model(x)
     assert rel(after, before) < 2e-2
-    assert bnn.patch_model(model) == []  # nothing left to replace
+    with pytest.raises(ValueError, match="nothing in Sequential matched"):
+        bnn.patch_model(model)  # nothing left to replace
 
 
 def test_module_cpu_fallback_and_fp32():

@@ -1,0 +1,167 @@
+// The helpers every file of the PyTorch binding shares: tensors -> blockfuse's plain matrix views,
+// the checks a view cannot express, and the conversion of blockfuse::Error into a Python error.
+//
+// Every argument error raised from the binding is a Python ValueError (TORCH_CHECK_VALUE) whose
+// message names the op and the argument, like blockfuse::Error's own messages, which are re-raised
+// unchanged as ValueError. Nothing here launches work; nothing here is called from Python.
+//
+// Every argument given to TORCH_CHECK_* below is a string: torch formats the others with an
+// ostream, and formatting a number with an ostream inside a PyTorch process on the H100 machine
+// crashed it (SIGSEGV; see src/common/check.h). Devices and dtypes are rendered by c10 itself.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <algorithm>
+#include <string>
+
+#include "blockfuse/blockfuse.h"
+
+namespace blockfuse_torch {
+
+using blockfuse::ConstMatrix;
+using blockfuse::DType;
+using blockfuse::Matrix;
+
+inline std::string num(int64_t v) { return std::to_string(v); }
+
+inline std::string dims(c10::IntArrayRef a) {
+  std::string s = "[";
+  for (size_t i = 0; i < a.size(); ++i) s += (i ? ", " : "") + std::to_string(a[i]);
+  return s + "]";
+}
+
+inline std::string shape_str(const at::Tensor& t) {
+  return "sizes " + dims(t.sizes()) + ", strides " + dims(t.strides());
+}
+inline std::string dev_str(const at::Tensor& t) { return t.device().str(); }
+inline const char* dtype_str(const at::Tensor& t) { return c10::toString(t.scalar_type()); }
+
+// bf16/fp16 -> blockfuse's DType; anything else names the argument.
+inline DType to_dtype(const at::Tensor& t, const char* fn, const char* arg) {
+  if (t.scalar_type() == at::kBFloat16) return DType::kBF16;
+  if (t.scalar_type() == at::kHalf) return DType::kFP16;
+  TORCH_CHECK_VALUE(false, "blockfuse.", fn, ": argument '", arg, "' has dtype ", dtype_str(t),
+                    "; required: torch.bfloat16 or torch.float16");
+  return DType::kBF16;  // unreachable
+}
+
+inline void check_same_dtype(const at::Tensor& t, const at::Tensor& ref, const char* fn, const char* arg,
+                             const char* ref_arg) {
+  TORCH_CHECK_VALUE(t.scalar_type() == ref.scalar_type(), "blockfuse.", fn, ": argument '", arg,
+                    "' has dtype ", dtype_str(t), "; required: the dtype of '", ref_arg, "' (",
+                    dtype_str(ref), ")");
+}
+
+inline void check_same_device(const at::Tensor& t, const at::Tensor& ref, const char* fn, const char* arg,
+                              const char* ref_arg) {
+  TORCH_CHECK_VALUE(t.device() == ref.device(), "blockfuse.", fn, ": argument '", arg, "' is on ",
+                    dev_str(t), "; required: the device of '", ref_arg, "' (", dev_str(ref), ")");
+}
+
+inline void check_cuda(const at::Tensor& t, const char* fn, const char* arg) {
+  TORCH_CHECK_VALUE(t.is_cuda(), "blockfuse.", fn, ": argument '", arg, "' is on ", dev_str(t),
+                    "; required: a CUDA tensor (the kernel runs on the GPU)");
+}
+
+inline void check_same_sizes(const at::Tensor& t, const at::Tensor& ref, const char* fn, const char* arg,
+                             const char* ref_arg) {
+  TORCH_CHECK_VALUE(t.sizes() == ref.sizes(), "blockfuse.", fn, ": argument '", arg, "' has sizes ",
+                    dims(t.sizes()), "; required: the sizes of '", ref_arg, "' (", dims(ref.sizes()), ")");
+}
+
+// A tensor [..., cols] as a row-major matrix [rows, cols] with one row stride `ld`: the last dim
+// must be contiguous and the leading dims must flatten into rows (what x.view(-1, cols) accepts
+// whose rows are also non-overlapping and ordered). Size-1 dims place no constraint.
+struct RowView {
+  int64_t rows, cols, ld;
+};
+
+inline RowView as_rows(const at::Tensor& t, const char* fn, const char* arg) {
+  TORCH_CHECK_VALUE(t.dim() >= 1, "blockfuse.", fn, ": argument '", arg,
+                    "' is a 0-dimensional tensor; required: at least 1 dimension [..., K]");
+  const int64_t cols = t.size(-1);
+  const int64_t rows = cols == 0 ? 0 : t.numel() / cols;
+  TORCH_CHECK_VALUE(t.stride(-1) == 1 || cols <= 1 || rows == 0, "blockfuse.", fn, ": argument '",
+                    arg, "' has ", shape_str(t),
+                    "; required: a contiguous last dimension (stride(-1) == 1); call .contiguous()");
+  int64_t ld = -1, expected = -1;
+  for (int64_t d = t.dim() - 2; d >= 0; --d) {
+    if (t.size(d) == 1) continue;
+    if (ld < 0) {
+      ld = t.stride(d);
+      expected = ld * t.size(d);
+    } else {
+      TORCH_CHECK_VALUE(t.stride(d) == expected || rows == 0, "blockfuse.", fn, ": argument '", arg,
+                        "' has ", shape_str(t),
+                        "; required: leading dimensions that flatten into rows with one row "
+                        "stride (as x.view(-1, K) needs); call .contiguous() first");
+      expected *= t.size(d);
+    }
+  }
+  if (ld < 0) ld = cols;  // at most one row: any row stride >= cols describes it
+  TORCH_CHECK_VALUE(ld >= cols || rows <= 1, "blockfuse.", fn, ": argument '", arg, "' has ",
+                    shape_str(t), "; required: a row stride >= K = ", num(cols),
+                    " (rows must not overlap: broadcast/expanded rows are not accepted); call "
+                    ".contiguous()");
+  if (rows <= 1) ld = std::max<int64_t>(cols, 1);  // one row or none: its own length describes it
+  return {rows, cols, ld};
+}
+
+// A 2-D tensor as a matrix view (weights and weight-layout helpers).
+inline RowView as_matrix(const at::Tensor& t, const char* fn, const char* arg) {
+  TORCH_CHECK_VALUE(t.dim() == 2, "blockfuse.", fn, ": argument '", arg, "' has ", num(t.dim()),
+                    " dimensions (sizes ", dims(t.sizes()), "); required: a 2-D matrix");
+  return as_rows(t, fn, arg);
+}
+
+// A contiguous 1-D tensor [n] as a [1, n] matrix (norm weights).
+inline RowView as_vector(const at::Tensor& t, const char* fn, const char* arg) {
+  TORCH_CHECK_VALUE(t.dim() == 1 && (t.stride(0) == 1 || t.size(0) <= 1), "blockfuse.", fn,
+                    ": argument '", arg, "' has ", shape_str(t),
+                    "; required: a contiguous 1-D tensor [H]");
+  return {1, t.size(0), std::max<int64_t>(t.size(0), 1)};
+}
+
+inline ConstMatrix cview(const at::Tensor& t, const RowView& v, DType dt) {
+  return blockfuse::make_matrix(static_cast<const void*>(t.data_ptr()), dt, v.rows, v.cols, v.ld);
+}
+inline Matrix mview(const at::Tensor& t, const RowView& v, DType dt) {
+  return blockfuse::make_matrix(t.data_ptr(), dt, v.rows, v.cols, v.ld);
+}
+
+// The output shape of an op mapping x [..., K] to [..., n].
+inline std::vector<int64_t> with_last(const at::Tensor& x, int64_t n) {
+  std::vector<int64_t> s(x.sizes().begin(), x.sizes().end());
+  s.back() = n;
+  return s;
+}
+
+inline blockfuse::Activation parse_activation(c10::string_view a, const char* fn) {
+  if (a == "silu") return blockfuse::Activation::kSiLU;
+  if (a == "gelu_tanh") return blockfuse::Activation::kGeluTanh;
+  TORCH_CHECK_VALUE(false, "blockfuse.", fn, ": argument 'activation' is '", std::string(a.data(), a.size()),
+                    "'; required: 'silu' (SwiGLU) or 'gelu_tanh' (GeGLU)");
+  return blockfuse::Activation::kSiLU;  // unreachable
+}
+
+// Runs a blockfuse C++ call, re-raising blockfuse::Error with its message: a ValueError when it
+// names an argument (every validation error of a launcher does), a RuntimeError otherwise (a CUDA
+// failure blockfuse detected).
+template <typename F>
+void call_blockfuse(F&& f) {
+  try {
+    f();
+  } catch (const blockfuse::Error& e) {
+    const std::string msg = e.what();
+    TORCH_CHECK_VALUE(msg.find("argument '") == std::string::npos, msg);
+    TORCH_CHECK(false, msg);
+  }
+}
+
+inline cudaStream_t current_stream(const at::Tensor& t) {
+  return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
+}
+
+}  // namespace blockfuse_torch
