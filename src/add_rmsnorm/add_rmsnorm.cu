@@ -1,0 +1,146 @@
+// Fused residual add + RMSNorm (blockfuse/add_rmsnorm.h): the launcher and the entry points.
+//
+// One block (or, on sm_90, one cluster of blocks) per row, the row held in registers between the
+// fp32 reduction and the writes, so global memory is read once and written once — the minimum
+// traffic, which is the whole cost of this memory-bound op. Read in this order:
+//   params.h                 the kernels' parameters and output kinds
+//   config.h                 the launch shape per architecture (pure, CPU-tested)
+//   row.cuh                  the per-row steps both kernel shapes share
+//   add_rmsnorm_sm80.cuh     one block per row: register path (H <= 32768) and loop path
+//   add_rmsnorm_sm90.cuh     a thread-block cluster per row (few rows of 8192 <= H <= 131072)
+//   validate.cpp             the argument checks
+//   this file                shape -> kernel instantiation, launch, entry points
+//   reference.cpp            the CPU reference
+#include "blockfuse/add_rmsnorm.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <limits>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "add_rmsnorm/add_rmsnorm_sm80.cuh"
+#include "add_rmsnorm/add_rmsnorm_sm90.cuh"
+#include "add_rmsnorm/config.h"
+#include "add_rmsnorm/params.h"
+#include "add_rmsnorm/validate.h"
+#include "common/check.h"
+#include "common/device.h"
+#include "common/launch.h"
+
+namespace blockfuse {
+namespace {
+
+using add_rmsnorm_detail::add_rmsnorm_cluster;
+using add_rmsnorm_detail::add_rmsnorm_loop;
+using add_rmsnorm_detail::add_rmsnorm_regs;
+using Out = AddRmsNormOutput;
+
+template <class T, int V, Out kOut>
+void launch_cluster(const AddRmsNormParams& p, const detail::AddRmsNormConfig& cfg, cudaStream_t stream) {
+  // One cluster per row (grid-stride beyond 2^31 - 1 blocks).
+  const int64_t clusters = std::min<int64_t>(p.rows, std::numeric_limits<int>::max() / cfg.cluster);
+  detail::launch_with_cluster(add_rmsnorm_cluster<T, V, kOut>, dim3(static_cast<unsigned>(clusters * cfg.cluster)),
+                              dim3(static_cast<unsigned>(cfg.threads)), 0, stream,
+                              dim3(static_cast<unsigned>(cfg.cluster), 1, 1), p);
+}
+
+// Whether the current device runs the cluster kernels: compute capability >= 9.0 *and* the
+// library carries code for them compiled for sm_90+ (a build for sm_80 only runs on a Hopper
+// through its compute_80 PTX, where the cluster kernel's body is a trap; ptxVersion is the
+// virtual architecture the loaded code was compiled for). Cached per device.
+bool cluster_path_available() {
+  static detail::PerDeviceCache<bool> cache;
+  return cache.get([](int dev) {
+    if (detail::device_spec(dev).cc_major < 9) return false;
+    cudaFuncAttributes a{};
+    BF_CUDA_CHECK(cudaFuncGetAttributes(&a, add_rmsnorm_cluster<__nv_bfloat16, 2, Out::kDtype>));
+    return a.ptxVersion >= 90;
+  });
+}
+
+std::atomic<bool> g_clusters_enabled{true};
+
+template <class T, Out kOut>
+void launch(const AddRmsNormParams& p, cudaStream_t stream) {
+  const detail::AddRmsNormConfig cfg = detail::add_rmsnorm_launch_config(p.h / 8, p.rows);
+  if (cfg.cluster > 1) {
+    if (cfg.v == 2)
+      launch_cluster<T, 2, kOut>(p, cfg, stream);
+    else
+      launch_cluster<T, 4, kOut>(p, cfg, stream);
+    BF_CHECK_LAUNCH();
+    return;
+  }
+  // One block per row; beyond 2^31 - 1 rows the blocks loop (grid-stride over rows).
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(p.rows, std::numeric_limits<int>::max()));
+  switch (cfg.v) {
+    case 1: add_rmsnorm_regs<T, 1, kOut><<<blocks, cfg.threads, 0, stream>>>(p); break;
+    case 2: add_rmsnorm_regs<T, 2, kOut><<<blocks, cfg.threads, 0, stream>>>(p); break;
+    case 4: add_rmsnorm_regs<T, 4, kOut><<<blocks, cfg.threads, 0, stream>>>(p); break;
+    case 8: add_rmsnorm_regs<T, 8, kOut><<<blocks, cfg.threads, 0, stream>>>(p); break;
+    default: add_rmsnorm_loop<T, kOut><<<blocks, cfg.threads, 0, stream>>>(p); break;
+  }
+  BF_CHECK_LAUNCH();
+}
+
+template <Out kOut>
+void dispatch(DType t, const AddRmsNormParams& p, cudaStream_t stream) {
+  if (t == DType::kBF16)
+    launch<__nv_bfloat16, kOut>(p, stream);
+  else
+    launch<__half, kOut>(p, stream);
+}
+
+AddRmsNormParams make_params(const ConstMatrix& x, const ConstMatrix& residual, const ConstMatrix& weight,
+                             const Matrix& residual_out, void* out, int64_t ldo, float* scale, const RmsNormOptions& opt) {
+  AddRmsNormParams p{};
+  p.x = x.data;
+  p.ldx = x.ld;
+  p.res = detail::absent(residual) ? nullptr : residual.data;
+  p.ldr = residual.ld;
+  p.w = weight.data;
+  p.res_out = detail::absent(residual_out) ? nullptr : residual_out.data;
+  p.ldro = residual_out.ld;
+  p.out = out;
+  p.ldo = ldo;
+  p.scale = scale;
+  p.rows = x.rows;
+  p.h = static_cast<int>(x.cols);
+  p.eps = opt.eps;
+  p.gemma = opt.gemma_one_plus_w;
+  return p;
+}
+
+}  // namespace
+
+namespace detail {
+AddRmsNormConfig add_rmsnorm_launch_config(int nchunks, int64_t rows) {
+  if (g_clusters_enabled.load(std::memory_order_relaxed) && cluster_path_available()) {
+    const AddRmsNormConfig c = add_rmsnorm_config_sm90(nchunks);
+    if (add_rmsnorm_clusters_pay(rows, c.cluster, current_device_spec().sm_count)) return c;
+  }
+  return add_rmsnorm_config(nchunks);
+}
+void set_add_rmsnorm_clusters_enabled(bool enabled) { g_clusters_enabled.store(enabled, std::memory_order_relaxed); }
+}  // namespace detail
+
+void add_rmsnorm(ConstMatrix x, ConstMatrix residual, ConstMatrix weight, Matrix residual_out, Matrix out,
+                 RmsNormOptions opt, cudaStream_t stream) {
+  if (!detail::check_add_rmsnorm_args("add_rmsnorm", x, residual, weight, residual_out, out, opt)) return;
+  dispatch<Out::kDtype>(x.dtype, make_params(x, residual, weight, residual_out, out.data, out.ld, nullptr, opt), stream);
+}
+
+void add_rmsnorm_fp8(ConstMatrix x, ConstMatrix residual, ConstMatrix weight, Matrix residual_out, Fp8Matrix out,
+                     Fp8Scale scale, RmsNormOptions opt, cudaStream_t stream) {
+  if (!detail::check_add_rmsnorm_fp8_args("add_rmsnorm_fp8", x, residual, weight, residual_out, out, scale, opt)) return;
+  const AddRmsNormParams p = make_params(x, residual, weight, residual_out, out.data, out.ld, scale.scale, opt);
+  if (scale.mode == Fp8ScaleMode::kDynamicPerRow)
+    dispatch<Out::kFp8DynamicScale>(x.dtype, p, stream);
+  else
+    dispatch<Out::kFp8StaticScale>(x.dtype, p, stream);
+}
+
+}  // namespace blockfuse
