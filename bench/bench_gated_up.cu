@@ -23,6 +23,8 @@
 
 #include "blockfuse/blockfuse.h"
 #include "commands.h"
+#include "common/device.h"
+#include "gated_up/tile_configs_sm80.h"
 #include "gated_up/tile_configs_sm90.h"
 #include "testing/testing.h"
 
@@ -192,7 +194,7 @@ int run(const Args& args) {
     copy_ceiling = measure_copy_bandwidth_gbs(s);
     std::fprintf(stderr, "[gated-up] ceilings: %.0f TFLOP/s, %.0f GB/s\n", matrix_ceiling, copy_ceiling);
   }
-  const DeviceSpec spec = current_device_spec();
+  const detail::DeviceSpec spec = detail::current_device_spec();
   const cudaDataType_t ct = dt == DType::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
   const size_t es = dtype_size(dt);
   // bf16 keeps 8 mantissa bits: one output rounding is <= 2^-9 relative, so 2^-7 leaves room for
@@ -246,7 +248,7 @@ int run(const Args& args) {
       const bool use90 = kernel_opt == "sm90" || (kernel_opt == "auto" && gated_up_has_sm90() &&
                                                     spec.cc_major == 9 && spec.cc_minor == 0);
       const GatedUpKernel kern = use90 ? GatedUpKernel::kSm90 : GatedUpKernel::kSm80;
-      const int cfg = forced >= 0 ? forced : use90 ? choose_gated_up_sm90_tile_config({M, K, U}, spec) : choose_gated_up_tile_config({M, K, U}, spec);
+      const int cfg = forced >= 0 ? forced : use90 ? choose_gated_up_sm90_tile_config({M, K, U}, spec) : choose_gated_up_sm80_tile_config({M, K, U}, spec);
       std::fprintf(stderr, "[gated-up] %s M=%ld K=%ld U=%ld %s tile %d (%s), %d x-copies: verifying...\n", md->name,
                    long(M), long(K), long(U), activation_name(md->act), cfg, tile_string(cfg, use90).c_str(), sets);
 

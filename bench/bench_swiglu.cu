@@ -24,7 +24,7 @@
 #include "blockfuse/swiglu.h"
 #include "commands.h"
 #include "common/fp8_device.cuh"
-#include "gated_up/activation.cuh"
+#include "common/activation.cuh"
 #include "testing/testing.h"
 
 namespace blockfuse::bench {

@@ -5,9 +5,9 @@
 // too few blocks at N of a few thousand to keep every SM streaming weights; decode_gemm splits K
 // over blocks (split-K) so that every SM streams, issues 16-byte loads with many in flight, and sums
 // the fp32 partials of one N tile in the last block to finish it — no second kernel, no second pass.
-// Measured on the H100 (docs/decoder-kernels.md): 77-97 % of copy bandwidth on the Llama-3 decode
-// shapes, 0.94-1.04x cuBLAS — whose decode path, timed the same way (W rotated past L2, calls in a
-// CUDA graph), already reaches 78-95 % (81 % at N = 2304, K = 16384, not the 59 % once quoted).
+// Measured on the H100 (results/gpu/bench_decode_gemm_h100.json, docs/decoder-kernels.md): 77-97 %
+// of copy bandwidth on the Llama-3 decode shapes, 0.94-1.04x cuBLAS — whose decode path, timed the
+// same way (W rotated past L2, calls in a CUDA graph), already reaches 78-95 %.
 //
 // Numerics: products accumulated in fp32 (tensor cores), the split-K partials summed in fp32 in a
 // fixed order (deterministic: the same inputs and configuration give the same bits), y rounded once.

@@ -49,7 +49,8 @@ struct GatedUpOptions {
 void gated_up(ConstMatrix x, ConstMatrix w, Matrix out, Activation act,
               cudaStream_t stream = nullptr, const GatedUpOptions& options = {});
 
-// The tile configurations the sm80 kernel is compiled for, and the one the heuristic picks.
+// The tile configurations the sm80 kernel is compiled for (GatedUpOptions::tile_config indexes
+// them; the heuristic that picks one is internal: src/gated_up/heuristic_sm80.cpp).
 struct GatedUpTileConfig {
   int block_m;   // rows of x per CTA
   int block_n;   // interleaved columns per CTA (block_n / 2 outputs)
@@ -62,20 +63,5 @@ struct GatedUpTileConfig {
 };
 int gated_up_num_tile_configs();
 GatedUpTileConfig gated_up_tile_config(int index);
-
-// The heuristic: a pure function of the problem and the device, unit-tested on the CPU.
-// Returns an index into the tile table.
-struct GatedUpProblem {
-  int64_t m, k, u;
-};
-struct DeviceSpec {
-  int sm_count;             // multiprocessors
-  int max_smem_per_block;   // opt-in maximum dynamic shared memory per block, bytes
-  int cc_major, cc_minor;
-};
-int choose_gated_up_tile_config(const GatedUpProblem& p, const DeviceSpec& dev);
-
-// Device properties of the current device, cached per device.
-DeviceSpec current_device_spec();
 
 }  // namespace blockfuse

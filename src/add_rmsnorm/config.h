@@ -1,5 +1,6 @@
-// Internal: the launch shape add_rmsnorm picks for a row of H elements (used by the kernels and
-// printed by `blockfuse bench add-rmsnorm`).
+// Internal: the launch shape add_rmsnorm picks for a row of H elements, per architecture: pure
+// functions, CPU-tested (tests: test_add_rmsnorm_config), used by the launcher (add_rmsnorm.cu) and
+// printed by `blockfuse bench add-rmsnorm`.
 #pragma once
 
 #include <algorithm>
@@ -9,7 +10,7 @@ namespace blockfuse::detail {
 
 constexpr int kAddRmsNormLoopThreads = 512;
 constexpr int kAddRmsNormMaxRegisterChunks = 4096;  // 512 threads x 8 chunks: H <= 32768
-// Cluster path (sm_90): rows of 384 .. 16384 chunks (3072 <= H <= 131072).
+// Cluster path (sm_90): rows of 1024 .. 16384 chunks (8192 <= H <= 131072).
 constexpr int kAddRmsNormMinClusterChunks = 1024;  // H >= 8192
 constexpr int kAddRmsNormMaxClusterChunks = 16384;  // 8 CTAs x 512 threads x 4 chunks
 
@@ -35,16 +36,18 @@ inline AddRmsNormConfig add_rmsnorm_config(int nchunks) {
 }
 
 // sm_90 path for decode-sized row counts. One block per row leaves one SM to move the whole row: at
-// H = 16384 (160 KB of x, residual, weight, residual_out and out) a decode step of 1-32 rows took
-// 6.1-7.1 µs on the H100, per-SM bound. A cluster of C CTAs splits each row into C slices
-// (exchanging the partial sums through distributed shared memory), so a row is fetched by C SMs at
-// once: 3.7-4.5 µs (5.0-5.8 with the dynamic FP8 scale's second exchange). Measured on the same
-// H100 run, clusters lose wherever the one-block kernel already has enough rows to fill the GPU
-// (H = 16384: 256-32768 rows 8-30 % slower; H = 4096, C = 2: slower at every row count, 1 row 2.99
-// vs 2.30 µs), so they are used only for H >= 8192 and rows · C <= 2 · SMs
-// (add_rmsnorm_clusters_pay). C grows with H so a CTA keeps <= 512 chunks (<= 1024 from H =
-// 32768): v = 2 chunks per thread. H = 8192 -> c4: v2 x 128; 16384 -> c4: v2 x 256; 32768 -> c8:
-// v2 x 256; 131072 -> c8: v4 x 512; beyond kAddRmsNormMaxClusterChunks the one-block path.
+// H = 16384 (160 KB of x, residual, weight, residual_out and out) a decode step of 1-32 rows takes
+// 6.1-7.1 µs on the H100, per-SM bound (results/gpu/experiments/add_rmsnorm_v1_one_block.json). A
+// cluster of C CTAs splits each row into C slices (exchanging the partial sums through distributed
+// shared memory), so a row is fetched by C SMs at once: 3.7-4.5 µs, 5.0-5.8 with the dynamic FP8
+// scale's second exchange (results/gpu/bench_add_rmsnorm_h100.json). Clusters lose wherever the
+// one-block kernel already has enough rows to fill the GPU (H = 16384: 256-32768 rows 8-30 %
+// slower; H = 4096, C = 2: slower at every row count, 1 row 2.99 vs 2.30 µs;
+// results/gpu/experiments/add_rmsnorm_clusters_everywhere_weight_preload.json), so they are used
+// only for H >= 8192 and rows · C <= 2 · SMs (add_rmsnorm_clusters_pay). C grows with H so a CTA
+// keeps <= 512 chunks (<= 1024 from H = 32768): v = 2 chunks per thread. H = 8192 -> c4: v2 x 128;
+// 16384 -> c4: v2 x 256; 32768 -> c8: v2 x 256; 131072 -> c8: v4 x 512; beyond
+// kAddRmsNormMaxClusterChunks the one-block path.
 // The slice of CTA rank k is chunks [k*S, min((k+1)*S, nchunks)), S = ceil(nchunks / C); every
 // CTA gets >= 1 chunk (nchunks >= 1024 >> C).
 inline AddRmsNormConfig add_rmsnorm_config_sm90(int nchunks) {
@@ -63,7 +66,7 @@ inline bool add_rmsnorm_clusters_pay(int64_t rows, int cluster, int sm_count) {
 
 // The shape add_rmsnorm launches for `rows` rows of nchunks chunks on the current device: the
 // sm_90 cluster shape where the path is available and enabled and pays, else the one-block shape
-// (defined in add_rmsnorm.cu; also printed by the bench).
+// (defined in add_rmsnorm.cu; reads the device, so not pure; also printed by the bench).
 AddRmsNormConfig add_rmsnorm_launch_config(int nchunks, int64_t rows);
 // Tests and the bench only: false makes every device take the one-block-per-row (sm_80) kernels,
 // so they are exercised and measured on a Hopper too. Process-wide; default true.

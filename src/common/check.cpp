@@ -2,8 +2,8 @@
 #include "common/check.h"
 
 #include <cstdint>
-#include <mutex>
-#include <vector>
+
+#include "common/device.h"
 
 namespace blockfuse {
 
@@ -66,8 +66,7 @@ void check_device_pointer(const char* fn, const char* arg, const void* p) {
               cat("pointer ", p, " is ",
                   attr.type == cudaMemoryTypeHost ? "pinned host memory" : "not CUDA memory (pageable host?)"),
               "device memory of the current CUDA device");
-  int dev = -1;
-  BF_CUDA_CHECK(cudaGetDevice(&dev));
+  const int dev = current_device();
   if (attr.type == cudaMemoryTypeDevice && attr.device != dev)
     throw_arg(fn, arg, cat("pointer ", p, " is on device ", attr.device),
               cat("memory of the current device ", dev));
@@ -79,10 +78,14 @@ void check_device_matrix(const char* fn, const char* arg, const ConstMatrix& m) 
   check_device_pointer(fn, arg, m.data);
 }
 
-void check_alignment(const char* fn, const char* arg, const ConstMatrix& m, int bytes, int elems) {
-  if (reinterpret_cast<std::uintptr_t>(m.data) % bytes != 0)
-    throw_arg(fn, arg, cat("pointer ", m.data, " is not ", bytes, "-byte aligned"),
+void check_pointer_alignment(const char* fn, const char* arg, const void* p, int bytes) {
+  if (reinterpret_cast<std::uintptr_t>(p) % bytes != 0)
+    throw_arg(fn, arg, cat("pointer ", p, " is not ", bytes, "-byte aligned"),
               cat("a ", bytes, "-byte aligned data pointer"));
+}
+
+void check_alignment(const char* fn, const char* arg, const ConstMatrix& m, int bytes, int elems) {
+  check_pointer_alignment(fn, arg, m.data, bytes);
   if (m.ld % elems != 0)
     throw_arg(fn, arg, cat("has row stride ld = ", m.ld), cat("ld % ", elems, " == 0"));
 }
@@ -112,14 +115,11 @@ void check_no_overlap(const char* fn, const char* a_arg, const ConstMatrix& a, c
 }
 
 void check_compute_capability(const char* fn, int major, int minor) {
-  int dev = -1;
-  BF_CUDA_CHECK(cudaGetDevice(&dev));
-  int ma = 0, mi = 0;
-  BF_CUDA_CHECK(cudaDeviceGetAttribute(&ma, cudaDevAttrComputeCapabilityMajor, dev));
-  BF_CUDA_CHECK(cudaDeviceGetAttribute(&mi, cudaDevAttrComputeCapabilityMinor, dev));
-  if (ma * 10 + mi < major * 10 + minor)
-    throw Error(cat("blockfuse::", fn, ": the current device ", dev, " has compute capability ", ma,
-                    ".", mi, "; required: compute capability >= ", major, ".", minor));
+  const int dev = current_device();
+  const DeviceSpec d = device_spec(dev);
+  if (d.cc_major * 10 + d.cc_minor < major * 10 + minor)
+    throw Error(cat("blockfuse::", fn, ": the current device ", dev, " has compute capability ", d.cc_major,
+                    ".", d.cc_minor, "; required: compute capability >= ", major, ".", minor));
 }
 
 }  // namespace detail

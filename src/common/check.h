@@ -33,10 +33,9 @@ namespace blockfuse::detail {
                             const std::string& requirement);
 
 // Message building without iostreams: numbers go through std::to_string / snprintf. Formatting an
-// integer with an ostream uses the std::num_put facet of the process's locale, and inside a
-// PyTorch process on the H100 machine (torch 2.11 wheel; this library built with /opt/gcc) every
-// such error message crashed the process (SIGSEGV) while messages of strings only did not — the
-// same symptom as two copies of libstdc++'s locale machinery. Strings and to_string need no facet.
+// integer with an ostream uses the std::num_put facet of the process's locale, which crashed
+// (SIGSEGV) inside a PyTorch process (torch 2.11 wheel, this library built with another GCC: two
+// copies of libstdc++'s locale machinery). Strings and to_string need no facet.
 inline void append_part(std::string& s, const std::string& v) { s += v; }
 inline void append_part(std::string& s, const char* v) { s += v ? v : "(null)"; }
 inline void append_part(std::string& s, char v) { s += v; }
@@ -71,6 +70,8 @@ void check_matrix_shape(const char* fn, const char* arg, const ConstMatrix& m);
 void check_device_matrix(const char* fn, const char* arg, const ConstMatrix& m);
 // data pointer aligned to `bytes` and ld a multiple of `elems`.
 void check_alignment(const char* fn, const char* arg, const ConstMatrix& m, int bytes, int elems);
+// A pointer aligned to `bytes` (any buffer: FP8 outputs, scales, workspaces).
+void check_pointer_alignment(const char* fn, const char* arg, const void* p, int bytes);
 void check_same_dtype(const char* fn, const char* arg, const ConstMatrix& m, const char* ref_arg,
                       DType ref);
 // Throws if the byte ranges spanned by a and b overlap.
@@ -98,6 +99,10 @@ Span span_of(const Fp8Matrix& m);
 // The scale argument of an FP8 output with `rows` rows: a known mode and a non-null, 4-byte-aligned
 // device pointer (checked for device-ness only when `on_device`, i.e. after the shape checks).
 void check_fp8_scale(const char* fn, const char* arg, const Fp8Scale& s, int64_t rows, bool on_device);
+// Its two parts, for entry points that name the fields ('scale.mode', 'scale.scale'):
+// a known mode; a 4-byte-aligned pointer, non-null unless `null_ok`.
+void check_fp8_scale_mode(const char* fn, const char* arg, Fp8ScaleMode mode);
+void check_fp8_scale_pointer(const char* fn, const char* arg, const Fp8Scale& s, int64_t rows, bool null_ok);
 Span span_of(const Fp8Scale& s, int64_t rows);
 // The current device's compute capability is >= major.minor.
 void check_compute_capability(const char* fn, int major, int minor);

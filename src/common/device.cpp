@@ -1,28 +1,28 @@
-// Device properties the heuristics need, read once per device.
-#include <mutex>
-#include <vector>
+// Device properties the heuristics need, read once per device (device.h).
+#include "common/device.h"
 
-#include "blockfuse/gated_up.h"
 #include "common/check.h"
 
-namespace blockfuse {
+namespace blockfuse::detail {
 
-DeviceSpec current_device_spec() {
-  static std::mutex mu;
-  static std::vector<std::pair<bool, DeviceSpec>> cache;
+int current_device() {
   int dev = 0;
   BF_CUDA_CHECK(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(mu);
-  if (static_cast<int>(cache.size()) <= dev) cache.resize(dev + 1);
-  if (!cache[dev].first) {
+  return dev;
+}
+
+DeviceSpec device_spec(int device) {
+  static PerDeviceCache<DeviceSpec> cache;
+  return cache.get(device, [](int dev) {
     DeviceSpec s{};
     BF_CUDA_CHECK(cudaDeviceGetAttribute(&s.sm_count, cudaDevAttrMultiProcessorCount, dev));
     BF_CUDA_CHECK(cudaDeviceGetAttribute(&s.max_smem_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     BF_CUDA_CHECK(cudaDeviceGetAttribute(&s.cc_major, cudaDevAttrComputeCapabilityMajor, dev));
     BF_CUDA_CHECK(cudaDeviceGetAttribute(&s.cc_minor, cudaDevAttrComputeCapabilityMinor, dev));
-    cache[dev] = {true, s};
-  }
-  return cache[dev].second;
+    return s;
+  });
 }
 
-}  // namespace blockfuse
+DeviceSpec current_device_spec() { return device_spec(current_device()); }
+
+}  // namespace blockfuse::detail

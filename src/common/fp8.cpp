@@ -27,9 +27,7 @@ void check_fp8_matrix_shape(const char* fn, const char* arg, const Fp8Matrix& m,
     throw_arg(fn, arg, cat("spans rows * ld = ", m.rows, " * ", m.ld, " bytes"), "rows * ld < 2^40");
   if (m.data == nullptr && m.rows > 0 && m.cols > 0)
     throw_arg(fn, arg, "has a null data pointer", "a valid pointer for a non-empty matrix");
-  if (reinterpret_cast<std::uintptr_t>(m.data) % align_bytes != 0)
-    throw_arg(fn, arg, cat("pointer ", m.data, " is not ", align_bytes, "-byte aligned"),
-              cat("a ", align_bytes, "-byte aligned data pointer"));
+  check_pointer_alignment(fn, arg, m.data, align_bytes);
   if (m.ld % align_bytes != 0)
     throw_arg(fn, arg, cat("has row stride ld = ", m.ld), cat("ld % ", align_bytes, " == 0"));
 }
@@ -39,11 +37,14 @@ Span span_of(const Fp8Matrix& m) {
   return span_of_bytes(m.data, (m.rows - 1) * m.ld + m.cols);
 }
 
-void check_fp8_scale(const char* fn, const char* arg, const Fp8Scale& s, int64_t rows, bool on_device) {
-  if (s.mode != Fp8ScaleMode::kStaticPerTensor && s.mode != Fp8ScaleMode::kDynamicPerRow)
-    throw_arg(fn, arg, cat("has mode code ", static_cast<int>(s.mode)),
+void check_fp8_scale_mode(const char* fn, const char* arg, Fp8ScaleMode mode) {
+  if (mode != Fp8ScaleMode::kStaticPerTensor && mode != Fp8ScaleMode::kDynamicPerRow)
+    throw_arg(fn, arg, cat("has mode code ", static_cast<int>(mode)),
               "Fp8ScaleMode::kStaticPerTensor or Fp8ScaleMode::kDynamicPerRow");
-  if (s.scale == nullptr)
+}
+
+void check_fp8_scale_pointer(const char* fn, const char* arg, const Fp8Scale& s, int64_t rows, bool null_ok) {
+  if (s.scale == nullptr && !null_ok)
     throw_arg(fn, arg, "has a null scale pointer",
               s.mode == Fp8ScaleMode::kStaticPerTensor
                   ? "a device pointer to the per-tensor scale (1 float, > 0)"
@@ -51,6 +52,11 @@ void check_fp8_scale(const char* fn, const char* arg, const Fp8Scale& s, int64_t
   if (reinterpret_cast<std::uintptr_t>(s.scale) % alignof(float) != 0)
     throw_arg(fn, arg, cat("scale pointer ", static_cast<const void*>(s.scale), " is not 4-byte aligned"),
               "a 4-byte aligned float pointer");
+}
+
+void check_fp8_scale(const char* fn, const char* arg, const Fp8Scale& s, int64_t rows, bool on_device) {
+  check_fp8_scale_mode(fn, arg, s.mode);
+  check_fp8_scale_pointer(fn, arg, s, rows, /*null_ok=*/false);
   if (on_device) check_device_pointer(fn, arg, s.scale);
 }
 

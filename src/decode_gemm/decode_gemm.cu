@@ -1,5 +1,6 @@
-// decode_gemm: validation, configuration and launch of the split-K decode kernel
-// (decode_gemm_sm80.cuh; the heuristic is heuristic.cpp).
+// decode_gemm: validation, configuration and launch of the split-K decode kernel. Read in this
+// order: params.h (parameters and the geometry everything shares), heuristic.cpp (the pure split-K
+// cost model), decode_gemm_sm80.cuh (the kernel), this file, reference.cpp.
 #include "blockfuse/decode_gemm.h"
 
 #include <algorithm>
@@ -7,8 +8,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "blockfuse/gated_up.h"  // current_device_spec
 #include "common/check.h"
+#include "common/device.h"
 #include "decode_gemm/decode_gemm_sm80.cuh"
 #include "decode_gemm/params.h"
 
@@ -44,15 +45,6 @@ void validate_host(const ConstMatrix& x, const ConstMatrix& w, const Matrix& y) 
   detail::check_no_overlap(kFn, "y", y, "w", w);
 }
 
-void validate_config(const ConstMatrix& x, DecodeGemmConfig c) {
-  if (c.warps_per_block != 4 && c.warps_per_block != 8)
-    detail::throw_arg(kFn, "config", cat("has warps_per_block = ", c.warps_per_block), "4 or 8");
-  if (!decode::split_is_valid(x.cols, c.split_k))
-    detail::throw_arg(kFn, "config", cat("has split_k = ", c.split_k, " for K = ", x.cols),
-                      cat("1, or 2..", kDecodeGemmMaxSplitK,
-                          " with every K slice (ceil(K / split_k) rounded up to 32) non-empty"));
-}
-
 void validate_workspace(const ConstMatrix& x, const ConstMatrix& w, const Matrix& y, void* ws, size_t bytes,
                         DecodeGemmConfig c) {
   const size_t need = decode::workspace_bytes(x.rows, w.rows, c);
@@ -63,9 +55,7 @@ void validate_workspace(const ConstMatrix& x, const ConstMatrix& w, const Matrix
   if (bytes < need)
     detail::throw_arg(kFn, "workspace_bytes", cat("is ", bytes, " with split_k = ", c.split_k),
                       cat(">= ", need, " (decode_gemm_workspace_size)"));
-  if (reinterpret_cast<std::uintptr_t>(ws) % 16 != 0)
-    detail::throw_arg(kFn, "workspace", cat("pointer ", static_cast<const void*>(ws), " is not 16-byte aligned"),
-                      "a 16-byte aligned pointer");
+  detail::check_pointer_alignment(kFn, "workspace", ws, 16);
   // The workspace as a byte "matrix" for the overlap checks.
   const ConstMatrix wsm{ws, DType::kBF16, 1, int64_t(need / 2), int64_t(need / 2)};
   detail::check_no_overlap(kFn, "workspace", wsm, "y", y);
@@ -123,14 +113,6 @@ void run(const ConstMatrix& x, const ConstMatrix& w, const Matrix& y, void* ws, 
     launch<__half>(p, c.warps_per_block, stream);
 }
 
-int sm_count_of(int device) {
-  int dev = device;
-  if (dev < 0) BF_CUDA_CHECK(cudaGetDevice(&dev));
-  int sms = 0;
-  BF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return sms;
-}
-
 }  // namespace
 
 size_t decode_gemm_workspace_size(int64_t m, int64_t n, int64_t k, int device) {
@@ -141,7 +123,7 @@ size_t decode_gemm_workspace_size(int64_t m, int64_t n, int64_t k, int device) {
   if (k < 0 || k % 8 != 0)
     detail::throw_arg("decode_gemm_workspace_size", "k", cat("is ", k), "k >= 0 and k % 8 == 0");
   if (m == 0 || n == 0) return 0;
-  const int sms = sm_count_of(device);
+  const int sms = detail::device_spec(device < 0 ? detail::current_device() : device).sm_count;
   size_t most = 0;
   for (int64_t mm = 1; mm <= m; ++mm)
     most = std::max(most, decode::workspace_bytes(mm, n, decode_gemm_heuristic(mm, n, k, sms)));
@@ -151,7 +133,7 @@ size_t decode_gemm_workspace_size(int64_t m, int64_t n, int64_t k, int device) {
 void decode_gemm(ConstMatrix x, ConstMatrix w, Matrix y, void* workspace, size_t workspace_bytes,
                  DecodeGemmConfig config, cudaStream_t stream) {
   validate_host(x, w, y);
-  validate_config(x, config);
+  decode::check_config(kFn, x.cols, config);
   validate_workspace(x, w, y, workspace, workspace_bytes, config);
   if (x.rows == 0 || w.rows == 0) return;
   detail::check_device_matrix(kFn, "x", x);
@@ -169,7 +151,7 @@ void decode_gemm(ConstMatrix x, ConstMatrix w, Matrix y, void* workspace, size_t
   detail::check_device_matrix(kFn, "x", x);
   detail::check_device_matrix(kFn, "w", w);
   detail::check_device_matrix(kFn, "y", y);
-  const DecodeGemmConfig c = decode_gemm_heuristic(x.rows, w.rows, x.cols, current_device_spec().sm_count);
+  const DecodeGemmConfig c = decode_gemm_heuristic(x.rows, w.rows, x.cols, detail::current_device_spec().sm_count);
   validate_workspace(x, w, y, workspace, workspace_bytes, c);
   run(x, w, y, workspace, c, stream);
 }

@@ -1,5 +1,5 @@
 // The decode GEMM's split-K heuristic: a pure function of (M, N, K, SM count), tested on the CPU
-// (tests/cpu/test_decode_gemm_heuristic.cpp).
+// (test_decode_gemm_heuristic.cpp).
 //
 // Cost model. Time is counted in units where one SM, sharing DRAM bandwidth equally with all the
 // others, streams one byte per unit ("fair share" = copy bandwidth / SMs). For a candidate
@@ -60,16 +60,31 @@ double modeled_time(int64_t m, int64_t n, int64_t k, int sms, int split, int war
   return std::max(t_dram, t_sm) + t_reduce;
 }
 
+// m in [lo, kDecodeGemmMaxM], n >= lo, k >= 0.
+void check_mnk(const char* fn, int64_t m, int64_t n, int64_t k, int64_t lo) {
+  using detail::cat;
+  if (m < lo || m > kDecodeGemmMaxM) detail::throw_arg(fn, "m", cat("is ", m), cat(lo, " <= m <= ", kDecodeGemmMaxM));
+  if (n < lo) detail::throw_arg(fn, "n", cat("is ", n), cat("n >= ", lo));
+  if (k < 0) detail::throw_arg(fn, "k", cat("is ", k), "k >= 0");
+}
+
 }  // namespace
+
+namespace decode {
+void check_config(const char* fn, int64_t k, DecodeGemmConfig c) {
+  using detail::cat;
+  if (c.warps_per_block != 4 && c.warps_per_block != 8)
+    detail::throw_arg(fn, "config", cat("has warps_per_block = ", c.warps_per_block), "4 or 8");
+  if (!split_is_valid(k, c.split_k))
+    detail::throw_arg(fn, "config", cat("has split_k = ", c.split_k, " for K = ", k),
+                      cat("1, or 2..", kDecodeGemmMaxSplitK, " with every K slice (ceil(K / split_k) rounded up to 32) non-empty"));
+}
+}  // namespace decode
 
 DecodeGemmConfig decode_gemm_heuristic(int64_t m, int64_t n, int64_t k, int sm_count) {
   constexpr const char* kFn = "decode_gemm_heuristic";
-  using detail::cat;
-  if (m < 1 || m > kDecodeGemmMaxM)
-    detail::throw_arg(kFn, "m", cat("is ", m), cat("1 <= m <= ", kDecodeGemmMaxM));
-  if (n < 1) detail::throw_arg(kFn, "n", cat("is ", n), "n >= 1");
-  if (k < 0) detail::throw_arg(kFn, "k", cat("is ", k), "k >= 0");
-  if (sm_count < 1) detail::throw_arg(kFn, "sm_count", cat("is ", sm_count), "sm_count >= 1");
+  check_mnk(kFn, m, n, k, 1);
+  if (sm_count < 1) detail::throw_arg(kFn, "sm_count", detail::cat("is ", sm_count), "sm_count >= 1");
 
   const int max_split =
       static_cast<int>(std::clamp<int64_t>(k / kMinSliceK, 1, int64_t(kDecodeGemmMaxSplitK)));
@@ -91,16 +106,8 @@ DecodeGemmConfig decode_gemm_heuristic(int64_t m, int64_t n, int64_t k, int sm_c
 
 size_t decode_gemm_workspace_size(int64_t m, int64_t n, int64_t k, DecodeGemmConfig config) {
   constexpr const char* kFn = "decode_gemm_workspace_size";
-  using detail::cat;
-  if (m < 0 || m > kDecodeGemmMaxM)
-    detail::throw_arg(kFn, "m", cat("is ", m), cat("0 <= m <= ", kDecodeGemmMaxM));
-  if (n < 0) detail::throw_arg(kFn, "n", cat("is ", n), "n >= 0");
-  if (k < 0) detail::throw_arg(kFn, "k", cat("is ", k), "k >= 0");
-  if (config.warps_per_block != 4 && config.warps_per_block != 8)
-    detail::throw_arg(kFn, "config", cat("has warps_per_block = ", config.warps_per_block), "4 or 8");
-  if (!decode::split_is_valid(k, config.split_k))
-    detail::throw_arg(kFn, "config", cat("has split_k = ", config.split_k, " for K = ", k),
-                      cat("1, or 2..", kDecodeGemmMaxSplitK, " with every K slice (ceil(K / split_k) rounded up to 32) non-empty"));
+  check_mnk(kFn, m, n, k, 0);
+  decode::check_config(kFn, k, config);
   if (m == 0 || n == 0) return 0;
   return decode::workspace_bytes(m, n, config);
 }

@@ -40,6 +40,9 @@ inline size_t partial_bytes(int64_t m, int64_t n, DecodeGemmConfig c) {
 inline size_t workspace_bytes(int64_t m, int64_t n, DecodeGemmConfig c) {
   return c.split_k == 1 ? 0 : counter_bytes(n) + partial_bytes(m, n, c);
 }
+// Throws (naming 'config') unless warps_per_block is 4 or 8 and split_k is valid for K
+// (heuristic.cpp; shared by decode_gemm and decode_gemm_workspace_size).
+void check_config(const char* fn, int64_t k, DecodeGemmConfig c);
 
 // What the kernel is launched with. Element offsets are int64 (W can exceed 2^31 elements).
 struct DecodeGemmParams {

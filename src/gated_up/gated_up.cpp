@@ -1,11 +1,19 @@
 // gated_up(): argument validation and kernel/tile dispatch. Nothing is launched until every
-// argument has been checked.
+// argument has been checked. Read in this order:
+//   params.h                         the kernels' parameters
+//   tile_configs_sm80.h, heuristic_sm80.cpp   sm80 tile table and its pure heuristic
+//   tile_configs_sm90.h, heuristic_sm90.cpp   sm90a tile table, scheduler model, heuristic
+//   gated_up_sm80.cuh, launch_sm80*          the portable mma.sync kernel and its launch
+//   gated_up_sm90.cuh, launch_*sm90*         the Hopper wgmma/TMA kernel and its launch
+//   this file                        validation, kernel choice, dispatch
+//   reference.cpp                    the CPU reference; weight_layout.cpp the weight interleaving
 #include "blockfuse/gated_up.h"
 
 #include "common/check.h"
-#include "gated_up/launch.h"
+#include "common/device.h"
+#include "gated_up/launch_sm80.h"
 #include "gated_up/params.h"
-#include "gated_up/tile_configs.h"
+#include "gated_up/tile_configs_sm80.h"
 #include "gated_up/tile_configs_sm90.h"
 #if defined(BLOCKFUSE_HAS_SM90)
 #include "gated_up/launch_sm90.h"
@@ -90,8 +98,19 @@ void gated_up(ConstMatrix x, ConstMatrix w, Matrix out, Activation act, cudaStre
   validate(x, w, out, act, options);
   if (x.rows == 0) return;
 
-  const DeviceSpec dev = current_device_spec();
+  const detail::DeviceSpec dev = detail::current_device_spec();
   const GatedUpProblem prob{x.rows, x.cols, out.cols};
+  GatedUpParams params{};
+  params.x = x.data;
+  params.w = w.data;
+  params.out = out.data;
+  params.m = x.rows;
+  params.k = x.cols;
+  params.u = out.cols;
+  params.ldx = x.ld;
+  params.ldw = w.ld;
+  params.ldo = out.ld;
+  params.act = static_cast<int>(act);
   GatedUpKernel kernel = options.kernel;
   // kAuto: the sm90a kernel on compute capability 9.0 when this build has it (wgmma/TMA code runs
   // only on 9.0 exactly: sm_90a is not forward compatible), the sm80 kernel everywhere else.
@@ -106,35 +125,23 @@ void gated_up(ConstMatrix x, ConstMatrix w, Matrix out, Activation act, cudaStre
     if (sm90::smem_bytes(c90) > dev.max_smem_per_block)
       throw_arg(kFn, "options.tile_config", cat("= ", c90, " (sm90) needs ", sm90::smem_bytes(c90), " bytes of shared memory"),
                 cat("a config that fits this device's ", dev.max_smem_per_block, " bytes per block"));
-    // raster_group carries the scheduler's max swizzle: the largest that adds no padding tiles.
-    const int swizzle = sm90_choose_swizzle(x.rows, out.cols, kSm90TileConfigs[c90]);
-    GatedUpParams q{x.data, w.data, out.data, x.rows, x.cols, out.cols, x.ld, w.ld, out.ld, static_cast<int>(act), swizzle};
-    sm90::launch_gated_up(x.dtype, c90, q, stream);
+    // The scheduler's max swizzle: the largest that adds no padding tiles.
+    params.sm90_max_swizzle = sm90_choose_swizzle(x.rows, out.cols, kSm90TileConfigs[c90]);
+    sm90::launch_gated_up(x.dtype, c90, params, stream);
     return;
   }
 #endif
-  const int config = options.tile_config >= 0 ? options.tile_config : choose_gated_up_tile_config(prob, dev);
+  const int config = options.tile_config >= 0 ? options.tile_config : choose_gated_up_sm80_tile_config(prob, dev);
   const int smem = tile_config_smem_bytes(kSm80TileConfigs[config]);
   if (smem > dev.max_smem_per_block)
     throw_arg(kFn, "options.tile_config", cat("= ", config, " needs ", smem, " bytes of shared memory"),
               cat("a config that fits this device's ", dev.max_smem_per_block, " bytes per block"));
 
-  GatedUpParams p{};
-  p.x = x.data;
-  p.w = w.data;
-  p.out = out.data;
-  p.m = x.rows;
-  p.k = x.cols;
-  p.u = out.cols;
-  p.ldx = x.ld;
-  p.ldw = w.ld;
-  p.ldo = out.ld;
-  p.act = static_cast<int>(act);
-  p.raster_group = 16;
+  params.sm80_raster_group = kSm80RasterGroup;
   if (x.dtype == DType::kBF16)
-    sm80::launch_gated_up_bf16(config, p, stream);
+    sm80::launch_gated_up_bf16(config, params, stream);
   else
-    sm80::launch_gated_up_fp16(config, p, stream);
+    sm80::launch_gated_up_fp16(config, params, stream);
 }
 
 }  // namespace blockfuse

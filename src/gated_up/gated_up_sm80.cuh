@@ -11,7 +11,7 @@
 //             and the K tail are predicated and zero-filled, so no shape needs to be a tile multiple.
 //   epilogue  the gate on the accumulator registers (below), the gated tile staged through shared
 //             memory, then 128-bit coalesced stores with row/column predication.
-//   raster    CTAs are numbered down groups of `raster_group` m-tiles, so the CTAs resident at
+//   raster    CTAs are numbered down groups of `sm80_raster_group` m-tiles, so the CTAs resident at
 //             once share a few weight panels and a few activation panels in L2.
 //
 // The gating, and why it needs no custom MMA atom. In the m16n8k16 accumulator layout each thread
@@ -20,14 +20,13 @@
 // weight. The gated tile H (BM × BN/2) is then the GEMM tile seen through a layout whose column
 // mode is (2, BN/2):(0, 1·BM): both columns of a pair land on the same h element. Partitioning
 // that view with the *same* thr_mma.partition_C as the accumulators gives every thread the address
-// of the h element each of its accumulator pairs produces — the seed's "custom atom" result, with
-// the shapes derived by CuTe from the GEMM's own TiledMMA and nothing re-derived by hand
-// (tests/cpu/test_gating_layout.cu checks the mapping for every thread of every tile config).
+// of the h element each of its accumulator pairs produces — no custom MMA atom: the shapes are derived by CuTe from the GEMM's own TiledMMA and nothing re-derived by hand
+// (test_gating_layout.cu checks the mapping for every thread of every tile config).
 #pragma once
 
 #include <cute/tensor.hpp>
 
-#include "gated_up/activation.cuh"
+#include "common/activation.cuh"
 #include "gated_up/params.h"
 
 namespace blockfuse::sm80 {
@@ -107,7 +106,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) gated_up_sm80_kernel(Gate
   // ---- tile coordinates: grouped rasterisation ----
   const int m_tiles = static_cast<int>((p.m + BM - 1) / BM);
   const int n_tiles = static_cast<int>((2 * p.u + BN - 1) / BN);
-  const int group = p.raster_group;
+  const int group = p.sm80_raster_group;
   const int bid = blockIdx.x;
   const int tiles_per_group = group * n_tiles;
   const int first_m = (bid / tiles_per_group) * group;

@@ -36,7 +36,7 @@
 // element, so partitioning that view with the *same* thr_mma.partition_C as the accumulators
 // gives each pair the shared-memory address of its h element — no hand-derived index math.
 // In the flattened fragment ((2,2,N/8), MMA_M, MMA_N), the column-pair mode is the fastest, so
-// flat indices (2p, 2p+1) are the pairs. tests/cpu/test_gating_layout_sm90.cu checks all of this
+// flat indices (2p, 2p+1) are the pairs. test_gating_layout_sm90.cu checks all of this
 // for every thread of every tile config.
 #pragma once
 
@@ -280,7 +280,7 @@ class GatedEpilogue {
     // 2. Gate in registers, write H(m, j) into the swizzled staging tile.
     //    Addressing (see staging_offset): the thread's first accumulator sits at (m0, n0); every
     //    other one at (m0 + dm, n0 + dn) with compile-time dm, dn (after unrolling) where dm % 8 == 0
-    //    and dn % 8 == 0, and n0 = 2·(lane % 4) < 8 (GMMA's C layout; tests/cpu/
+    //    and dn % 8 == 0, and n0 = 2·(lane % 4) < 8 (GMMA's C layout;
     //    test_gating_layout_sm90.cu checks all of it for every thread). So for h column
     //    j = n0/2 + dn/2 the swizzle phase m % 8 = m0 % 8 is per-thread, the 16-byte chunk
     //    (dn/2 % 64) / 8 and the panel dn/2 / 64 are compile-time, and each store is

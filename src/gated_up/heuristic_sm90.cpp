@@ -1,5 +1,5 @@
 // The sm90a gated-up tile heuristic: a pure function of (M, K, U) and the device, unit-tested on
-// the CPU (tests/cpu/test_heuristic_sm90.cpp). See tile_configs_sm90.h for the table.
+// the CPU (test_heuristic_sm90.cpp). See tile_configs_sm90.h for the table.
 //
 // Model: the persistent scheduler hands each SM whole tiles, so a config's time is
 //     waves × (bm·bn per tile) / rate,   waves = ceil(tiles / sm_count),
@@ -7,8 +7,8 @@
 // sm90_num_tiles) and K cancelling except through `rate`. Wave quantisation is what decides
 // between the rows: the last, partial wave costs as much as a full one.
 //
-// The rates, from the H100 sweep of 2026-11-22 (bench gated-up --kernel sm90 --tile-config N,
-// TFLOP/s; cuBLAS 690-800 in the same run):
+// The rates, from the H100 sweep (bench gated-up --kernel sm90 --tile-config N, TFLOP/s; cuBLAS
+// 690-800 in the same run; the table is docs/perf-notes.md, "Tile configs measured"):
 //   * row 0 (coop 128x256, 2x1) is the reference: 677-783 at 512-2048 tokens and 656-728 at
 //     16384 over Llama-3 8B/70B/405B and Gemma-2 27B.
 //   * row 1 (ping-pong 128x128, 2x1) ran at 0.83-0.85 of row 0 per full wave at K = 4096 (8B at
@@ -23,7 +23,7 @@
 
 namespace blockfuse {
 
-int choose_gated_up_sm90_tile_config(const GatedUpProblem& p, const DeviceSpec& dev) {
+int choose_gated_up_sm90_tile_config(const GatedUpProblem& p, const detail::DeviceSpec& dev) {
   const long long sms = dev.sm_count > 0 ? dev.sm_count : 1;
   const long long m = p.m < 1 ? 1 : p.m, u = p.u < 1 ? 1 : p.u;
   int best = 0;

@@ -2,11 +2,11 @@
 // dtype in launch_sm80_{bf16,fp16}.cu so the two compile in parallel.
 #pragma once
 
-#include <atomic>
-
 #include "common/check.h"
+#include "common/device.h"
+#include "common/launch.h"
 #include "gated_up/gated_up_sm80.cuh"
-#include "gated_up/tile_configs.h"
+#include "gated_up/tile_configs_sm80.h"
 
 namespace blockfuse::sm80 {
 
@@ -21,16 +21,8 @@ void launch_traits(const GatedUpParams& p, cudaStream_t stream) {
                     TileConfigRow{Traits::BM, Traits::BN, Traits::BK, Traits::Stages, Traits::kWarpsM, Traits::kWarpsN}),
                 "tile_config_smem_bytes() must match the kernel's shared memory");
   auto kernel = gated_up_sm80_kernel<Traits>;
-  // Opt in to > 48 KB of dynamic shared memory once per device (not a stream operation, so it
-  // stays out of CUDA-graph captures after the first call).
-  constexpr int kMaxDevices = 64;
-  static std::atomic<bool> opted_in[kMaxDevices];
-  int dev = 0;
-  BF_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev >= kMaxDevices || !opted_in[dev].load(std::memory_order_acquire)) {
-    BF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes));
-    if (dev < kMaxDevices) opted_in[dev].store(true, std::memory_order_release);
-  }
+  static detail::PerDeviceCache<bool> opted_in;  // this kernel's
+  detail::opt_in_dynamic_smem_once(opted_in, kernel, Traits::kSmemBytes);
   const int64_t m_tiles = (p.m + Traits::BM - 1) / Traits::BM;
   const int64_t n_tiles = (2 * p.u + Traits::BN - 1) / Traits::BN;
   const int64_t grid = m_tiles * n_tiles;

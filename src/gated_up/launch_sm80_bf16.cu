@@ -1,5 +1,5 @@
 // The sm80 gated-up kernel for bf16: one dtype per translation unit so the builds run in parallel.
-#include "gated_up/launch.h"
+#include "gated_up/launch_sm80.h"
 #include "gated_up/launch_sm80.cuh"
 
 namespace blockfuse::sm80 {

@@ -9,12 +9,11 @@
 // (x, w, out) — that is CUTLASS's to_underlying_arguments — which costs a few microseconds.
 #pragma once
 
-#include <atomic>
-
 #include "cutlass/device_kernel.h"
 
-#include "blockfuse/gated_up.h"
 #include "common/check.h"
+#include "common/device.h"
+#include "common/launch.h"
 #include "gated_up/gated_up_sm90.cuh"
 #include "gated_up/launch_sm90.h"
 #include "gated_up/params.h"
@@ -28,16 +27,9 @@ void launch_config(const GatedUpParams& p, cudaStream_t stream) {
   constexpr int kSmem = Kernel::SharedStorageSize;
   auto kernel = cutlass::device_kernel<Kernel>;
 
-  int dev = 0;
-  BF_CUDA_CHECK(cudaGetDevice(&dev));
-  // Opt in to > 48 KB of dynamic shared memory once per device (not a stream operation, so it
-  // stays out of CUDA-graph captures after the first call).
-  constexpr int kMaxDevices = 64;
-  static std::atomic<bool> opted_in[kMaxDevices];
-  if (dev >= kMaxDevices || !opted_in[dev].load(std::memory_order_acquire)) {
-    BF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    if (dev < kMaxDevices) opted_in[dev].store(true, std::memory_order_release);
-  }
+  const int dev = detail::current_device();
+  static detail::PerDeviceCache<bool> opted_in;  // this kernel's
+  detail::opt_in_dynamic_smem_once(opted_in, kernel, kSmem);
 
   typename Kernel::Arguments args{};
   args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
@@ -52,9 +44,9 @@ void launch_config(const GatedUpParams& p, cudaStream_t stream) {
   args.epilogue.ldo = p.ldo;
   args.epilogue.act = p.act;
   args.hw_info.device_id = dev;
-  args.hw_info.sm_count = current_device_spec().sm_count;
+  args.hw_info.sm_count = detail::device_spec(dev).sm_count;
   // The dispatcher's sm90_choose_swizzle (the largest swizzle that adds no padding tiles).
-  args.scheduler.max_swizzle_size = p.raster_group;
+  args.scheduler.max_swizzle_size = p.sm90_max_swizzle;
   // Heuristic = walk along the longer grid side, in swizzled groups along the shorter one.
   args.scheduler.raster_order = cutlass::gemm::kernel::detail::RasterOrderOptions::Heuristic;
 
@@ -64,19 +56,9 @@ void launch_config(const GatedUpParams& p, cudaStream_t stream) {
                             "; required: K % 8 == 0, ld % 8 == 0, 16-byte-aligned pointers"));
   const typename Kernel::Params params = Kernel::to_underlying_arguments(args, nullptr);
 
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = Kernel::get_grid_shape(params);
-  cfg.blockDim = Kernel::get_block_shape();
-  cfg.dynamicSmemBytes = kSmem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = size<0>(typename Cfg::ClusterShape{});
-  attr[0].val.clusterDim.y = size<1>(typename Cfg::ClusterShape{});
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  BF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, params));
+  detail::launch_with_cluster(kernel, Kernel::get_grid_shape(params), Kernel::get_block_shape(), kSmem, stream,
+                              dim3(size<0>(typename Cfg::ClusterShape{}), size<1>(typename Cfg::ClusterShape{}), 1),
+                              params);
   BF_CHECK_LAUNCH();
 }
 

@@ -2,7 +2,7 @@
 // when the library was built with the Hopper kernel (CMake BLOCKFUSE_SM90=AUTO with
 // architecture 90 in BLOCKFUSE_CUDA_ARCHS, or =ON), which defines BLOCKFUSE_HAS_SM90=1. Arguments are
 // already validated (including the TMA requirements: 16-byte-aligned pointers, ld % 8 == 0);
-// `config` indexes kSm90TileConfigs (tile_configs_sm90.h). p.raster_group carries the
+// `config` indexes kSm90TileConfigs (tile_configs_sm90.h); p.sm90_max_swizzle is the
 // scheduler's max_swizzle_size (sm90_choose_swizzle).
 #pragma once
 

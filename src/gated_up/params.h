@@ -12,8 +12,15 @@ struct GatedUpParams {
   void* out;        // [m, u]      row stride ldo
   int64_t m, k, u;
   int64_t ldx, ldw, ldo;
-  int act;           // blockfuse::Activation
-  int raster_group;  // CTA rasterisation: m-tiles per group (see gated_up_sm80.cuh)
+  int act;  // blockfuse::Activation
+  // Launch choices, one per kernel (the dispatcher, gated_up.cpp, sets the one it launches):
+  int sm80_raster_group;  // sm80: CTAs are numbered down groups of this many m-tiles (gated_up_sm80.cuh)
+  int sm90_max_swizzle;   // sm90: the persistent scheduler's max_swizzle_size (sm90_choose_swizzle)
+};
+
+// The problem the tile heuristics see (both architectures).
+struct GatedUpProblem {
+  int64_t m, k, u;
 };
 
 }  // namespace blockfuse

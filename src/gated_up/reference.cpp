@@ -8,7 +8,7 @@
 
 #include "common/check.h"
 #include "common/host_float.h"
-#include "gated_up/activation.cuh"
+#include "common/activation.cuh"
 
 namespace blockfuse {
 namespace {

@@ -1,7 +1,7 @@
 // CPU reference of the fused gated up-projection, beside the kernel it checks.
 // Same definition as the kernel: fp32 accumulation over k = 0..K-1, the activation and the product
 // in fp32 on the fp32 sums, one rounding to the output dtype. Host memory; bf16/fp16 as raw bits.
-// Tested against a naive fp64 version in tests/cpu/test_reference.cpp.
+// Tested against a naive fp64 version in test_reference.cpp.
 #pragma once
 
 #include "blockfuse/common.h"

@@ -4,8 +4,8 @@
 // (CI builds every row). The kernel lives in gated_up_sm90.cuh; launch_sm90.cuh maps a row index
 // to its template.
 //
-// Why these three rows (measured on the H100, bench gated-up --kernel sm90 --tile-config N,
-// 2026-11-22; TFLOP/s beside cuBLAS in the same run, see heuristic_sm90.cpp for the numbers):
+// Why these three rows (measured on the H100, bench gated-up --kernel sm90 --tile-config N;
+// TFLOP/s beside cuBLAS in the same run: docs/perf-notes.md, "Tile configs measured"):
 //   0  cooperative 128x256, cluster 2x1: two consumer warpgroups share every 256-wide weight tile
 //      and the cluster multicasts that tile to the two M-neighbours, so each SM pulls 32 KB from L2
 //      per 2·128·256·64 flops. The best or within noise of the best at 512+ tokens on every
@@ -16,13 +16,12 @@
 //      8B: 738 vs 677 TFLOP/s), loses where K is large (its L2 traffic per flop is 1.5x row 0's).
 //   2  ping-pong 128x128, cluster 1x2: for one M tile (<= 128 tokens, decode-sized M), where a 2x1
 //      cluster pads the single M tile to two; multicasts the activation tile along N instead.
-// Measured and dropped: 128x128 without a cluster (ping-pong or cooperative): L2-bound at
-// 490-560 TFLOP/s for 8B and 250-330 for 405B (ncu, 8B at 1024 tokens: L2 throughput 87%); and
-// cooperative 128x256 without a cluster: within noise of row 0 at K = 4096 but 400-520 at
-// K = 16384.
+// No cluster-less rows: without the multicast the tiles are L2-bound, e.g. 128x128 at 250-330
+// TFLOP/s for 405B (docs/perf-notes.md, which lists what was measured and dropped).
 #pragma once
 
-#include "blockfuse/gated_up.h"
+#include "common/device.h"
+#include "gated_up/params.h"
 
 namespace blockfuse {
 
@@ -46,10 +45,9 @@ inline constexpr int kNumSm90TileConfigs = sizeof(kSm90TileConfigs) / sizeof(kSm
 // The sm90 PersistentTileScheduler rounds the CTA grid up twice: each mode to a multiple of the
 // cluster, then each mode to a multiple of (swizzle x cluster), where the swizzle it uses is
 // 2^get_log_swizzle_size(cta_m, cta_n, max_swizzle) (tile_scheduler_params.h). The padding tiles
-// are *not* skipped: they run the whole K loop on zero-filled loads and store nothing. The
-// first H100 sweep (2026-11-22) hit this: with max_swizzle 8, row 0 at M = 512 and 1024 tokens
-// (4 and 8 M tiles) was padded to 8 and 16 M tiles and ran at 355-370 TFLOP/s where M = 2048
-// (16 tiles, no padding) ran at 670-750. So the launcher picks the swizzle (below) that pads least.
+// are *not* skipped: they run the whole K loop on zero-filled loads and store nothing — with
+// max_swizzle 8, row 0 at 512 and 1024 tokens ran at 355-370 TFLOP/s against 670-750 at 2048
+// (docs/perf-notes.md, "The padding bug"). So the launcher picks the swizzle (below) that pads least.
 
 inline constexpr long long sm90_ceil_div(long long a, long long b) { return (a + b - 1) / b; }
 inline constexpr long long sm90_round_up(long long a, long long b) { return sm90_ceil_div(a, b) * b; }
@@ -94,9 +92,9 @@ inline constexpr long long sm90_num_tiles(long long m, long long u, const Sm90Ti
 }
 
 // The sm90 heuristic (heuristic_sm90.cpp): a pure function of the problem and the device,
-// unit-tested on the CPU (tests/cpu/test_heuristic_sm90.cpp). Returns an index into
+// unit-tested on the CPU (test_heuristic_sm90.cpp). Returns an index into
 // kSm90TileConfigs. Compiled into every build (it is plain C++), so the tests run without the
 // sm90a kernels.
-int choose_gated_up_sm90_tile_config(const GatedUpProblem& p, const DeviceSpec& dev);
+int choose_gated_up_sm90_tile_config(const GatedUpProblem& p, const detail::DeviceSpec& dev);
 
 }  // namespace blockfuse

@@ -6,6 +6,8 @@
 
 #include <cuda_runtime.h>
 
+#include "common/vec.cuh"
+
 namespace blockfuse {
 
 // The two 16-byte vectors holding columns c..c+7 (c % 8 == 0) of gate and up of `row`, a row of a
@@ -26,16 +28,18 @@ __device__ __forceinline__ void load_gate_up_raw(const T* __restrict__ row, int6
 
 template <class T, bool kInterleaved>
 __device__ __forceinline__ void unpack_gate_up(const uint4 (&v)[2], float (&g)[8], float (&up)[8]) {
-  const T* e = reinterpret_cast<const T*>(v);
+  if constexpr (kInterleaved) {
+    float e[16];
+    detail::Vec8<T>::unpack(v[0], e);
+    detail::Vec8<T>::unpack(v[1], e + 8);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    if constexpr (kInterleaved) {
-      up[i] = static_cast<float>(e[2 * i]);
-      g[i] = static_cast<float>(e[2 * i + 1]);
-    } else {
-      g[i] = static_cast<float>(e[i]);
-      up[i] = static_cast<float>(e[8 + i]);
+    for (int i = 0; i < 8; ++i) {
+      up[i] = e[2 * i];
+      g[i] = e[2 * i + 1];
     }
+  } else {
+    detail::Vec8<T>::unpack(v[0], g);
+    detail::Vec8<T>::unpack(v[1], up);
   }
 }
 

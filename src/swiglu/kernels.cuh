@@ -1,17 +1,19 @@
 // Internal: the swiglu kernels (included by swiglu.cu only).
 //
-// Both are memory-bound on the H100 only if the per-element math stays small: act() costs an expf
-// and an IEEE division, the FP8 path a multiply and half a cvt more. Measured (H100, 2048 x 16384
-// rows x U, bf16 in): 16-bit out 91 % of copy bandwidth; the first FP8 version (a division per
-// element, 4 chunks per thread held in registers under a 64-register cap -> spills) 50 %.
+// Both are memory-bound on the H100 only while the per-element math stays small: act() costs an
+// expf and an IEEE division, the FP8 path a multiply and half a cvt more. A division per element
+// and 4 chunks per thread (spilling under a 64-register cap) held the FP8 output at 40-62 % of copy
+// bandwidth (results/gpu/experiments/swiglu_v1_division_spills.json; docs/decoder-kernels.md).
 #pragma once
 
 #include <cstdint>
 
 #include <cuda_runtime.h>
 
+#include "common/activation.cuh"
 #include "common/fp8_device.cuh"
-#include "gated_up/activation.cuh"
+#include "common/reduce.cuh"
+#include "common/vec.cuh"
 #include "swiglu/gate_up_load.cuh"
 
 namespace blockfuse::swiglu_detail {
@@ -27,14 +29,15 @@ constexpr int kRowMaxThreads = 1024;
 // The row kernel keeps a whole row in registers up to this U (1024 threads x 2 chunks x 8).
 constexpr int64_t kRowInRegistersMaxU = int64_t(kRowMaxThreads) * kChunksPerThread * 8;
 
-enum class OutKind : int { k16Bit = 0, kFp8 = 1 };
+// What the elementwise kernel writes (the dynamic FP8 scale needs the row kernel below).
+enum class SwigluElementwiseOutput : int { k16Bit = 0, kFp8StaticScale = 1 };
 
 // Elementwise: thread t of the grid handles chunks t, t + stride, ... (kChunks of them, then the
 // grid-stride loop). 16-bit output, or FP8 with one per-tensor scale (read from device memory:
 // graph-safe). kChunks = kChunks for large problems (more bytes in flight per thread);
 // 1 for decode-sized ones, where spreading the few chunks over as many SMs as possible is what
 // shortens the call.
-template <class T, bool kInterleaved, OutKind kOut, int kChunks>
+template <class T, bool kInterleaved, SwigluElementwiseOutput kOut, int kChunks>
 __global__ void __launch_bounds__(kElementwiseThreads) swiglu_elementwise_kernel(
     const T* __restrict__ in, int64_t ldi, void* __restrict__ out, int64_t ldo, int64_t rows, int64_t u, int act,
     const float* __restrict__ scale) {
@@ -42,7 +45,7 @@ __global__ void __launch_bounds__(kElementwiseThreads) swiglu_elementwise_kernel
   const int64_t total = rows * chunks_per_row;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   float inv_scale = 1.0f;
-  if constexpr (kOut == OutKind::kFp8) inv_scale = 1.0f / __ldg(scale);
+  if constexpr (kOut == SwigluElementwiseOutput::kFp8StaticScale) inv_scale = 1.0f / __ldg(scale);
   for (int64_t base = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; base < total; base += stride * kChunks) {
     uint4 raw[kChunks][2];
     int64_t r[kChunks], c[kChunks];
@@ -60,36 +63,13 @@ __global__ void __launch_bounds__(kElementwiseThreads) swiglu_elementwise_kernel
       unpack_gate_up<T, kInterleaved>(raw[i], g, up);
 #pragma unroll
       for (int j = 0; j < 8; ++j) v[j] = gated_act(act, g[j], up[j]);
-      if constexpr (kOut == OutKind::k16Bit) {
-        uint4 o;
-        T* eo = reinterpret_cast<T*>(&o);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) eo[j] = static_cast<T>(v[j]);
-        *reinterpret_cast<uint4*>(static_cast<T*>(out) + r[i] * ldo + c[i]) = o;
+      if constexpr (kOut == SwigluElementwiseOutput::k16Bit) {
+        *reinterpret_cast<uint4*>(static_cast<T*>(out) + r[i] * ldo + c[i]) = detail::Vec8<T>::pack(v);
       } else {
         store_fp8x8(static_cast<uint8_t*>(out) + r[i] * ldo + c[i], v, inv_scale);
       }
     }
   }
-}
-
-// Block-wide max of v (>= 0), blockDim.x a multiple of 32. partial[32] holds one value per warp and
-// *result the block's; the two barriers make it safe to call once per row in a loop (no warp can
-// overwrite partial[] for the next row before warp 0 has read this row's).
-__device__ __forceinline__ float block_max(float v, float* partial, float* result) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    float w = lane < int(blockDim.x / 32) ? partial[lane] : 0.0f;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) w = fmaxf(w, __shfl_xor_sync(0xffffffffu, w, o));
-    if (lane == 0) *result = w;
-  }
-  __syncthreads();
-  return *result;
 }
 
 template <class T, bool kInterleaved>
@@ -103,17 +83,15 @@ __device__ __forceinline__ void chunk_values(const T* row, int64_t u, int64_t c,
 // FP8 with a dynamic per-row scale: the row's amax is needed before its first byte is written, so
 // one block owns a row (grid-stride over rows) and keeps its share of the row's fp32 results in
 // registers (U <= kRowInRegistersMaxU: one read, one write); wider rows recompute in a second pass.
-// Two alternatives measured slower on the H100 (bf16, % of copy bandwidth at 2048 / 8192 rows):
-// a cluster of 4 CTAs per row sharing the amax through DSMEM, U = 16384: 64 / 73 % vs 74 / 84 %
-// here, and no faster at 1-32 rows (4.2-4.9 µs vs 4.4-4.7); a persistent grid prefetching each
-// block's next row into registers: 56 / 78 % (U = 4096) and 71 / 81 % (U = 16384) vs 67 / 87 % and
-// 74 / 84 %.
+// Measured slower on the H100 (bf16, % of copy at 2048 / 8192 rows, docs/decoder-kernels.md): a
+// 4-CTA cluster per row sharing the amax through DSMEM, 64 / 73 % vs 74 / 84 % at U = 16384
+// (results/gpu/experiments/swiglu_dynamic_cluster4.json); a persistent grid prefetching each
+// block's next row, 71 / 81 % at U = 16384 (results/gpu/experiments/swiglu_dynamic_persistent_prefetch.json).
 template <class T, bool kInterleaved>
 __global__ void __launch_bounds__(kRowMaxThreads) swiglu_fp8_rowwise_kernel(
     const T* __restrict__ in, int64_t ldi, uint8_t* __restrict__ out, int64_t ldo, int64_t rows, int64_t u, int act,
     float* __restrict__ scale) {
   __shared__ float partial[32];
-  __shared__ float result;
   const int64_t chunks = u / 8;
   const bool in_registers = chunks <= int64_t(blockDim.x) * kChunksPerThread;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -139,7 +117,7 @@ __global__ void __launch_bounds__(kRowMaxThreads) swiglu_fp8_rowwise_kernel(
           if (live) amax = fmaxf(amax, finite_abs(v[i][j]));  // dead chunks hold garbage
         }
       }
-      const float s = fp8_dynamic_scale(block_max(amax, partial, &result));
+      const float s = fp8_dynamic_scale(detail::block_reduce<detail::MaxOp>(amax, partial));
       if (threadIdx.x == 0) scale[r] = s;
       const float inv = 1.0f / s;
 #pragma unroll
@@ -155,7 +133,7 @@ __global__ void __launch_bounds__(kRowMaxThreads) swiglu_fp8_rowwise_kernel(
 #pragma unroll
         for (int j = 0; j < 8; ++j) amax = fmaxf(amax, finite_abs(v[j]));
       }
-      const float s = fp8_dynamic_scale(block_max(amax, partial, &result));
+      const float s = fp8_dynamic_scale(detail::block_reduce<detail::MaxOp>(amax, partial));
       if (threadIdx.x == 0) scale[r] = s;
       const float inv = 1.0f / s;
       for (int64_t ch = threadIdx.x; ch < chunks; ch += blockDim.x) {

@@ -9,7 +9,7 @@
 #include "common/check.h"
 #include "common/fp8_host.h"
 #include "common/host_float.h"
-#include "gated_up/activation.cuh"
+#include "common/activation.cuh"
 
 namespace blockfuse {
 namespace {

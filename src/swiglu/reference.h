@@ -1,5 +1,5 @@
 // CPU reference of swiglu / swiglu_fp8, beside the kernels it checks. Same definition as the
-// kernels: act(gate) · up in fp32 with the formulas of gated_up/activation.cuh, then one rounding to
+// kernels: act(gate) · up in fp32 with the formulas of common/activation.cuh, then one rounding to
 // the output type (bf16/fp16, or the FP8 quantisation of blockfuse/fp8.h). Host memory; bf16/fp16
 // as raw bits. Any U (no vector-width rule), so tests can check the shapes the kernels reject.
 #pragma once

@@ -9,8 +9,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "blockfuse/gated_up.h"  // current_device_spec
 #include "common/check.h"
+#include "common/device.h"
 #include "swiglu/kernels.cuh"
 #include "swiglu/validate.h"
 
@@ -26,18 +26,18 @@ const char* layout_name(GateUpLayout l) {
 
 namespace {
 
-using swiglu_detail::OutKind;
+using swiglu_detail::SwigluElementwiseOutput;
 
 // Elementwise kernel grid: for large problems enough 256-thread blocks for kChunksPerThread chunks
 // per thread, at most 8 waves of the resident blocks (then the grid-stride loop takes over); for
 // decode-sized problems (<= 512 chunks per SM) one chunk per thread in 128-thread blocks, so the
 // row is spread over as many SMs as it can be.
-template <class T, OutKind kOut>
+template <class T, SwigluElementwiseOutput kOut>
 void launch_elementwise(const ConstMatrix& in, void* out, int64_t ldo, int64_t rows, int64_t u, Activation act,
                         GateUpLayout layout, const float* scale, cudaStream_t stream) {
   using namespace swiglu_detail;
   const int64_t total = rows * (u / 8);
-  const int sms = current_device_spec().sm_count;  // cached per device
+  const int sms = detail::current_device_spec().sm_count;  // cached per device
   auto* ip = static_cast<const T*>(in.data);
   const bool il = layout == GateUpLayout::kInterleaved;
   if (total <= int64_t(sms) * kSmallProblemChunksPerSm) {
@@ -66,7 +66,7 @@ void launch_rowwise(const ConstMatrix& in, const Fp8Matrix& out, float* scale, A
   const int64_t chunks = out.cols / 8;
   const int64_t want = (chunks + kChunksPerThread - 1) / kChunksPerThread;
   const int threads = static_cast<int>(std::clamp<int64_t>((want + 31) / 32 * 32, 32, kRowMaxThreads));
-  const int64_t blocks = std::min<int64_t>(out.rows, int64_t(current_device_spec().sm_count) * std::max(1, 2048 / threads) * 8);
+  const int64_t blocks = std::min<int64_t>(out.rows, int64_t(detail::current_device_spec().sm_count) * std::max(1, 2048 / threads) * 8);
   auto* ip = static_cast<const T*>(in.data);
   auto* op = static_cast<uint8_t*>(out.data);
   if (layout == GateUpLayout::kInterleaved)
@@ -113,9 +113,9 @@ void swiglu(ConstMatrix gate_up, Matrix out, Activation act, GateUpLayout layout
   detail::check_no_overlap(kFn, "out", out, "gate_up", gate_up);
   detail::check_compute_capability(kFn, 8, 0);
   if (gate_up.dtype == DType::kBF16)
-    launch_elementwise<__nv_bfloat16, OutKind::k16Bit>(gate_up, out.data, out.ld, out.rows, out.cols, act, layout, nullptr, stream);
+    launch_elementwise<__nv_bfloat16, SwigluElementwiseOutput::k16Bit>(gate_up, out.data, out.ld, out.rows, out.cols, act, layout, nullptr, stream);
   else
-    launch_elementwise<__half, OutKind::k16Bit>(gate_up, out.data, out.ld, out.rows, out.cols, act, layout, nullptr, stream);
+    launch_elementwise<__half, SwigluElementwiseOutput::k16Bit>(gate_up, out.data, out.ld, out.rows, out.cols, act, layout, nullptr, stream);
 }
 
 void swiglu_fp8(ConstMatrix gate_up, Fp8Matrix out, Fp8Scale scale, Activation act, GateUpLayout layout,
@@ -138,9 +138,9 @@ void swiglu_fp8(ConstMatrix gate_up, Fp8Matrix out, Fp8Scale scale, Activation a
   if (scale.mode == Fp8ScaleMode::kStaticPerTensor) {
     // No row-wide dependency: the elementwise kernel spreads even one row over many SMs.
     if (bf16)
-      launch_elementwise<__nv_bfloat16, OutKind::kFp8>(gate_up, out.data, out.ld, out.rows, out.cols, act, layout, scale.scale, stream);
+      launch_elementwise<__nv_bfloat16, SwigluElementwiseOutput::kFp8StaticScale>(gate_up, out.data, out.ld, out.rows, out.cols, act, layout, scale.scale, stream);
     else
-      launch_elementwise<__half, OutKind::kFp8>(gate_up, out.data, out.ld, out.rows, out.cols, act, layout, scale.scale, stream);
+      launch_elementwise<__half, SwigluElementwiseOutput::kFp8StaticScale>(gate_up, out.data, out.ld, out.rows, out.cols, act, layout, scale.scale, stream);
   } else if (bf16) {
     launch_rowwise<__nv_bfloat16>(gate_up, out, scale.scale, act, layout, stream);
   } else {

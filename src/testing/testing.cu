@@ -13,7 +13,7 @@
 #include <cuda_fp16.h>
 
 #include "common/check.h"
-#include "gated_up/activation.cuh"
+#include "common/activation.cuh"
 
 namespace blockfuse::testing {
 namespace {

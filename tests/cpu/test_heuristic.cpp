@@ -1,4 +1,4 @@
-// The sm80 tile heuristic (src/gated_up/heuristic.cpp): a pure function of (M, K, U, device).
+// The sm80 tile heuristic (src/gated_up/heuristic_sm80.cpp): a pure function of (M, K, U, device).
 // Two kinds of checks, kept apart so a retune only touches the first:
 //   * the documented rules, on named cases (M <= 64 -> the 64-row tile; enough 128x256 tiles to
 //     cover the SMs -> config 0; otherwise 128x128 for more CTAs), for an H100, an A100 and an Ada
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "blockfuse/gated_up.h"
+#include "gated_up/tile_configs_sm80.h"
 #include "support/test_util.h"
 
 namespace blockfuse {
@@ -17,7 +18,7 @@ namespace {
 
 struct NamedDevice {
   const char* name;
-  DeviceSpec spec;
+  detail::DeviceSpec spec;
 };
 // SM count, opt-in shared memory per block (cudaDevAttrMaxSharedMemoryPerBlockOptin), cc.
 const NamedDevice kH100{"H100 SXM", {132, 232448, 9, 0}};
@@ -29,7 +30,7 @@ const NamedDevice kDevices[] = {kH100, kA100, kAda};
 const std::pair<int64_t, int64_t> kLlamaShapes[] = {{4096, 11008}, {5120, 13824}, {4096, 14336}, {8192, 28672},
                                                     {16384, 53248}, {2048, 8192}, {3072, 8192}};
 
-// Config indices, named by what the table (tile_configs.h) says they are for.
+// Config indices, named by what the table (tile_configs_sm80.h) says they are for.
 constexpr int kLarge = 0;     // 128 x 256
 constexpr int kMid = 1;       // 128 x 128
 constexpr int kSmallM = 2;    // 64 x 128
@@ -82,11 +83,11 @@ TEST(Heuristic, SmallMUsesTheSixtyFourRowTile) {
   for (const auto& d : kDevices)
     for (auto [K, U] : kLlamaShapes)
       for (int64_t m : {1, 2, 7, 16, 33, 63, 64}) {
-        const int c = choose_gated_up_tile_config({m, K, U}, d.spec);
+        const int c = choose_gated_up_sm80_tile_config({m, K, U}, d.spec);
         EXPECT_EQ(gated_up_tile_config(c).block_m, 64) << d.name << " M=" << m << " K=" << K << " U=" << U;
       }
   for (const auto& d : kDevices)
-    EXPECT_EQ(gated_up_tile_config(choose_gated_up_tile_config({65, 4096, 14336}, d.spec)).block_m, 128) << d.name;
+    EXPECT_EQ(gated_up_tile_config(choose_gated_up_sm80_tile_config({65, 4096, 14336}, d.spec)).block_m, 128) << d.name;
 }
 
 // Rule 2: prefill-sized problems fill every SM with 128x256 tiles -> config 0.
@@ -96,7 +97,7 @@ TEST(Heuristic, LargeProblemsUseTheLargestTile) {
       for (int64_t m : {1024, 4096, 16384, 65536}) {
         const GatedUpProblem p{m, K, U};
         ASSERT_GE(tiles(p, kLarge), d.spec.sm_count);
-        EXPECT_EQ(choose_gated_up_tile_config(p, d.spec), kLarge) << d.name << " M=" << m << " U=" << U;
+        EXPECT_EQ(choose_gated_up_sm80_tile_config(p, d.spec), kLarge) << d.name << " M=" << m << " U=" << U;
       }
 }
 
@@ -105,23 +106,23 @@ TEST(Heuristic, LargeProblemsUseTheLargestTile) {
 TEST(Heuristic, SmallMLargeUDependsOnTheSmCount) {
   const GatedUpProblem p{128, 4096, 14336};  // Llama-3 8B, one 128-row block: 1 x 112 tiles of 128x256
   ASSERT_EQ(tiles(p, kLarge), 112);
-  EXPECT_EQ(choose_gated_up_tile_config(p, kH100.spec), kMid) << "112 tiles < 132 SMs";
-  EXPECT_EQ(choose_gated_up_tile_config(p, kAda.spec), kMid) << "112 tiles < 128 SMs";
-  EXPECT_EQ(choose_gated_up_tile_config(p, kA100.spec), kLarge) << "112 tiles >= 108 SMs";
+  EXPECT_EQ(choose_gated_up_sm80_tile_config(p, kH100.spec), kMid) << "112 tiles < 132 SMs";
+  EXPECT_EQ(choose_gated_up_sm80_tile_config(p, kAda.spec), kMid) << "112 tiles < 128 SMs";
+  EXPECT_EQ(choose_gated_up_sm80_tile_config(p, kA100.spec), kLarge) << "112 tiles >= 108 SMs";
 
   const GatedUpProblem q{100, 4096, 8192};  // 1 x 64 tiles: below every device's SM count
-  for (const auto& d : kDevices) EXPECT_EQ(choose_gated_up_tile_config(q, d.spec), kMid) << d.name;
+  for (const auto& d : kDevices) EXPECT_EQ(choose_gated_up_sm80_tile_config(q, d.spec), kMid) << d.name;
   const GatedUpProblem r{256, 8192, 28672};  // 2 x 224 tiles: above
-  for (const auto& d : kDevices) EXPECT_EQ(choose_gated_up_tile_config(r, d.spec), kLarge) << d.name;
+  for (const auto& d : kDevices) EXPECT_EQ(choose_gated_up_sm80_tile_config(r, d.spec), kLarge) << d.name;
 }
 
 // Devices with less shared memory fall back to what fits.
 TEST(Heuristic, SmallSharedMemoryFallsBack) {
-  const DeviceSpec only_48k{84, 49152, 8, 6};   // hypothetical: only the 48 KB config fits
-  const DeviceSpec only_64k{84, 65536, 8, 6};   // configs 1 and 2 fit
+  const detail::DeviceSpec only_48k{84, 49152, 8, 6};   // hypothetical: only the 48 KB config fits
+  const detail::DeviceSpec only_64k{84, 65536, 8, 6};   // configs 1 and 2 fit
   for (int64_t m : {1, 65, 128, 4096, 65536}) {
-    EXPECT_EQ(choose_gated_up_tile_config({m, 4096, 14336}, only_48k), kSmallM) << "M=" << m;
-    const int c = choose_gated_up_tile_config({m, 4096, 14336}, only_64k);
+    EXPECT_EQ(choose_gated_up_sm80_tile_config({m, 4096, 14336}, only_48k), kSmallM) << "M=" << m;
+    const int c = choose_gated_up_sm80_tile_config({m, 4096, 14336}, only_64k);
     EXPECT_LE(gated_up_tile_config(c).smem_bytes(), only_64k.max_smem_per_block) << "M=" << m;
   }
 }
@@ -137,13 +138,13 @@ TEST(Heuristic, InvariantsOverASweep) {
     for (auto [K, U] : shapes)
       for (int64_t m : ms) {
         const GatedUpProblem p{m, K, U};
-        const int c = choose_gated_up_tile_config(p, d.spec);
+        const int c = choose_gated_up_sm80_tile_config(p, d.spec);
         ASSERT_GE(c, 0);
         ASSERT_LT(c, gated_up_num_tile_configs());
         const auto cfg = gated_up_tile_config(c);
         SCOPED_TRACE(::testing::Message() << d.name << " M=" << m << " K=" << K << " U=" << U << " -> config " << c);
         ASSERT_LE(cfg.smem_bytes(), d.spec.max_smem_per_block);
-        ASSERT_EQ(c, choose_gated_up_tile_config(p, d.spec)) << "must be a pure function";
+        ASSERT_EQ(c, choose_gated_up_sm80_tile_config(p, d.spec)) << "must be a pure function";
         if (m <= 64) ASSERT_EQ(cfg.block_m, 64);
         if (c == kLarge) ASSERT_GE(tiles(p, kLarge), d.spec.sm_count);
         if (m > 64 && tiles(p, kLarge) < d.spec.sm_count) ASSERT_GE(tiles(p, c), tiles(p, kLarge));

@@ -15,6 +15,8 @@
 namespace blockfuse {
 namespace {
 
+using detail::DeviceSpec;
+
 // SM count, opt-in shared memory per block, cc. (H100 PCIe has 114 SMs; H20 78.)
 const DeviceSpec kH100{132, 232448, 9, 0};
 const DeviceSpec kH200{132, 232448, 9, 0};

@@ -15,6 +15,7 @@
 
 #include "blockfuse/blockfuse.h"
 #include "common/check.h"
+#include "common/device.h"
 #include "gated_up/reference.h"
 #include "support/test_util.h"
 #include "gated_up/tile_configs_sm90.h"
@@ -107,11 +108,11 @@ void expect_close(const RunResult& r, DType dt) {
 // The kernels this build and device can run, each with its tile-table size.
 std::vector<std::pair<GatedUpKernel, int>> kernels_here() {
   std::vector<std::pair<GatedUpKernel, int>> k{{GatedUpKernel::kSm80, gated_up_num_tile_configs()}};
-  if (gated_up_has_sm90() && current_device_spec().cc_major == 9) k.push_back({GatedUpKernel::kSm90, kNumSm90TileConfigs});
+  if (gated_up_has_sm90() && detail::current_device_spec().cc_major == 9) k.push_back({GatedUpKernel::kSm90, kNumSm90TileConfigs});
   return k;
 }
 
-bool config_fits(int c) { return gated_up_tile_config(c).smem_bytes() <= current_device_spec().max_smem_per_block; }
+bool config_fits(int c) { return gated_up_tile_config(c).smem_bytes() <= detail::current_device_spec().max_smem_per_block; }
 
 // ---- the issue's grid: M × (Llama-3 8B, 70B, a non-tile-multiple K/U), both activations ----
 class GatedUpGrid : public ::testing::TestWithParam<std::tuple<int64_t, int>> {};

@@ -1,5 +1,5 @@
-// Internal: the gate activations, in fp32, shared by the kernels and the GPU reference.
-// The CPU reference (reference.cpp) evaluates the same formulas with <cmath>.
+// Internal: the gate activations, in fp32, shared by the gated_up and swiglu kernels and the GPU
+// reference (src/testing). The CPU references evaluate the same formulas with <cmath>.
 #pragma once
 
 #include <cmath>

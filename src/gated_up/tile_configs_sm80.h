@@ -1,7 +1,11 @@
-// Internal: the tile configurations the sm80 gated-up kernel is compiled for. Kept short: each row
-// is one template instantiation per dtype per architecture (build time; CI compiles them all).
-// The heuristic (heuristic.cpp) picks a row; GatedUpOptions::tile_config forces one.
+// Internal: the tile configurations the sm80 gated-up kernel is compiled for, and the pure
+// heuristic that picks one (heuristic_sm80.cpp). Kept short: each row is one template
+// instantiation per dtype per architecture (build time; CI compiles them all).
+// GatedUpOptions::tile_config forces a row.
 #pragma once
+
+#include "common/device.h"
+#include "gated_up/params.h"
 
 namespace blockfuse {
 
@@ -18,10 +22,18 @@ inline constexpr TileConfigRow kSm80TileConfigs[] = {
 };
 inline constexpr int kNumSm80TileConfigs = sizeof(kSm80TileConfigs) / sizeof(kSm80TileConfigs[0]);
 
+// m-tiles per rasterisation group (GatedUpParams::sm80_raster_group): 4 / 8 / 16 / 32 moved config
+// 0 by at most ±4 % with no consistent winner (docs/perf-notes.md, "sm80 kernel").
+inline constexpr int kSm80RasterGroup = 16;
+
 inline constexpr int tile_config_smem_bytes(const TileConfigRow& c) {
   const int pipe = c.stages * (c.bm + c.bn) * c.bk * 2;
   const int epilogue = c.bm * (c.bn / 2) * 2;
   return pipe > epilogue ? pipe : epilogue;
 }
+
+// The sm80 heuristic: a pure function of the problem and the device, unit-tested on the CPU.
+// Returns an index into kSm80TileConfigs.
+int choose_gated_up_sm80_tile_config(const GatedUpProblem& p, const detail::DeviceSpec& dev);
 
 }  // namespace blockfuse

@@ -1,5 +1,5 @@
-// Internal: the per-dtype kernel launchers the dispatcher (gated_up.cu) calls. Arguments are
-// already validated; `config` indexes kSm80TileConfigs.
+// Internal: the per-dtype sm80 kernel launchers the dispatcher (gated_up.cpp) calls. Arguments are
+// already validated; `config` indexes kSm80TileConfigs (tile_configs_sm80.h).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,8 +1,8 @@
 // The sm80 gated-up tile heuristic: a pure function of (M, K, U) and the device, unit-tested on the
-// CPU (tests/cpu/test_heuristic.cpp). See tile_configs.h for the table.
+// CPU (test_heuristic.cpp). See tile_configs_sm80.h for the table.
 #include "blockfuse/gated_up.h"
 #include "common/check.h"
-#include "gated_up/tile_configs.h"
+#include "gated_up/tile_configs_sm80.h"
 
 namespace blockfuse {
 
@@ -27,11 +27,11 @@ static int64_t num_tiles(const GatedUpProblem& p, int config) {
   return ceil_div(p.m, r.bm) * ceil_div(2 * p.u, r.bn);
 }
 
-// Measurements behind the rules: docs/perf-notes.md (H100, 2026-11-22). Every 128x256 variant
+// Measurements behind the rules: docs/perf-notes.md, "sm80 kernel" (H100). Every 128x256 variant
 // (BK 32/64, 3-6 stages) ran within 5 % of the others at 410-430 TFLOP/s — the kernel is bound by
 // mma.sync issue and shared-memory bandwidth, not by the pipeline — so the table stays small and the
 // choice is about filling the SMs.
-int choose_gated_up_tile_config(const GatedUpProblem& p, const DeviceSpec& dev) {
+int choose_gated_up_sm80_tile_config(const GatedUpProblem& p, const detail::DeviceSpec& dev) {
   auto fits = [&](int c) { return tile_config_smem_bytes(kSm80TileConfigs[c]) <= dev.max_smem_per_block; };
   // Few rows: a 64-row tile halves the wasted MMA work of a 128-row tile.
   if (p.m <= 64 && fits(2)) return 2;

@@ -1,0 +1,33 @@
+// Internal: the launch parameters of the add_rmsnorm kernels. Plain pointers and int64 strides,
+// no framework types; built from the validated arguments by the launcher (add_rmsnorm.cu).
+#pragma once
+
+#include <cstdint>
+
+namespace blockfuse {
+
+// What the kernels write as `out` (a template parameter of every kernel).
+enum class AddRmsNormOutput : int {
+  kDtype = 0,            // x's dtype (bf16/fp16)
+  kFp8StaticScale = 1,   // e4m3 bytes, one per-tensor scale read from *scale
+  kFp8DynamicScale = 2,  // e4m3 bytes, one scale per row computed and written to scale[row]
+};
+
+struct AddRmsNormParams {
+  const void* x;
+  int64_t ldx;
+  const void* res;  // nullptr: absent (r = x)
+  int64_t ldr;
+  const void* w;
+  void* res_out;  // nullptr: not written
+  int64_t ldro;
+  void* out;  // dtype elements or e4m3 bytes
+  int64_t ldo;
+  float* scale;  // fp8 static: read (1 float); dynamic: written (rows floats)
+  int64_t rows;
+  int h;  // elements per row, % 8 == 0
+  float eps;
+  bool gemma;
+};
+
+}  // namespace blockfuse

@@ -1,0 +1,120 @@
+// add_rmsnorm's argument checks (validate.h).
+#include "add_rmsnorm/validate.h"
+
+#include <cmath>
+
+#include "common/check.h"
+
+namespace blockfuse::detail {
+namespace {
+
+// A present residual or residual_out: a view of x's dtype and shape, 16-byte vectors.
+void check_like_x(const char* fn, const char* arg, const ConstMatrix& m, const ConstMatrix& x, const char* absent_use) {
+  check_matrix_shape(fn, arg, m);
+  check_same_dtype(fn, arg, m, "x", x.dtype);
+  if (m.rows != x.rows || m.cols != x.cols)
+    throw_arg(fn, arg, cat("is [", m.rows, ", ", m.cols, "]"),
+              cat("the shape of 'x' [", x.rows, ", ", x.cols, "], or an empty view (data == nullptr, rows == 0) ", absent_use));
+  check_alignment(fn, arg, m, 16, 8);
+}
+
+// Everything about x, residual, weight, residual_out and opt that both entry points share; the
+// pointer-only checks (no CUDA call).
+void check_inputs(const char* fn, const ConstMatrix& x, const ConstMatrix& residual, const ConstMatrix& weight,
+                  const Matrix& residual_out, const RmsNormOptions& opt) {
+  if (!(opt.eps > 0.0f) || !std::isfinite(opt.eps))
+    throw_arg(fn, "opt.eps", cat("is ", opt.eps), "a finite eps > 0");
+  check_matrix_shape(fn, "x", x);
+  if (x.cols <= 0 || x.cols % 8 != 0)
+    throw_arg(fn, "x", cat("has cols H = ", x.cols), "H > 0 and H % 8 == 0 (16-byte vectors)");
+  if (x.cols > (int64_t{1} << 30))
+    throw_arg(fn, "x", cat("has cols H = ", x.cols), "H <= 2^30");
+  check_alignment(fn, "x", x, 16, 8);
+  if (!absent(residual)) check_like_x(fn, "residual", residual, x, "for no residual");
+  check_matrix_shape(fn, "weight", weight);
+  check_same_dtype(fn, "weight", weight, "x", x.dtype);
+  if (weight.rows != 1 || weight.cols != x.cols)
+    throw_arg(fn, "weight", cat("is [", weight.rows, ", ", weight.cols, "]"), cat("[1, H] (= [1, ", x.cols, "])"));
+  check_alignment(fn, "weight", weight, 16, 8);
+  if (!absent(residual_out)) {
+    check_like_x(fn, "residual_out", residual_out, x, "to skip it");
+    // In place on the residual stream: the exact alias is fine (each element is read before the
+    // same thread writes it); a shifted or differently strided overlap would read written values.
+    const bool exact_alias = !absent(residual) && residual_out.data == residual.data && residual_out.ld == residual.ld;
+    if (!exact_alias && !absent(residual)) check_no_overlap(fn, "residual_out", residual_out, "residual", residual);
+    check_no_overlap(fn, "residual_out", residual_out, "x", x);
+    check_no_overlap(fn, "residual_out", residual_out, "weight", weight);
+  }
+}
+
+void check_out_shape(const char* fn, int64_t rows, int64_t cols, const ConstMatrix& x) {
+  if (rows != x.rows || cols != x.cols)
+    throw_arg(fn, "out", cat("is [", rows, ", ", cols, "]"), cat("the shape of 'x' [", x.rows, ", ", x.cols, "]"));
+}
+
+// `out` (bf16/fp16 or e4m3 bytes, as a byte span) must not overlap anything.
+void check_out_overlaps(const char* fn, const Span& out, const ConstMatrix& x, const ConstMatrix& residual,
+                        const ConstMatrix& weight, const ConstMatrix& residual_out) {
+  check_no_overlap(fn, "out", out, "x", span_of(x));
+  if (!absent(residual)) check_no_overlap(fn, "out", out, "residual", span_of(residual));
+  check_no_overlap(fn, "out", out, "weight", span_of(weight));
+  if (!absent(residual_out)) check_no_overlap(fn, "out", out, "residual_out", span_of(residual_out));
+}
+
+void check_input_devices(const char* fn, const ConstMatrix& x, const ConstMatrix& residual, const ConstMatrix& weight,
+                         const ConstMatrix& residual_out) {
+  check_device_matrix(fn, "x", x);
+  if (!absent(residual)) check_device_matrix(fn, "residual", residual);
+  check_device_matrix(fn, "weight", weight);
+  if (!absent(residual_out)) check_device_matrix(fn, "residual_out", residual_out);
+}
+
+}  // namespace
+
+bool check_add_rmsnorm_args(const char* fn, const ConstMatrix& x, const ConstMatrix& residual, const ConstMatrix& weight,
+                            const Matrix& residual_out, const Matrix& out, const RmsNormOptions& opt) {
+  check_inputs(fn, x, residual, weight, residual_out, opt);
+  check_matrix_shape(fn, "out", out);
+  check_same_dtype(fn, "out", out, "x", x.dtype);
+  check_out_shape(fn, out.rows, out.cols, x);
+  check_alignment(fn, "out", out, 16, 8);
+  check_out_overlaps(fn, span_of(out), x, residual, weight, residual_out);
+  if (x.rows == 0) return false;
+  check_input_devices(fn, x, residual, weight, residual_out);
+  check_device_matrix(fn, "out", out);
+  check_compute_capability(fn, 8, 0);
+  return true;
+}
+
+bool check_add_rmsnorm_fp8_args(const char* fn, const ConstMatrix& x, const ConstMatrix& residual,
+                                const ConstMatrix& weight, const Matrix& residual_out, const Fp8Matrix& out,
+                                const Fp8Scale& scale, const RmsNormOptions& opt) {
+  check_inputs(fn, x, residual, weight, residual_out, opt);
+  // 8-byte stores per chunk; the pointer 16-byte aligned as the header documents.
+  check_out_shape(fn, out.rows, out.cols, x);
+  check_fp8_matrix_shape(fn, "out", out, 8);
+  check_pointer_alignment(fn, "out", out.data, 16);
+  check_fp8_scale_mode(fn, "scale.mode", scale.mode);
+  const bool dynamic = scale.mode == Fp8ScaleMode::kDynamicPerRow;
+  // Zero rows write no dynamic scale: the pointer may then be null.
+  check_fp8_scale_pointer(fn, "scale.scale", scale, x.rows, /*null_ok=*/dynamic && x.rows == 0);
+  const Span ov = span_of(out);
+  check_out_overlaps(fn, ov, x, residual, weight, residual_out);
+  const Span sv = span_of(scale, x.rows);
+  // A written scale array must overlap nothing; the static scale (read) must only not be written.
+  check_no_overlap(fn, "scale.scale", sv, "out", ov);
+  if (!absent(residual_out)) check_no_overlap(fn, "scale.scale", sv, "residual_out", span_of(residual_out));
+  if (dynamic) {
+    check_no_overlap(fn, "scale.scale", sv, "x", span_of(x));
+    if (!absent(residual)) check_no_overlap(fn, "scale.scale", sv, "residual", span_of(residual));
+    check_no_overlap(fn, "scale.scale", sv, "weight", span_of(weight));
+  }
+  if (x.rows == 0) return false;
+  check_input_devices(fn, x, residual, weight, residual_out);
+  check_device_pointer(fn, "out", out.data);
+  check_device_pointer(fn, "scale.scale", scale.scale);
+  check_compute_capability(fn, 8, 0);
+  return true;
+}
+
+}  // namespace blockfuse::detail

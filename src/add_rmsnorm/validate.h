@@ -1,0 +1,21 @@
+// Internal: every argument check of add_rmsnorm() and add_rmsnorm_fp8(), through the shared
+// validators of common/check.h (the FP8 output and scale checks are the ones swiglu_fp8 uses).
+// Checks that need no CUDA call come first, so every argument error is reported the same way on a
+// machine without a GPU; the device-memory checks follow. Each returns false when there is nothing
+// to launch (x.rows == 0: no pointer is inspected).
+#pragma once
+
+#include "blockfuse/add_rmsnorm.h"
+
+namespace blockfuse::detail {
+
+bool check_add_rmsnorm_args(const char* fn, const ConstMatrix& x, const ConstMatrix& residual, const ConstMatrix& weight,
+                            const Matrix& residual_out, const Matrix& out, const RmsNormOptions& opt);
+bool check_add_rmsnorm_fp8_args(const char* fn, const ConstMatrix& x, const ConstMatrix& residual,
+                                const ConstMatrix& weight, const Matrix& residual_out, const Fp8Matrix& out,
+                                const Fp8Scale& scale, const RmsNormOptions& opt);
+
+// An empty view (data == nullptr, rows == 0): an absent residual or residual_out.
+inline bool absent(const ConstMatrix& m) { return m.data == nullptr && m.rows == 0; }
+
+}  // namespace blockfuse::detail
