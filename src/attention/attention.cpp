@@ -8,7 +8,7 @@
 
 #include "attention/launch.h"
 #include "attention/params.h"
-#include "blockfuse/gated_up.h"  // current_device_spec
+#include "common/device.h"
 #include "common/check.h"
 
 namespace blockfuse {
@@ -238,7 +238,7 @@ void run(const AttnConstTensor& q, const AttnConstTensor& k, const AttnConstTens
 
 void check_smem(const AttentionConfig& c, int64_t head_dim) {
   const int need = attn::smem_bytes(attn::TileConfig{static_cast<int>(head_dim), c.block_m, c.block_n, c.warps});
-  const int have = current_device_spec().max_smem_per_block;
+  const int have = detail::current_device_spec().max_smem_per_block;
   if (need > have)
     throw Error(cat("blockfuse::attention: the tile ", c.block_m, " x ", c.block_n, " at head_dim ", head_dim, " needs ",
                     need, " bytes of shared memory; the current device allows ", have, " per block"));
@@ -261,7 +261,7 @@ void attention(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnTens
   const Validated val = validate_host(q, k, v, out, lse, params);
   if (nothing_to_do(q, val)) return;
   check_devices(q, k, v, out, lse, params, val.varlen);
-  const DeviceSpec spec = current_device_spec();
+  const detail::DeviceSpec spec = detail::current_device_spec();
   const AttentionConfig c = attention_heuristic(q.head_dim, params.causal, spec.cc_major, spec.cc_minor);
   check_smem(c, q.head_dim);
   run(q, k, v, out, lse, params, val, c, stream);
