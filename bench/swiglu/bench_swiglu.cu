@@ -22,9 +22,9 @@
 #include <cuda_fp8.h>
 
 #include "blockfuse/swiglu.h"
-#include "commands.h"
 #include "common/fp8_device.cuh"
 #include "gated_up/activation.cuh"
+#include "harness.h"
 #include "testing/testing.h"
 
 namespace blockfuse::bench {
@@ -105,6 +105,7 @@ enum class Out { kHalf, kFp8Static, kFp8Dynamic };
 const char* out_name(Out o) {
   return o == Out::kHalf ? "16-bit" : (o == Out::kFp8Static ? "fp8-static" : "fp8-dynamic");
 }
+Out out_kind(const std::string& s) { return s == "16-bit" ? Out::kHalf : s == "fp8-static" ? Out::kFp8Static : Out::kFp8Dynamic; }
 
 template <class T>
 void run_eager(Out o, const void* in, T* t, T* out16, uint8_t* q, float* scale, int64_t rows, int64_t u, int act,
@@ -115,165 +116,101 @@ void run_eager(Out o, const void* in, T* t, T* out16, uint8_t* q, float* scale, 
   eager_mul<T><<<blocks, 256, 0, s>>>(t, static_cast<const T*>(in), 2 * u, out16, rows, u);
   if (o == Out::kFp8Dynamic) eager_row_amax<T><<<unsigned(rows), 256, 0, s>>>(out16, u, scale);
   if (o != Out::kHalf) eager_quant<T><<<blocks, 256, 0, s>>>(out16, q, rows, u, scale, o == Out::kFp8Dynamic);
+  BENCH_CUDA(cudaGetLastError());
 }
 
-void print_help() {
-  std::printf(
-      "blockfuse bench swiglu [options]\n"
-      "  µs and GB/s of blockfuse::swiglu / swiglu_fp8 ([M, 2U] -> [M, U]) vs an eager one-kernel-per-op\n"
-      "  baseline, and the fraction of the device-copy bandwidth measured in the same run.\n"
-      "  --rows LIST      rows M (default 1,8,32,256,2048,8192,32768; --quick: 1,32,2048,8192)\n"
-      "  --hidden LIST    U (default 4096,16384)\n"
-      "  --out LIST       16-bit,fp8-static,fp8-dynamic (default all three)\n"
-      "  --layout L       stacked | interleaved (default stacked; the baseline always reads stacked)\n"
-      "  --activation A   silu | gelu_tanh (default silu)\n"
-      "  --dtype T        bf16 | fp16 (default bf16)\n"
-      "  --reps N --warmup N   (default 50 / 5; --quick: 20)\n"
-      "  --no-ceilings    skip the copy-bandwidth measurement\n"
-      "  --json PATH      write every point as JSON\n");
-}
+class SwigluBench final : public BenchCommand {
+  std::vector<int64_t> rows_ = {1, 8, 32, 256, 2048, 8192, 32768}, hidden_ = {4096, 16384};
+  std::vector<std::string> outs_ = {"16-bit", "fp8-static", "fp8-dynamic"};
+  std::string layout_ = "stacked", act_ = "silu", dtype_ = "bf16";
 
-int run(const Args& args) {
-  if (args.has("help") || args.has("h")) {
-    print_help();
-    return 0;
+  void options(Options& o) override {
+    o.about("µs and GB/s of blockfuse::swiglu / swiglu_fp8 ([M, 2U] -> [M, U]) vs an eager one-kernel-per-op "
+                        "baseline, and the fraction of the device-copy bandwidth measured in the same run.");
+    o.ints("--rows", rows_, 1, int64_t{1} << 24, "rows M", std::vector<int64_t>{1, 32, 2048, 8192});
+    o.ints("--hidden", hidden_, 8, int64_t{1} << 24, "U", std::nullopt, 8);
+    o.words("--out", outs_, {"16-bit", "fp8-static", "fp8-dynamic"}, "output kinds");
+    o.choice("--layout", layout_, {"stacked", "interleaved"}, "gate/up layout of the input (the baseline reads stacked)");
+    o.choice("--activation", act_, {"silu", "gelu_tanh"}, "activation");
+    o.choice("--dtype", dtype_, {"bf16", "fp16"}, "element type");
   }
-  const bool quick = args.has("quick");
-  const auto rows_list = args.get_int_list("rows", quick ? std::vector<int64_t>{1, 32, 2048, 8192}
-                                                         : std::vector<int64_t>{1, 8, 32, 256, 2048, 8192, 32768});
-  const auto hidden = args.get_int_list("hidden", {4096, 16384});
-  for (int64_t r : rows_list)
-    if (r < 1 || r > (int64_t{1} << 24)) throw Error("--rows: " + std::to_string(r) + " is not in [1, 2^24]");
-  for (int64_t u : hidden)
-    if (u < 8 || u % 8 != 0) throw Error("--hidden: " + std::to_string(u) + " is not a positive multiple of 8");
-  std::vector<Out> outs;
-  for (const auto& o : args.get_list("out", {"16-bit", "fp8-static", "fp8-dynamic"})) {
-    if (o == "16-bit") outs.push_back(Out::kHalf);
-    else if (o == "fp8-static") outs.push_back(Out::kFp8Static);
-    else if (o == "fp8-dynamic") outs.push_back(Out::kFp8Dynamic);
-    else throw Error("--out: unknown '" + o + "' (16-bit, fp8-static, fp8-dynamic)");
+
+  void run(Bench& b) override {
+    const GateUpLayout layout = layout_ == "stacked" ? GateUpLayout::kStacked : GateUpLayout::kInterleaved;
+    const Activation act = act_ == "silu" ? Activation::kSiLU : Activation::kGeluTanh;
+    const DType dt = dtype_ == "bf16" ? DType::kBF16 : DType::kFP16;
+    const cudaStream_t s = b.stream();
+    b.title("blockfuse bench swiglu — " + b.device().name + ", " + dtype_ + ", " + layout_name(layout) + ", " +
+            activation_name(act) + "; median of " + std::to_string(b.reps()) +
+            "; bytes = read [M,2U] + write [M,U] (+scales)");
+    if (b.copy_gbs() > 0) b.title("device copy this run: " + fmt(b.copy_gbs(), 0) + " GB/s (read + write)");
+    b.columns({"U", "M", "out", "us", "GB/s", "%copy", "%same-size copy", "eager us", "eager GB/s", "speedup", "timing"});
+    b.info()["copy_ceiling_gbs"] = b.copy_gbs();
+    for (int64_t u : hidden_)
+      for (int64_t m : rows_)
+        for (const std::string& out_s : outs_) point(b, out_kind(out_s), m, u, layout, act, dt, s);
   }
-  const std::string lay = args.get("layout", "stacked");
-  if (lay != "stacked" && lay != "interleaved") throw Error("--layout must be stacked or interleaved");
-  const GateUpLayout layout = lay == "stacked" ? GateUpLayout::kStacked : GateUpLayout::kInterleaved;
-  const std::string acts = args.get("activation", "silu");
-  if (acts != "silu" && acts != "gelu_tanh") throw Error("--activation must be silu or gelu_tanh");
-  const Activation act = acts == "silu" ? Activation::kSiLU : Activation::kGeluTanh;
-  const std::string dts = args.get("dtype", "bf16");
-  if (dts != "bf16" && dts != "fp16") throw Error("--dtype must be bf16 or fp16");
-  const DType dt = dts == "bf16" ? DType::kBF16 : DType::kFP16;
-  const int reps = int(args.get_int("reps", quick ? 20 : 50)), warmup = int(args.get_int("warmup", 5));
-  if (reps < 1 || warmup < 0) throw Error("--reps must be >= 1 and --warmup >= 0");
-  if (args.has("json") && args.get("json").empty()) throw Error("--json needs a file name");
-  if (!require_gpu("blockfuse bench swiglu")) return 2;
 
-  cudaStream_t s = nullptr;
-  BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  std::unique_ptr<CUstream_st, void (*)(cudaStream_t)> guard(s, [](cudaStream_t x) { cudaStreamDestroy(x); });
-  int dev = 0, sms = 0;
-  BENCH_CUDA(cudaGetDevice(&dev));
-  BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const double copy_gbs = args.has("no-ceilings") ? 0.0 : measure_copy_bandwidth_gbs(s);
-  if (copy_gbs > 0) std::fprintf(stderr, "[swiglu] device copy: %.0f GB/s\n", copy_gbs);
-
-  Table table({"U", "M", "out", "us", "GB/s", "%copy", "%same-size copy", "eager us", "eager GB/s", "speedup", "timing"});
-  Json rows_json = Json::array();
-  for (int64_t u : hidden)
-    for (int64_t m : rows_list)
-      for (Out o : outs) {
-        const int64_t in_bytes = m * 2 * u * 2;
-        const int64_t out_bytes = m * u * (o == Out::kHalf ? 2 : 1) + (o == Out::kFp8Dynamic ? m * 4 : 0);
-        const bool graph = m <= kGraphRowsMax;
-        const int sets = graph ? 1 : rotation_sets(in_bytes + out_bytes, 8);
-        std::vector<std::unique_ptr<DevBuf>> ins, outs16, outs8;
-        for (int i = 0; i < sets; ++i) {
-          ins.push_back(std::make_unique<DevBuf>(size_t(in_bytes)));
-          testing::fill_uniform(make_matrix(ins.back()->p, dt, m, 2 * u), -4.f, 4.f, 17 + uint64_t(i), s);
-          outs16.push_back(std::make_unique<DevBuf>(size_t(m * u * 2)));
-          outs8.push_back(std::make_unique<DevBuf>(size_t(m * u)));
-        }
-        DevBuf tmp(size_t(m * u * 2)), scales(size_t(std::max<int64_t>(m, 1) * 4));
-        const float one_eighth = 0.125f;
-        BENCH_CUDA(cudaMemcpyAsync(scales.p, &one_eighth, 4, cudaMemcpyHostToDevice, s));
-        const Fp8Scale sc{o == Out::kFp8Dynamic ? Fp8ScaleMode::kDynamicPerRow : Fp8ScaleMode::kStaticPerTensor,
-                          static_cast<float*>(scales.p)};
-        auto fused = [&](int rep) {
-          const int i = rep % sets;
-          const ConstMatrix in = make_matrix(static_cast<const void*>(ins[size_t(i)]->p), dt, m, 2 * u);
-          if (o == Out::kHalf)
-            swiglu(in, make_matrix(outs16[size_t(i)]->p, dt, m, u), act, layout, s);
-          else
-            swiglu_fp8(in, make_fp8_matrix(outs8[size_t(i)]->p, m, u), sc, act, layout, s);
-        };
-        auto eager = [&](int rep) {
-          const int i = rep % sets;
-          if (dt == DType::kBF16)
-            run_eager<__nv_bfloat16>(o, ins[size_t(i)]->p, static_cast<__nv_bfloat16*>(tmp.p),
-                                     static_cast<__nv_bfloat16*>(outs16[size_t(i)]->p),
-                                     static_cast<uint8_t*>(outs8[size_t(i)]->p), sc.scale, m, u, int(act), sms, s);
-          else
-            run_eager<__half>(o, ins[size_t(i)]->p, static_cast<__half*>(tmp.p), static_cast<__half*>(outs16[size_t(i)]->p),
-                              static_cast<uint8_t*>(outs8[size_t(i)]->p), sc.scale, m, u, int(act), sms, s);
-          BENCH_CUDA(cudaGetLastError());
-        };
-        // The same-size copy: a device-to-device copy moving the op's bytes (half read, half written)
-        // timed the same way. A problem of a few tens of MB cannot reach the 1 GiB copy's bandwidth
-        // (launch and tail are a larger share of it): this is the ceiling at this size.
-        const size_t copy_bytes = size_t((in_bytes + out_bytes) / 2);
-        std::vector<std::unique_ptr<DevBuf>> csrc, cdst;
-        for (int i = 0; i < sets; ++i) {
-          csrc.push_back(std::make_unique<DevBuf>(copy_bytes));
-          cdst.push_back(std::make_unique<DevBuf>(copy_bytes));
-        }
-        auto copy = [&](int rep) {
-          const int i = rep % sets;
-          BENCH_CUDA(cudaMemcpyAsync(cdst[size_t(i)]->p, csrc[size_t(i)]->p, copy_bytes, cudaMemcpyDeviceToDevice, s));
-        };
-        Timing tf{}, te{}, tc{};
-        if (graph) {
-          tf = time_graph_per_call([&] { fused(0); }, s, kGraphCalls, warmup, reps);
-          te = time_graph_per_call([&] { eager(0); }, s, kGraphCalls, warmup, reps);
-          tc = time_graph_per_call([&] { copy(0); }, s, kGraphCalls, warmup, reps);
-        } else {
-          tf = time_it(fused, s, warmup, reps);
-          te = time_it(eager, s, warmup, reps);
-          tc = time_it(copy, s, warmup, reps);
-        }
-        BENCH_CUDA(cudaStreamSynchronize(s));
-        const double bytes = double(in_bytes + out_bytes);
-        const double gbs = bytes / (tf.median_ms * 1e6), egbs = bytes / (te.median_ms * 1e6);
-        const double cgbs = double(2 * copy_bytes) / (tc.median_ms * 1e6);
-        table.add({std::to_string(u), std::to_string(m), out_name(o), fmt(tf.median_ms * 1e3, 2), fmt(gbs, 0),
-                   copy_gbs > 0 ? fmt(100 * gbs / copy_gbs, 1) : "-", fmt(100 * gbs / cgbs, 1), fmt(te.median_ms * 1e3, 2), fmt(egbs, 0),
-                   fmt(te.median_ms / tf.median_ms, 2), graph ? "graph/20" : "events"});
-        Json r = Json::object();
-        r.set("U", u).set("M", m).set("out", out_name(o)).set("layout", layout_name(layout))
-            .set("activation", activation_name(act)).set("dtype", dts).set("bytes", int64_t(bytes))
-            .set("us", tf.median_ms * 1e3).set("gbs", gbs).set("eager_us", te.median_ms * 1e3).set("eager_gbs", egbs)
-            .set("speedup_vs_eager", te.median_ms / tf.median_ms)
-            .set("timing", graph ? "graph, per call of 20" : "cuda events, rotated inputs").set("rotation_sets", sets);
-        r.set("same_size_copy_us", tc.median_ms * 1e3).set("same_size_copy_gbs", cgbs).set("frac_of_same_size_copy", gbs / cgbs);
-        if (copy_gbs > 0) r.set("frac_of_copy", gbs / copy_gbs);
-        rows_json.push(r);
-      }
-
-  std::printf("\nblockfuse bench swiglu — %s, %s, %s, %s; median of %d; bytes = read [M,2U] + write [M,U] (+scales)\n",
-              device_name().c_str(), dts.c_str(), layout_name(layout), activation_name(act), reps);
-  if (copy_gbs > 0) std::printf("device copy this run: %.0f GB/s (read + write)\n", copy_gbs);
-  table.print();
-  if (args.has("json")) {
-    Json out = Json::object();
-    out.set("benchmark", "swiglu").set("device", device_name()).set("date", now_iso8601()).set("reps", reps);
-    if (copy_gbs > 0) out.set("copy_ceiling_gbs", copy_gbs);
-    out.set("rows", rows_json);
-    write_file(args.get("json"), out.dump());
-    std::fprintf(stderr, "[swiglu] wrote %s\n", args.get("json").c_str());
+  void point(Bench& b, Out o, int64_t m, int64_t u, GateUpLayout layout, Activation act, DType dt, cudaStream_t s) {
+    using testing::DeviceBuffer;
+    const int64_t in_bytes = m * 2 * u * 2;
+    const int64_t out_bytes = m * u * (o == Out::kHalf ? 2 : 1) + (o == Out::kFp8Dynamic ? m * 4 : 0);
+    const Method method = m <= kGraphRowsMax ? Method::graph(kGraphCalls) : Method::events();
+    const int sets = method.is_graph() ? 1 : rotation_sets(in_bytes + out_bytes, 8);
+    std::vector<DeviceBuffer<uint16_t>> ins, outs16;
+    std::vector<DeviceBuffer<uint8_t>> outs8;
+    for (int i = 0; i < sets; ++i) {
+      ins.emplace_back(size_t(m * 2 * u));
+      testing::fill_uniform(make_matrix(ins.back().data(), dt, m, 2 * u), -4.f, 4.f, 17 + uint64_t(i), s);
+      outs16.emplace_back(size_t(m * u));
+      outs8.emplace_back(size_t(m * u));
+    }
+    DeviceBuffer<uint16_t> tmp(size_t(m * u));
+    DeviceBuffer<float> scales(size_t(std::max<int64_t>(m, 1)));
+    const float one_eighth = 0.125f;
+    BENCH_CUDA(cudaMemcpyAsync(scales.data(), &one_eighth, 4, cudaMemcpyHostToDevice, s));
+    const Fp8Scale sc{o == Out::kFp8Dynamic ? Fp8ScaleMode::kDynamicPerRow : Fp8ScaleMode::kStaticPerTensor,
+                      scales.data()};
+    auto fused = [&](int call) {
+      const size_t i = size_t(call % sets);
+      const ConstMatrix in = make_matrix(static_cast<const void*>(ins[i].data()), dt, m, 2 * u);
+      if (o == Out::kHalf)
+        swiglu(in, make_matrix(outs16[i].data(), dt, m, u), act, layout, s);
+      else
+        swiglu_fp8(in, make_fp8_matrix(outs8[i].data(), m, u), sc, act, layout, s);
+    };
+    auto eager = [&](int call) {
+      const size_t i = size_t(call % sets);
+      if (dt == DType::kBF16)
+        run_eager(o, ins[i].data(), reinterpret_cast<__nv_bfloat16*>(tmp.data()),
+                  reinterpret_cast<__nv_bfloat16*>(outs16[i].data()), outs8[i].data(), sc.scale, m, u, int(act),
+                  b.device().sms, s);
+      else
+        run_eager(o, ins[i].data(), reinterpret_cast<__half*>(tmp.data()), reinterpret_cast<__half*>(outs16[i].data()),
+                  outs8[i].data(), sc.scale, m, u, int(act), b.device().sms, s);
+    };
+    const Timing tf = b.time(fused, method), te = b.time(eager, method);
+    const size_t copy_bytes = size_t((in_bytes + out_bytes) / 2);
+    const Timing tc = b.time_copy(copy_bytes, sets, method);
+    const double bytes = double(in_bytes + out_bytes);
+    const double gbs = bytes / (tf.median_ms * 1e6), egbs = bytes / (te.median_ms * 1e6);
+    const double cgbs = double(2 * copy_bytes) / (tc.median_ms * 1e6);
+    auto r = b.row({std::to_string(u), std::to_string(m), out_name(o), fmt(tf.us(), 2), fmt(gbs, 0), b.pct_of_copy(gbs),
+                    fmt(100 * gbs / cgbs, 1), fmt(te.us(), 2), fmt(egbs, 0), fmt(te.median_ms / tf.median_ms, 2),
+                    method.is_graph() ? "graph/20" : "events"});
+    r.set("U", u).set("M", m).set("out", out_name(o)).set("layout", layout_name(layout))
+        .set("activation", activation_name(act)).set("dtype", dtype_).set("bytes", int64_t(bytes))
+        .set("us", tf.us()).set("gbs", gbs).set("eager_us", te.us()).set("eager_gbs", egbs)
+        .set("speedup_vs_eager", te.median_ms / tf.median_ms)
+        .set("timing", method.is_graph() ? "graph, per call of 20" : "cuda events, rotated inputs")
+        .set("rotation_sets", sets);
+    r.set("same_size_copy_us", tc.us()).set("same_size_copy_gbs", cgbs).set("frac_of_same_size_copy", gbs / cgbs);
+    if (b.copy_gbs() > 0) r.set("frac_of_copy", gbs / b.copy_gbs());
   }
-  return 0;
-}
+};
 
 }  // namespace
 
-BLOCKFUSE_COMMAND("bench swiglu", run, "GB/s of swiglu / swiglu_fp8 (16-bit, FP8 static, FP8 dynamic) vs eager");
+BLOCKFUSE_COMMAND(SwigluBench, "bench swiglu", "GB/s of swiglu / swiglu_fp8 (16-bit, FP8 static, FP8 dynamic) vs eager");
 
 }  // namespace blockfuse::bench
