@@ -32,13 +32,13 @@
 #include "add_rmsnorm/config.h"
 #include "add_rmsnorm/reference.h"
 #include "blockfuse/add_rmsnorm.h"
-#include "support/test_util.h"
+#include "testing/gtest/gtest_util.h"
 #include "testing/testing.h"
 
 namespace blockfuse {
 namespace {
 
-using test::HostMatrix;
+using testing::HostMatrix;
 
 #define SKIP_WITHOUT_GPU() BF_SKIP_WITHOUT_GPU("the add_rmsnorm kernels")
 
@@ -91,11 +91,11 @@ struct Case {
 bool is_nan_bits(DType t, uint16_t b) { return std::isnan(host::to_float(t, b)); }
 
 void run_case(const Case& c) {
-  const uint64_t seed = test::fresh_seed();
+  const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(std::string(dtype_name(c.dt)) + " rows=" + std::to_string(c.rows) + " H=" + std::to_string(c.h) +
                " pad=" + std::to_string(c.pad) + (c.has_res ? " residual" : " no-residual") +
                (c.in_place ? " in-place" : c.write_res ? " residual_out" : " no-residual_out") +
-               (c.gemma ? " gemma" : "") + " " + fp8_name(c.fp8) + "; " + test::seed_note(seed));
+               (c.gemma ? " gemma" : "") + " " + fp8_name(c.fp8) + "; " + testing::seed_note(seed));
   std::mt19937_64 rng(seed);
   const int64_t M = c.rows, H = c.h;
   HostMatrix x(c.dt, M, H, H + c.pad), res(c.dt, c.has_res ? M : 0, H, H + 2 * c.pad), w(c.dt, 1, H);
@@ -181,7 +181,7 @@ void run_case(const Case& c) {
     EXPECT_EQ(after, res.bits) << "residual modified although residual_out is elsewhere";
   }
 
-  const double u = test::unit_roundoff(c.dt);
+  const double u = testing::unit_roundoff(c.dt);
   int64_t bad = 0, pad_bad = 0;
   if (!fp8) {
     dout.to_host(out.bits.data());
@@ -489,9 +489,9 @@ TEST(AddRmsNormDeterminism, SameInputsSameBits) {
   for (DType dt : {DType::kBF16, DType::kFP16})
     for (int64_t h : {4096, 8200, 16384, 16392, 32776})
       for (bool fp8 : {false, true}) {
-        const uint64_t seed = test::fresh_seed();
+        const uint64_t seed = testing::fresh_seed();
         SCOPED_TRACE(std::string(dtype_name(dt)) + " H=" + std::to_string(h) + (fp8 ? " fp8-dynamic" : " dtype-out") + "; " +
-                     test::seed_note(seed));
+                     testing::seed_note(seed));
         std::mt19937_64 rng(seed);
         const int64_t M = 67;
         HostMatrix x(dt, M, h, h), res(dt, M, h, h), w(dt, 1, h);

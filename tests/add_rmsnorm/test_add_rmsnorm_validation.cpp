@@ -12,12 +12,12 @@
 #include <string>
 
 #include "blockfuse/add_rmsnorm.h"
-#include "support/test_util.h"
+#include "testing/gtest/gtest_util.h"
 
 namespace blockfuse {
 namespace {
 
-using test::expect_arg_error;
+using testing::expect_arg_error;
 
 char* fake(int i) { return reinterpret_cast<char*>(uintptr_t(0x7e0000000000ull) + uintptr_t(i) * (uintptr_t(1) << 32)); }
 
@@ -202,7 +202,7 @@ TEST_P(AddRmsNormArgs, EmptyBatchIsANoOp) {
 }
 
 TEST_P(AddRmsNormArgs, HostPointerIsRejected) {
-  test::HostMatrix h(GetParam(), 7, 48, 56);
+  testing::HostMatrix h(GetParam(), 7, 48, 56);
   for (bool fp8 : {false, true}) {
     Call c = valid(fp8);
     c.x = h.view();

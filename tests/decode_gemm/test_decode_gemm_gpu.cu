@@ -32,13 +32,13 @@
 
 #include "blockfuse/decode_gemm.h"
 #include "decode_gemm/reference.h"
-#include "support/test_util.h"
+#include "testing/gtest/gtest_util.h"
 #include "testing/testing.h"
 
 namespace blockfuse {
 namespace {
 
-using test::HostMatrix;
+using testing::HostMatrix;
 
 #define SKIP_WITHOUT_GPU() BF_SKIP_WITHOUT_GPU("the decode_gemm kernel")
 
@@ -106,7 +106,7 @@ struct Problem {
 
 // Checks y (poisoned before the call, padding sentinel 0xABCD) against the problem's reference.
 void check(const Problem& pr, const HostMatrix& y) {
-  const double u = test::unit_roundoff(y.dtype);
+  const double u = testing::unit_roundoff(y.dtype);
   int64_t bad = 0, pad_bad = 0;
   for (int64_t m = 0; m < y.rows; ++m) {
     for (int64_t n = 0; n < y.cols; ++n) {
@@ -150,10 +150,10 @@ std::string cfg_note(std::optional<DecodeGemmConfig> c) {
 
 void run_case(DType dt, int64_t m, int64_t n, int64_t k, int64_t x_pad = 0, int64_t w_pad = 0, int64_t y_pad = 0,
               std::optional<DecodeGemmConfig> cfg = std::nullopt) {
-  const uint64_t seed = test::fresh_seed();
+  const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(std::string(dtype_name(dt)) + " M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" +
                std::to_string(k) + " pads " + std::to_string(x_pad) + "/" + std::to_string(w_pad) + "/" +
-               std::to_string(y_pad) + " " + cfg_note(cfg) + "; " + test::seed_note(seed));
+               std::to_string(y_pad) + " " + cfg_note(cfg) + "; " + testing::seed_note(seed));
   std::mt19937_64 rng(seed);
   Problem pr(dt, m, n, k, x_pad, w_pad, rng);
   check(pr, run_once(pr, y_pad, cfg));
@@ -189,12 +189,12 @@ TEST_P(DecodeGemmGpu, StridedRows) {
 TEST_P(DecodeGemmGpu, ExplicitConfigsAgree) {
   SKIP_WITHOUT_GPU();
   for (int64_t m : {3, 17, 32}) {
-    const uint64_t seed = test::fresh_seed();
+    const uint64_t seed = testing::fresh_seed();
     std::mt19937_64 rng(seed);
     Problem pr(GetParam(), m, 1000, 8192, 0, 8, rng);  // one reference for all eight configurations
     for (int split : {1, 2, 7, 16})
       for (int warps : {4, 8}) {
-        SCOPED_TRACE("M=" + std::to_string(m) + " " + cfg_note(DecodeGemmConfig{split, warps}) + "; " + test::seed_note(seed));
+        SCOPED_TRACE("M=" + std::to_string(m) + " " + cfg_note(DecodeGemmConfig{split, warps}) + "; " + testing::seed_note(seed));
         check(pr, run_once(pr, 5, DecodeGemmConfig{split, warps}));
       }
   }
@@ -202,7 +202,7 @@ TEST_P(DecodeGemmGpu, ExplicitConfigsAgree) {
 
 TEST_P(DecodeGemmGpu, DeterministicForAConfiguration) {
   SKIP_WITHOUT_GPU();
-  std::mt19937_64 rng(test::fresh_seed());
+  std::mt19937_64 rng(testing::fresh_seed());
   Problem pr(GetParam(), 16, 1000, 8192, 0, 0, rng);
   for (int split : {1, 7}) {
     const HostMatrix a = run_once(pr, 0, DecodeGemmConfig{split, 4});
@@ -217,7 +217,7 @@ TEST_P(DecodeGemmGpu, RepeatedCallsAndGraphReplay) {
   SKIP_WITHOUT_GPU();
   const DType dt = GetParam();
   const int64_t N = 1000, K = 8192;
-  std::mt19937_64 rng(test::fresh_seed());
+  std::mt19937_64 rng(testing::fresh_seed());
   Problem pr(dt, 32, N, K, 0, 0, rng);
   DeviceCopy dx(pr.x), dw(pr.w);
   size_t ws_bytes = decode_gemm_workspace_size(32, N, K);
@@ -281,7 +281,7 @@ TEST_P(DecodeGemmGpu, RepeatedCallsAndGraphReplay) {
 TEST_P(DecodeGemmGpu, NanAndInfPropagate) {
   SKIP_WITHOUT_GPU();
   const DType dt = GetParam();
-  std::mt19937_64 rng(test::fresh_seed());
+  std::mt19937_64 rng(testing::fresh_seed());
   for (int split : {1, 5}) {
     Problem pr(dt, 9, 40, 4104, 0, 0, rng);
     pr.x.set(1, 777, std::numeric_limits<float>::quiet_NaN());
@@ -297,7 +297,7 @@ TEST_P(DecodeGemmGpu, OnAStream) {
   SKIP_WITHOUT_GPU();
   cudaStream_t s = nullptr;
   CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  std::mt19937_64 rng(test::fresh_seed());
+  std::mt19937_64 rng(testing::fresh_seed());
   Problem pr(GetParam(), 4, 520, 4096, 8, 0, rng);
   check(pr, run_once(pr, 0, std::nullopt, s));
   check(pr, run_once(pr, 0, DecodeGemmConfig{3, 8}, s));

@@ -10,7 +10,7 @@
 #include "blockfuse/decode_gemm.h"
 #include "decode_gemm/params.h"
 #include "decode_gemm/reference.h"
-#include "support/test_util.h"
+#include "testing/gtest/gtest_util.h"
 
 namespace blockfuse {
 namespace {
@@ -86,11 +86,11 @@ TEST(DecodeGemmHeuristic, ManySmsSplitMore) {
 }
 
 TEST(DecodeGemmHeuristic, Errors) {
-  test::expect_arg_error([] { decode_gemm_heuristic(0, 8, 8, 132); }, "m", "0");
-  test::expect_arg_error([] { decode_gemm_heuristic(33, 8, 8, 132); }, "m", "33");
-  test::expect_arg_error([] { decode_gemm_heuristic(1, 0, 8, 132); }, "n", "0");
-  test::expect_arg_error([] { decode_gemm_heuristic(1, 8, -8, 132); }, "k", "-8");
-  test::expect_arg_error([] { decode_gemm_heuristic(1, 8, 8, 0); }, "sm_count", "0");
+  testing::expect_arg_error([] { decode_gemm_heuristic(0, 8, 8, 132); }, "m", "0");
+  testing::expect_arg_error([] { decode_gemm_heuristic(33, 8, 8, 132); }, "m", "33");
+  testing::expect_arg_error([] { decode_gemm_heuristic(1, 0, 8, 132); }, "n", "0");
+  testing::expect_arg_error([] { decode_gemm_heuristic(1, 8, -8, 132); }, "k", "-8");
+  testing::expect_arg_error([] { decode_gemm_heuristic(1, 8, 8, 0); }, "sm_count", "0");
 }
 
 TEST(DecodeGemmSplit, SlicesCoverKExactlyOnce) {
@@ -131,18 +131,18 @@ TEST(DecodeGemmWorkspace, Sizes) {
 }
 
 TEST(DecodeGemmWorkspace, Errors) {
-  test::expect_arg_error([] { decode_gemm_workspace_size(33, 8, 8, DecodeGemmConfig{1, 4}); }, "m", "33");
-  test::expect_arg_error([] { decode_gemm_workspace_size(1, -1, 8, DecodeGemmConfig{1, 4}); }, "n", "-1");
-  test::expect_arg_error([] { decode_gemm_workspace_size(1, 8, -8, DecodeGemmConfig{1, 4}); }, "k", "-8");
-  test::expect_arg_error([] { decode_gemm_workspace_size(1, 8, 64, DecodeGemmConfig{1, 6}); }, "config", "6");
-  test::expect_arg_error([] { decode_gemm_workspace_size(1, 8, 64, DecodeGemmConfig{3, 4}); }, "config", "3");
-  test::expect_arg_error([] { decode_gemm_workspace_size(1, 8, 64, DecodeGemmConfig{0, 4}); }, "config", "0");
-  test::expect_arg_error([] { decode_gemm_workspace_size(1, 8, 1 << 20, DecodeGemmConfig{65, 4}); }, "config", "65");
+  testing::expect_arg_error([] { decode_gemm_workspace_size(33, 8, 8, DecodeGemmConfig{1, 4}); }, "m", "33");
+  testing::expect_arg_error([] { decode_gemm_workspace_size(1, -1, 8, DecodeGemmConfig{1, 4}); }, "n", "-1");
+  testing::expect_arg_error([] { decode_gemm_workspace_size(1, 8, -8, DecodeGemmConfig{1, 4}); }, "k", "-8");
+  testing::expect_arg_error([] { decode_gemm_workspace_size(1, 8, 64, DecodeGemmConfig{1, 6}); }, "config", "6");
+  testing::expect_arg_error([] { decode_gemm_workspace_size(1, 8, 64, DecodeGemmConfig{3, 4}); }, "config", "3");
+  testing::expect_arg_error([] { decode_gemm_workspace_size(1, 8, 64, DecodeGemmConfig{0, 4}); }, "config", "0");
+  testing::expect_arg_error([] { decode_gemm_workspace_size(1, 8, 1 << 20, DecodeGemmConfig{65, 4}); }, "config", "65");
 }
 
 TEST(DecodeGemmReference, HandComputed) {
   // x = [[1, 2], [-1, 0.5]] (K = 2), w = [[3, 4], [0.25, -2], [1, 1]] -> y = x·wᵀ.
-  test::HostMatrix x(DType::kBF16, 2, 2), w(DType::kBF16, 3, 2);
+  testing::HostMatrix x(DType::kBF16, 2, 2), w(DType::kBF16, 3, 2);
   const float xv[2][2] = {{1, 2}, {-1, 0.5f}}, wv[3][2] = {{3, 4}, {0.25f, -2}, {1, 1}};
   for (int r = 0; r < 2; ++r)
     for (int c = 0; c < 2; ++c) x.set(r, c, xv[r][c]);
@@ -163,7 +163,7 @@ TEST(DecodeGemmReference, HandComputed) {
 
 TEST(DecodeGemmReference, StridesFp16AndSpecials) {
   // ld > cols on both inputs (the padding's sentinel bits would be huge numbers if read).
-  test::HostMatrix x(DType::kFP16, 2, 8, 16), w(DType::kFP16, 2, 8, 24);
+  testing::HostMatrix x(DType::kFP16, 2, 8, 16), w(DType::kFP16, 2, 8, 24);
   for (int c = 0; c < 8; ++c) {
     x.set(0, c, float(c + 1));  // 1..8
     x.set(1, c, 1.0f);

@@ -16,17 +16,12 @@
 #include "blockfuse/blockfuse.h"
 #include "common/check.h"
 #include "gated_up/reference.h"
-#include "support/test_util.h"
+#include "testing/gtest/gtest_util.h"
 #include "gated_up/tile_configs_sm90.h"
 #include "testing/testing.h"
 
 namespace blockfuse {
 namespace {
-
-#define REQUIRE_GPU()                                                                     \
-  do {                                                                                    \
-    if (!testing::has_cuda_device()) GTEST_SKIP() << "no CUDA device: GPU test skipped"; \
-  } while (0)
 
 // Device buffer with RAII.
 struct DevBuf {
@@ -42,7 +37,7 @@ struct Shape {
 };
 
 // Tolerance of one output rounding on |ref| plus a tiny absolute term (fp32 accumulation order).
-double rtol_for(DType t) { return 2 * test::unit_roundoff(t); }  // 2^-7 bf16, 2^-10 fp16
+double rtol_for(DType t) { return 2 * testing::unit_roundoff(t); }  // 2^-7 bf16, 2^-10 fp16
 
 struct RunResult {
   testing::CompareStats st;
@@ -57,7 +52,7 @@ RunResult run_case(Shape s, DType dt, Activation act, int tile_config, int64_t x
   const int64_t ldx = s.K + x_pad, ldo = s.U + o_pad, ldw = s.K + w_pad;
   DevBuf x(2 * size_t(std::max<int64_t>(s.M, 1)) * ldx), w(2 * size_t(2 * s.U) * ldw), out(2 * size_t(std::max<int64_t>(s.M, 1)) * ldo),
       ref(4 * size_t(std::max<int64_t>(s.M, 1)) * s.U);
-  if (seed == 0) seed = test::fresh_seed();
+  if (seed == 0) seed = testing::fresh_seed();
   const Matrix X{x.p, dt, s.M, s.K, ldx}, W{w.p, dt, 2 * s.U, s.K, ldw}, O{out.p, dt, s.M, s.U, ldo};
   if (x_pad > 0) testing::fill_bits(Matrix{x.p, dt, s.M, ldx, ldx}, testing::nan_bits(dt));
   if (w_pad > 0) testing::fill_bits(Matrix{w.p, dt, 2 * s.U, ldw, ldw}, testing::nan_bits(dt));
@@ -117,7 +112,7 @@ bool config_fits(int c) { return gated_up_tile_config(c).smem_bytes() <= current
 class GatedUpGrid : public ::testing::TestWithParam<std::tuple<int64_t, int>> {};
 
 TEST_P(GatedUpGrid, MatchesReference) {
-  REQUIRE_GPU();
+  BF_SKIP_WITHOUT_GPU("gated_up");
   const auto [M, shape_idx] = GetParam();
   const Shape shapes[] = {{0, 4096, 14336}, {0, 8192, 28672}, {0, 1000, 1000}};
   Shape s = shapes[shape_idx];
@@ -134,13 +129,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GatedUpGrid, ::testing::Combine(::testing::Valu
                          grid_name);
 
 TEST(GatedUpGpu, Fp16) {
-  REQUIRE_GPU();
+  BF_SKIP_WITHOUT_GPU("gated_up");
   for (Shape s : {Shape{1, 4096, 14336}, Shape{127, 1000, 1000}, Shape{1000, 4096, 14336}})
     for (Activation act : {Activation::kSiLU, Activation::kGeluTanh}) expect_close(run_case(s, DType::kFP16, act, -1), DType::kFP16);
 }
 
 TEST(GatedUpGpu, EveryKernelAndTileConfig) {
-  REQUIRE_GPU();
+  BF_SKIP_WITHOUT_GPU("gated_up");
   for (auto [kern, n] : kernels_here()) {
     for (int c = 0; c < n; ++c) {
       if (kern == GatedUpKernel::kSm80 && !config_fits(c)) {
@@ -154,7 +149,7 @@ TEST(GatedUpGpu, EveryKernelAndTileConfig) {
 }
 
 TEST(GatedUpGpu, Sm80ExplicitOnGrid) {
-  REQUIRE_GPU();
+  BF_SKIP_WITHOUT_GPU("gated_up");
   // The auto choice on Hopper is the sm90 kernel; keep the portable kernel covered on big shapes too.
   for (Shape s : {Shape{7, 8192, 28672}, Shape{4097, 4096, 14336}})
     for (Activation act : {Activation::kSiLU, Activation::kGeluTanh})
@@ -162,7 +157,7 @@ TEST(GatedUpGpu, Sm80ExplicitOnGrid) {
 }
 
 TEST(GatedUpGpu, StridedViews) {
-  REQUIRE_GPU();
+  BF_SKIP_WITHOUT_GPU("gated_up");
   for (auto [kern, n] : kernels_here())
     for (int c = -1; c < n; ++c)
       expect_close(run_case(Shape{129, 512, 264}, DType::kBF16, Activation::kSiLU, c, /*x_pad=*/24, /*o_pad=*/40, nullptr, 0, kern,
@@ -171,8 +166,8 @@ TEST(GatedUpGpu, StridedViews) {
 }
 
 TEST(GatedUpGpu, BitwiseDeterministic) {
-  REQUIRE_GPU();
-  const uint64_t seed = test::fresh_seed();
+  BF_SKIP_WITHOUT_GPU("gated_up");
+  const uint64_t seed = testing::fresh_seed();
   std::vector<uint16_t> a, b;
   run_case(Shape{1000, 4096, 14336}, DType::kBF16, Activation::kSiLU, -1, 0, 0, &a, seed);
   run_case(Shape{1000, 4096, 14336}, DType::kBF16, Activation::kSiLU, -1, 0, 0, &b, seed);
@@ -181,23 +176,23 @@ TEST(GatedUpGpu, BitwiseDeterministic) {
 }
 
 TEST(GatedUpGpu, AgreesWithCpuReference) {
-  REQUIRE_GPU();
+  BF_SKIP_WITHOUT_GPU("gated_up");
   // The kernel against the CPU reference (fp32 sums, unrounded) on host copies of the same inputs,
   // independent of the cuBLAS path that every other test compares with.
   for (Shape s : {Shape{5, 136, 40}, Shape{70, 256, 200}}) {
     for (DType dt : {DType::kBF16, DType::kFP16}) {
       for (Activation act : {Activation::kSiLU, Activation::kGeluTanh}) {
         DevBuf x(2 * s.M * s.K), w(2 * 2 * s.U * s.K), out(2 * s.M * s.U);
-        const uint64_t seed = test::fresh_seed();
+        const uint64_t seed = testing::fresh_seed();
         SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " " << activation_name(act) << " M=" << s.M << " K=" << s.K
-                                          << " U=" << s.U << ", " << test::seed_note(seed));
+                                          << " U=" << s.U << ", " << testing::seed_note(seed));
         testing::fill_uniform(Matrix{x.p, dt, s.M, s.K, s.K}, -1.f, 1.f, seed);
         testing::fill_uniform(Matrix{w.p, dt, 2 * s.U, s.K, s.K}, -0.2f, 0.2f, seed + 1);
         testing::fill_bits(make_matrix(out.p, dt, s.M, s.U), testing::nan_bits(dt));
         gated_up(make_matrix((const void*)x.p, dt, s.M, s.K), make_matrix((const void*)w.p, dt, 2 * s.U, s.K),
                  make_matrix(out.p, dt, s.M, s.U), act);
         BF_CUDA_CHECK(cudaDeviceSynchronize());
-        test::HostMatrix hx(dt, s.M, s.K), hw(dt, 2 * s.U, s.K), hout(dt, s.M, s.U);
+        testing::HostMatrix hx(dt, s.M, s.K), hw(dt, 2 * s.U, s.K), hout(dt, s.M, s.U);
         BF_CUDA_CHECK(cudaMemcpy(hx.bits.data(), x.p, 2 * s.M * s.K, cudaMemcpyDeviceToHost));
         BF_CUDA_CHECK(cudaMemcpy(hw.bits.data(), w.p, 2 * 2 * s.U * s.K, cudaMemcpyDeviceToHost));
         BF_CUDA_CHECK(cudaMemcpy(hout.bits.data(), out.p, 2 * s.M * s.U, cudaMemcpyDeviceToHost));
@@ -215,7 +210,7 @@ TEST(GatedUpGpu, AgreesWithCpuReference) {
 }
 
 TEST(GatedUpGpu, ReferenceGpuMatchesCpu) {
-  REQUIRE_GPU();
+  BF_SKIP_WITHOUT_GPU("gated_up");
   // The GPU reference (cuBLAS fp32 GEMM + gate) is what every kernel check trusts, so it is checked
   // itself against the CPU reference (plain fp32 loops), on strided x and w with NaN padding, a
   // strided fp32 result whose padding must stay untouched, odd M and a K that is no tile multiple.
@@ -224,9 +219,9 @@ TEST(GatedUpGpu, ReferenceGpuMatchesCpu) {
     for (DType dt : {DType::kBF16, DType::kFP16}) {
       for (Activation act : {Activation::kSiLU, Activation::kGeluTanh}) {
         const int64_t ldx = s.K + 8, ldw = s.K + 16, ldr = s.U + 3;
-        const uint64_t seed = test::fresh_seed();
+        const uint64_t seed = testing::fresh_seed();
         SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " " << activation_name(act) << " M=" << s.M << " K=" << s.K
-                                          << " U=" << s.U << ", " << test::seed_note(seed));
+                                          << " U=" << s.U << ", " << testing::seed_note(seed));
         DevBuf x(2 * s.M * ldx), w(2 * 2 * s.U * ldw), ref(4 * s.M * ldr);
         const Matrix X{x.p, dt, s.M, s.K, ldx}, W{w.p, dt, 2 * s.U, s.K, ldw};
         testing::fill_bits(Matrix{x.p, dt, s.M, ldx, ldx}, testing::nan_bits(dt));
@@ -236,7 +231,7 @@ TEST(GatedUpGpu, ReferenceGpuMatchesCpu) {
         BF_CUDA_CHECK(cudaMemset(ref.p, 0xFF, 4 * s.M * ldr));  // 0xFFFFFFFF: a NaN, kept in the padding
         testing::gated_up_reference_gpu(X, W, static_cast<float*>(ref.p), ldr, act);
         BF_CUDA_CHECK(cudaDeviceSynchronize());
-        test::HostMatrix hx(dt, s.M, s.K, ldx), hw(dt, 2 * s.U, s.K, ldw);
+        testing::HostMatrix hx(dt, s.M, s.K, ldx), hw(dt, 2 * s.U, s.K, ldw);
         std::vector<uint32_t> gpu(size_t(s.M * ldr));
         BF_CUDA_CHECK(cudaMemcpy(hx.bits.data(), x.p, 2 * s.M * ldx, cudaMemcpyDeviceToHost));
         BF_CUDA_CHECK(cudaMemcpy(hw.bits.data(), w.p, 2 * 2 * s.U * ldw, cudaMemcpyDeviceToHost));
@@ -280,12 +275,12 @@ TEST(GatedUpGpu, ReferenceGpuMatchesCpu) {
 }
 
 TEST(GatedUpGpu, InterleavedFromSeparateWeights) {
-  REQUIRE_GPU();
+  BF_SKIP_WITHOUT_GPU("gated_up");
   // The device interleave helper + kernel compute act(x·gateᵀ)·(x·upᵀ) from separate weights.
   const int64_t M = 64, K = 256, U = 128;
   const DType dt = DType::kBF16;
   DevBuf x(2 * M * K), gate(2 * U * K), up(2 * U * K), w(2 * 2 * U * K), out(2 * M * U), c(4 * M * U * 2);
-  const uint64_t seed = test::fresh_seed();
+  const uint64_t seed = testing::fresh_seed();
   testing::fill_uniform(Matrix{x.p, dt, M, K, K}, -1.f, 1.f, seed);
   testing::fill_uniform(Matrix{gate.p, dt, U, K, K}, -0.1f, 0.1f, seed + 1);
   testing::fill_uniform(Matrix{up.p, dt, U, K, K}, -0.1f, 0.1f, seed + 2);
@@ -293,7 +288,7 @@ TEST(GatedUpGpu, InterleavedFromSeparateWeights) {
   gated_up(make_matrix((const void*)x.p, dt, M, K), make_matrix((const void*)w.p, dt, 2 * U, K), make_matrix(out.p, dt, M, U),
            Activation::kSiLU);
   BF_CUDA_CHECK(cudaDeviceSynchronize());
-  test::HostMatrix hx(dt, M, K), hg(dt, U, K), hu(dt, U, K), ho(dt, M, U);
+  testing::HostMatrix hx(dt, M, K), hg(dt, U, K), hu(dt, U, K), ho(dt, M, U);
   BF_CUDA_CHECK(cudaMemcpy(hx.bits.data(), x.p, 2 * M * K, cudaMemcpyDeviceToHost));
   BF_CUDA_CHECK(cudaMemcpy(hg.bits.data(), gate.p, 2 * U * K, cudaMemcpyDeviceToHost));
   BF_CUDA_CHECK(cudaMemcpy(hu.bits.data(), up.p, 2 * U * K, cudaMemcpyDeviceToHost));
@@ -319,7 +314,7 @@ TEST(GatedUpGpu, InterleavedFromSeparateWeights) {
 }
 
 TEST(GatedUpGpu, EmptyAndErrorsWithDeviceMemory) {
-  REQUIRE_GPU();
+  BF_SKIP_WITHOUT_GPU("gated_up");
   const DType dt = DType::kBF16;
   DevBuf x(2 * 64 * 64), w(2 * 64 * 64), out(2 * 64 * 32);
   EXPECT_NO_THROW(gated_up(make_matrix((const void*)x.p, dt, 0, 64), make_matrix((const void*)w.p, dt, 64, 64),
@@ -345,7 +340,7 @@ TEST(GatedUpGpu, EmptyAndErrorsWithDeviceMemory) {
 
 // ---- the small set for compute-sanitizer: tails in M, K and U, every tile config ----
 TEST(GatedUpSanitizer, TailsEveryConfig) {
-  REQUIRE_GPU();
+  BF_SKIP_WITHOUT_GPU("gated_up");
   for (auto [kern, n] : kernels_here())
     for (int c = 0; c < n; ++c) {
       if (kern == GatedUpKernel::kSm80 && !config_fits(c)) continue;
@@ -355,7 +350,7 @@ TEST(GatedUpSanitizer, TailsEveryConfig) {
 }
 
 TEST(GatedUpSanitizer, GeluFp16) {
-  REQUIRE_GPU();
+  BF_SKIP_WITHOUT_GPU("gated_up");
   expect_close(run_case(Shape{33, 72, 264}, DType::kFP16, Activation::kGeluTanh, -1), DType::kFP16);
 }
 

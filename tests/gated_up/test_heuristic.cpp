@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "blockfuse/gated_up.h"
-#include "support/test_util.h"
+#include "testing/gtest/gtest_util.h"
 
 namespace blockfuse {
 namespace {
@@ -71,10 +71,10 @@ TEST(Heuristic, TableIsConsistent) {
 }
 
 TEST(Heuristic, TileConfigIndexIsChecked) {
-  test::expect_arg_error([] { gated_up_tile_config(-1); }, "index", "-1");
-  test::expect_arg_error([] { gated_up_tile_config(gated_up_num_tile_configs()); }, "index",
+  testing::expect_arg_error([] { gated_up_tile_config(-1); }, "index", "-1");
+  testing::expect_arg_error([] { gated_up_tile_config(gated_up_num_tile_configs()); }, "index",
                          std::to_string(gated_up_num_tile_configs()));
-  test::expect_arg_error([] { gated_up_tile_config(1 << 30); }, "index");
+  testing::expect_arg_error([] { gated_up_tile_config(1 << 30); }, "index");
 }
 
 // Rule 1: M <= 64 -> the 64-row tile (halves the wasted MMA rows of a 128-row tile).

@@ -17,12 +17,12 @@
 #include "blockfuse/weight_layout.h"
 #include "common/host_float.h"
 #include "gated_up/reference.h"
-#include "support/test_util.h"
+#include "testing/gtest/gtest_util.h"
 
 namespace blockfuse {
 namespace {
 
-using test::HostMatrix;
+using testing::HostMatrix;
 
 constexpr double kU32 = 1.0 / (1 << 24);  // fp32 unit roundoff
 
@@ -125,8 +125,8 @@ class ReferenceVsFp64 : public ::testing::TestWithParam<std::tuple<DType, Activa
 // one 16-byte vector and up to 1000, U = 8 .. 200.
 TEST_P(ReferenceVsFp64, ShapeGrid) {
   const auto [dt, act] = GetParam();
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE(test::seed_note(seed));
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
   std::mt19937_64 rng(seed);
   for (int64_t M : {1, 7, 33})
     for (int64_t K : {8, 24, 136, 1000})
@@ -137,8 +137,8 @@ TEST_P(ReferenceVsFp64, ShapeGrid) {
 // activations, where fp32 evaluation error is relatively largest.
 TEST_P(ReferenceVsFp64, WideRange) {
   const auto [dt, act] = GetParam();
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE(test::seed_note(seed));
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
   std::mt19937_64 rng(seed);
   for (float scale : {0.01f, 4.0f, 12.0f}) check_against_fp64(dt, act, {9, 64, 16}, scale, rng);
 }
@@ -147,8 +147,8 @@ TEST_P(ReferenceVsFp64, WideRange) {
 // multiples of 8, K = 1).
 TEST_P(ReferenceVsFp64, ShapesTheKernelRejects) {
   const auto [dt, act] = GetParam();
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE(test::seed_note(seed));
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
   std::mt19937_64 rng(seed);
   for (Shape s : {Shape{1, 1, 1}, Shape{3, 5, 3}, Shape{2, 17, 11}}) check_against_fp64(dt, act, s, 1.0f, rng);
 }
@@ -183,8 +183,8 @@ TEST(Reference, HandComputedSwiGLU) {
 // The interleaving convention, explicitly: gate and up built separately, interleaved by the host
 // helper; each output equals act(x·gateᵀ)·(x·upᵀ) and (with gate ≠ up) not act(x·upᵀ)·(x·gateᵀ).
 TEST(Reference, InterleavedRowsAreUpThenGate) {
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE(test::seed_note(seed));
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
   std::mt19937_64 rng(seed);
   const int64_t M = 5, K = 32, U = 16;
   for (Activation act : {Activation::kSiLU, Activation::kGeluTanh}) {
@@ -210,16 +210,16 @@ TEST(Reference, ValidatesArguments) {
       w16(DType::kFP16, 8, 8), out_rows(DType::kBF16, 3, 4), w_k(DType::kBF16, 8, 16);
   float f32[16];
   const auto silu = Activation::kSiLU;
-  test::expect_arg_error([&] { gated_up_reference_host(x.view(), w_odd.view(), out.view(), silu); }, "w", "7");
-  test::expect_arg_error([&] { gated_up_reference_host(x.view(), w16.view(), out.view(), silu); }, "w", "fp16");
-  test::expect_arg_error([&] { gated_up_reference_host(x.view(), w_k.view(), out.view(), silu); }, "w", "16");
-  test::expect_arg_error([&] { gated_up_reference_host(x.view(), w.view(), out_rows.view(), silu); }, "out", "3");
-  test::expect_arg_error([&] { gated_up_reference_host(x.view(), w.view(), out.view(), Activation(4)); }, "activation", "4");
-  test::expect_arg_error([&] { gated_up_reference_host(x.view(), w.view(), Matrix{x.bits.data(), DType::kBF16, 2, 4, 4}, silu); },
+  testing::expect_arg_error([&] { gated_up_reference_host(x.view(), w_odd.view(), out.view(), silu); }, "w", "7");
+  testing::expect_arg_error([&] { gated_up_reference_host(x.view(), w16.view(), out.view(), silu); }, "w", "fp16");
+  testing::expect_arg_error([&] { gated_up_reference_host(x.view(), w_k.view(), out.view(), silu); }, "w", "16");
+  testing::expect_arg_error([&] { gated_up_reference_host(x.view(), w.view(), out_rows.view(), silu); }, "out", "3");
+  testing::expect_arg_error([&] { gated_up_reference_host(x.view(), w.view(), out.view(), Activation(4)); }, "activation", "4");
+  testing::expect_arg_error([&] { gated_up_reference_host(x.view(), w.view(), Matrix{x.bits.data(), DType::kBF16, 2, 4, 4}, silu); },
                          "out", "overlap");
-  test::expect_arg_error([&] { gated_up_reference_host_f32(x.view(), w_odd.view(), f32, 4, silu); }, "w");
-  test::expect_arg_error([&] { gated_up_reference_host_f32(x.view(), w.view(), f32, 3, silu); }, "ldo", "3");
-  test::expect_arg_error([&] { gated_up_reference_host_f32(x.view(), w.view(), nullptr, 4, silu); }, "out");
+  testing::expect_arg_error([&] { gated_up_reference_host_f32(x.view(), w_odd.view(), f32, 4, silu); }, "w");
+  testing::expect_arg_error([&] { gated_up_reference_host_f32(x.view(), w.view(), f32, 3, silu); }, "ldo", "3");
+  testing::expect_arg_error([&] { gated_up_reference_host_f32(x.view(), w.view(), nullptr, 4, silu); }, "out");
   // Empty problems are fine and touch nothing.
   HostMatrix x0(DType::kBF16, 0, 8), out0(DType::kBF16, 0, 4);
   EXPECT_NO_THROW(gated_up_reference_host(x0.view(), w.view(), out0.view(), silu));

@@ -15,12 +15,12 @@
 
 #include "blockfuse/gated_up.h"
 #include "blockfuse/swiglu.h"
-#include "support/test_util.h"
+#include "testing/gtest/gtest_util.h"
 
 namespace blockfuse {
 namespace {
 
-using test::expect_arg_error;
+using testing::expect_arg_error;
 
 // Fake device addresses, 256-byte aligned, far apart, never dereferenced.
 void* fake(int i) { return reinterpret_cast<void*>(uintptr_t(0x7f0000000000ull) + uintptr_t(i) * (uintptr_t(1) << 32)); }
@@ -102,14 +102,14 @@ struct DeviceBuffer {
 };
 
 TEST(GatedUpValidation, HostMemoryIsRejected) {
-  test::HostMatrix hx(DType::kBF16, 16, 64), hw(DType::kBF16, 64, 64), hout(DType::kBF16, 16, 32);
+  testing::HostMatrix hx(DType::kBF16, 16, 64), hw(DType::kBF16, 64, 64), hout(DType::kBF16, 16, 32);
   {  // With or without a GPU: host x is rejected as not device memory (on a CPU-only machine the
      // pointer cannot be inspected, which is reported the same way).
     Call c;
     c.x = hx.view();
     expect_arg_error(c, "x", "device memory");
   }
-  if (!test::has_cuda_device()) {
+  if (!testing::has_cuda_device()) {
     // CPU-only: even a fake device address fails the device check, naming the first matrix.
     expect_arg_error(Call{}, "x", "device memory");
     return;
@@ -124,7 +124,7 @@ TEST(GatedUpValidation, HostMemoryIsRejected) {
 }
 
 TEST(GatedUpValidation, OutputMustNotOverlapInputs) {
-  if (!test::has_cuda_device()) {
+  if (!testing::has_cuda_device()) {
     // Overlap is checked after the device checks, which fail first without a GPU — still an
     // Error naming an argument, before anything could be launched.
     Call c;
@@ -179,9 +179,9 @@ TEST(SwigluValidation, EmptyIsANoOp) {
 }
 
 TEST(SwigluValidation, DeviceMemoryAndOverlap) {
-  test::HostMatrix hin(DType::kBF16, 4, 64);
+  testing::HostMatrix hin(DType::kBF16, 4, 64);
   { SwigluCall c; c.in = hin.view(); expect_arg_error(c, "gate_up", "device memory"); }
-  if (!test::has_cuda_device()) {
+  if (!testing::has_cuda_device()) {
     SwigluCall c;
     c.out.data = const_cast<void*>(c.in.data);  // overlap, but the device check comes first
     expect_arg_error(c, "gate_up", "device memory");
@@ -191,7 +191,7 @@ TEST(SwigluValidation, DeviceMemoryAndOverlap) {
   SwigluCall c;
   c.in.data = buf.p;
   c.out.data = static_cast<char*>(buf.p) + 4096;
-  { SwigluCall b = c; test::HostMatrix hout(DType::kBF16, 4, 32); b.out = hout.view(); expect_arg_error(b, "out", "device memory"); }
+  { SwigluCall b = c; testing::HostMatrix hout(DType::kBF16, 4, 32); b.out = hout.view(); expect_arg_error(b, "out", "device memory"); }
   { SwigluCall b = c; b.out.data = static_cast<char*>(buf.p) + 64; expect_arg_error(b, "out", "overlap"); }
 }
 

@@ -9,13 +9,13 @@
 #include <random>
 
 #include "blockfuse/weight_layout.h"
-#include "support/test_util.h"
+#include "testing/gtest/gtest_util.h"
 
 namespace blockfuse {
 namespace {
 
-using test::expect_arg_error;
-using test::HostMatrix;
+using testing::expect_arg_error;
+using testing::HostMatrix;
 
 constexpr uint16_t kSentinel = 0xABCD;  // HostMatrix's initial fill: padding must keep it
 
@@ -51,8 +51,8 @@ struct Dims {
 const Dims kDims[] = {{1, 8}, {7, 24}, {64, 136}, {3, 5}};  // the host helpers take any K
 
 TEST(WeightLayoutHost, SeparateRoundTrip) {
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE(test::seed_note(seed));
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
   std::mt19937_64 rng(seed);
   for (DType dt : {DType::kBF16, DType::kFP16})
     for (Dims d : kDims) {
@@ -73,8 +73,8 @@ TEST(WeightLayoutHost, SeparateRoundTrip) {
 }
 
 TEST(WeightLayoutHost, StackedRoundTrip) {
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE(test::seed_note(seed));
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
   std::mt19937_64 rng(seed);
   for (DType dt : {DType::kBF16, DType::kFP16})
     for (Dims d : kDims) {
@@ -96,8 +96,8 @@ TEST(WeightLayoutHost, StackedRoundTrip) {
 // The two sources agree: interleaving the stacked tensor == interleaving its two halves; and
 // de-interleaving to separate matrices == the halves of de-interleaving to stacked.
 TEST(WeightLayoutHost, StackedAgreesWithSeparate) {
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE(test::seed_note(seed));
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
   std::mt19937_64 rng(seed);
   const int64_t U = 9, K = 16;
   HostMatrix stacked(DType::kBF16, 2 * U, K), w1(DType::kBF16, 2 * U, K), w2(DType::kBF16, 2 * U, K);

@@ -12,18 +12,13 @@
 
 #include "blockfuse/weight_layout.h"
 #include "common/check.h"
-#include "support/test_util.h"
+#include "testing/gtest/gtest_util.h"
 #include "testing/testing.h"
 
 namespace blockfuse {
 namespace {
 
-using test::HostMatrix;
-
-#define REQUIRE_GPU()                                                                     \
-  do {                                                                                    \
-    if (!testing::has_cuda_device()) GTEST_SKIP() << "no CUDA device: GPU test skipped"; \
-  } while (0)
+using testing::HostMatrix;
 
 // A device copy of a host matrix, padding included (so device outputs start from the same bytes
 // as the host outputs they are compared with).
@@ -68,9 +63,9 @@ struct Dims {
 const Dims kDims[] = {{1, 8}, {7, 24}, {64, 136}, {3, 5}, {16, 4096}};
 
 TEST(WeightLayoutGpu, DeviceMatchesHost) {
-  REQUIRE_GPU();
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE(test::seed_note(seed));
+  BF_SKIP_WITHOUT_GPU("the weight-layout kernels");
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
   std::mt19937_64 rng(seed);
   cudaStream_t stream;
   BF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -134,7 +129,7 @@ TEST(WeightLayoutGpu, DeviceMatchesHost) {
 }
 
 TEST(WeightLayoutGpu, EmptyIsANoOp) {
-  REQUIRE_GPU();
+  BF_SKIP_WITHOUT_GPU("the weight-layout kernels");
   // U = 0: nothing to copy, no CUDA call may fail, and no error is thrown.
   void* p = nullptr;
   BF_CUDA_CHECK(cudaMalloc(&p, 256));

@@ -26,14 +26,14 @@
 
 #include "blockfuse/swiglu.h"
 #include "common/fp8_host.h"
-#include "support/test_util.h"
+#include "testing/gtest/gtest_util.h"
 #include "swiglu/reference.h"
 #include "testing/testing.h"
 
 namespace blockfuse {
 namespace {
 
-using test::HostMatrix;
+using testing::HostMatrix;
 
 #define SKIP_WITHOUT_GPU() BF_SKIP_WITHOUT_GPU("the swiglu_fp8 kernel")
 
@@ -63,11 +63,11 @@ struct Case {
 };
 
 void run_case(const Case& c) {
-  const uint64_t seed = test::fresh_seed();
+  const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(std::string(dtype_name(c.dt)) + " " + activation_name(c.act) + " " + layout_name(c.layout) + " " +
                fp8_scale_mode_name(c.mode) + " rows=" + std::to_string(c.rows) + " U=" + std::to_string(c.u) +
                " in_pad=" + std::to_string(c.in_pad) + " out_pad=" + std::to_string(c.out_pad) +
-               (c.nonfinite ? " nonfinite" : "") + "; " + test::seed_note(seed));
+               (c.nonfinite ? " nonfinite" : "") + "; " + testing::seed_note(seed));
   std::mt19937_64 rng(seed);
   HostMatrix in(c.dt, c.rows, 2 * c.u, 2 * c.u + c.in_pad);
   in.fill_uniform(rng, -4.f, 4.f);
@@ -209,8 +209,8 @@ TEST(SwigluSanitizer, SmallShapes) {
   SKIP_WITHOUT_GPU();
   // The bf16/fp16 kernel under the sanitizer too: compare with the reference rounding.
   for (auto layout : {GateUpLayout::kStacked, GateUpLayout::kInterleaved}) {
-    const uint64_t seed = test::fresh_seed();
-    SCOPED_TRACE(test::seed_note(seed));
+    const uint64_t seed = testing::fresh_seed();
+    SCOPED_TRACE(testing::seed_note(seed));
     std::mt19937_64 rng(seed);
     HostMatrix in(DType::kBF16, 3, 272, 280);
     in.fill_uniform(rng, -4.f, 4.f);
@@ -225,7 +225,7 @@ TEST(SwigluSanitizer, SmallShapes) {
     CUDA_OK(cudaMemcpy(out.bits.data(), d_out.p, out.bits.size() * 2, cudaMemcpyDeviceToHost));
     for (int64_t r = 0; r < 3; ++r)
       for (int64_t j = 0; j < 136; ++j)
-        ASSERT_NEAR(out.at(r, j), ref.at(r, j), 2 * test::unit_roundoff(DType::kBF16) * std::fabs(ref.at(r, j)) + 1e-5)
+        ASSERT_NEAR(out.at(r, j), ref.at(r, j), 2 * testing::unit_roundoff(DType::kBF16) * std::fabs(ref.at(r, j)) + 1e-5)
             << "(" << r << ", " << j << ")";
   }
 }

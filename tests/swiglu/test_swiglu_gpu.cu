@@ -19,13 +19,13 @@
 #include <cuda_runtime_api.h>
 
 #include "blockfuse/swiglu.h"
-#include "support/test_util.h"
+#include "testing/gtest/gtest_util.h"
 #include "testing/testing.h"
 
 namespace blockfuse {
 namespace {
 
-using test::HostMatrix;
+using testing::HostMatrix;
 
 #define SKIP_WITHOUT_GPU() BF_SKIP_WITHOUT_GPU("the swiglu kernel")
 
@@ -63,10 +63,10 @@ double act_f64(Activation a, double g) {
 //   there |act(g)·up| < 1e-3, so an absolute 1e-5 is still far below any indexing or formula error.
 void run_case(DType dt, Activation act, GateUpLayout layout, int64_t rows, int64_t u, int64_t in_pad,
               int64_t out_pad, cudaStream_t stream = nullptr) {
-  const uint64_t seed = test::fresh_seed();
+  const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(std::string(dtype_name(dt)) + " " + activation_name(act) + " " + layout_name(layout) +
                " rows=" + std::to_string(rows) + " U=" + std::to_string(u) + " in_pad=" + std::to_string(in_pad) +
-               " out_pad=" + std::to_string(out_pad) + "; " + test::seed_note(seed));
+               " out_pad=" + std::to_string(out_pad) + "; " + testing::seed_note(seed));
   std::mt19937_64 rng(seed);
   HostMatrix in(dt, rows, 2 * u, 2 * u + in_pad);
   in.fill_uniform(rng, -4.f, 4.f);  // never zero; spans both tails of sigmoid and tanh
@@ -79,7 +79,7 @@ void run_case(DType dt, Activation act, GateUpLayout layout, int64_t rows, int64
   CUDA_OK(cudaStreamSynchronize(stream));
   d_out.to_host(out);
 
-  const double rtol = test::unit_roundoff(dt) + 1e-5, atol = 1e-5;
+  const double rtol = testing::unit_roundoff(dt) + 1e-5, atol = 1e-5;
   int64_t bad = 0, nonfinite = 0, pad_bad = 0;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < u; ++j) {
@@ -149,8 +149,8 @@ INSTANTIATE_TEST_SUITE_P(AllVariants, SwigluGpu,
 // [48, U] output; the rows outside the slice must stay poisoned (untouched).
 TEST(SwigluGpuSlices, RowOffsetViews) {
   SKIP_WITHOUT_GPU();
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE(test::seed_note(seed));
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
   std::mt19937_64 rng(seed);
   const int64_t u = 40;
   HostMatrix in(DType::kBF16, 64, 2 * u);
@@ -172,7 +172,7 @@ TEST(SwigluGpuSlices, RowOffsetViews) {
       }
       const double g = in.at(r + 2, j), up = in.at(r + 2, u + j);
       const double ref = act_f64(Activation::kSiLU, g) * up;
-      ASSERT_NEAR(got, ref, 1e-5 + (test::unit_roundoff(DType::kBF16) + 1e-5) * std::fabs(ref)) << "at (" << r << ", " << j << ")";
+      ASSERT_NEAR(got, ref, 1e-5 + (testing::unit_roundoff(DType::kBF16) + 1e-5) * std::fabs(ref)) << "at (" << r << ", " << j << ")";
     }
 }
 

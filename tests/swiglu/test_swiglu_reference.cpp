@@ -12,14 +12,14 @@
 #include "blockfuse/swiglu.h"
 #include "common/fp8_host.h"
 #include "common/host_float.h"
-#include "support/test_util.h"
+#include "testing/gtest/gtest_util.h"
 #include "swiglu/reference.h"
 
 namespace blockfuse {
 namespace {
 
-using test::expect_arg_error;
-using test::HostMatrix;
+using testing::expect_arg_error;
+using testing::HostMatrix;
 
 double silu(double g) { return g / (1.0 + std::exp(-g)); }
 

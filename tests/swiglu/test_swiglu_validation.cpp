@@ -10,12 +10,12 @@
 #include <tuple>
 
 #include "blockfuse/swiglu.h"
-#include "support/test_util.h"
+#include "testing/gtest/gtest_util.h"
 
 namespace blockfuse {
 namespace {
 
-using test::expect_arg_error;
+using testing::expect_arg_error;
 
 void* fake(int i) { return reinterpret_cast<void*>(uintptr_t(0x7e0000000000ull) + uintptr_t(i) * (uintptr_t(1) << 32)); }
 
@@ -95,7 +95,7 @@ TEST_P(SwigluArgs, EmptyProblemsAreNoOps) {
 
 TEST_P(SwigluArgs, HostPointerIsRejected) {
   // A host buffer is not device memory: named before anything launches, with or without a GPU.
-  test::HostMatrix h(std::get<0>(GetParam()), 7, 96, 104);
+  testing::HostMatrix h(std::get<0>(GetParam()), 7, 96, 104);
   Call c = valid();
   c.in = h.view();
   expect_arg_error(c, "gate_up", "device memory");

@@ -1,5 +1,5 @@
-// Host-side test helpers (test_util.h).
-#include "support/test_util.h"
+// The GoogleTest side of blockfuse::testing (gtest_util.h).
+#include "testing/gtest/gtest_util.h"
 
 #include <atomic>
 #include <chrono>
@@ -8,7 +8,7 @@
 
 #include <cuda_runtime_api.h>
 
-namespace blockfuse::test {
+namespace blockfuse::testing {
 
 uint64_t fresh_seed() {
   if (const char* s = std::getenv("BLOCKFUSE_TEST_SEED")) return std::strtoull(s, nullptr, 10);
@@ -23,11 +23,11 @@ std::string seed_note(uint64_t seed) {
   return "random seed " + std::to_string(seed) + " (replay: BLOCKFUSE_TEST_SEED=" + std::to_string(seed) + ")";
 }
 
-bool has_cuda_device() {
-  int n = 0;
-  const cudaError_t err = cudaGetDeviceCount(&n);
-  (void)cudaGetLastError();  // a CPU-only machine reports an error here; leave none behind
-  return err == cudaSuccess && n > 0;
+void expect_close(const CompareStats& st, const std::string& what, double max_rel_l2) {
+  EXPECT_GT(st.count, 0) << what << ": nothing compared";
+  EXPECT_EQ(st.nonfinite, 0) << what << ": unwritten or non-finite outputs; " << st.summary();
+  EXPECT_EQ(st.violations, 0) << what << ": " << st.summary();
+  EXPECT_LE(st.rel_l2(), max_rel_l2) << what << ": " << st.summary();
 }
 
 void expect_arg_error(const std::function<void()>& fn, const std::string& arg, const std::string& also) {
@@ -44,4 +44,4 @@ void expect_arg_error(const std::function<void()>& fn, const std::string& arg, c
   }
 }
 
-}  // namespace blockfuse::test
+}  // namespace blockfuse::testing

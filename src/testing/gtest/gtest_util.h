@@ -1,5 +1,6 @@
-// Host-side helpers for the tests: fresh random bf16/fp16 matrices, poisoning, a GPU-presence
-// guard. Every test draws new random data (seeded from the test's name and a counter) so the
+// blockfuse::testing, GoogleTest side: fresh seeds, the one skip-without-GPU macro, argument-error
+// expectations, host matrices with fill and poison, and EXPECT on a CompareStats (compare.h). Compiled
+// into the test binaries only (the rest of src/testing is the blockfuse_testing library). Every test draws new random data (seeded from the test's name and a counter) so the
 // kernels are checked on many inputs over time, never on zeros.
 #pragma once
 
@@ -13,8 +14,10 @@
 
 #include "blockfuse/common.h"
 #include "common/host_float.h"
+#include "testing/compare.h"
+#include "testing/testing.h"
 
-namespace blockfuse::test {
+namespace blockfuse::testing {
 
 // A fresh seed per call: the test name, a process-wide counter and the time, so reruns differ.
 // BLOCKFUSE_TEST_SEED=<n> replays one (every call then returns n). Put seed_note(seed) in a
@@ -22,13 +25,10 @@ namespace blockfuse::test {
 uint64_t fresh_seed();
 std::string seed_note(uint64_t seed);
 
-// Is a CUDA device usable here? false on CPU-only machines (CI); never throws, leaves no error set.
-bool has_cuda_device();
-
 // In a GPU test: skips it, saying so, where no CUDA device exists (`what` names the kernel).
 #define BF_SKIP_WITHOUT_GPU(what)                                                         \
   do {                                                                                     \
-    if (!::blockfuse::test::has_cuda_device())                                             \
+    if (!::blockfuse::testing::has_cuda_device())                                             \
       GTEST_SKIP() << "no CUDA device on this machine: " << (what) << " cannot run here";  \
   } while (0)
 
@@ -66,7 +66,8 @@ struct HostMatrix {
   }
 };
 
-// Relative size of one rounding to the dtype (half an ulp at 1.0).
-inline double unit_roundoff(DType t) { return t == DType::kBF16 ? 1.0 / 256 : 1.0 / 2048; }
+// Expects st to hold a full, finite comparison within tolerance and within max_rel_l2, printing
+// `what` and the first offending element otherwise.
+void expect_close(const CompareStats& st, const std::string& what, double max_rel_l2 = 1e-2);
 
-}  // namespace blockfuse::test
+}  // namespace blockfuse::testing
