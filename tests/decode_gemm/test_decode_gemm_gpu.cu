@@ -45,26 +45,6 @@ using testing::HostMatrix;
 #define CUDA_OK(expr) BF_CUDA_OK(expr)
 
 // The whole ld-strided host buffer on the device (padding included, so it can be checked after).
-struct DeviceCopy {
-  void* p = nullptr;
-  size_t bytes = 0;
-  explicit DeviceCopy(const HostMatrix& h) : bytes(h.bits.size() * sizeof(uint16_t)) {
-    if (cudaMalloc(&p, bytes) != cudaSuccess) throw std::runtime_error("cudaMalloc failed");
-    upload(h);
-  }
-  ~DeviceCopy() { cudaFree(p); }
-  void upload(const HostMatrix& h) const {
-    if (cudaMemcpy(p, h.bits.data(), bytes, cudaMemcpyHostToDevice) != cudaSuccess)
-      throw std::runtime_error("cudaMemcpy H2D failed");
-  }
-  void to_host(HostMatrix& h) const {
-    if (cudaMemcpy(h.bits.data(), p, bytes, cudaMemcpyDeviceToHost) != cudaSuccess)
-      throw std::runtime_error("cudaMemcpy D2H failed");
-  }
-  ConstMatrix cview(const HostMatrix& h) const { return ConstMatrix{p, h.dtype, h.rows, h.cols, h.ld}; }
-  Matrix view(const HostMatrix& h) const { return Matrix{p, h.dtype, h.rows, h.cols, h.ld}; }
-};
-
 // A zeroed workspace, as the API asks (cudaMemset once before first use).
 struct Workspace {
   void* p = nullptr;
@@ -131,7 +111,7 @@ HostMatrix run_once(const Problem& pr, int64_t y_pad, std::optional<DecodeGemmCo
   const int64_t M = pr.x.rows, N = pr.w.rows, K = pr.x.cols;
   HostMatrix y(pr.x.dtype, M, N, N + y_pad);
   y.poison();
-  DeviceCopy dx(pr.x), dw(pr.w), dy(y);
+  testing::DeviceMatrix dx(pr.x), dw(pr.w), dy(y);
   Workspace ws(cfg ? decode_gemm_workspace_size(M, N, K, *cfg) : decode_gemm_workspace_size(M, N, K));
   if (cfg)
     decode_gemm(dx.cview(pr.x), dw.cview(pr.w), dy.view(y), ws.p, ws.bytes, *cfg, stream);
@@ -219,13 +199,13 @@ TEST_P(DecodeGemmGpu, RepeatedCallsAndGraphReplay) {
   const int64_t N = 1000, K = 8192;
   std::mt19937_64 rng(testing::fresh_seed());
   Problem pr(dt, 32, N, K, 0, 0, rng);
-  DeviceCopy dx(pr.x), dw(pr.w);
+  testing::DeviceMatrix dx(pr.x), dw(pr.w);
   size_t ws_bytes = decode_gemm_workspace_size(32, N, K);
   for (int split : {2, 7, 16})
     for (int warps : {4, 8}) ws_bytes = std::max(ws_bytes, decode_gemm_workspace_size(32, N, K, DecodeGemmConfig{split, warps}));
   Workspace ws(ws_bytes);
   HostMatrix y(dt, 32, N);
-  DeviceCopy dy(y);
+  testing::DeviceMatrix dy(y);
   auto run_and_check = [&](const std::function<void()>& fn, const std::string& what) {
     SCOPED_TRACE(what);
     y.poison();
@@ -245,10 +225,10 @@ TEST_P(DecodeGemmGpu, RepeatedCallsAndGraphReplay) {
   }
   // Fewer rows through the same workspace (sized for M = 32).
   {
-    const ConstMatrix x5{dx.p, dt, 5, K, K};
+    const ConstMatrix x5{dx.data(), dt, 5, K, K};
     HostMatrix y5(dt, 5, N);
     y5.poison();
-    DeviceCopy dy5(y5);
+    testing::DeviceMatrix dy5(y5);
     decode_gemm(x5, dw.cview(pr.w), dy5.view(y5), ws.p, ws.bytes);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     dy5.to_host(y5);

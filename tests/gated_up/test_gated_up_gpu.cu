@@ -23,14 +23,8 @@
 namespace blockfuse {
 namespace {
 
-// Device buffer with RAII.
-struct DevBuf {
-  void* p = nullptr;
-  explicit DevBuf(size_t bytes) { BF_CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 16)); }
-  ~DevBuf() { cudaFree(p); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-};
+// Bytes on the device; an empty size allocates nothing (the empty matrices take no pointer).
+using DevBuf = testing::DeviceBuffer<unsigned char>;
 
 struct Shape {
   int64_t M, K, U;
@@ -53,29 +47,29 @@ RunResult run_case(Shape s, DType dt, Activation act, int tile_config, int64_t x
   DevBuf x(2 * size_t(std::max<int64_t>(s.M, 1)) * ldx), w(2 * size_t(2 * s.U) * ldw), out(2 * size_t(std::max<int64_t>(s.M, 1)) * ldo),
       ref(4 * size_t(std::max<int64_t>(s.M, 1)) * s.U);
   if (seed == 0) seed = testing::fresh_seed();
-  const Matrix X{x.p, dt, s.M, s.K, ldx}, W{w.p, dt, 2 * s.U, s.K, ldw}, O{out.p, dt, s.M, s.U, ldo};
-  if (x_pad > 0) testing::fill_bits(Matrix{x.p, dt, s.M, ldx, ldx}, testing::nan_bits(dt));
-  if (w_pad > 0) testing::fill_bits(Matrix{w.p, dt, 2 * s.U, ldw, ldw}, testing::nan_bits(dt));
+  const Matrix X{x.data(), dt, s.M, s.K, ldx}, W{w.data(), dt, 2 * s.U, s.K, ldw}, O{out.data(), dt, s.M, s.U, ldo};
+  if (x_pad > 0) testing::fill_bits(Matrix{x.data(), dt, s.M, ldx, ldx}, testing::nan_bits(dt));
+  if (w_pad > 0) testing::fill_bits(Matrix{w.data(), dt, 2 * s.U, ldw, ldw}, testing::nan_bits(dt));
   testing::fill_uniform(X, -1.f, 1.f, seed);
   const float wb = 1.f / std::sqrt(float(s.K));
   testing::fill_uniform(W, -wb, wb, seed + 1);
   // Poison all of out including padding; the padding must stay poisoned (checked below).
-  testing::fill_bits(Matrix{out.p, dt, s.M, ldo, ldo}, testing::nan_bits(dt));
+  testing::fill_bits(Matrix{out.data(), dt, s.M, ldo, ldo}, testing::nan_bits(dt));
   GatedUpOptions opt;
   opt.tile_config = tile_config;
   opt.kernel = kernel;
   gated_up(X, W, O, act, nullptr, opt);
   BF_CUDA_CHECK(cudaDeviceSynchronize());
-  testing::gated_up_reference_gpu(X, W, static_cast<float*>(ref.p), s.U, act);
+  testing::gated_up_reference_gpu(X, W, reinterpret_cast<float*>(ref.data()), s.U, act);
   RunResult r;
-  r.st = testing::compare(O, static_cast<const float*>(ref.p), s.U, 1e-5, rtol_for(dt));
+  r.st = testing::compare(O, reinterpret_cast<const float*>(ref.data()), s.U, testing::tolerance(dt, 2));
   r.desc = std::string(kernel_name(kernel)) + " " + dtype_name(dt) + " " + activation_name(act) + " M=" + std::to_string(s.M) + " K=" + std::to_string(s.K) +
            " U=" + std::to_string(s.U) + " tile=" + std::to_string(tile_config) + " ldx=" + std::to_string(ldx) +
            " ldw=" + std::to_string(ldw) + " ldo=" + std::to_string(ldo) + " seed=" + std::to_string(seed) +
            " (replay: BLOCKFUSE_TEST_SEED=" + std::to_string(seed) + ")";
   if (o_pad > 0 && s.M > 0) {
     std::vector<uint16_t> h(size_t(s.M * ldo));
-    BF_CUDA_CHECK(cudaMemcpy(h.data(), out.p, h.size() * 2, cudaMemcpyDeviceToHost));
+    BF_CUDA_CHECK(cudaMemcpy(h.data(), out.data(), h.size() * 2, cudaMemcpyDeviceToHost));
     for (int64_t m = 0; m < s.M; ++m)
       for (int64_t c = s.U; c < ldo; ++c)
         if (h[size_t(m * ldo + c)] != testing::nan_bits(dt)) {
@@ -85,18 +79,13 @@ RunResult run_case(Shape s, DType dt, Activation act, int tile_config, int64_t x
   }
   if (out_bits) {
     out_bits->resize(size_t(s.M * ldo));
-    BF_CUDA_CHECK(cudaMemcpy(out_bits->data(), out.p, out_bits->size() * 2, cudaMemcpyDeviceToHost));
+    BF_CUDA_CHECK(cudaMemcpy(out_bits->data(), out.data(), out_bits->size() * 2, cudaMemcpyDeviceToHost));
   }
   return r;
 }
 
 void expect_close(const RunResult& r, DType dt) {
-  EXPECT_GT(r.st.count, 0) << r.desc;
-  EXPECT_EQ(r.st.nonfinite, 0) << r.desc << ": unwritten/non-finite outputs, first at (" << r.st.first_bad_row << ", "
-                               << r.st.first_bad_col << ")";
-  EXPECT_EQ(r.st.violations, 0) << r.desc << ": " << r.st.violations << " elements outside one rounding, first at ("
-                                << r.st.first_bad_row << ", " << r.st.first_bad_col << "), max |diff| " << r.st.max_abs_diff;
-  EXPECT_LT(r.st.rel_l2(), dt == DType::kBF16 ? 1e-2 : 2e-3) << r.desc;
+  testing::expect_close(r.st, r.desc, dt == DType::kBF16 ? 1e-2 : 2e-3);
 }
 
 // The kernels this build and device can run, each with its tile-table size.
@@ -186,16 +175,16 @@ TEST(GatedUpGpu, AgreesWithCpuReference) {
         const uint64_t seed = testing::fresh_seed();
         SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " " << activation_name(act) << " M=" << s.M << " K=" << s.K
                                           << " U=" << s.U << ", " << testing::seed_note(seed));
-        testing::fill_uniform(Matrix{x.p, dt, s.M, s.K, s.K}, -1.f, 1.f, seed);
-        testing::fill_uniform(Matrix{w.p, dt, 2 * s.U, s.K, s.K}, -0.2f, 0.2f, seed + 1);
-        testing::fill_bits(make_matrix(out.p, dt, s.M, s.U), testing::nan_bits(dt));
-        gated_up(make_matrix((const void*)x.p, dt, s.M, s.K), make_matrix((const void*)w.p, dt, 2 * s.U, s.K),
-                 make_matrix(out.p, dt, s.M, s.U), act);
+        testing::fill_uniform(Matrix{x.data(), dt, s.M, s.K, s.K}, -1.f, 1.f, seed);
+        testing::fill_uniform(Matrix{w.data(), dt, 2 * s.U, s.K, s.K}, -0.2f, 0.2f, seed + 1);
+        testing::fill_bits(make_matrix(out.data(), dt, s.M, s.U), testing::nan_bits(dt));
+        gated_up(make_matrix((const void*)x.data(), dt, s.M, s.K), make_matrix((const void*)w.data(), dt, 2 * s.U, s.K),
+                 make_matrix(out.data(), dt, s.M, s.U), act);
         BF_CUDA_CHECK(cudaDeviceSynchronize());
         testing::HostMatrix hx(dt, s.M, s.K), hw(dt, 2 * s.U, s.K), hout(dt, s.M, s.U);
-        BF_CUDA_CHECK(cudaMemcpy(hx.bits.data(), x.p, 2 * s.M * s.K, cudaMemcpyDeviceToHost));
-        BF_CUDA_CHECK(cudaMemcpy(hw.bits.data(), w.p, 2 * 2 * s.U * s.K, cudaMemcpyDeviceToHost));
-        BF_CUDA_CHECK(cudaMemcpy(hout.bits.data(), out.p, 2 * s.M * s.U, cudaMemcpyDeviceToHost));
+        BF_CUDA_CHECK(cudaMemcpy(hx.bits.data(), x.data(), 2 * s.M * s.K, cudaMemcpyDeviceToHost));
+        BF_CUDA_CHECK(cudaMemcpy(hw.bits.data(), w.data(), 2 * 2 * s.U * s.K, cudaMemcpyDeviceToHost));
+        BF_CUDA_CHECK(cudaMemcpy(hout.bits.data(), out.data(), 2 * s.M * s.U, cudaMemcpyDeviceToHost));
         std::vector<float> f32(size_t(s.M * s.U));
         gated_up_reference_host_f32(hx.view(), hw.view(), f32.data(), s.U, act);
         // One output rounding (rtol) plus the fp32 summation-order difference (|h| ~ 1 here, so 1e-5 absolute).
@@ -223,19 +212,19 @@ TEST(GatedUpGpu, ReferenceGpuMatchesCpu) {
         SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " " << activation_name(act) << " M=" << s.M << " K=" << s.K
                                           << " U=" << s.U << ", " << testing::seed_note(seed));
         DevBuf x(2 * s.M * ldx), w(2 * 2 * s.U * ldw), ref(4 * s.M * ldr);
-        const Matrix X{x.p, dt, s.M, s.K, ldx}, W{w.p, dt, 2 * s.U, s.K, ldw};
-        testing::fill_bits(Matrix{x.p, dt, s.M, ldx, ldx}, testing::nan_bits(dt));
-        testing::fill_bits(Matrix{w.p, dt, 2 * s.U, ldw, ldw}, testing::nan_bits(dt));
+        const Matrix X{x.data(), dt, s.M, s.K, ldx}, W{w.data(), dt, 2 * s.U, s.K, ldw};
+        testing::fill_bits(Matrix{x.data(), dt, s.M, ldx, ldx}, testing::nan_bits(dt));
+        testing::fill_bits(Matrix{w.data(), dt, 2 * s.U, ldw, ldw}, testing::nan_bits(dt));
         testing::fill_uniform(X, -1.f, 1.f, seed);
         testing::fill_uniform(W, -0.1f, 0.1f, seed + 1);
-        BF_CUDA_CHECK(cudaMemset(ref.p, 0xFF, 4 * s.M * ldr));  // 0xFFFFFFFF: a NaN, kept in the padding
-        testing::gated_up_reference_gpu(X, W, static_cast<float*>(ref.p), ldr, act);
+        BF_CUDA_CHECK(cudaMemset(ref.data(), 0xFF, 4 * s.M * ldr));  // 0xFFFFFFFF: a NaN, kept in the padding
+        testing::gated_up_reference_gpu(X, W, reinterpret_cast<float*>(ref.data()), ldr, act);
         BF_CUDA_CHECK(cudaDeviceSynchronize());
         testing::HostMatrix hx(dt, s.M, s.K, ldx), hw(dt, 2 * s.U, s.K, ldw);
         std::vector<uint32_t> gpu(size_t(s.M * ldr));
-        BF_CUDA_CHECK(cudaMemcpy(hx.bits.data(), x.p, 2 * s.M * ldx, cudaMemcpyDeviceToHost));
-        BF_CUDA_CHECK(cudaMemcpy(hw.bits.data(), w.p, 2 * 2 * s.U * ldw, cudaMemcpyDeviceToHost));
-        BF_CUDA_CHECK(cudaMemcpy(gpu.data(), ref.p, 4 * s.M * ldr, cudaMemcpyDeviceToHost));
+        BF_CUDA_CHECK(cudaMemcpy(hx.bits.data(), x.data(), 2 * s.M * ldx, cudaMemcpyDeviceToHost));
+        BF_CUDA_CHECK(cudaMemcpy(hw.bits.data(), w.data(), 2 * 2 * s.U * ldw, cudaMemcpyDeviceToHost));
+        BF_CUDA_CHECK(cudaMemcpy(gpu.data(), ref.data(), 4 * s.M * ldr, cudaMemcpyDeviceToHost));
         std::vector<float> cpu(size_t(s.M * s.U));
         gated_up_reference_host_f32(hx.view(), hw.view(), cpu.data(), s.U, act);
         // Summation-order bound: each of up, gate is an fp32 sum of K exact products (2-byte inputs),
@@ -281,18 +270,18 @@ TEST(GatedUpGpu, InterleavedFromSeparateWeights) {
   const DType dt = DType::kBF16;
   DevBuf x(2 * M * K), gate(2 * U * K), up(2 * U * K), w(2 * 2 * U * K), out(2 * M * U), c(4 * M * U * 2);
   const uint64_t seed = testing::fresh_seed();
-  testing::fill_uniform(Matrix{x.p, dt, M, K, K}, -1.f, 1.f, seed);
-  testing::fill_uniform(Matrix{gate.p, dt, U, K, K}, -0.1f, 0.1f, seed + 1);
-  testing::fill_uniform(Matrix{up.p, dt, U, K, K}, -0.1f, 0.1f, seed + 2);
-  interleave_gate_up(make_matrix((const void*)gate.p, dt, U, K), make_matrix((const void*)up.p, dt, U, K), make_matrix(w.p, dt, 2 * U, K));
-  gated_up(make_matrix((const void*)x.p, dt, M, K), make_matrix((const void*)w.p, dt, 2 * U, K), make_matrix(out.p, dt, M, U),
+  testing::fill_uniform(Matrix{x.data(), dt, M, K, K}, -1.f, 1.f, seed);
+  testing::fill_uniform(Matrix{gate.data(), dt, U, K, K}, -0.1f, 0.1f, seed + 1);
+  testing::fill_uniform(Matrix{up.data(), dt, U, K, K}, -0.1f, 0.1f, seed + 2);
+  interleave_gate_up(make_matrix((const void*)gate.data(), dt, U, K), make_matrix((const void*)up.data(), dt, U, K), make_matrix(w.data(), dt, 2 * U, K));
+  gated_up(make_matrix((const void*)x.data(), dt, M, K), make_matrix((const void*)w.data(), dt, 2 * U, K), make_matrix(out.data(), dt, M, U),
            Activation::kSiLU);
   BF_CUDA_CHECK(cudaDeviceSynchronize());
   testing::HostMatrix hx(dt, M, K), hg(dt, U, K), hu(dt, U, K), ho(dt, M, U);
-  BF_CUDA_CHECK(cudaMemcpy(hx.bits.data(), x.p, 2 * M * K, cudaMemcpyDeviceToHost));
-  BF_CUDA_CHECK(cudaMemcpy(hg.bits.data(), gate.p, 2 * U * K, cudaMemcpyDeviceToHost));
-  BF_CUDA_CHECK(cudaMemcpy(hu.bits.data(), up.p, 2 * U * K, cudaMemcpyDeviceToHost));
-  BF_CUDA_CHECK(cudaMemcpy(ho.bits.data(), out.p, 2 * M * U, cudaMemcpyDeviceToHost));
+  BF_CUDA_CHECK(cudaMemcpy(hx.bits.data(), x.data(), 2 * M * K, cudaMemcpyDeviceToHost));
+  BF_CUDA_CHECK(cudaMemcpy(hg.bits.data(), gate.data(), 2 * U * K, cudaMemcpyDeviceToHost));
+  BF_CUDA_CHECK(cudaMemcpy(hu.bits.data(), up.data(), 2 * U * K, cudaMemcpyDeviceToHost));
+  BF_CUDA_CHECK(cudaMemcpy(ho.bits.data(), out.data(), 2 * M * U, cudaMemcpyDeviceToHost));
   for (int64_t m = 0; m < M; ++m)
     for (int64_t j = 0; j < U; ++j) {
       double g = 0, u = 0;
@@ -305,10 +294,10 @@ TEST(GatedUpGpu, InterleavedFromSeparateWeights) {
     }
   // And the device de-interleave returns the original weights bit for bit.
   DevBuf g2(2 * U * K), u2(2 * U * K);
-  deinterleave_gate_up(make_matrix((const void*)w.p, dt, 2 * U, K), make_matrix(g2.p, dt, U, K), make_matrix(u2.p, dt, U, K));
+  deinterleave_gate_up(make_matrix((const void*)w.data(), dt, 2 * U, K), make_matrix(g2.data(), dt, U, K), make_matrix(u2.data(), dt, U, K));
   std::vector<uint16_t> hg2(size_t(U * K)), hu2(size_t(U * K));
-  BF_CUDA_CHECK(cudaMemcpy(hg2.data(), g2.p, 2 * U * K, cudaMemcpyDeviceToHost));
-  BF_CUDA_CHECK(cudaMemcpy(hu2.data(), u2.p, 2 * U * K, cudaMemcpyDeviceToHost));
+  BF_CUDA_CHECK(cudaMemcpy(hg2.data(), g2.data(), 2 * U * K, cudaMemcpyDeviceToHost));
+  BF_CUDA_CHECK(cudaMemcpy(hu2.data(), u2.data(), 2 * U * K, cudaMemcpyDeviceToHost));
   EXPECT_EQ(hg2, hg.bits);
   EXPECT_EQ(hu2, hu.bits);
 }
@@ -317,11 +306,11 @@ TEST(GatedUpGpu, EmptyAndErrorsWithDeviceMemory) {
   BF_SKIP_WITHOUT_GPU("gated_up");
   const DType dt = DType::kBF16;
   DevBuf x(2 * 64 * 64), w(2 * 64 * 64), out(2 * 64 * 32);
-  EXPECT_NO_THROW(gated_up(make_matrix((const void*)x.p, dt, 0, 64), make_matrix((const void*)w.p, dt, 64, 64),
-                           make_matrix(out.p, dt, 0, 32), Activation::kSiLU));
+  EXPECT_NO_THROW(gated_up(make_matrix((const void*)x.data(), dt, 0, 64), make_matrix((const void*)w.data(), dt, 64, 64),
+                           make_matrix(out.data(), dt, 0, 32), Activation::kSiLU));
   // out aliasing x is refused, naming 'out'.
   try {
-    gated_up(make_matrix((const void*)x.p, dt, 16, 64), make_matrix((const void*)w.p, dt, 64, 64), make_matrix(x.p, dt, 16, 32),
+    gated_up(make_matrix((const void*)x.data(), dt, 16, 64), make_matrix((const void*)w.data(), dt, 64, 64), make_matrix(x.data(), dt, 16, 32),
              Activation::kSiLU);
     ADD_FAILURE() << "overlap not detected";
   } catch (const Error& e) {
@@ -330,7 +319,7 @@ TEST(GatedUpGpu, EmptyAndErrorsWithDeviceMemory) {
   // A host pointer for w is refused, naming 'w'.
   std::vector<uint16_t> host(64 * 64);
   try {
-    gated_up(make_matrix((const void*)x.p, dt, 16, 64), make_matrix((const void*)host.data(), dt, 64, 64), make_matrix(out.p, dt, 16, 32),
+    gated_up(make_matrix((const void*)x.data(), dt, 16, 64), make_matrix((const void*)host.data(), dt, 64, 64), make_matrix(out.data(), dt, 16, 32),
              Activation::kSiLU);
     ADD_FAILURE() << "host pointer not detected";
   } catch (const Error& e) {

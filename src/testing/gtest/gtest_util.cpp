@@ -23,6 +23,16 @@ std::string seed_note(uint64_t seed) {
   return "random seed " + std::to_string(seed) + " (replay: BLOCKFUSE_TEST_SEED=" + std::to_string(seed) + ")";
 }
 
+void DeviceMatrix::upload(const HostMatrix& h) const {
+  const cudaError_t e = cudaMemcpy(buf_.data(), h.bits.data(), h.bits.size() * sizeof(uint16_t), cudaMemcpyHostToDevice);
+  if (e != cudaSuccess) throw Error(std::string("DeviceMatrix: cudaMemcpy H2D failed: ") + cudaGetErrorString(e));
+}
+
+void DeviceMatrix::to_host(HostMatrix& h) const {
+  const cudaError_t e = cudaMemcpy(h.bits.data(), buf_.data(), h.bits.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost);
+  if (e != cudaSuccess) throw Error(std::string("DeviceMatrix: cudaMemcpy D2H failed: ") + cudaGetErrorString(e));
+}
+
 void expect_close(const CompareStats& st, const std::string& what, double max_rel_l2) {
   EXPECT_GT(st.count, 0) << what << ": nothing compared";
   EXPECT_EQ(st.nonfinite, 0) << what << ": unwritten or non-finite outputs; " << st.summary();

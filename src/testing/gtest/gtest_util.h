@@ -15,6 +15,7 @@
 #include "blockfuse/common.h"
 #include "common/host_float.h"
 #include "testing/compare.h"
+#include "testing/device_buffer.h"
 #include "testing/testing.h"
 
 namespace blockfuse::testing {
@@ -64,6 +65,21 @@ struct HostMatrix {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) bits[size_t(r * ld + c)] = nan;
   }
+};
+
+// A HostMatrix's copy in device memory (one DeviceBuffer underneath): the views a kernel call
+// takes and the copy back. Throws blockfuse::Error when a copy fails.
+class DeviceMatrix {
+ public:
+  explicit DeviceMatrix(const HostMatrix& h) : buf_(h.bits.size()) { upload(h); }
+  void upload(const HostMatrix& h) const;
+  void to_host(HostMatrix& h) const;
+  ConstMatrix cview(const HostMatrix& h) const { return ConstMatrix{buf_.data(), h.dtype, h.rows, h.cols, h.ld}; }
+  Matrix view(const HostMatrix& h) const { return Matrix{buf_.data(), h.dtype, h.rows, h.cols, h.ld}; }
+  uint16_t* data() const { return buf_.data(); }
+
+ private:
+  DeviceBuffer<uint16_t> buf_;
 };
 
 // Expects st to hold a full, finite comparison within tolerance and within max_rel_l2, printing
