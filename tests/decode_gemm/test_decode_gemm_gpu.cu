@@ -44,7 +44,6 @@ using testing::HostMatrix;
 
 #define CUDA_OK(expr) BF_CUDA_OK(expr)
 
-// The whole ld-strided host buffer on the device (padding included, so it can be checked after).
 // A zeroed workspace, as the API asks (cudaMemset once before first use).
 struct Workspace {
   void* p = nullptr;

@@ -31,7 +31,6 @@ using testing::HostMatrix;
 
 #define CUDA_OK(expr) BF_CUDA_OK(expr)
 
-// The whole ld-strided host buffer on the device (padding included, so it can be checked after).
 // The definitions, in fp64: silu(g) = g / (1 + e^-g); GELU with PyTorch's tanh approximation.
 double act_f64(Activation a, double g) {
   if (a == Activation::kSiLU) return g / (1.0 + std::exp(-g));

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -87,3 +88,9 @@ class DeviceMatrix {
 void expect_close(const CompareStats& st, const std::string& what, double max_rel_l2 = 1e-2);
 
 }  // namespace blockfuse::testing
+
+namespace blockfuse {
+// How GoogleTest prints these as parameters (found by ADL): names, not "4-byte object <01-00 ...>".
+inline void PrintTo(DType t, std::ostream* os) { *os << dtype_name(t); }
+inline void PrintTo(Activation a, std::ostream* os) { *os << activation_name(a); }
+}  // namespace blockfuse
