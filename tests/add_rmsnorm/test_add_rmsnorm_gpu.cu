@@ -44,23 +44,9 @@ using testing::HostMatrix;
 
 #define CUDA_OK(expr) BF_CUDA_OK(expr)
 
-// A device copy of a host byte range (the whole ld-strided buffer, padding included).
-struct DevBytes {
-  void* p = nullptr;
-  size_t bytes = 0;
-  DevBytes(const void* src, size_t n) : bytes(n) {
-    if (cudaMalloc(&p, std::max<size_t>(n, 16)) != cudaSuccess) throw std::runtime_error("cudaMalloc failed");
-    if (n && cudaMemcpy(p, src, n, cudaMemcpyHostToDevice) != cudaSuccess) throw std::runtime_error("cudaMemcpy H2D failed");
-  }
-  explicit DevBytes(const HostMatrix& h) : DevBytes(h.bits.data(), h.bits.size() * sizeof(uint16_t)) {}
-  ~DevBytes() { cudaFree(p); }
-  DevBytes(const DevBytes&) = delete;
-  DevBytes& operator=(const DevBytes&) = delete;
-  void to_host(void* dst) const {
-    if (bytes && cudaMemcpy(dst, p, bytes, cudaMemcpyDeviceToHost) != cudaSuccess)
-      throw std::runtime_error("cudaMemcpy D2H failed");
-  }
-};
+using Bytes = testing::DeviceBuffer<unsigned char>;
+using testing::to_device;
+using testing::to_host;
 
 enum class Fp8 { kNone, kStatic, kStaticSaturating, kDynamic };
 const char* fp8_name(Fp8 f) {
@@ -128,33 +114,33 @@ void run_case(const Case& c) {
   std::vector<float> scales(size_t(dynamic ? std::max<int64_t>(M, 1) : 1), std::nanf(""));
   if (!dynamic) scales[0] = static_scale;
 
-  DevBytes dx(x), dres(res), dw(w), dro(ro), dout(out), dout8(out8.data(), out8.size()),
-      dscale(scales.data(), scales.size() * sizeof(float));
-  const ConstMatrix xv{dx.p, c.dt, M, H, x.ld};
-  const ConstMatrix resv = c.has_res ? ConstMatrix{dres.p, c.dt, M, H, res.ld} : ConstMatrix{};
-  const ConstMatrix wv{dw.p, c.dt, 1, H, H};
+  const Bytes dx = to_device(x), dres = to_device(res), dw = to_device(w), dro = to_device(ro), dout = to_device(out),
+              dout8 = to_device(out8.data(), out8.size()), dscale = to_device(scales.data(), scales.size() * sizeof(float));
+  const ConstMatrix xv{dx.data(), c.dt, M, H, x.ld};
+  const ConstMatrix resv = c.has_res ? ConstMatrix{dres.data(), c.dt, M, H, res.ld} : ConstMatrix{};
+  const ConstMatrix wv{dw.data(), c.dt, 1, H, H};
   Matrix rov{};
   if (c.in_place)
-    rov = Matrix{dres.p, c.dt, M, H, res.ld};
+    rov = Matrix{dres.data(), c.dt, M, H, res.ld};
   else if (c.write_res)
-    rov = Matrix{dro.p, c.dt, M, H, ro.ld};
+    rov = Matrix{dro.data(), c.dt, M, H, ro.ld};
   RmsNormOptions opt;
   opt.eps = c.eps;
   opt.gemma_one_plus_w = c.gemma;
   if (fp8)
-    add_rmsnorm_fp8(xv, resv, wv, rov, Fp8Matrix{dout8.p, M, H, ld8},
+    add_rmsnorm_fp8(xv, resv, wv, rov, Fp8Matrix{dout8.data(), M, H, ld8},
                     Fp8Scale{dynamic ? Fp8ScaleMode::kDynamicPerRow : Fp8ScaleMode::kStaticPerTensor,
-                             static_cast<float*>(dscale.p)},
+                             reinterpret_cast<float*>(dscale.data())},
                     opt, c.stream);
   else
-    add_rmsnorm(xv, resv, wv, rov, Matrix{dout.p, c.dt, M, H, out.ld}, opt, c.stream);
+    add_rmsnorm(xv, resv, wv, rov, Matrix{dout.data(), c.dt, M, H, out.ld}, opt, c.stream);
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaStreamSynchronize(c.stream));
 
   // residual_out: bit-exact, padding untouched.
   if (c.write_res || c.in_place) {
     HostMatrix got = c.in_place ? res : ro;
-    (c.in_place ? dres : dro).to_host(got.bits.data());
+    to_host(c.in_place ? dres : dro, got.bits.data());
     const HostMatrix& before = c.in_place ? res : ro;
     int64_t bad = 0, pad_bad = 0;
     for (int64_t r = 0; r < M; ++r) {
@@ -172,19 +158,19 @@ void run_case(const Case& c) {
     EXPECT_EQ(pad_bad, 0) << "residual_out padding written (ld ignored?)";
   } else {
     std::vector<uint16_t> after(ro.bits.size());
-    dro.to_host(after.data());
+    to_host(dro, after.data());
     EXPECT_EQ(after, ro.bits) << "the unused residual_out buffer was written";
   }
   if (c.has_res && !c.in_place) {  // an input stays as it was
     std::vector<uint16_t> after(res.bits.size());
-    dres.to_host(after.data());
+    to_host(dres, after.data());
     EXPECT_EQ(after, res.bits) << "residual modified although residual_out is elsewhere";
   }
 
   const double u = testing::unit_roundoff(c.dt);
   int64_t bad = 0, pad_bad = 0;
   if (!fp8) {
-    dout.to_host(out.bits.data());
+    to_host(dout, out.bits.data());
     for (int64_t r = 0; r < M; ++r) {
       for (int64_t i = 0; i < H; ++i) {
         const double ref = v_ref[size_t(r * H + i)], got = out.at(r, i);
@@ -195,8 +181,8 @@ void run_case(const Case& c) {
         if (out.bits[size_t(r * out.ld + i)] != 0xABCD) ++pad_bad;
     }
   } else {
-    dout8.to_host(out8.data());
-    dscale.to_host(scales.data());
+    to_host(dout8, out8.data());
+    to_host(dscale, scales.data());
     for (int64_t r = 0; r < M; ++r) {
       float s = static_scale;
       if (dynamic) {
@@ -464,21 +450,22 @@ TEST(AddRmsNormSanitizer, OneBlockPerRowKernelsAndWideClustersSmall) {
 // residual_out, out and the scales, in that order, for bit comparisons.
 std::vector<uint8_t> run_raw(DType dt, int64_t M, int64_t H, const HostMatrix& x, const HostMatrix& res,
                              const HostMatrix& w, bool fp8) {
-  DevBytes dx(x), dres(res), dw(w);
+  const Bytes dx = to_device(x), dres = to_device(res), dw = to_device(w);
   const size_t mat = size_t(M * H) * 2, outb = fp8 ? size_t(M * H) : mat;
   std::vector<uint8_t> poison(std::max(mat, outb), 0xff);
-  DevBytes dro(poison.data(), mat), dout(poison.data(), outb), dscale(poison.data(), size_t(M) * 4);
-  const ConstMatrix xv{dx.p, dt, M, H, H}, rv{dres.p, dt, M, H, H}, wv{dw.p, dt, 1, H, H};
-  const Matrix rov{dro.p, dt, M, H, H};
+  const Bytes dro = to_device(poison.data(), mat), dout = to_device(poison.data(), outb),
+              dscale = to_device(poison.data(), size_t(M) * 4);
+  const ConstMatrix xv{dx.data(), dt, M, H, H}, rv{dres.data(), dt, M, H, H}, wv{dw.data(), dt, 1, H, H};
+  const Matrix rov{dro.data(), dt, M, H, H};
   if (fp8)
-    add_rmsnorm_fp8(xv, rv, wv, rov, Fp8Matrix{dout.p, M, H, H}, Fp8Scale{Fp8ScaleMode::kDynamicPerRow, static_cast<float*>(dscale.p)});
+    add_rmsnorm_fp8(xv, rv, wv, rov, Fp8Matrix{dout.data(), M, H, H}, Fp8Scale{Fp8ScaleMode::kDynamicPerRow, reinterpret_cast<float*>(dscale.data())});
   else
-    add_rmsnorm(xv, rv, wv, rov, Matrix{dout.p, dt, M, H, H});
+    add_rmsnorm(xv, rv, wv, rov, Matrix{dout.data(), dt, M, H, H});
   if (cudaDeviceSynchronize() != cudaSuccess) throw std::runtime_error(cudaGetErrorString(cudaGetLastError()));
   std::vector<uint8_t> all(mat + outb + size_t(M) * 4);
-  dro.to_host(all.data());
-  dout.to_host(all.data() + mat);
-  dscale.to_host(all.data() + mat + outb);
+  to_host(dro, all.data());
+  to_host(dout, all.data() + mat);
+  to_host(dscale, all.data() + mat + outb);
   return all;
 }
 

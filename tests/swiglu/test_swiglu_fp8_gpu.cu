@@ -42,13 +42,7 @@ using testing::HostMatrix;
 constexpr uint8_t kPoison = 0xAA;  // a finite code (-0.3125): a byte the kernel forgets shows as a wrong value
 constexpr uint8_t kPadding = 0x5C;
 
-struct Buf {
-  void* p = nullptr;
-  explicit Buf(size_t bytes) {
-    if (cudaMalloc(&p, bytes) != cudaSuccess) throw std::runtime_error("cudaMalloc failed");
-  }
-  ~Buf() { cudaFree(p); }
-};
+using Buf = testing::DeviceBuffer<unsigned char>;
 
 bool is_nan_code(uint8_t b) { return (b & 0x7f) == 0x7f; }
 
@@ -91,15 +85,15 @@ void run_case(const Case& c) {
   swiglu_fp8_reference_host(in.view(), ref.data(), ldo, c.mode, ref_scales.data(), c.act, c.layout);
 
   Buf d_in(in.bits.size() * 2), d_out(out.size()), d_scale(scales.size() * sizeof(float));
-  CUDA_OK(cudaMemcpy(d_in.p, in.bits.data(), in.bits.size() * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(d_out.p, out.data(), out.size(), cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(d_scale.p, scales.data(), scales.size() * sizeof(float), cudaMemcpyHostToDevice));
-  swiglu_fp8(ConstMatrix{d_in.p, c.dt, c.rows, 2 * c.u, in.ld}, Fp8Matrix{d_out.p, c.rows, c.u, ldo},
-             Fp8Scale{c.mode, static_cast<float*>(d_scale.p)}, c.act, c.layout, c.stream);
+  CUDA_OK(cudaMemcpy(d_in.data(), in.bits.data(), in.bits.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(d_out.data(), out.data(), out.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(d_scale.data(), scales.data(), scales.size() * sizeof(float), cudaMemcpyHostToDevice));
+  swiglu_fp8(ConstMatrix{d_in.data(), c.dt, c.rows, 2 * c.u, in.ld}, Fp8Matrix{d_out.data(), c.rows, c.u, ldo},
+             Fp8Scale{c.mode, reinterpret_cast<float*>(d_scale.data())}, c.act, c.layout, c.stream);
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaStreamSynchronize(c.stream));
-  CUDA_OK(cudaMemcpy(out.data(), d_out.p, out.size(), cudaMemcpyDeviceToHost));
-  CUDA_OK(cudaMemcpy(scales.data(), d_scale.p, scales.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(out.data(), d_out.data(), out.size(), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(scales.data(), d_scale.data(), scales.size() * sizeof(float), cudaMemcpyDeviceToHost));
 
   int64_t bad_scale = 0, bad = 0, nan_mismatch = 0, pad_bad = 0, exact = 0;
   for (int64_t r = 0; r < nscales; ++r)
@@ -218,11 +212,11 @@ TEST(SwigluSanitizer, SmallShapes) {
     out.poison();
     swiglu_reference_host(in.view(), ref.view(), Activation::kSiLU, layout);
     Buf d_in(in.bits.size() * 2), d_out(out.bits.size() * 2);
-    CUDA_OK(cudaMemcpy(d_in.p, in.bits.data(), in.bits.size() * 2, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(d_out.p, out.bits.data(), out.bits.size() * 2, cudaMemcpyHostToDevice));
-    swiglu(ConstMatrix{d_in.p, in.dtype, 3, 272, 280}, Matrix{d_out.p, out.dtype, 3, 136, 144}, Activation::kSiLU, layout);
+    CUDA_OK(cudaMemcpy(d_in.data(), in.bits.data(), in.bits.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d_out.data(), out.bits.data(), out.bits.size() * 2, cudaMemcpyHostToDevice));
+    swiglu(ConstMatrix{d_in.data(), in.dtype, 3, 272, 280}, Matrix{d_out.data(), out.dtype, 3, 136, 144}, Activation::kSiLU, layout);
     CUDA_OK(cudaDeviceSynchronize());
-    CUDA_OK(cudaMemcpy(out.bits.data(), d_out.p, out.bits.size() * 2, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(out.bits.data(), d_out.data(), out.bits.size() * 2, cudaMemcpyDeviceToHost));
     for (int64_t r = 0; r < 3; ++r)
       for (int64_t j = 0; j < 136; ++j)
         ASSERT_NEAR(out.at(r, j), ref.at(r, j), 2 * testing::unit_roundoff(DType::kBF16) * std::fabs(ref.at(r, j)) + 1e-5)

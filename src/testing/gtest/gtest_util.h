@@ -68,6 +68,11 @@ struct HostMatrix {
   }
 };
 
+// The whole ld-strided buffer of h (padding included) on the device.
+inline DeviceBuffer<unsigned char> to_device(const HostMatrix& h) {
+  return to_device(h.bits.data(), h.bits.size() * sizeof(uint16_t));
+}
+
 // A HostMatrix's copy in device memory (one DeviceBuffer underneath): the views a kernel call
 // takes and the copy back. Throws blockfuse::Error when a copy fails.
 class DeviceMatrix {
