@@ -46,14 +46,12 @@ using testing::HostMatrix;
 
 // A zeroed workspace, as the API asks (cudaMemset once before first use).
 struct Workspace {
-  void* p = nullptr;
-  size_t bytes = 0;
-  explicit Workspace(size_t n) : bytes(n) {
-    if (n == 0) return;
-    if (cudaMalloc(&p, n) != cudaSuccess) throw std::runtime_error("cudaMalloc failed");
-    if (cudaMemset(p, 0, n) != cudaSuccess) throw std::runtime_error("cudaMemset failed");
+  testing::DeviceBuffer<unsigned char> buf;
+  void* p;
+  size_t bytes;
+  explicit Workspace(size_t n) : buf(n), p(buf.data()), bytes(n) {
+    if (n && cudaMemset(p, 0, n) != cudaSuccess) throw std::runtime_error("cudaMemset failed");
   }
-  ~Workspace() { cudaFree(p); }
   // The counters must be back at zero after every completed call.
   bool counters_are_zero(int64_t n) const {
     if (!p) return true;

@@ -93,13 +93,7 @@ TEST(GatedUpValidation, EmptyProblemIsANoOp) {
 }
 
 // Device memory, owned for one test (only used where a GPU is present).
-struct DeviceBuffer {
-  void* p = nullptr;
-  explicit DeviceBuffer(size_t bytes) { EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess); }
-  ~DeviceBuffer() { cudaFree(p); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
+using DeviceBuffer = testing::DeviceBuffer<char>;
 
 TEST(GatedUpValidation, HostMemoryIsRejected) {
   testing::HostMatrix hx(DType::kBF16, 16, 64), hw(DType::kBF16, 64, 64), hout(DType::kBF16, 16, 32);
@@ -116,9 +110,9 @@ TEST(GatedUpValidation, HostMemoryIsRejected) {
   }
   DeviceBuffer dx(16 * 64 * 2), dw(64 * 64 * 2), dout(16 * 32 * 2);
   Call c;
-  c.x.data = dx.p;
-  c.w.data = dw.p;
-  c.out.data = dout.p;
+  c.x.data = dx.data();
+  c.w.data = dw.data();
+  c.out.data = dout.data();
   { Call b = c; b.w = hw.view(); expect_arg_error(b, "w", "device memory"); }
   { Call b = c; b.out = hout.view(); expect_arg_error(b, "out", "device memory"); }
 }
@@ -133,7 +127,7 @@ TEST(GatedUpValidation, OutputMustNotOverlapInputs) {
     return;
   }
   DeviceBuffer buf(1 << 20);
-  char* base = static_cast<char*>(buf.p);
+  char* base = static_cast<char*>(buf.data());
   Call c;
   c.x.data = base;
   c.w.data = base + 65536;
@@ -189,10 +183,10 @@ TEST(SwigluValidation, DeviceMemoryAndOverlap) {
   }
   DeviceBuffer buf(1 << 16);
   SwigluCall c;
-  c.in.data = buf.p;
-  c.out.data = static_cast<char*>(buf.p) + 4096;
+  c.in.data = buf.data();
+  c.out.data = static_cast<char*>(buf.data()) + 4096;
   { SwigluCall b = c; testing::HostMatrix hout(DType::kBF16, 4, 32); b.out = hout.view(); expect_arg_error(b, "out", "device memory"); }
-  { SwigluCall b = c; b.out.data = static_cast<char*>(buf.p) + 64; expect_arg_error(b, "out", "overlap"); }
+  { SwigluCall b = c; b.out.data = static_cast<char*>(buf.data()) + 64; expect_arg_error(b, "out", "overlap"); }
 }
 
 }  // namespace

@@ -24,20 +24,13 @@ using testing::HostMatrix;
 // as the host outputs they are compared with).
 struct DevMatrix {
   const HostMatrix& h;
-  void* p = nullptr;
-  explicit DevMatrix(const HostMatrix& host) : h(host) {
-    BF_CUDA_CHECK(cudaMalloc(&p, bytes() ? bytes() : 16));
-    BF_CUDA_CHECK(cudaMemcpy(p, h.bits.data(), bytes(), cudaMemcpyHostToDevice));
-  }
-  ~DevMatrix() { cudaFree(p); }
-  DevMatrix(const DevMatrix&) = delete;
-  DevMatrix& operator=(const DevMatrix&) = delete;
-  size_t bytes() const { return h.bits.size() * 2; }
-  Matrix view() const { return Matrix{p, h.dtype, h.rows, h.cols, h.ld}; }
+  testing::DeviceMatrix d;
+  explicit DevMatrix(const HostMatrix& host) : h(host), d(host) {}
+  Matrix view() const { return d.view(h); }
   std::vector<uint16_t> download() const {
-    std::vector<uint16_t> v(h.bits.size());
-    BF_CUDA_CHECK(cudaMemcpy(v.data(), p, bytes(), cudaMemcpyDeviceToHost));
-    return v;
+    HostMatrix copy = h;
+    d.to_host(copy);
+    return copy.bits;
   }
 };
 

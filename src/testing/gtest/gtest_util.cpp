@@ -24,11 +24,13 @@ std::string seed_note(uint64_t seed) {
 }
 
 void DeviceMatrix::upload(const HostMatrix& h) const {
+  if (h.bits.empty()) return;
   const cudaError_t e = cudaMemcpy(buf_.data(), h.bits.data(), h.bits.size() * sizeof(uint16_t), cudaMemcpyHostToDevice);
   if (e != cudaSuccess) throw Error(std::string("DeviceMatrix: cudaMemcpy H2D failed: ") + cudaGetErrorString(e));
 }
 
 void DeviceMatrix::to_host(HostMatrix& h) const {
+  if (h.bits.empty()) return;
   const cudaError_t e = cudaMemcpy(h.bits.data(), buf_.data(), h.bits.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost);
   if (e != cudaSuccess) throw Error(std::string("DeviceMatrix: cudaMemcpy D2H failed: ") + cudaGetErrorString(e));
 }
