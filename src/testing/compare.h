@@ -54,8 +54,10 @@ struct CompareStats {
   // "3 of 4096 out of tolerance, 0 non-finite, first at (2, 17): got 1.5 want 1.25; rel_l2 1e-3"
   std::string summary() const;
 
-  // Adds one element (host comparisons). A NaN reference expects a NaN result.
-  void add(int64_t r, int64_t c, double got, double ref, const Tolerance& tol);
+  // Adds one element (host comparisons): |got - ref| <= bound. A NaN reference expects a NaN
+  // result, an infinite one the same infinity.
+  void add(int64_t r, int64_t c, double got, double ref, double bound);
+  void add(int64_t r, int64_t c, double got, double ref, const Tolerance& tol) { add(r, c, got, ref, tol.bound(ref)); }
 };
 
 // Compares rows x cols elements got(r, c) with ref(r, c) on the host.
