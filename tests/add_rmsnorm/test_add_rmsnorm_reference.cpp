@@ -10,6 +10,7 @@
 
 #include "add_rmsnorm/reference.h"
 #include "common/host_float.h"
+#include "testing/gtest/gtest_util.h"
 
 namespace blockfuse {
 namespace {
