@@ -1,56 +1,86 @@
-// `blockfuse` — the command-line driver for the benchmarks and measurement programs. Each
-// subcommand registers itself (bench/commands.h); this file only dispatches.
-//   blockfuse --help | --list | <command words> [options]
-// A command is matched on its first two argv words, then its first one, so "bench gated-up" and
-// "correctness" can coexist. Exit codes: 0 ok, 1 failure (an exception, or a command's own
-// verification), 2 usage (no or unknown command). --list is for scripts (scripts/gpu-check).
+// `blockfuse` — the command-line driver for the benchmarks and measurement programs. Each command
+// registers itself (harness.h, BLOCKFUSE_COMMAND); this file builds the CLI11 tree from the
+// registry and dispatches.
+//   blockfuse -h | --version | --list | <command words> [options]   (each command has -h)
+// Exit codes: 0 ok, 1 failure (an exception, or a command's own verification), 2 usage (no, or an
+// unknown, command; an unknown option; a malformed value) or no usable GPU. --list is for scripts
+// (scripts/gpu-check).
 #include <cstdio>
 #include <exception>
+#include <map>
+#include <memory>
 #include <string>
 
-#include "commands.h"
+#include <CLI/CLI.hpp>
+
+#include "blockfuse/version.h"
+#include "harness.h"
 
 namespace blockfuse::bench {
-std::vector<Command>& command_registry() {
-  static std::vector<Command> r;
+std::vector<CommandEntry>& command_registry() {
+  static std::vector<CommandEntry> r;
   return r;
 }
 }  // namespace blockfuse::bench
 
-using blockfuse::bench::command_registry;
+using namespace blockfuse::bench;
 
-static void usage(FILE* f) {
-  std::fprintf(f, "usage: blockfuse <command> [options]     (blockfuse <command> --help for its options)\n\ncommands:\n");
-  for (const auto& c : command_registry()) std::fprintf(f, "  %-22s %s\n", c.name.c_str(), c.help.c_str());
-}
+#define BF_STR_INNER(x) #x
+#define BF_STR(x) BF_STR_INNER(x)
 
 int main(int argc, char** argv) {
-  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
-    usage(stdout);
-    return argc < 2 ? 2 : 0;
+  CLI::App app{"blockfuse: benchmarks and measurements of the fused decoder kernels", "blockfuse"};
+  app.set_version_flag("--version", "blockfuse " BF_STR(BLOCKFUSE_VERSION_MAJOR) "." BF_STR(
+                                        BLOCKFUSE_VERSION_MINOR) "." BF_STR(BLOCKFUSE_VERSION_PATCH));
+  bool list = false;
+  app.add_flag("--list", list, "print the command names, one per line");
+  app.require_subcommand(0, 1);
+  CLI::App* bench = app.add_subcommand("bench", "benchmarks: fused kernel vs baseline, verified before timed");
+  bench->require_subcommand(1);
+
+  struct Entry {
+    std::unique_ptr<Command> cmd;
+    std::unique_ptr<Options> opts;
+    CLI::App* sub;
+    std::string name;
+  };
+  std::vector<Entry> entries;
+  for (const auto& c : command_registry()) {
+    const bool is_bench = c.name.rfind("bench ", 0) == 0;
+    const std::string word = is_bench ? c.name.substr(6) : c.name;
+    CLI::App* sub = (is_bench ? bench : &app)->add_subcommand(word, c.help);
+    Entry e{c.make(), std::make_unique<Options>(*sub), sub, word};
+    e.cmd->declare(*e.opts);
+    entries.push_back(std::move(e));
   }
-  if (std::string(argv[1]) == "--list") {  // machine-readable: one command per line (scripts/gpu-check)
+
+  try {
+    app.parse(argc, argv);
+    for (auto& e : entries)
+      if (e.sub->parsed()) e.opts->finish(e.cmd->quick());
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "blockfuse: %s\n(blockfuse <command> --help lists the options)\n", e.what());
+    return 2;
+  }
+  if (list) {
     for (const auto& c : command_registry()) std::printf("%s\n", c.name.c_str());
     return 0;
   }
-  for (int words = 2; words >= 1; --words) {
-    if (argc < 1 + words) continue;
-    std::string name = argv[1];
-    for (int i = 2; i <= words; ++i) name += std::string(" ") + argv[i];
-    for (const auto& c : command_registry()) {
-      if (c.name != name) continue;
-      try {
-        return c.run(blockfuse::bench::Args(argc, argv, 1 + words));
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "blockfuse: %s\n", e.what());
-        return 1;
-      } catch (...) {
-        std::fprintf(stderr, "blockfuse: unknown exception\n");
-        return 1;
-      }
+  for (auto& e : entries) {
+    if (!e.sub->parsed()) continue;
+    try {
+      return e.cmd->execute(e.name);
+    } catch (const std::exception& ex) {
+      std::fprintf(stderr, "blockfuse: %s\n", ex.what());
+      return 1;
     }
   }
-  std::fprintf(stderr, "blockfuse: unknown command '%s'\n\n", argv[1]);
-  usage(stderr);
+  std::fprintf(stderr, "%s", app.help().c_str());
   return 2;
 }

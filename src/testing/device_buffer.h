@@ -56,4 +56,18 @@ class DeviceBuffer {
   size_t count_ = 0;
 };
 
+// A device copy of `bytes` host bytes, and the copy of a whole buffer back to the host. Throw
+// blockfuse::Error when the copy fails.
+inline DeviceBuffer<unsigned char> to_device(const void* src, size_t bytes) {
+  DeviceBuffer<unsigned char> d(bytes);
+  const cudaError_t e = bytes ? cudaMemcpy(d.data(), src, bytes, cudaMemcpyHostToDevice) : cudaSuccess;
+  if (e != cudaSuccess) throw Error(std::string("to_device: cudaMemcpy failed: ") + cudaGetErrorString(e));
+  return d;
+}
+template <class T>
+void to_host(const DeviceBuffer<T>& d, void* dst) {
+  const cudaError_t e = d.bytes() ? cudaMemcpy(dst, d.data(), d.bytes(), cudaMemcpyDeviceToHost) : cudaSuccess;
+  if (e != cudaSuccess) throw Error(std::string("to_host: cudaMemcpy failed: ") + cudaGetErrorString(e));
+}
+
 }  // namespace blockfuse::testing

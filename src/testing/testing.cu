@@ -130,7 +130,6 @@ cublasHandle_t handle_for_current_device() {
 
 }  // namespace
 
-double CompareStats::rel_l2() const { return sum_sq_ref > 0 ? std::sqrt(sum_sq_diff / sum_sq_ref) : std::sqrt(sum_sq_diff); }
 
 uint16_t nan_bits(DType t) { return t == DType::kBF16 ? uint16_t(0x7fc0) : uint16_t(0x7e00); }
 

@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include "blockfuse/common.h"
+#include "testing/compare.h"
 
 namespace blockfuse::testing {
 
@@ -26,23 +27,13 @@ uint16_t nan_bits(DType t);
 void gated_up_reference_gpu(ConstMatrix x, ConstMatrix w, float* ref, int64_t ld_ref, Activation act,
                             cudaStream_t stream = nullptr);
 
-// Comparison of a 2-byte result with an fp32 reference, computed on the device in fp64.
-struct CompareStats {
-  int64_t count = 0;        // elements compared
-  int64_t nonfinite = 0;    // elements of `out` that are NaN/Inf where ref is finite (unwritten/poisoned)
-  int64_t violations = 0;   // elements with |out - ref| > atol + rtol·|ref|
-  double max_abs_diff = 0;  // max |out - ref|
-  double sum_abs_diff = 0;  // Σ|out - ref|
-  double sum_sq_diff = 0;   // Σ(out - ref)²
-  double sum_sq_ref = 0;    // Σ ref²
-  double sum_abs_ref = 0;   // Σ|ref|
-  int64_t first_bad_row = -1, first_bad_col = -1;  // first violation or non-finite, if any
-  double mean_abs_diff() const { return count ? sum_abs_diff / count : 0; }
-  double rel_l2() const;     // ‖out − ref‖₂ / ‖ref‖₂
-  double rel_l1() const { return sum_abs_ref > 0 ? sum_abs_diff / sum_abs_ref : 0; }  // Σ|d| / Σ|ref|
-};
+// Comparison of a 2-byte result with an fp32 reference, computed on the device in fp64 (compare.h).
 CompareStats compare(ConstMatrix out, const float* ref, int64_t ld_ref, double atol, double rtol,
                      cudaStream_t stream = nullptr);
+inline CompareStats compare(ConstMatrix out, const float* ref, int64_t ld_ref, const Tolerance& tol,
+                            cudaStream_t stream = nullptr) {
+  return compare(out, ref, ld_ref, tol.atol, tol.rtol, stream);
+}
 
 // Is there a usable CUDA device? (false on CPU-only machines; never throws)
 bool has_cuda_device();
