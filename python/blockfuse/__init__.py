@@ -13,7 +13,7 @@ import importlib
 
 __version__ = "0.1.0"
 
-_LAZY_MODULES = ("ops", "nn", "kvcache", "bench")
+_LAZY_MODULES = ("ops", "nn", "kvcache", "bench", "attention")
 _LAZY_NAMES = {"patch_model": "nn", "GatedMLP": "nn", "gated_up": "ops"}
 
 

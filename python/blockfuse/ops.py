@@ -202,3 +202,7 @@ if _lib.error is None:
 
     torch.library.register_autograd("blockfuse::gated_up", _gated_up_autograd,
                                     setup_context=_gated_up_setup_context)
+
+
+# ---- attention (python/blockfuse/attention.py: fake impls and the Hugging Face backend) -----------
+from .attention import attention, attention_varlen  # noqa: E402,F401
