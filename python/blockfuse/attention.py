@@ -207,6 +207,11 @@ def hf_attention_forward(module, query, key, value, attention_mask, scaling=None
     bottom-right, so a decode step or a chunked prefill against a DynamicCache is exact.
     sliding_window = W means a query sees itself and the W - 1 keys before it (transformers'
     convention, the same as its FlashAttention path). attention_weights are never returned."""
+    if kwargs.get("cu_seq_lens_q") is not None or kwargs.get("cu_seq_lens_k") is not None:
+        # Packed sequences (FlashAttention kwargs): the boundaries are in cu_seq_lens, not in a mask;
+        # treating the row as one sequence would attend across them.
+        raise NotImplementedError("blockfuse HF attention: packed sequences (cu_seq_lens_q/k) are not "
+                                  "supported; use attn_implementation='flash_attention_2' or unpacked batches")
     is_causal = kwargs.get("is_causal")
     if is_causal is None:
         is_causal = getattr(module, "is_causal", True)
