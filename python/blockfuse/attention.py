@@ -40,9 +40,24 @@ SUPPORTED_HEAD_DIMS = (64, 128, 256)
 _DTYPES = (torch.bfloat16, torch.float16)
 
 
+def _op_registered():
+    try:
+        torch._C._dispatch_find_schema_or_throw("blockfuse::attention", "")
+        return True
+    except RuntimeError:
+        return False
+
+
+# The loaded library has the attention ops (a _C.so built before they existed has not).
+_HAS_OP = _lib.error is None and _op_registered()
+
+
 def _require():
     if _lib.error is not None:
         raise RuntimeError(_lib.error)
+    if not _HAS_OP:
+        raise RuntimeError(f"the blockfuse torch library ({_lib.loaded_from}) has no blockfuse::attention op: "
+                           "it was built before the op existed; rebuild it (pip install --no-build-isolation .)")
 
 
 # ---- the ops -----------------------------------------------------------------------------------
@@ -73,7 +88,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     return (out, lse) if return_lse else out
 
 
-if _lib.error is None:
+if _HAS_OP:
 
     @torch.library.register_fake("blockfuse::attention")
     def _attention_fake(q, k, v, softmax_scale=None, causal=False, window_left=-1, window_right=-1,
@@ -146,7 +161,7 @@ HF_NAME = "blockfuse"
 
 def _fused_ok(query, key, value, dropout):
     """Whether the blockfuse kernel can run this call (else the SDPA fallback does)."""
-    return (_lib.error is None and query.is_cuda and query.dtype in _DTYPES
+    return (_HAS_OP and query.is_cuda and query.dtype in _DTYPES
             and key.dtype == query.dtype and value.dtype == query.dtype
             and query.shape[-1] in SUPPORTED_HEAD_DIMS and key.shape[-1] == query.shape[-1]
             and value.shape[-1] == query.shape[-1] and query.shape[1] % key.shape[1] == 0
