@@ -213,6 +213,13 @@ def _fallback(query, key, value, attention_mask, scaling, dropout, causal, windo
     return out.transpose(1, 2).contiguous()
 
 
+def _fused(q, k, v, scale, causal, window_left, window_right, softcap):
+    """The kernel on [B, S, H, D] views -> out [B, Sq, Hq, D] (one seam, so the tests can check the
+    backend's argument mapping on the CPU with the reference in its place)."""
+    out, _ = torch.ops.blockfuse.attention(q, k, v, scale, causal, window_left, window_right, softcap, False)
+    return out
+
+
 def hf_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
                          sliding_window=None, softcap=None, **kwargs):
     """A transformers attention function (AttentionInterface): query [B, Hq, Sq, D], key/value
@@ -234,9 +241,8 @@ def hf_attention_forward(module, query, key, value, attention_mask, scaling=None
     window_left = int(sliding_window) - 1 if sliding_window else -1
     softcap = float(softcap) if softcap else 0.0
     if attention_mask is None and _fused_ok(query, key, value, dropout):
-        out, _ = torch.ops.blockfuse.attention(
-            query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), scaling, is_causal,
-            window_left, 0 if is_causal else window_left, softcap, False)
+        out = _fused(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), scaling, is_causal,
+                     window_left, 0 if is_causal else window_left, softcap)
         return out, None
     return _fallback(query, key, value, attention_mask, scaling, dropout, is_causal, window_left, softcap), None
 

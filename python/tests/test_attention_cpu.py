@@ -55,6 +55,13 @@ def _set_impl(model, name):
         model.config._attn_implementation = name
 
 
+def _dynamic_cache(cfg):
+    try:
+        return transformers.DynamicCache(config=cfg)
+    except TypeError:  # older transformers
+        return transformers.DynamicCache()
+
+
 def _model(kind):
     torch.manual_seed(0)
     if kind == "llama":
@@ -97,3 +104,46 @@ def test_hf_fallback_matches_eager(kind):
     torch.testing.assert_close(outs["blockfuse"][1][1, 3:], outs["eager"][1][1, 3:], atol=1e-5, rtol=1e-5)
     assert torch.isfinite(outs["blockfuse"][1]).all()
     assert torch.equal(outs["blockfuse"][2], outs["eager"][2])
+
+
+@pytest.mark.parametrize("kind", ("llama", "gemma2"))
+def test_hf_fused_path_argument_mapping(kind, monkeypatch):
+    """The backend's unmasked path with the fp32 reference in place of the kernel: the transposes,
+    causal alignment (prefill and one-query decode against a DynamicCache), sliding window, scale
+    and soft-cap it passes must reproduce eager attention, and the fallback must not run."""
+    A.register_hf_backend()
+    try:
+        from transformers.masking_utils import AttentionMaskInterface  # noqa: F401
+    except ImportError:
+        pytest.skip("transformers < 4.53: the unmasked path is never taken")
+    calls = []
+
+    def kernel(q, k, v, scale, causal, window_left, window_right, softcap):
+        assert q.dim() == 4 and q.shape[2] % k.shape[2] == 0  # [B, S, H, D] views
+        calls.append((q.shape[1], k.shape[1], causal, window_left, window_right, softcap))
+        return A.attention_reference(q, k, v, scale, causal, window_left, window_right, softcap)[0].to(q.dtype)
+
+    def no_fallback(*a, **kw):
+        raise AssertionError("the fallback ran on an unmasked call")
+
+    monkeypatch.setattr(A, "_fused_ok", lambda *a: True)
+    monkeypatch.setattr(A, "_fused", kernel)
+    m = _model(kind)
+    ids = torch.randint(0, 128, (2, 13), generator=torch.Generator().manual_seed(2))  # 13 > sliding_window 5
+    res = {}
+    for impl in ("eager", "blockfuse"):
+        _set_impl(m, impl)
+        if impl == "blockfuse":
+            monkeypatch.setattr(A, "_fallback", no_fallback)
+        with torch.no_grad():
+            g = m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False,
+                           past_key_values=_dynamic_cache(m.config), return_dict_in_generate=True,
+                           output_logits=True)
+            res[impl] = (m(ids).logits, torch.stack(g.logits, 1), g.sequences)
+    torch.testing.assert_close(res["blockfuse"][0], res["eager"][0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(res["blockfuse"][1], res["eager"][1], atol=1e-5, rtol=1e-5)
+    assert torch.equal(res["blockfuse"][2], res["eager"][2])
+    assert any(sq == 1 for sq, *_ in calls) and any(sq == 13 for sq, *_ in calls)  # decode and prefill ran fused
+    assert all(c[2] for c in calls)  # causal
+    if kind == "gemma2":
+        assert any(c[3] == 4 and c[4] == 0 for c in calls) and all(c[5] == 50.0 for c in calls)
