@@ -5,7 +5,8 @@
     h = blockfuse.ops.gated_up(x, w_interleaved)   # act(x·W_gateᵀ) ⊙ (x·W_upᵀ) in one kernel
 
 Submodules: `ops` (the torch.library ops), `nn` (GatedMLP, patch_model), `kvcache` (the KV-cache
-analysis; torch-free), `bench` (`python -m blockfuse.bench gated-up`). Importing `blockfuse` itself
+analysis; torch-free), `bench` (`python -m blockfuse.bench gated-up`), `attention` (the attention
+ops' wrappers, re-exported by `ops`, and the Hugging Face backend "blockfuse"). Importing `blockfuse` itself
 imports nothing heavy: `ops`/`nn` (and torch) load on first use, so `blockfuse.kvcache` works
 without torch.
 """
