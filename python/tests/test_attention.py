@@ -5,6 +5,7 @@ soft-cap, rows that see no key), the LSE against torch.logsumexp, strided views,
 errors, torch.compile(fullgraph=True), CUDA-graph capture, and tiny random Llama / Gemma-2 models
 run with attn_implementation="blockfuse" against their fp32 eager twin."""
 import copy
+import itertools
 
 import pytest
 
@@ -160,7 +161,7 @@ def test_varlen(causal, dtype):
     lens_q = [0, 1, 7, 0, 129, 300, 5]
     lens_k = [3, 1, 7, 4, 200, 300, 64]
     hq, hkv, d = 8, 2, 64
-    cu = lambda lens: torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32, device="cuda")
+    cu = lambda lens: torch.tensor([0, *itertools.accumulate(lens)], dtype=torch.int32, device="cuda")
     cu_q, cu_k = cu(lens_q), cu(lens_k)
     q, _, _ = make(1, sum(lens_q), 1, hq, hkv, d, dtype, seed=5)
     _, k, v = make(1, 1, sum(lens_k), hq, hkv, d, dtype, seed=6)
