@@ -377,3 +377,7 @@ if _lib.error is None:
         torch._check(x.shape[-1] == w.shape[1],
                      lambda: f"blockfuse.decode_gemm: argument 'w' has K = {w.shape[1]}; required: x.size(-1) = {x.shape[-1]}")
         return x.new_empty(_with_last(x, w.shape[0]))
+
+
+# ---- attention (python/blockfuse/attention.py: fake impls and the Hugging Face backend) -----------
+from .attention import attention, attention_varlen  # noqa: E402,F401

@@ -1,0 +1,276 @@
+"""blockfuse's fused attention (forward) for PyTorch, and a Hugging Face attention backend.
+
+    out = blockfuse.ops.attention(q, k, v, causal=True)              # q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D]
+    out, lse = blockfuse.ops.attention(q, k, v, return_lse=True)     # lse [B, Hq, Sq], fp32, natural log
+    out = blockfuse.ops.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k)   # packed [total, H, D]
+
+    model = AutoModelForCausalLM.from_pretrained(..., attn_implementation="blockfuse")
+    model.set_attn_implementation("blockfuse")                       # or switch an existing model
+
+The ops are blockfuse::attention / blockfuse::attention_varlen (python/csrc/attention_op.cpp): the
+C++ launcher validates every argument (errors are ValueErrors naming the argument) and runs the
+FlashAttention-2 style kernel on the current stream; outputs come from the caching allocator, and
+the fake implementations below let them trace under torch.compile(fullgraph=True) and be captured
+in CUDA graphs. Semantics (include/blockfuse/attention.h): scale default 1/sqrt(D); causal aligned
+bottom-right when Sq != Sk (FlashAttention's convention; the last query sees every key, which is
+what decoding against a KV cache needs); window_left/right = -1 unbounded; softcap > 0 applies
+cap·tanh(s/cap) (Gemma-2); GQA/MQA by Hq % Hkv == 0; D in {64, 128, 256}; bf16/fp16. Forward only:
+there is no autograd formula.
+
+The Hugging Face backend (`hf_attention_forward`, registered as "blockfuse" when this module is
+imported and transformers is installed) runs the blockfuse kernel when the call needs no mask
+beyond causal / sliding window / soft-cap: no padding, bf16/fp16 CUDA tensors, a supported head dim,
+no dropout, no gradient. Everything else (a padding mask, fp32, training) falls back to PyTorch's
+SDPA (or, with a soft-cap, the same formula in plain torch) with an equivalent mask: the result is
+always correct, only the speed differs. With transformers >= 4.53 the backend also registers the
+FlashAttention mask builder under "blockfuse", so the mask it receives is None unless there is
+padding (or a StaticCache's unfilled slots); older versions build a 4-D mask for any custom backend,
+so there every call takes the fallback.
+"""
+import importlib.util
+import sys
+
+import torch
+
+from . import _lib
+
+_lib.load()
+
+SUPPORTED_HEAD_DIMS = (64, 128, 256)
+_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def _op_registered():
+    try:
+        torch._C._dispatch_find_schema_or_throw("blockfuse::attention", "")
+        return True
+    except RuntimeError:
+        return False
+
+
+# The loaded library has the attention ops (a _C.so built before they existed has not).
+_HAS_OP = _lib.error is None and _op_registered()
+
+
+def _require():
+    if _lib.error is not None:
+        raise RuntimeError(_lib.error)
+    if not _HAS_OP:
+        raise RuntimeError(f"the blockfuse torch library ({_lib.loaded_from}) has no blockfuse::attention op: "
+                           "it was built before the op existed; rebuild it (pip install --no-build-isolation .)")
+
+
+# ---- the ops -----------------------------------------------------------------------------------
+
+def attention(q, k, v, softmax_scale=None, causal=False, window_left=-1, window_right=-1, softcap=0.0,
+              return_lse=False):
+    """softmax(q·kᵀ·scale [soft-cap, causal / window mask])·v for q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D].
+
+    Returns out [B, Sq, Hq, D] (q's dtype), and with return_lse=True also lse [B, Hq, Sq] (fp32,
+    natural log; -inf for a row that sees no key). Strided views are accepted (the head dim must be
+    contiguous; other strides multiples of 8 elements), e.g. HF's [B, H, S, D] tensors .transpose(1, 2)."""
+    _require()
+    out, lse = torch.ops.blockfuse.attention(q, k, v, softmax_scale, causal, window_left, window_right,
+                                             softcap, return_lse)
+    return (out, lse) if return_lse else out
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale=None,
+                     causal=False, window_left=-1, window_right=-1, softcap=0.0, return_lse=False):
+    """Packed variable-length attention: q [Tq, Hq, D], k/v [Tk, Hkv, D], int32 cu_seqlens_q/k
+    [N + 1] (prefix sums on the device; sequence b owns rows cu[b]:cu[b+1], empty sequences allowed)
+    and the maximum lengths. Returns out [Tq, Hq, D] (and lse [Hq, Tq] with return_lse=True). The
+    device values of cu_seqlens are trusted (checking them would synchronise)."""
+    _require()
+    out, lse = torch.ops.blockfuse.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                                    max_seqlen_k, softmax_scale, causal, window_left,
+                                                    window_right, softcap, return_lse)
+    return (out, lse) if return_lse else out
+
+
+if _HAS_OP:
+
+    @torch.library.register_fake("blockfuse::attention")
+    def _attention_fake(q, k, v, softmax_scale=None, causal=False, window_left=-1, window_right=-1,
+                        softcap=0.0, return_lse=False):
+        torch._check(q.dim() == 4, lambda: "blockfuse::attention: argument 'q' must be [B, Sq, Hq, D]")
+        torch._check(k.dim() == 4 and v.dim() == 4, lambda: "blockfuse::attention: arguments 'k', 'v' must be [B, Sk, Hkv, D]")
+        torch._check(k.dtype == q.dtype and v.dtype == q.dtype,
+                     lambda: f"blockfuse::attention: argument 'k'/'v' dtype {k.dtype}/{v.dtype}; required: {q.dtype}")
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        lse_shape = (q.shape[0], q.shape[2], q.shape[1]) if return_lse else (0,)
+        return out, torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+
+    @torch.library.register_fake("blockfuse::attention_varlen")
+    def _attention_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                               softmax_scale=None, causal=False, window_left=-1, window_right=-1,
+                               softcap=0.0, return_lse=False):
+        torch._check(q.dim() == 3, lambda: "blockfuse::attention_varlen: argument 'q' must be [total, Hq, D]")
+        torch._check(k.dim() == 3 and v.dim() == 3, lambda: "blockfuse::attention_varlen: 'k', 'v' must be [total, Hkv, D]")
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        lse_shape = (q.shape[1], q.shape[0]) if return_lse else (0,)
+        return out, torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+
+
+# ---- reference (plain torch) ---------------------------------------------------------------------
+
+def visibility_mask(sq, sk, causal=False, window_left=-1, window_right=-1, device=None, key_offset=None):
+    """[Sq, Sk] bool: key j visible to query i under blockfuse's rules (bottom-right aligned:
+    shift = Sk - Sq, or `key_offset` when given). A window of -1 is unbounded; causal sets right = 0."""
+    shift = sk - sq if key_offset is None else key_offset
+    i = torch.arange(sq, device=device)[:, None] + shift
+    j = torch.arange(sk, device=device)[None, :]
+    right = 0 if causal else window_right
+    vis = torch.ones(sq, sk, dtype=torch.bool, device=device)
+    if right >= 0:
+        vis &= j <= i + right
+    if window_left >= 0:
+        vis &= j >= i - window_left
+    return vis
+
+
+def attention_reference(q, k, v, softmax_scale=None, causal=False, window_left=-1, window_right=-1,
+                        softcap=0.0, mask=None):
+    """The formula the op computes, in fp32 plain torch (any device), for the tests and the HF
+    fallback with a soft-cap. q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D]; `mask` (optional, bool,
+    broadcastable to [B, Hq, Sq, Sk]) further restricts the visible keys. Returns (out [B, Sq, Hq, D]
+    fp32, lse [B, Hq, Sq] fp32); a row that sees no key gets out = 0, lse = -inf."""
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    scale = d ** -0.5 if softmax_scale is None else softmax_scale
+    qf = q.float().transpose(1, 2)
+    kf = k.float().transpose(1, 2).repeat_interleave(hq // hkv, dim=1)
+    vf = v.float().transpose(1, 2).repeat_interleave(hq // hkv, dim=1)
+    s = torch.matmul(qf, kf.transpose(-1, -2)) * scale
+    if softcap and softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
+    vis = visibility_mask(sq, sk, causal, window_left, window_right, device=q.device)
+    if mask is not None:
+        vis = vis & mask
+    s = s.masked_fill(~vis, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))[..., None])
+    p = torch.where(vis, p, torch.zeros_like(p))
+    return torch.matmul(p, vf).transpose(1, 2), lse
+
+
+# ---- Hugging Face backend ------------------------------------------------------------------------
+
+HF_NAME = "blockfuse"
+
+
+def _fused_ok(query, key, value, dropout):
+    """Whether the blockfuse kernel can run this call (else the SDPA fallback does)."""
+    return (_HAS_OP and query.is_cuda and query.dtype in _DTYPES
+            and key.dtype == query.dtype and value.dtype == query.dtype
+            and query.shape[-1] in SUPPORTED_HEAD_DIMS and key.shape[-1] == query.shape[-1]
+            and value.shape[-1] == query.shape[-1] and query.shape[1] % key.shape[1] == 0
+            and not dropout
+            and not (torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)))
+
+
+def _fallback_mask(attention_mask, sq, sk, causal, window_left, device):
+    """A bool mask [B or 1, 1, Sq, Sk] (True = visible) equivalent to what the HF call asks for.
+
+    2-D masks (the FlashAttention-style padding mask [B, L] that transformers >= 4.53 builds for this
+    backend, L <= Sk; L < Sk only for a StaticCache, whose slots >= L are unfilled): key j is visible
+    iff j < L, it is not padding, and the causal / window rule holds with query i at position
+    L - Sq + i. 4-D masks (built by transformers for any other backend) already hold every rule: bool
+    masks are used as is, additive float masks are turned into bool (-inf / finfo.min = hidden).
+    A query row that would see no key (a left-padding row) is let see everything instead, so its
+    output stays finite (it is padding; nothing reads it) and cannot spread NaN through later layers."""
+    if attention_mask.dim() == 4:
+        m = attention_mask if attention_mask.dtype == torch.bool else attention_mask > torch.finfo(attention_mask.dtype).min / 2
+    else:
+        pad = attention_mask.to(device=device, dtype=torch.bool)
+        length = pad.shape[-1]
+        if length < sk:
+            pad = torch.cat([pad, pad.new_zeros(pad.shape[0], sk - length)], dim=-1)
+        elif length > sk:
+            pad = pad[:, -sk:]
+            length = sk
+        vis = visibility_mask(sq, sk, causal, window_left, window_left if not causal else -1, device=device,
+                              key_offset=length - sq)
+        m = vis[None, None] & pad[:, None, None, :]
+    return m | ~m.any(dim=-1, keepdim=True)
+
+
+def _fallback(query, key, value, attention_mask, scaling, dropout, causal, window_left, softcap):
+    """PyTorch SDPA (or fp32 plain torch with a soft-cap) on HF's [B, H, S, D] tensors; -> [B, S, H, D]."""
+    sq, sk = query.shape[2], key.shape[2]
+    rep = query.shape[1] // key.shape[1]
+    if attention_mask is None and (causal or window_left >= 0):
+        attention_mask = torch.ones(1, sk, dtype=torch.bool, device=query.device)
+    mask = None if attention_mask is None else _fallback_mask(attention_mask, sq, sk, causal, window_left, query.device)
+    if softcap:
+        out, _ = attention_reference(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), scaling,
+                                     softcap=softcap, mask=mask)
+        return out.to(query.dtype).contiguous()
+    k = key.repeat_interleave(rep, dim=1) if rep > 1 else key
+    v = value.repeat_interleave(rep, dim=1) if rep > 1 else value
+    out = torch.nn.functional.scaled_dot_product_attention(query, k, v, attn_mask=mask, dropout_p=dropout,
+                                                           scale=scaling)
+    return out.transpose(1, 2).contiguous()
+
+
+def _fused(q, k, v, scale, causal, window_left, window_right, softcap):
+    """The kernel on [B, S, H, D] views -> out [B, Sq, Hq, D] (one seam, so the tests can check the
+    backend's argument mapping on the CPU with the reference in its place)."""
+    out, _ = torch.ops.blockfuse.attention(q, k, v, scale, causal, window_left, window_right, softcap, False)
+    return out
+
+
+def hf_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                         sliding_window=None, softcap=None, **kwargs):
+    """A transformers attention function (AttentionInterface): query [B, Hq, Sq, D], key/value
+    [B, Hkv, Sk, D] (after the KV-cache update) -> (attn_output [B, Sq, Hq, D], None).
+
+    Causal comes from kwargs["is_causal"] or module.is_causal (default True) and is aligned
+    bottom-right, so a decode step or a chunked prefill against a DynamicCache is exact.
+    sliding_window = W means a query sees itself and the W - 1 keys before it (transformers'
+    convention, the same as its FlashAttention path). attention_weights are never returned."""
+    if kwargs.get("cu_seq_lens_q") is not None or kwargs.get("cu_seq_lens_k") is not None:
+        # Packed sequences (FlashAttention kwargs): the boundaries are in cu_seq_lens, not in a mask;
+        # treating the row as one sequence would attend across them.
+        raise NotImplementedError("blockfuse HF attention: packed sequences (cu_seq_lens_q/k) are not "
+                                  "supported; use attn_implementation='flash_attention_2' or unpacked batches")
+    is_causal = kwargs.get("is_causal")
+    if is_causal is None:
+        is_causal = getattr(module, "is_causal", True)
+    is_causal = bool(is_causal)
+    window_left = int(sliding_window) - 1 if sliding_window else -1
+    softcap = float(softcap) if softcap else 0.0
+    if attention_mask is None and _fused_ok(query, key, value, dropout):
+        out = _fused(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), scaling, is_causal,
+                     window_left, 0 if is_causal else window_left, softcap)
+        return out, None
+    return _fallback(query, key, value, attention_mask, scaling, dropout, is_causal, window_left, softcap), None
+
+
+def register_hf_backend(name=HF_NAME):
+    """Registers hf_attention_forward with transformers' AttentionInterface under `name` (and, on
+    transformers >= 4.53, the FlashAttention mask builder: None unless there is padding). Returns True
+    when registered, False when transformers (>= 4.48) is not available."""
+    try:
+        from transformers import AttentionInterface
+    except ImportError:
+        return False
+    AttentionInterface.register(name, hf_attention_forward)
+    try:
+        from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
+    except ImportError:  # transformers < 4.53: models build a 4-D mask; every call takes the fallback
+        return True
+    AttentionMaskInterface.register(name, flash_attention_mask)
+    return True
+
+
+def _register_on_import():
+    if "transformers" not in sys.modules and importlib.util.find_spec("transformers") is None:
+        return
+    try:
+        register_hf_backend()
+    except Exception:  # never let an incompatible transformers break `import blockfuse.ops`
+        pass
+
+
+_register_on_import()

@@ -1,0 +1,214 @@
+// The PyTorch binding of blockfuse::attention (include/blockfuse/attention.h): two operators,
+//
+//   blockfuse::attention(q [B, Sq, Hq, D], k [B, Sk, Hkv, D], v [B, Sk, Hkv, D], ...)
+//       -> (out [B, Sq, Hq, D], lse [B, Hq, Sq] fp32, or [0] when return_lse is false)
+//   blockfuse::attention_varlen(q [Tq, Hq, D], k [Tk, Hkv, D], v [Tk, Hkv, D],
+//                               cu_seqlens_q [N + 1] int32, cu_seqlens_k [N + 1] int32,
+//                               max_seqlen_q, max_seqlen_k, ...)
+//       -> (out [Tq, Hq, D], lse [Hq, Tq] fp32, or [0])
+//
+// The op only maps tensors to blockfuse's strided views (data pointer, dtype, sizes and the element
+// strides the tensors carry, so transposed [B, H, S, D] -> [B, S, H, D] views and slices of a fused
+// QKV projection need no copy); every check of shapes, strides, alignment, head dim, GQA ratio,
+// window/causal and device lives in the C++ launcher, which throws blockfuse::Error naming the
+// argument before anything is launched. That error is re-raised as a Python ValueError with the same
+// message. The binding itself checks only what a view cannot express: a dtype other than bf16/fp16,
+// a non-unit head-dim stride, the rank, and the int32 dtype / 1-D shape of cu_seqlens.
+//
+// Outputs come from at::empty (the caching allocator) and the kernel runs on the current stream, so
+// both ops can be captured in CUDA graphs; the fake (meta) implementations are in
+// python/blockfuse/attention.py.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "blockfuse/blockfuse.h"
+
+namespace {
+
+// Message pieces are strings only: formatting numbers through an ostream inside a PyTorch process
+// crashed it on the H100 machine (see src/common/check.h), so numbers go through std::to_string.
+std::string dims(c10::IntArrayRef a) {
+  std::string s = "[";
+  for (size_t i = 0; i < a.size(); ++i) s += (i ? ", " : "") + std::to_string(a[i]);
+  return s + "]";
+}
+
+blockfuse::DType attn_dtype(const at::Tensor& t, const char* fn, const char* arg) {
+  if (t.scalar_type() == at::kBFloat16) return blockfuse::DType::kBF16;
+  if (t.scalar_type() == at::kHalf) return blockfuse::DType::kFP16;
+  TORCH_CHECK_TYPE(false, "blockfuse::", fn, ": argument '", arg, "' has dtype ", c10::toString(t.scalar_type()),
+                   "; required: torch.bfloat16 or torch.float16");
+  return blockfuse::DType::kBF16;  // unreachable
+}
+
+// A size-1 dimension's stride is arbitrary in torch (unsqueeze, transposes of size-1 dims); it is
+// never used to address memory, so it is passed as 0, which the launcher's stride checks accept.
+int64_t used_stride(const at::Tensor& t, int64_t d) { return t.size(d) == 1 ? 0 : t.stride(d); }
+
+// [B, S, H, D] (varlen: [T, H, D], passed as B = 1, S = T) as the launcher's view.
+blockfuse::AttnConstTensor view_of(const at::Tensor& t, bool varlen, const char* fn, const char* arg) {
+  const int64_t rank = varlen ? 3 : 4;
+  TORCH_CHECK_VALUE(t.dim() == rank, "blockfuse::", fn, ": argument '", arg, "' has sizes ", dims(t.sizes()),
+                    varlen ? "; required: a packed [total, heads, head_dim] tensor"
+                           : "; required: a [batch, seqlen, heads, head_dim] tensor");
+  TORCH_CHECK_VALUE(t.stride(-1) == 1 || t.size(-1) <= 1, "blockfuse::", fn, ": argument '", arg,
+                    "' has sizes ", dims(t.sizes()), ", strides ", dims(t.strides()),
+                    "; required: a contiguous head dim (stride(-1) == 1)");
+  blockfuse::AttnConstTensor v;
+  v.data = t.data_ptr();
+  v.dtype = attn_dtype(t, fn, arg);
+  const int64_t o = varlen ? 1 : 0;  // dimension offset: varlen has no batch dimension
+  v.batch = varlen ? 1 : t.size(0);
+  v.batch_stride = varlen ? 0 : used_stride(t, 0);
+  v.seqlen = t.size(1 - o);
+  v.seq_stride = used_stride(t, 1 - o);
+  v.heads = t.size(2 - o);
+  v.head_stride = used_stride(t, 2 - o);
+  v.head_dim = t.size(3 - o);
+  return v;
+}
+
+blockfuse::AttnTensor out_view(const at::Tensor& out, bool varlen, const char* fn) {
+  const blockfuse::AttnConstTensor c = view_of(out, varlen, fn, "out");
+  return blockfuse::AttnTensor{out.data_ptr(), c.dtype, c.batch, c.seqlen, c.heads, c.head_dim,
+                               c.batch_stride, c.seq_stride, c.head_stride};
+}
+
+blockfuse::AttentionParams scalar_params(std::optional<double> softmax_scale, bool causal, int64_t window_left,
+                                         int64_t window_right, double softcap) {
+  blockfuse::AttentionParams p;
+  p.softmax_scale = softmax_scale.has_value() ? static_cast<float>(*softmax_scale) : 0.0f;  // 0: 1/sqrt(D)
+  p.causal = causal;
+  p.window_left = window_left;
+  p.window_right = window_right;
+  p.softcap = static_cast<float>(softcap);
+  return p;
+}
+
+// An explicit scale <= 0 would silently become 1/sqrt(D) in the C++ API; the op rejects it instead.
+void check_scale(std::optional<double> softmax_scale, const char* fn) {
+  TORCH_CHECK_VALUE(!softmax_scale.has_value() || *softmax_scale > 0.0, "blockfuse::", fn,
+                    ": argument 'softmax_scale' is ", std::to_string(softmax_scale.value_or(0.0)),
+                    "; required: None (1/sqrt(head_dim)) or a value > 0");
+}
+
+template <typename F>
+void call_blockfuse(F&& f) {
+  try {
+    f();
+  } catch (const blockfuse::Error& e) {
+    TORCH_CHECK_VALUE(false, e.what());
+  }
+}
+
+cudaStream_t current_stream(const at::Tensor& t) {
+  return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
+}
+
+std::tuple<at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                  std::optional<double> softmax_scale, bool causal,
+                                                  int64_t window_left, int64_t window_right, double softcap,
+                                                  bool return_lse) {
+  constexpr const char* fn = "attention";
+  check_scale(softmax_scale, fn);
+  const auto qv = view_of(q, false, fn, "q");
+  const auto kv = view_of(k, false, fn, "k");
+  const auto vv = view_of(v, false, fn, "v");
+  c10::cuda::CUDAGuard guard(q.device());
+  at::Tensor out = at::empty(q.sizes(), q.options());  // contiguous [B, Sq, Hq, D]
+  at::Tensor lse = return_lse ? at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat))
+                              : at::empty({0}, q.options().dtype(at::kFloat));
+  const auto ov = out_view(out, false, fn);
+  const auto prm = scalar_params(softmax_scale, causal, window_left, window_right, softcap);
+  call_blockfuse([&] {
+    blockfuse::attention(qv, kv, vv, ov, return_lse ? lse.data_ptr<float>() : nullptr, prm, current_stream(q));
+  });
+  return {out, lse};
+}
+
+void check_cu_seqlens(const at::Tensor& cu, const char* arg) {
+  TORCH_CHECK_TYPE(cu.scalar_type() == at::kInt, "blockfuse::attention_varlen: argument '", arg, "' has dtype ",
+                   c10::toString(cu.scalar_type()), "; required: torch.int32");
+  TORCH_CHECK_VALUE(cu.dim() == 1 && cu.size(0) >= 2 && (cu.stride(0) == 1 || cu.size(0) <= 1),
+                    "blockfuse::attention_varlen: argument '", arg, "' has sizes ", dims(cu.sizes()), ", strides ",
+                    dims(cu.strides()), "; required: a contiguous 1-D [num_seqs + 1] tensor, num_seqs >= 1");
+}
+
+std::tuple<at::Tensor, at::Tensor> attention_varlen_cuda(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cu_seqlens_q,
+    const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k, std::optional<double> softmax_scale,
+    bool causal, int64_t window_left, int64_t window_right, double softcap, bool return_lse) {
+  constexpr const char* fn = "attention_varlen";
+  check_scale(softmax_scale, fn);
+  const auto qv = view_of(q, true, fn, "q");
+  const auto kv = view_of(k, true, fn, "k");
+  const auto vv = view_of(v, true, fn, "v");
+  check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q");
+  check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k");
+  TORCH_CHECK_VALUE(cu_seqlens_k.size(0) == cu_seqlens_q.size(0), "blockfuse::attention_varlen: argument "
+                    "'cu_seqlens_k' has ", std::to_string(cu_seqlens_k.size(0)), " entries; required: as many as "
+                    "'cu_seqlens_q' (", std::to_string(cu_seqlens_q.size(0)), ")");
+  c10::cuda::CUDAGuard guard(q.device());
+  at::Tensor out = at::empty(q.sizes(), q.options());  // contiguous [Tq, Hq, D]
+  at::Tensor lse = return_lse ? at::empty({q.size(1), q.size(0)}, q.options().dtype(at::kFloat))
+                              : at::empty({0}, q.options().dtype(at::kFloat));
+  const auto ov = out_view(out, true, fn);
+  auto prm = scalar_params(softmax_scale, causal, window_left, window_right, softcap);
+  prm.cu_seqlens_q = cu_seqlens_q.data_ptr();
+  prm.cu_seqlens_k = cu_seqlens_k.data_ptr();
+  prm.cu_seqlens_type = blockfuse::IndexType::kInt32;
+  prm.num_seqs = cu_seqlens_q.size(0) - 1;
+  prm.max_seqlen_q = max_seqlen_q;
+  prm.max_seqlen_k = max_seqlen_k;
+  call_blockfuse([&] {
+    blockfuse::attention(qv, kv, vv, ov, return_lse ? lse.data_ptr<float>() : nullptr, prm, current_stream(q));
+  });
+  return {out, lse};
+}
+
+// CPU tensors: the kernel runs only on the GPU; say so, naming the argument, rather than torch's
+// "could not run with arguments from the CPU backend".
+std::tuple<at::Tensor, at::Tensor> attention_cpu(const at::Tensor& q, const at::Tensor&, const at::Tensor&,
+                                                 std::optional<double>, bool, int64_t, int64_t, double, bool) {
+  TORCH_CHECK_VALUE(false, "blockfuse::attention: argument 'q' is on ", q.device().str(),
+                    "; required: CUDA tensors (the kernel runs on the GPU)");
+  return {};
+}
+
+std::tuple<at::Tensor, at::Tensor> attention_varlen_cpu(const at::Tensor& q, const at::Tensor&, const at::Tensor&,
+                                                        const at::Tensor&, const at::Tensor&, int64_t, int64_t,
+                                                        std::optional<double>, bool, int64_t, int64_t, double, bool) {
+  TORCH_CHECK_VALUE(false, "blockfuse::attention_varlen: argument 'q' is on ", q.device().str(),
+                    "; required: CUDA tensors (the kernel runs on the GPU)");
+  return {};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
+  const std::vector<at::Tag> tags{at::Tag::pt2_compliant_tag};
+  m.def("attention(Tensor q, Tensor k, Tensor v, float? softmax_scale=None, bool causal=False, "
+        "int window_left=-1, int window_right=-1, float softcap=0.0, bool return_lse=False) -> (Tensor, Tensor)",
+        tags);
+  m.def("attention_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
+        "int max_seqlen_q, int max_seqlen_k, float? softmax_scale=None, bool causal=False, int window_left=-1, "
+        "int window_right=-1, float softcap=0.0, bool return_lse=False) -> (Tensor, Tensor)",
+        tags);
+}
+
+TORCH_LIBRARY_IMPL(blockfuse, CUDA, m) {
+  m.impl("attention", &attention_cuda);
+  m.impl("attention_varlen", &attention_varlen_cuda);
+}
+
+TORCH_LIBRARY_IMPL(blockfuse, CPU, m) {
+  m.impl("attention", &attention_cpu);
+  m.impl("attention_varlen", &attention_varlen_cpu);
+}

@@ -1,0 +1,149 @@
+"""CPU tests of blockfuse.attention's torch-only parts (no GPU, no compiled extension needed): the
+fp32 reference against PyTorch SDPA, and the Hugging Face backend "blockfuse" taking its fallback on
+CPU tensors — tiny random Llama and Gemma-2 models (GQA, sliding window, soft-cap, left padding,
+generate() with a KV cache) against transformers' eager attention."""
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+import blockfuse.attention as A  # noqa: E402
+
+
+def rand(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).float()
+
+
+@pytest.mark.parametrize("sq, sk, hq, hkv, causal, left, right", [
+    (5, 5, 4, 4, True, -1, -1), (3, 11, 4, 2, True, -1, -1), (7, 9, 6, 3, False, 2, 1), (9, 9, 2, 1, True, 3, -1),
+    (1, 13, 4, 1, True, -1, -1), (6, 6, 4, 2, False, -1, -1)])
+def test_reference_matches_sdpa(sq, sk, hq, hkv, causal, left, right):
+    q, k, v = rand(2, sq, hq, 64, seed=1), rand(2, sk, hkv, 64, seed=2), rand(2, sk, hkv, 64, seed=3)
+    out, lse = A.attention_reference(q, k, v, causal=causal, window_left=left, window_right=right)
+    vis = A.visibility_mask(sq, sk, causal, left, right)
+    rep = hq // hkv
+    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2).repeat_interleave(rep, 1), v.transpose(1, 2).repeat_interleave(rep, 1)
+    want = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, attn_mask=vis).transpose(1, 2)
+    torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+    s = (qt @ kt.transpose(-1, -2) / 8.0).masked_fill(~vis, float("-inf"))
+    torch.testing.assert_close(lse, torch.logsumexp(s, -1), atol=1e-5, rtol=1e-5)
+
+
+def test_visibility_is_bottom_right_aligned():
+    vis = A.visibility_mask(2, 5, causal=True)
+    assert vis.tolist() == [[True, True, True, True, False], [True] * 5]  # the last query sees every key
+    assert A.visibility_mask(3, 3, causal=True, window_left=1).tolist() == [
+        [True, False, False], [True, True, False], [False, True, True]]
+
+
+def test_rows_without_keys_give_zero_and_minus_inf():
+    q, k, v = rand(1, 4, 2, 64), rand(1, 2, 2, 64, seed=1), rand(1, 2, 2, 64, seed=2)
+    out, lse = A.attention_reference(q, k, v, causal=True)
+    assert torch.equal(out[:, :2], torch.zeros_like(out[:, :2])) and torch.isinf(lse[..., :2]).all()
+    assert torch.isfinite(out).all() and torch.isfinite(lse[..., 2:]).all()
+
+
+# ---- Hugging Face backend, fallback path on CPU --------------------------------------------------
+
+transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+if not hasattr(transformers, "AttentionInterface"):
+    pytest.skip("transformers < 4.48 has no AttentionInterface", allow_module_level=True)
+
+
+def _set_impl(model, name):
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(name)
+    else:
+        model.config._attn_implementation = name
+
+
+def _dynamic_cache(cfg):
+    try:
+        return transformers.DynamicCache(config=cfg)
+    except TypeError:  # older transformers
+        return transformers.DynamicCache()
+
+
+def _model(kind):
+    torch.manual_seed(0)
+    if kind == "llama":
+        cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2)
+        return transformers.LlamaForCausalLM(cfg).eval()
+    cfg = transformers.Gemma2Config(vocab_size=128, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                    num_attention_heads=4, num_key_value_heads=2, head_dim=64, sliding_window=5,
+                                    query_pre_attn_scalar=64)
+    return transformers.Gemma2ForCausalLM(cfg).eval()
+
+
+def test_backend_is_registered_on_import():
+    assert A.register_hf_backend()
+    assert "blockfuse" in transformers.AttentionInterface._global_mapping
+    try:
+        from transformers.masking_utils import AttentionMaskInterface
+    except ImportError:
+        return
+    assert "blockfuse" in AttentionMaskInterface._global_mapping
+
+
+@pytest.mark.parametrize("kind", ("llama", "gemma2"))
+def test_hf_fallback_matches_eager(kind):
+    """fp32 CPU: the fallback with an equivalent mask gives eager's logits (padding rows excluded)
+    and the same greedy generation with the KV cache."""
+    A.register_hf_backend()
+    m = _model(kind)
+    ids = torch.randint(0, 128, (2, 11), generator=torch.Generator().manual_seed(1))
+    am = torch.ones(2, 11, dtype=torch.long)
+    am[1, :3] = 0  # left padding
+    outs = {}
+    for impl in ("eager", "blockfuse"):
+        _set_impl(m, impl)
+        with torch.no_grad():
+            outs[impl] = (m(ids).logits, m(ids, attention_mask=am).logits,
+                          m.generate(ids, attention_mask=am, max_new_tokens=5, do_sample=False))
+    torch.testing.assert_close(outs["blockfuse"][0], outs["eager"][0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(outs["blockfuse"][1][0], outs["eager"][1][0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(outs["blockfuse"][1][1, 3:], outs["eager"][1][1, 3:], atol=1e-5, rtol=1e-5)
+    assert torch.isfinite(outs["blockfuse"][1]).all()
+    assert torch.equal(outs["blockfuse"][2], outs["eager"][2])
+
+
+@pytest.mark.parametrize("kind", ("llama", "gemma2"))
+def test_hf_fused_path_argument_mapping(kind, monkeypatch):
+    """The backend's unmasked path with the fp32 reference in place of the kernel: the transposes,
+    causal alignment (prefill and one-query decode against a DynamicCache), sliding window, scale
+    and soft-cap it passes must reproduce eager attention, and the fallback must not run."""
+    A.register_hf_backend()
+    try:
+        from transformers.masking_utils import AttentionMaskInterface  # noqa: F401
+    except ImportError:
+        pytest.skip("transformers < 4.53: the unmasked path is never taken")
+    calls = []
+
+    def kernel(q, k, v, scale, causal, window_left, window_right, softcap):
+        assert q.dim() == 4 and q.shape[2] % k.shape[2] == 0  # [B, S, H, D] views
+        calls.append((q.shape[1], k.shape[1], causal, window_left, window_right, softcap))
+        return A.attention_reference(q, k, v, scale, causal, window_left, window_right, softcap)[0].to(q.dtype)
+
+    def no_fallback(*a, **kw):
+        raise AssertionError("the fallback ran on an unmasked call")
+
+    monkeypatch.setattr(A, "_fused_ok", lambda *a: True)
+    monkeypatch.setattr(A, "_fused", kernel)
+    m = _model(kind)
+    ids = torch.randint(0, 128, (2, 13), generator=torch.Generator().manual_seed(2))  # 13 > sliding_window 5
+    res = {}
+    for impl in ("eager", "blockfuse"):
+        _set_impl(m, impl)
+        if impl == "blockfuse":
+            monkeypatch.setattr(A, "_fallback", no_fallback)
+        with torch.no_grad():
+            g = m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False,
+                           past_key_values=_dynamic_cache(m.config), return_dict_in_generate=True,
+                           output_logits=True)
+            res[impl] = (m(ids).logits, torch.stack(g.logits, 1), g.sequences)
+    torch.testing.assert_close(res["blockfuse"][0], res["eager"][0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(res["blockfuse"][1], res["eager"][1], atol=1e-5, rtol=1e-5)
+    assert torch.equal(res["blockfuse"][2], res["eager"][2])
+    assert any(sq == 1 for sq, *_ in calls) and any(sq == 13 for sq, *_ in calls)  # decode and prefill ran fused
+    assert all(c[2] for c in calls)  # causal
+    if kind == "gemma2":
+        assert any(c[3] == 4 and c[4] == 0 for c in calls) and all(c[5] == 50.0 for c in calls)
