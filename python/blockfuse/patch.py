@@ -17,7 +17,7 @@ norm=True  every decoder layer (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma-2, Ge
            keyword argument passed through), so caches (DynamicCache, StaticCache), masks, rotary
            embeddings, sliding windows and torch.compile behave as before. In training mode, and
            for inputs the kernels do not take (CPU, float32), the layer runs its original forward.
-attention  not yet: attention=True raises NotImplementedError.
+attention  attention=True: model.set_attn_implementation("blockfuse") (blockfuse.attention's backend).
 
 Everything is checked before anything changes: an MLP that cannot be converted, a decoder layer
 whose forward is not the one this module knows (it reads the class's source: only the statements
@@ -222,20 +222,28 @@ def patch_model(model, mlp=True, norm=True, attention=False, classes=bnn.HF_MLP_
     (the list keeps its weights alive: drop it to free them), and each decoder layer whose norms are
     fused with the layer itself (it stays in the model; blockfuse.patch.unpatch_layer undoes it).
 
-    Raises (before changing anything) NotImplementedError for attention=True, ValueError for anything
-    it cannot handle, and ValueError when nothing in the model matched."""
+    attention=True switches the model's attention to blockfuse's Hugging Face backend "blockfuse"
+    (blockfuse.attention: the fused kernel for unpadded prefill and KV-cache decode, SDPA with an
+    equivalent mask for padded batches).
+
+    Raises (before changing anything) ValueError for anything it cannot handle, and ValueError when
+    nothing in the model matched."""
+    attn_backend = None
     if attention:
-        raise NotImplementedError("blockfuse.patch_model: attention=True is not yet available (blockfuse's "
-                                  "attention kernels have no PyTorch op yet); use attention=False")
-    if not (mlp or norm):
-        raise ValueError("blockfuse.patch_model: mlp=False and norm=False: nothing to do")
+        from . import attention as battn
+        if not hasattr(model, "set_attn_implementation") or not battn.register_hf_backend():
+            raise ValueError("blockfuse.patch_model: attention=True needs a transformers model and transformers "
+                             ">= 4.48 (AttentionInterface); required: a PreTrainedModel with set_attn_implementation")
+        attn_backend = battn.HF_NAME
+    if not (mlp or norm or attention):
+        raise ValueError("blockfuse.patch_model: mlp=False, norm=False and attention=False: nothing to do")
     layers = []
     if norm:
         for name, m in model.named_modules():
             if type(m).__name__ in DECODER_LAYERS and "_blockfuse_spec" not in m.__dict__:
                 layers.append((name, m, plan_layer(name, m)))
     mlps = bnn.convert_mlps(model, classes) if mlp else []
-    if not layers and not mlps:
+    if not layers and not mlps and attn_backend is None:
         kinds = (["MLPs " + ", ".join(classes)] if mlp else []) + (
             ["decoder layers " + ", ".join(DECODER_LAYERS)] if norm else [])
         raise ValueError(f"blockfuse.patch_model: nothing in {type(model).__name__} matched ({'; '.join(kinds)}), "
@@ -251,6 +259,8 @@ def patch_model(model, mlp=True, norm=True, attention=False, classes=bnn.HF_MLP_
         layer._blockfuse_spec = spec
         layer.forward = types.MethodType(_fused_layer_forward, layer)
         changed.append((name, layer))
+    if attn_backend is not None:  # every attention module of the model calls the "blockfuse" backend
+        model.set_attn_implementation(attn_backend)
     order = {n: i for i, (n, _) in enumerate(model.named_modules(remove_duplicate=False))}
     changed.sort(key=lambda e: order.get(e[0], -1))
     return changed

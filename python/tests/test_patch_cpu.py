@@ -75,9 +75,12 @@ def test_nothing_matched_is_an_error():
         patch.patch_model(torch.nn.Sequential(), mlp=False, norm=False)
 
 
-def test_attention_not_yet():
-    with pytest.raises(NotImplementedError, match="not yet"):
-        patch.patch_model(tiny_model("llama"), attention=True)
+def test_attention_switches_the_backend():
+    model = tiny_model("llama")
+    patch.patch_model(model, mlp=False, norm=False, attention=True)
+    assert model.config._attn_implementation == "blockfuse"
+    with pytest.raises(ValueError, match="attention=True needs a transformers model"):
+        patch.patch_model(torch.nn.Sequential(torch.nn.Linear(8, 8)), attention=True)
 
 
 def _assert_unchanged(model, before):

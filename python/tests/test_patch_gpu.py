@@ -70,3 +70,23 @@ def test_generate_static_cache_compiled(family):
         compiled = patched.generate(prompt, **kw)
     assert compiled.sequences.shape == (1, 20)
     assert rel(compiled.logits[0], eager.logits[0]) < 3e-2
+
+
+@pytest.mark.parametrize("family", ("llama", "qwen3", "gemma2", "gemma3"))
+def test_attention_backend_logits_no_further_from_fp32(family):
+    """patch_model(attention=True): blockfuse's attention kernel in every layer, beside the fused
+    norms and MLPs; the logits no further from the fp32 model than the unpatched bf16 model's."""
+    m32 = tiny_model(family, hidden=256, inter=704, layers=3, vocab=512, initializer_range=0.08).cuda()
+    ref = copy.deepcopy(m32).to(torch.bfloat16)
+    patched = copy.deepcopy(ref)
+    blockfuse.patch_model(patched, attention=True)
+    assert patched.config._attn_implementation == "blockfuse"
+    ids = torch.randint(0, 512, (2, 77), device="cuda", generator=torch.Generator(device="cuda").manual_seed(2))
+    with torch.no_grad():
+        l32, lu, lp = m32(ids).logits, ref(ids).logits, patched(ids).logits
+        out = patched.generate(ids[:, :12], attention_mask=torch.ones_like(ids[:, :12]), max_new_tokens=8,
+                               do_sample=False, pad_token_id=0)
+    e_u, e_p = rel(lu, l32), rel(lp, l32)
+    print(f"{family} + attention: logits vs fp32: unpatched {e_u:.3e}, patched {e_p:.3e}")
+    assert e_p <= 1.15 * e_u + 1e-3, f"{family}: patched {e_p:.3e} vs unpatched {e_u:.3e} (relative to fp32)"
+    assert out.shape == (2, 20)
