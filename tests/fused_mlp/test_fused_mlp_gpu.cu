@@ -41,8 +41,8 @@ struct Mlp {
   HostMatrix x, wgu, wd;
   DeviceBuffer<uint16_t> dx, dwgu, dwd, dy;
   Mlp(DType t, int64_t m_, int64_t k_, int64_t u_, uint64_t seed)
-      : dt(t), m(m_), k(k_), u(u_), x(t, m_, k_), wgu(t, 2 * u_, k_), wd(t, u_, k_), dx(size_t(m_ * k_)),
-        dwgu(size_t(2 * u_ * k_)), dwd(size_t(u_ * k_)), dy(size_t(m_ * k_)) {
+      : dt(t), m(m_), k(k_), u(u_), x(t, m_, k_), wgu(t, 2 * u_, k_), wd(t, u_, k_), dx(static_cast<size_t>(m_ * k_)),
+        dwgu(static_cast<size_t>(2 * u_ * k_)), dwd(static_cast<size_t>(u_ * k_)), dy(static_cast<size_t>(m_ * k_)) {
     std::mt19937_64 rng(seed);
     x.fill_uniform(rng, -1.f, 1.f);
     const float s = 2.f / std::sqrt(float(k_));
@@ -65,7 +65,7 @@ struct Mlp {
     cudaMemcpy(dy.data(), p.bits.data(), dy.bytes(), cudaMemcpyHostToDevice);
   }
   std::vector<uint16_t> y_bits() const {
-    std::vector<uint16_t> b(size_t(m * k));
+    std::vector<uint16_t> b(static_cast<size_t>(m * k));
     cudaMemcpy(b.data(), dy.data(), dy.bytes(), cudaMemcpyDeviceToHost);
     return b;
   }
@@ -83,7 +83,7 @@ struct Workspace {
 // Compares y (device) with the fp64 reference under `mask` (null: dense); rows in skip_rows are
 // expected to be all non-finite instead (NaN input rows).
 void expect_matches(const Mlp& f, Activation act, const unsigned char* mask, int skip_row = -1) {
-  std::vector<double> ref(size_t(f.m * f.k)), abs(size_t(f.m * f.k));
+  std::vector<double> ref(static_cast<size_t>(f.m * f.k)), abs(static_cast<size_t>(f.m * f.k));
   fmlp::reference(f.x.view(), f.wgu.view(), f.wd.view(), act, mask, ref.data(), f.k, abs.data());
   const std::vector<uint16_t> y = f.y_bits();
   const double u = test::unit_roundoff(f.dt);
@@ -151,7 +151,7 @@ TEST_P(FusedMlpGpu, DeterministicIsBitwiseReproducible) {
 // Union list of `blocks` on the device.
 struct DeviceList {
   DeviceBuffer<int32_t> idx, cnt;
-  DeviceList(const std::vector<int32_t>& v, int64_t capacity) : idx(size_t(std::max<int64_t>(capacity, 1))), cnt(1) {
+  DeviceList(const std::vector<int32_t>& v, int64_t capacity) : idx(static_cast<size_t>(std::max<int64_t>(capacity, 1))), cnt(1) {
     if (!v.empty()) cudaMemcpy(idx.data(), v.data(), v.size() * 4, cudaMemcpyHostToDevice);
     const int32_t n = int32_t(v.size());
     cudaMemcpy(cnt.data(), &n, 4, cudaMemcpyHostToDevice);
@@ -182,7 +182,7 @@ TEST_P(FusedMlpGpu, SparseUnionLists) {
           fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU,
                            NeuronBlockList{dl.idx.data(), dl.cnt.data(), nblk, bs}, ws.p(), ws.bytes(), cfg);
           BF_CUDA_OK(cudaDeviceSynchronize());
-          std::vector<unsigned char> mask(size_t(m * u));
+          std::vector<unsigned char> mask(static_cast<size_t>(m * u));
           const int32_t cnt = int32_t(list.size());
           fmlp::neuron_mask_from_blocks(list.data(), &cnt, 0, false, m, u, bs, mask.data());
           expect_matches(f, Activation::kSiLU, mask.data());
@@ -199,7 +199,7 @@ TEST_P(FusedMlpGpu, AllBlocksEqualDenseBitwise) {
   Workspace ws(fused_mlp_workspace_size(m, k, u / 16, cfg));
   fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
   const std::vector<uint16_t> dense = f.y_bits();
-  std::vector<int32_t> all(size_t(u / 32));
+  std::vector<int32_t> all(static_cast<size_t>(u / 32));
   for (size_t i = 0; i < all.size(); ++i) all[i] = int32_t(i);
   DeviceList dl(all, u / 32);
   f.poison();
@@ -221,7 +221,7 @@ TEST_P(FusedMlpGpu, PerTokenLists) {
         Mlp f(dt, m, k, u, seed);
         std::mt19937_64 rng(seed + 7);
         const int64_t nblk = u / bs;
-        std::vector<int32_t> idx(size_t(m * nblk), -1), counts(size_t(m));
+        std::vector<int32_t> idx(static_cast<size_t>(m * nblk), -1), counts(static_cast<size_t>(m));
         for (int64_t r = 0; r < m; ++r) {
           int c = 0;
           for (int32_t b = 0; b < nblk; ++b)
@@ -238,7 +238,7 @@ TEST_P(FusedMlpGpu, PerTokenLists) {
         fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kGeluTanh,
                          PerTokenNeuronBlocks{di.data(), dc.data(), nblk, bs}, ws.p(), ws.bytes(), FusedMlpConfig{0, red});
         BF_CUDA_OK(cudaDeviceSynchronize());
-        std::vector<unsigned char> mask(size_t(m * u));
+        std::vector<unsigned char> mask(static_cast<size_t>(m * u));
         fmlp::neuron_mask_from_blocks(idx.data(), counts.data(), nblk, true, m, u, bs, mask.data());
         expect_matches(f, Activation::kGeluTanh, mask.data());
       }
@@ -277,10 +277,10 @@ TEST_P(FusedMlpGpu, RouterAndSparseInAGraph) {
   HostMatrix r(dt, nblk, k);
   std::mt19937_64 rng(seed + 3);
   r.fill_uniform(rng, -0.1f, 0.1f);
-  DeviceBuffer<uint16_t> dr(size_t(nblk * k));
+  DeviceBuffer<uint16_t> dr(static_cast<size_t>(nblk * k));
   cudaMemcpy(dr.data(), r.bits.data(), dr.bytes(), cudaMemcpyHostToDevice);
   const ConstMatrix R{dr.data(), dt, nblk, k, k};
-  DeviceBuffer<int32_t> ui(size_t(nblk)), uc(1), ti(size_t(m * nblk)), tc(size_t(m));
+  DeviceBuffer<int32_t> ui(static_cast<size_t>(nblk)), uc(1), ti(static_cast<size_t>(m * nblk)), tc(static_cast<size_t>(m));
   DeviceBuffer<unsigned char> rws(router_workspace_size(m, nblk));
   Workspace ws(fused_mlp_workspace_size(m, k, u / 16, FusedMlpConfig{16, MlpReduction::kAtomic}));
   const RouterOutputs out{ui.data(), uc.data(), ti.data(), tc.data()};
@@ -300,14 +300,14 @@ TEST_P(FusedMlpGpu, RouterAndSparseInAGraph) {
       BF_CUDA_OK(cudaGraphLaunch(exec, s));
       BF_CUDA_OK(cudaStreamSynchronize(s));
       // The lists as the device built them: sorted, unique, in range; top-k has k per token.
-      std::vector<int32_t> hu(size_t(nblk)), hc(1), hti(size_t(m * nblk)), htc(size_t(m));
+      std::vector<int32_t> hu(static_cast<size_t>(nblk)), hc(1), hti(static_cast<size_t>(m * nblk)), htc(static_cast<size_t>(m));
       cudaMemcpy(hu.data(), ui.data(), ui.bytes(), cudaMemcpyDeviceToHost);
       cudaMemcpy(hc.data(), uc.data(), 4, cudaMemcpyDeviceToHost);
       cudaMemcpy(hti.data(), ti.data(), ti.bytes(), cudaMemcpyDeviceToHost);
       cudaMemcpy(htc.data(), tc.data(), tc.bytes(), cudaMemcpyDeviceToHost);
       EXPECT_NO_THROW(fused_mlp_check_blocks(ui.data(), uc.data(), 1, nblk, nblk));
       EXPECT_NO_THROW(fused_mlp_check_blocks(ti.data(), tc.data(), m, nblk, nblk));
-      std::vector<char> in_union(size_t(nblk), 0);
+      std::vector<char> in_union(static_cast<size_t>(nblk), 0);
       for (int64_t t = 0; t < m; ++t) {
         if (mode == RouterMode::kTopK) EXPECT_EQ(htc[size_t(t)], 5);
         for (int i = 0; i < htc[size_t(t)]; ++i) in_union[size_t(hti[size_t(t * nblk + i)])] = 1;
@@ -325,7 +325,7 @@ TEST_P(FusedMlpGpu, RouterAndSparseInAGraph) {
       for (int64_t b = 0; b < nblk; ++b) nu += in_union[size_t(b)];
       ASSERT_EQ(hc[0], nu);
       for (int i = 0; i < nu; ++i) EXPECT_TRUE(in_union[size_t(hu[size_t(i)])]);
-      std::vector<unsigned char> mask(size_t(m * u));
+      std::vector<unsigned char> mask(static_cast<size_t>(m * u));
       fmlp::neuron_mask_from_blocks(hu.data(), hc.data(), 0, false, m, u, int(bs), mask.data());
       expect_matches(f, Activation::kSiLU, mask.data());
       // New inputs for the next replay (the graph reads x from the same buffer).
@@ -397,11 +397,11 @@ TEST(FusedMlpSanitizer, SmallShapes) {
           fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, NeuronBlockList{dl.idx.data(), dl.cnt.data(), 5, 16},
                            ws.p(), ws.bytes(), cfg);
           BF_CUDA_OK(cudaDeviceSynchronize());
-          std::vector<unsigned char> mask(size_t(m * u));
+          std::vector<unsigned char> mask(static_cast<size_t>(m * u));
           const int32_t cnt = 3;
           fmlp::neuron_mask_from_blocks(list.data(), &cnt, 0, false, m, u, 16, mask.data());
           expect_matches(f, Activation::kSiLU, mask.data());
-          std::vector<int32_t> idx(size_t(m * 5), 0), counts(size_t(m));
+          std::vector<int32_t> idx(static_cast<size_t>(m * 5), 0), counts(static_cast<size_t>(m));
           for (int64_t r = 0; r < m; ++r) {
             counts[size_t(r)] = int32_t(r % 3);
             for (int i = 0; i < counts[size_t(r)]; ++i) idx[size_t(r * 5 + i)] = int32_t(2 * i + (r & 1));
