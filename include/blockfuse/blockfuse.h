@@ -5,6 +5,7 @@
 #include "blockfuse/attention.h"
 #include "blockfuse/common.h"
 #include "blockfuse/decode_gemm.h"
+#include "blockfuse/fused_mlp.h"
 #include "blockfuse/fp8.h"
 #include "blockfuse/gated_up.h"
 #include "blockfuse/swiglu.h"

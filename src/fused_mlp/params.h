@@ -1,0 +1,71 @@
+// Internal: the fused MLP's launch parameters and the geometry shared by the heuristic, the
+// workspace sizing, the validation and the kernel (so the four can never disagree).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "blockfuse/fused_mlp.h"
+
+namespace blockfuse::fmlp {
+
+constexpr int kWarps = 8;            // warps per block (256 threads, two blocks per SM at <= 128 registers)
+constexpr int kGroup = 16;           // neurons per group: the k = 16 side of the down projection's MMA
+constexpr int kChunk = 64;           // y columns per chunk: 8 lanes x 8 consecutive columns (16-byte loads)
+constexpr int kAlign = 256;          // workspace sections start on this boundary
+
+#ifdef __CUDACC__
+#define BF_FMLP_HD __host__ __device__
+#else
+#define BF_FMLP_HD
+#endif
+BF_FMLP_HD inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline size_t round_up(size_t a, size_t b) { return (a + b - 1) / b * b; }
+
+// 16-neuron groups per block, blocks in the grid (at least one: it writes y = 0 when nothing is
+// active), 64-column chunks of y (one completion counter each).
+inline int groups_per_block(int neurons_per_block) { return neurons_per_block / kGroup; }
+inline int64_t grid_blocks(int64_t list_groups, int neurons_per_block) {
+  const int64_t b = ceil_div(list_groups, groups_per_block(neurons_per_block));
+  return b < 1 ? 1 : b;
+}
+inline int64_t chunks(int64_t k) { return ceil_div(k, kChunk); }
+
+// Workspace: [counters: int per chunk][atomic: fp32 y accumulator [m, K] | deterministic: int flag
+// per block, then fp32 partials [blocks][m][K]].
+inline size_t counter_bytes(int64_t k) { return round_up(size_t(chunks(k)) * sizeof(int), kAlign); }
+inline size_t flag_bytes(int64_t blocks) { return round_up(size_t(blocks) * sizeof(int), kAlign); }
+inline size_t workspace_bytes(int64_t m, int64_t k, int64_t list_groups, int neurons_per_block, MlpReduction r) {
+  if (m <= 0 || k <= 0) return 0;
+  const int64_t blocks = grid_blocks(list_groups, neurons_per_block);
+  if (r == MlpReduction::kAtomic) return counter_bytes(k) + size_t(m) * size_t(k) * sizeof(float);
+  return counter_bytes(k) + flag_bytes(blocks) + size_t(blocks) * size_t(m) * size_t(k) * sizeof(float);
+}
+
+enum class ListMode : int { kDense = 0, kUnion = 1, kPerToken = 2 };
+
+// What the kernel is launched with. Element offsets are int64 (weights can exceed 2^31 elements).
+struct FusedMlpParams {
+  const void* x;    // [m, k], ldx
+  const void* wgu;  // [2u, k], ldgu (row 2j = up_j, 2j+1 = gate_j)
+  const void* wd;   // [u, k], ldd (down_proj.weight transposed)
+  void* y;          // [m, k], ldy
+  int64_t m, k, u;
+  int64_t ldx, ldgu, ldd, ldy;
+  int act;                 // Activation code
+  ListMode mode;
+  const int32_t* idx;      // union: [capacity]; per-token: [m, idx_ld]
+  const int32_t* cnt;      // union: [1]; per-token: [m]
+  int64_t idx_ld;          // per-token row stride
+  int64_t capacity;        // union: entries the grid covers
+  int list_groups_per_block;  // block_size / 16 of the list (1 for dense)
+  int64_t list_blocks;     // U / block_size: valid block numbers are [0, list_blocks)
+  int64_t groups;          // 16-neuron groups the grid covers
+  int deterministic;
+  int* counters;           // [chunks(k)]
+  float* acc;              // atomic: [m, k]
+  int* flags;              // deterministic: [gridDim.x]
+  float* partials;         // deterministic: [gridDim.x, m, k]
+};
+
+}  // namespace blockfuse::fmlp

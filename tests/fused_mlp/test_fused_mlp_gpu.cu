@@ -1,0 +1,422 @@
+// GPU tests of blockfuse::fused_mlp / fused_mlp_sparse / neuron_block_router (src/fused_mlp/):
+// the one-launch MLP against the fp64 CPU reference (src/fused_mlp/reference.cpp) on host copies.
+//
+// Shapes: M in {1, 3, 16, 32} (one to four 8-row MMA tiles, partial tiles); K in {136, 1024} (136:
+// a partial 64-column chunk of y and a partial 32-k chunk of the gate/up loop), U in {48, 256}
+// (48: a 64-neuron block half full). Tolerance: fp32 accumulation and h rounded once to the dtype
+// against fp64 — |y − ref| <= u·|ref| + 2u·Σ_n|h·w_down| (h's rounding, u = unit roundoff);
+// a missing 16-neuron group moves y by ~16/U of that sum, far above it.
+// Outputs are poisoned with NaN first; the workspace is zeroed once per test and reused by every
+// call (the kernel must leave it zeroed: graph replays rely on that).
+// FusedMlpSanitizer is the small set scripts/sanitize runs under compute-sanitizer.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "blockfuse/fused_mlp.h"
+#include "fused_mlp/reference.h"
+#include "support/test_util.h"
+#include "testing/device_buffer.h"
+
+namespace blockfuse {
+namespace {
+
+using test::HostMatrix;
+using testing::DeviceBuffer;
+
+#define SKIP_WITHOUT_GPU() BF_SKIP_WITHOUT_GPU("the fused_mlp kernel")
+
+// The host matrices of one MLP and their device copies.
+struct Mlp {
+  DType dt;
+  int64_t m, k, u;
+  HostMatrix x, wgu, wd;
+  DeviceBuffer<uint16_t> dx, dwgu, dwd, dy;
+  Mlp(DType t, int64_t m_, int64_t k_, int64_t u_, uint64_t seed)
+      : dt(t), m(m_), k(k_), u(u_), x(t, m_, k_), wgu(t, 2 * u_, k_), wd(t, u_, k_), dx(static_cast<size_t>(m_ * k_)),
+        dwgu(static_cast<size_t>(2 * u_ * k_)), dwd(static_cast<size_t>(u_ * k_)), dy(static_cast<size_t>(m_ * k_)) {
+    std::mt19937_64 rng(seed);
+    x.fill_uniform(rng, -1.f, 1.f);
+    const float s = 2.f / std::sqrt(float(k_));
+    wgu.fill_uniform(rng, -s, s);
+    wd.fill_uniform(rng, -0.5f, 0.5f);
+    upload();
+  }
+  void upload() {
+    cudaMemcpy(dx.data(), x.bits.data(), dx.bytes(), cudaMemcpyHostToDevice);
+    cudaMemcpy(dwgu.data(), wgu.bits.data(), dwgu.bytes(), cudaMemcpyHostToDevice);
+    cudaMemcpy(dwd.data(), wd.bits.data(), dwd.bytes(), cudaMemcpyHostToDevice);
+  }
+  ConstMatrix X() const { return ConstMatrix{dx.data(), dt, m, k, k}; }
+  ConstMatrix WGU() const { return ConstMatrix{dwgu.data(), dt, 2 * u, k, k}; }
+  ConstMatrix WD() const { return ConstMatrix{dwd.data(), dt, u, k, k}; }
+  Matrix Y() const { return Matrix{dy.data(), dt, m, k, k}; }
+  void poison() {
+    HostMatrix p(dt, m, k);
+    p.poison();
+    cudaMemcpy(dy.data(), p.bits.data(), dy.bytes(), cudaMemcpyHostToDevice);
+  }
+  std::vector<uint16_t> y_bits() const {
+    std::vector<uint16_t> b(static_cast<size_t>(m * k));
+    cudaMemcpy(b.data(), dy.data(), dy.bytes(), cudaMemcpyDeviceToHost);
+    return b;
+  }
+};
+
+struct Workspace {
+  DeviceBuffer<unsigned char> buf;
+  explicit Workspace(size_t n) : buf(n) {
+    if (n) cudaMemset(buf.data(), 0, n);
+  }
+  void* p() const { return buf.data(); }
+  size_t bytes() const { return buf.bytes(); }
+};
+
+// Compares y (device) with the fp64 reference under `mask` (null: dense); rows in skip_rows are
+// expected to be all non-finite instead (NaN input rows).
+void expect_matches(const Mlp& f, Activation act, const unsigned char* mask, int skip_row = -1) {
+  std::vector<double> ref(static_cast<size_t>(f.m * f.k)), abs(static_cast<size_t>(f.m * f.k));
+  fmlp::reference(f.x.view(), f.wgu.view(), f.wd.view(), act, mask, ref.data(), f.k, abs.data());
+  const std::vector<uint16_t> y = f.y_bits();
+  const double u = test::unit_roundoff(f.dt);
+  int64_t bad = 0;
+  for (int64_t m = 0; m < f.m; ++m)
+    for (int64_t c = 0; c < f.k; ++c) {
+      const double v = host::to_float(f.dt, y[size_t(m * f.k + c)]);
+      if (m == skip_row) {
+        if (std::isfinite(v) && ++bad <= 5) ADD_FAILURE() << "NaN row " << m << " col " << c << " = " << v;
+        continue;
+      }
+      const double r = ref[size_t(m * f.k + c)], tol = u * std::fabs(r) + 2 * u * abs[size_t(m * f.k + c)] + 1e-30;
+      if (!(std::fabs(v - r) <= tol) && ++bad <= 5)
+        ADD_FAILURE() << "y[" << m << "][" << c << "] = " << v << ", reference " << r << ", tol " << tol;
+    }
+  EXPECT_EQ(bad, 0);
+}
+
+const char* red_name(MlpReduction r) { return r == MlpReduction::kAtomic ? "atomic" : "deterministic"; }
+
+class FusedMlpGpu : public ::testing::TestWithParam<DType> {};
+
+TEST_P(FusedMlpGpu, DenseMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  const DType dt = GetParam();
+  int i = 0;
+  for (auto [k, u] : {std::pair<int64_t, int64_t>{136, 48}, {1024, 256}})
+    for (int64_t m : {1, 3, 16, 32})
+      for (FusedMlpConfig cfg : {FusedMlpConfig{}, FusedMlpConfig{16, MlpReduction::kAtomic},
+                                 FusedMlpConfig{32, MlpReduction::kDeterministic},
+                                 FusedMlpConfig{64, MlpReduction::kDeterministic}}) {
+        const Activation act = (i++ % 2) ? Activation::kGeluTanh : Activation::kSiLU;
+        const uint64_t seed = test::fresh_seed();
+        SCOPED_TRACE("K=" + std::to_string(k) + " U=" + std::to_string(u) + " M=" + std::to_string(m) + " nb=" +
+                     std::to_string(cfg.neurons_per_block) + " " + red_name(cfg.reduction) + " " +
+                     activation_name(act) + "; " + test::seed_note(seed));
+        Mlp f(dt, m, k, u, seed);
+        Workspace ws(fused_mlp_workspace_size(m, k, u / 16, cfg));
+        for (int rep = 0; rep < 2; ++rep) {  // the second call finds the workspace as the first left it
+          f.poison();
+          fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), act, ws.p(), ws.bytes(), cfg);
+          BF_CUDA_OK(cudaDeviceSynchronize());
+          expect_matches(f, act, nullptr);
+        }
+      }
+}
+
+TEST_P(FusedMlpGpu, DeterministicIsBitwiseReproducible) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(test::seed_note(seed));
+  Mlp f(GetParam(), 16, 1024, 512, seed);
+  const FusedMlpConfig cfg{32, MlpReduction::kDeterministic};
+  Workspace ws(fused_mlp_workspace_size(16, 1024, 32, cfg));
+  fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
+  const std::vector<uint16_t> a = f.y_bits();
+  for (int rep = 0; rep < 3; ++rep) {
+    f.poison();
+    fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
+    EXPECT_TRUE(f.y_bits() == a) << "replay " << rep << " differs";
+  }
+  expect_matches(f, Activation::kSiLU, nullptr);
+}
+
+// Union list of `blocks` on the device.
+struct DeviceList {
+  DeviceBuffer<int32_t> idx, cnt;
+  DeviceList(const std::vector<int32_t>& v, int64_t capacity) : idx(static_cast<size_t>(std::max<int64_t>(capacity, 1))), cnt(1) {
+    if (!v.empty()) cudaMemcpy(idx.data(), v.data(), v.size() * 4, cudaMemcpyHostToDevice);
+    const int32_t n = int32_t(v.size());
+    cudaMemcpy(cnt.data(), &n, 4, cudaMemcpyHostToDevice);
+  }
+};
+
+TEST_P(FusedMlpGpu, SparseUnionLists) {
+  SKIP_WITHOUT_GPU();
+  const DType dt = GetParam();
+  const int64_t k = 520, u = 512;
+  for (int bs : {16, 32, 64})
+    for (int64_t m : {1, 5, 32})
+      for (double density : {0.0, 0.1, 0.5, 1.0})
+        for (MlpReduction red : {MlpReduction::kAtomic, MlpReduction::kDeterministic}) {
+          const uint64_t seed = test::fresh_seed();
+          SCOPED_TRACE("bs=" + std::to_string(bs) + " M=" + std::to_string(m) + " density=" + std::to_string(density) +
+                       " " + red_name(red) + "; " + test::seed_note(seed));
+          Mlp f(dt, m, k, u, seed);
+          std::mt19937_64 rng(seed + 1);
+          const int64_t nblk = u / bs;
+          std::vector<int32_t> list;
+          for (int32_t b = 0; b < nblk; ++b)
+            if (density >= 1.0 || std::uniform_real_distribution<double>(0, 1)(rng) < density) list.push_back(b);
+          DeviceList dl(list, nblk);
+          const FusedMlpConfig cfg{0, red};
+          Workspace ws(fused_mlp_workspace_size(m, k, nblk * bs / 16, FusedMlpConfig{16, red}));
+          f.poison();
+          fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU,
+                           NeuronBlockList{dl.idx.data(), dl.cnt.data(), nblk, bs}, ws.p(), ws.bytes(), cfg);
+          BF_CUDA_OK(cudaDeviceSynchronize());
+          std::vector<unsigned char> mask(static_cast<size_t>(m * u));
+          const int32_t cnt = int32_t(list.size());
+          fmlp::neuron_mask_from_blocks(list.data(), &cnt, 0, false, m, u, bs, mask.data());
+          expect_matches(f, Activation::kSiLU, mask.data());
+        }
+}
+
+TEST_P(FusedMlpGpu, AllBlocksEqualDenseBitwise) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(test::seed_note(seed));
+  const int64_t m = 4, k = 1024, u = 1024;
+  Mlp f(GetParam(), m, k, u, seed);
+  const FusedMlpConfig cfg{32, MlpReduction::kDeterministic};
+  Workspace ws(fused_mlp_workspace_size(m, k, u / 16, cfg));
+  fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
+  const std::vector<uint16_t> dense = f.y_bits();
+  std::vector<int32_t> all(static_cast<size_t>(u / 32));
+  for (size_t i = 0; i < all.size(); ++i) all[i] = int32_t(i);
+  DeviceList dl(all, u / 32);
+  f.poison();
+  fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, NeuronBlockList{dl.idx.data(), dl.cnt.data(), u / 32, 32},
+                   ws.p(), ws.bytes(), cfg);
+  EXPECT_TRUE(f.y_bits() == dense);
+}
+
+TEST_P(FusedMlpGpu, PerTokenLists) {
+  SKIP_WITHOUT_GPU();
+  const DType dt = GetParam();
+  const int64_t k = 264, u = 384;
+  for (int bs : {16, 32, 64})
+    for (int64_t m : {1, 3, 16, 32})
+      for (MlpReduction red : {MlpReduction::kAtomic, MlpReduction::kDeterministic}) {
+        const uint64_t seed = test::fresh_seed();
+        SCOPED_TRACE("bs=" + std::to_string(bs) + " M=" + std::to_string(m) + " " + red_name(red) + "; " +
+                     test::seed_note(seed));
+        Mlp f(dt, m, k, u, seed);
+        std::mt19937_64 rng(seed + 7);
+        const int64_t nblk = u / bs;
+        std::vector<int32_t> idx(static_cast<size_t>(m * nblk), -1), counts(static_cast<size_t>(m));
+        for (int64_t r = 0; r < m; ++r) {
+          int c = 0;
+          for (int32_t b = 0; b < nblk; ++b)
+            if (rng() % 3 == 0) idx[size_t(r * nblk + c++)] = b;
+          if (r == 0) c = 0;  // token 0 selects nothing: y row 0 = 0
+          counts[size_t(r)] = c;
+        }
+        DeviceBuffer<int32_t> di(idx.size()), dc(counts.size());
+        cudaMemcpy(di.data(), idx.data(), idx.size() * 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(dc.data(), counts.data(), counts.size() * 4, cudaMemcpyHostToDevice);
+        EXPECT_NO_THROW(fused_mlp_check_blocks(di.data(), dc.data(), m, nblk, nblk));
+        Workspace ws(fused_mlp_workspace_size(m, k, u / 16, FusedMlpConfig{16, red}));
+        f.poison();
+        fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kGeluTanh,
+                         PerTokenNeuronBlocks{di.data(), dc.data(), nblk, bs}, ws.p(), ws.bytes(), FusedMlpConfig{0, red});
+        BF_CUDA_OK(cudaDeviceSynchronize());
+        std::vector<unsigned char> mask(static_cast<size_t>(m * u));
+        fmlp::neuron_mask_from_blocks(idx.data(), counts.data(), nblk, true, m, u, bs, mask.data());
+        expect_matches(f, Activation::kGeluTanh, mask.data());
+      }
+}
+
+TEST_P(FusedMlpGpu, NaNStaysInItsRow) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(test::seed_note(seed));
+  for (MlpReduction red : {MlpReduction::kAtomic, MlpReduction::kDeterministic}) {
+    Mlp f(GetParam(), 9, 256, 128, seed);
+    f.x.set(5, 17, std::nanf(""));
+    f.upload();
+    const FusedMlpConfig cfg{32, red};
+    Workspace ws(fused_mlp_workspace_size(9, 256, 8, cfg));
+    f.poison();
+    fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
+    BF_CUDA_OK(cudaDeviceSynchronize());
+    expect_matches(f, Activation::kSiLU, nullptr, 5);
+    // The atomic accumulator must not keep the NaN for the next call.
+    f.x.set(5, 17, 0.25f);
+    f.upload();
+    fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
+    BF_CUDA_OK(cudaDeviceSynchronize());
+    expect_matches(f, Activation::kSiLU, nullptr);
+  }
+}
+
+TEST_P(FusedMlpGpu, RouterAndSparseInAGraph) {
+  SKIP_WITHOUT_GPU();
+  const DType dt = GetParam();
+  const int64_t m = 3, k = 512, u = 1024, bs = 32, nblk = u / bs;
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(test::seed_note(seed));
+  Mlp f(dt, m, k, u, seed);
+  HostMatrix r(dt, nblk, k);
+  std::mt19937_64 rng(seed + 3);
+  r.fill_uniform(rng, -0.1f, 0.1f);
+  DeviceBuffer<uint16_t> dr(static_cast<size_t>(nblk * k));
+  cudaMemcpy(dr.data(), r.bits.data(), dr.bytes(), cudaMemcpyHostToDevice);
+  const ConstMatrix R{dr.data(), dt, nblk, k, k};
+  DeviceBuffer<int32_t> ui(static_cast<size_t>(nblk)), uc(1), ti(static_cast<size_t>(m * nblk)), tc(static_cast<size_t>(m));
+  DeviceBuffer<unsigned char> rws(router_workspace_size(m, nblk));
+  Workspace ws(fused_mlp_workspace_size(m, k, u / 16, FusedMlpConfig{16, MlpReduction::kAtomic}));
+  const RouterOutputs out{ui.data(), uc.data(), ti.data(), tc.data()};
+  for (RouterMode mode : {RouterMode::kThreshold, RouterMode::kTopK}) {
+    cudaStream_t s;
+    BF_CUDA_OK(cudaStreamCreate(&s));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    BF_CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    neuron_block_router(f.X(), R, mode, 0.5f, 5, out, rws.data(), rws.bytes(), s);
+    fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, NeuronBlockList{ui.data(), uc.data(), nblk, int(bs)},
+                     ws.p(), ws.bytes(), FusedMlpConfig{}, s);
+    BF_CUDA_OK(cudaStreamEndCapture(s, &graph));
+    BF_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int rep = 0; rep < 3; ++rep) {
+      f.poison();
+      BF_CUDA_OK(cudaGraphLaunch(exec, s));
+      BF_CUDA_OK(cudaStreamSynchronize(s));
+      // The lists as the device built them: sorted, unique, in range; top-k has k per token.
+      std::vector<int32_t> hu(static_cast<size_t>(nblk)), hc(1), hti(static_cast<size_t>(m * nblk)), htc(static_cast<size_t>(m));
+      cudaMemcpy(hu.data(), ui.data(), ui.bytes(), cudaMemcpyDeviceToHost);
+      cudaMemcpy(hc.data(), uc.data(), 4, cudaMemcpyDeviceToHost);
+      cudaMemcpy(hti.data(), ti.data(), ti.bytes(), cudaMemcpyDeviceToHost);
+      cudaMemcpy(htc.data(), tc.data(), tc.bytes(), cudaMemcpyDeviceToHost);
+      EXPECT_NO_THROW(fused_mlp_check_blocks(ui.data(), uc.data(), 1, nblk, nblk));
+      EXPECT_NO_THROW(fused_mlp_check_blocks(ti.data(), tc.data(), m, nblk, nblk));
+      std::vector<char> in_union(static_cast<size_t>(nblk), 0);
+      for (int64_t t = 0; t < m; ++t) {
+        if (mode == RouterMode::kTopK) EXPECT_EQ(htc[size_t(t)], 5);
+        for (int i = 0; i < htc[size_t(t)]; ++i) in_union[size_t(hti[size_t(t * nblk + i)])] = 1;
+        // Scores vs the CPU (fp64) away from the threshold.
+        for (int64_t b = 0; b < nblk && mode == RouterMode::kThreshold; ++b) {
+          double d = 0;
+          for (int64_t c = 0; c < k; ++c) d += double(f.x.at(t, c)) * r.at(b, c);
+          const double sc = 1 / (1 + std::exp(-d));
+          const bool sel = std::find(hti.begin() + t * nblk, hti.begin() + t * nblk + htc[size_t(t)], int32_t(b)) !=
+                           hti.begin() + t * nblk + htc[size_t(t)];
+          if (std::fabs(sc - 0.5) > 1e-3) EXPECT_EQ(sel, sc > 0.5) << "token " << t << " block " << b << " score " << sc;
+        }
+      }
+      int nu = 0;
+      for (int64_t b = 0; b < nblk; ++b) nu += in_union[size_t(b)];
+      ASSERT_EQ(hc[0], nu);
+      for (int i = 0; i < nu; ++i) EXPECT_TRUE(in_union[size_t(hu[size_t(i)])]);
+      std::vector<unsigned char> mask(static_cast<size_t>(m * u));
+      fmlp::neuron_mask_from_blocks(hu.data(), hc.data(), 0, false, m, u, int(bs), mask.data());
+      expect_matches(f, Activation::kSiLU, mask.data());
+      // New inputs for the next replay (the graph reads x from the same buffer).
+      std::mt19937_64 rr(seed + 100 + rep);
+      f.x.fill_uniform(rr, -1.f, 1.f);
+      f.upload();
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(s);
+  }
+}
+
+TEST_P(FusedMlpGpu, TransposeDownProj) {
+  SKIP_WITHOUT_GPU();
+  const DType dt = GetParam();
+  std::mt19937_64 rng(test::fresh_seed());
+  HostMatrix d(dt, 72, 100), host_t(dt, 100, 72), dev_t(dt, 100, 72);
+  d.fill_uniform(rng, -1, 1);
+  transpose_down_proj_host(d.view(), host_t.view());
+  DeviceBuffer<uint16_t> dd(d.bits.size()), dt_(dev_t.bits.size());
+  cudaMemcpy(dd.data(), d.bits.data(), dd.bytes(), cudaMemcpyHostToDevice);
+  transpose_down_proj(ConstMatrix{dd.data(), dt, 72, 100, 100}, Matrix{dt_.data(), dt, 100, 72, 72});
+  cudaMemcpy(dev_t.bits.data(), dt_.data(), dt_.bytes(), cudaMemcpyDeviceToHost);
+  EXPECT_TRUE(dev_t.bits == host_t.bits);
+  EXPECT_EQ(host_t.at(7, 3), d.at(3, 7));
+}
+
+TEST_P(FusedMlpGpu, CheckBlocksFindsBadLists) {
+  SKIP_WITHOUT_GPU();
+  auto run = [](std::vector<int32_t> idx, int32_t count) {
+    DeviceBuffer<int32_t> di(idx.size()), dc(1);
+    cudaMemcpy(di.data(), idx.data(), idx.size() * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(dc.data(), &count, 4, cudaMemcpyHostToDevice);
+    fused_mlp_check_blocks(di.data(), dc.data(), 1, int64_t(idx.size()), 8);
+  };
+  EXPECT_NO_THROW(run({0, 3, 7, 9}, 3));  // 9 is past the count
+  test::expect_arg_error([&] { run({0, 3, 8, 9}, 3); }, "indices", "range");
+  test::expect_arg_error([&] { run({0, 3, 3, 5}, 4); }, "indices", "sorted");
+  test::expect_arg_error([&] { run({0, 4, 3, 5}, 4); }, "indices", "sorted");
+  test::expect_arg_error([&] { run({0, 1, 2, 3}, 5); }, "counts", "range");
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, FusedMlpGpu, ::testing::Values(DType::kBF16, DType::kFP16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// Small shapes reaching every path (tails in M, K and U, every block size, both reductions, all
+// three list modes) for compute-sanitizer.
+TEST(FusedMlpSanitizer, SmallShapes) {
+  SKIP_WITHOUT_GPU();
+  for (DType dt : {DType::kBF16, DType::kFP16})
+    for (int64_t m : {1, 9, 32})
+      for (int nb : {16, 32, 64})
+        for (MlpReduction red : {MlpReduction::kAtomic, MlpReduction::kDeterministic}) {
+          const uint64_t seed = test::fresh_seed();
+          SCOPED_TRACE(std::string(dtype_name(dt)) + " M=" + std::to_string(m) + " nb=" + std::to_string(nb) + " " +
+                       red_name(red) + "; " + test::seed_note(seed));
+          const int64_t k = 72, u = 80;
+          Mlp f(dt, m, k, u, seed);
+          const FusedMlpConfig cfg{nb, red};
+          Workspace ws(fused_mlp_workspace_size(m, k, u / 16, cfg));
+          f.poison();
+          fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
+          BF_CUDA_OK(cudaDeviceSynchronize());
+          expect_matches(f, Activation::kSiLU, nullptr);
+          std::vector<int32_t> list = {1, 3, 4};
+          DeviceList dl(list, 5);
+          f.poison();
+          fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, NeuronBlockList{dl.idx.data(), dl.cnt.data(), 5, 16},
+                           ws.p(), ws.bytes(), cfg);
+          BF_CUDA_OK(cudaDeviceSynchronize());
+          std::vector<unsigned char> mask(static_cast<size_t>(m * u));
+          const int32_t cnt = 3;
+          fmlp::neuron_mask_from_blocks(list.data(), &cnt, 0, false, m, u, 16, mask.data());
+          expect_matches(f, Activation::kSiLU, mask.data());
+          std::vector<int32_t> idx(static_cast<size_t>(m * 5), 0), counts(static_cast<size_t>(m));
+          for (int64_t r = 0; r < m; ++r) {
+            counts[size_t(r)] = int32_t(r % 3);
+            for (int i = 0; i < counts[size_t(r)]; ++i) idx[size_t(r * 5 + i)] = int32_t(2 * i + (r & 1));
+          }
+          DeviceBuffer<int32_t> di(idx.size()), dc(counts.size());
+          cudaMemcpy(di.data(), idx.data(), idx.size() * 4, cudaMemcpyHostToDevice);
+          cudaMemcpy(dc.data(), counts.data(), counts.size() * 4, cudaMemcpyHostToDevice);
+          f.poison();
+          fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, PerTokenNeuronBlocks{di.data(), dc.data(), 5, 16},
+                           ws.p(), ws.bytes(), cfg);
+          BF_CUDA_OK(cudaDeviceSynchronize());
+          fmlp::neuron_mask_from_blocks(idx.data(), counts.data(), 5, true, m, u, 16, mask.data());
+          expect_matches(f, Activation::kSiLU, mask.data());
+        }
+}
+
+}  // namespace
+}  // namespace blockfuse
