@@ -7,7 +7,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "blockfuse/gated_up.h"  // current_device_spec
+#include "common/device.h"
 #include "common/check.h"
 #include "fused_mlp/fused_mlp_sm80.cuh"
 #include "fused_mlp/params.h"
@@ -96,7 +96,7 @@ void validate_workspace(const char* fn, const Problem& pr, const Matrix& y, void
   detail::check_no_overlap(fn, "workspace", w, "w_down_t", detail::span_of(wd));
 }
 
-int sm_count_now() { return current_device_spec().sm_count; }
+int sm_count_now() { return detail::current_device_spec().sm_count; }
 
 int resolve_neurons(const FusedMlpConfig& c, int64_t m, int64_t k, int64_t groups) {
   return c.neurons_per_block != 0 ? c.neurons_per_block : fused_mlp_heuristic(m, k, groups, sm_count_now()).neurons_per_block;
@@ -144,12 +144,11 @@ void run(const char* fn, const Problem& pr, const ConstMatrix& x, const ConstMat
   p.deterministic = red == MlpReduction::kDeterministic;
   char* w = static_cast<char*>(ws);
   p.counters = reinterpret_cast<int*>(w);
-  w += fmlp::counter_bytes(pr.k);
   if (p.deterministic) {
-    p.flags = reinterpret_cast<int*>(w);
-    p.partials = reinterpret_cast<float*>(w + fmlp::flag_bytes(grid));
+    p.flags = reinterpret_cast<int*>(w + fmlp::deterministic_offset(pr.k));
+    p.partials = reinterpret_cast<float*>(w + fmlp::deterministic_offset(pr.k) + fmlp::flag_bytes(grid));
   } else {
-    p.acc = reinterpret_cast<float*>(w);
+    p.acc = reinterpret_cast<float*>(w + fmlp::counter_bytes(pr.k));
   }
   const int ng = fmlp::groups_per_block(neurons);
   if (x.dtype == DType::kBF16)

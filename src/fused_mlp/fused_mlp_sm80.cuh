@@ -37,7 +37,7 @@
 
 #include "decode_gemm/decode_gemm_sm80.cuh"  // MmaType, load_w, load_x, store_y
 #include "fused_mlp/params.h"
-#include "gated_up/activation.cuh"
+#include "common/activation.cuh"
 
 namespace blockfuse::fmlp {
 

@@ -13,6 +13,7 @@ constexpr int kWarps = 8;            // warps per block (256 threads, two blocks
 constexpr int kGroup = 16;           // neurons per group: the k = 16 side of the down projection's MMA
 constexpr int kChunk = 64;           // y columns per chunk: 8 lanes x 8 consecutive columns (16-byte loads)
 constexpr int kAlign = 256;          // workspace sections start on this boundary
+constexpr int kMaxRows = 32;         // the most tokens (M) one call takes
 
 #ifdef __CUDACC__
 #define BF_FMLP_HD __host__ __device__
@@ -31,15 +32,22 @@ inline int64_t grid_blocks(int64_t list_groups, int neurons_per_block) {
 }
 inline int64_t chunks(int64_t k) { return ceil_div(k, kChunk); }
 
-// Workspace: [counters: int per chunk][atomic: fp32 y accumulator [m, K] | deterministic: int flag
-// per block, then fp32 partials [blocks][m][K]].
+// Workspace: [counters: int per chunk][fp32 y accumulator [m, K] (atomic)][deterministic: int flag
+// per block, then fp32 partials [blocks][m][K], after room for the largest accumulator (kMaxRows)].
+// The two regions never overlap, so one workspace serves both reductions and every M: the atomic
+// accumulator must be zero before a call (the last block clears what it used), the deterministic
+// region is written before it is read.
 inline size_t counter_bytes(int64_t k) { return round_up(size_t(chunks(k)) * sizeof(int), kAlign); }
 inline size_t flag_bytes(int64_t blocks) { return round_up(size_t(blocks) * sizeof(int), kAlign); }
+// Where the deterministic region starts: after the counters and the largest atomic accumulator.
+inline size_t deterministic_offset(int64_t k) {
+  return counter_bytes(k) + round_up(size_t(kMaxRows) * size_t(k) * sizeof(float), kAlign);
+}
 inline size_t workspace_bytes(int64_t m, int64_t k, int64_t list_groups, int neurons_per_block, MlpReduction r) {
   if (m <= 0 || k <= 0) return 0;
   const int64_t blocks = grid_blocks(list_groups, neurons_per_block);
   if (r == MlpReduction::kAtomic) return counter_bytes(k) + size_t(m) * size_t(k) * sizeof(float);
-  return counter_bytes(k) + flag_bytes(blocks) + size_t(blocks) * size_t(m) * size_t(k) * sizeof(float);
+  return deterministic_offset(k) + flag_bytes(blocks) + size_t(blocks) * size_t(m) * size_t(k) * sizeof(float);
 }
 
 enum class ListMode : int { kDense = 0, kUnion = 1, kPerToken = 2 };

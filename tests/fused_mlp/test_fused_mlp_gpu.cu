@@ -131,6 +131,26 @@ TEST_P(FusedMlpGpu, DenseMatchesReference) {
       }
 }
 
+// One workspace shared by both reductions and by calls of different M, as a serving loop would
+// hold it: the deterministic partials must never land where the atomic accumulator expects zeros.
+TEST_P(FusedMlpGpu, OneWorkspaceServesBothReductionsAndEveryM) {
+  SKIP_WITHOUT_GPU();
+  const int64_t k = 1024, u = 512;
+  const FusedMlpConfig det{16, MlpReduction::kDeterministic}, atomic{16, MlpReduction::kAtomic};
+  Workspace ws(std::max(fused_mlp_workspace_size(32, k, u / 16, det), fused_mlp_workspace_size(32, k, u / 16, atomic)));
+  for (int64_t m : {1, 4, 3, 16, 32}) {
+    for (const FusedMlpConfig& cfg : {det, atomic}) {
+      const uint64_t seed = test::fresh_seed();
+      SCOPED_TRACE("M=" + std::to_string(m) + " " + red_name(cfg.reduction) + "; " + test::seed_note(seed));
+      Mlp f(GetParam(), m, k, u, seed);
+      f.poison();
+      fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
+      BF_CUDA_OK(cudaDeviceSynchronize());
+      expect_matches(f, Activation::kSiLU, nullptr);
+    }
+  }
+}
+
 TEST_P(FusedMlpGpu, DeterministicIsBitwiseReproducible) {
   SKIP_WITHOUT_GPU();
   const uint64_t seed = test::fresh_seed();
