@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -108,6 +109,8 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   if (c.softcap > 0) n += "_cap" + std::to_string(int(c.softcap));
   return n;
 }
+
+void PrintTo(const Case& c, std::ostream* os) { *os << case_name(::testing::TestParamInfo<Case>(c, 0)); }
 
 class AttentionReferenceVsNaive : public ::testing::TestWithParam<Case> {};
 
