@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -18,7 +20,7 @@
 
 #include "attention/reference.h"
 #include "blockfuse/attention.h"
-#include "support/test_util.h"
+#include "testing/gtest/gtest_util.h"
 #include "testing/attention_reference.h"
 #include "testing/device_buffer.h"
 #include "testing/testing.h"
@@ -66,6 +68,31 @@ struct Problem {
   AttnConstTensor host_k() const { return rebase(k, c.fused ? qb.data() : kb.data(), c.fused ? hq.data() : hk.data()); }
   AttnConstTensor host_v() const { return rebase(v, c.fused ? qb.data() : vb.data(), c.fused ? hq.data() : hv.data()); }
 };
+
+void PrintTo(const Case& c, std::ostream* os) { *os << describe(c); }
+
+// 0.3 -> "0p3": a number as it may stand in a gtest name.
+std::string decimal(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", double(v));
+  std::string t = buf;
+  std::replace(t.begin(), t.end(), '.', 'p');
+  return t;
+}
+
+// The gtest name of a case: B1_Sq7_Sk7_Hq4_Hkv1_D128_causal_bf16 (window, cap, scale, fused when set).
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  std::string n = "B" + std::to_string(c.b) + "_Sq" + std::to_string(c.sq) + "_Sk" + std::to_string(c.sk) + "_Hq" +
+                  std::to_string(c.hq) + "_Hkv" + std::to_string(c.hkv) + "_D" + std::to_string(c.d);
+  if (c.causal) n += "_causal";
+  if (c.left >= 0) n += "_left" + std::to_string(c.left);
+  if (c.right >= 0) n += "_right" + std::to_string(c.right);
+  if (c.softcap > 0) n += "_cap" + decimal(c.softcap);
+  if (c.scale > 0) n += "_scale" + decimal(c.scale);
+  if (c.fused) n += "_fused";
+  return n + "_" + dtype_name(c.dt);
+}
 
 void download(std::vector<uint16_t>& h, const DeviceBuffer<uint16_t>& d) {
   h.resize(d.size());
@@ -142,9 +169,9 @@ int64_t check(const Problem& pr, const std::vector<float>& ref_o, const std::vec
   download(o, pr.ob);
   EXPECT_EQ(cudaMemcpy(l.data(), pr.lseb.data(), pr.lseb.bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
   const Case& c = pr.c;
-  const double u = test::unit_roundoff(c.dt);
-  // P is rounded to the input type before P·V (relative u per weight, |v| <= 1) and O once at the end.
-  const double atol = 2 * u + 1e-4, rtol = 2 * u;
+  // P is rounded to the input type before P·V (relative u per weight, |v| <= 1) and O once at the end:
+  // two roundings, atol 2u + 1e-4.
+  const testing::Tolerance tol = testing::tolerance(c.dt, 2, 2 * testing::unit_roundoff(c.dt) + 1e-4);
   int64_t bad = 0;
   auto is_nan_row = [&](int64_t rh) { return std::find(nan_rows.begin(), nan_rows.end(), rh) != nan_rows.end(); };
   for (int64_t r = 0; r < pr.out_rows; ++r)
@@ -154,7 +181,7 @@ int64_t check(const Problem& pr, const std::vector<float>& ref_o, const std::vec
       for (int64_t d = 0; d < c.d; ++d) {
         const float got = to_f(c.dt, o[size_t(rh * c.d + d)]);
         const float want = ref_o[size_t(rh * c.d + d)];
-        const bool ok = nan_row ? std::isnan(got) : std::fabs(got - want) <= atol + rtol * std::fabs(want);
+        const bool ok = nan_row ? std::isnan(got) : std::fabs(got - want) <= tol.bound(want);
         if (!ok && bad++ < 5)
           ADD_FAILURE() << describe(c) << ": out row " << r << " head " << h << " d " << d << ": " << got << " vs " << want;
       }
@@ -175,8 +202,8 @@ int64_t check(const Problem& pr, const std::vector<float>& ref_o, const std::vec
 
 void run_case(const Case& c, bool gpu_ref) {
   BF_SKIP_WITHOUT_GPU("attention");
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE(test::seed_note(seed) + " " + describe(c));
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(testing::seed_note(seed) + " " + describe(c));
   Problem pr;
   make_problem(pr, c, seed);
   poison(pr);
@@ -200,7 +227,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{1, 257, 257, 4, 2, 128, false, 32, 16}, Case{1, 300, 300, 2, 2, 64, true, 64},
                       Case{1, 200, 260, 4, 2, 128, true, 0, -1},  // only the diagonal key
                       Case{1, 200, 200, 4, 2, 128, true, -1, -1, 2.0f}, Case{1, 150, 190, 4, 1, 64, false, 20, 5, 3.0f, DType::kFP16},
-                      Case{1, 129, 129, 8, 1, 128, false, -1, -1, 0, DType::kBF16, false, 0.3f}));
+                      Case{1, 129, 129, 8, 1, 128, false, -1, -1, 0, DType::kBF16, false, 0.3f}),
+    case_name);
 
 class AttentionGpuLarge : public ::testing::TestWithParam<Case> {};
 TEST_P(AttentionGpuLarge, MatchesGpuReference) { run_case(GetParam(), true); }
@@ -212,15 +240,16 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{1, 1000, 4097, 8, 8, 128, true},                          // chunked prefill
                       Case{1, 4097, 4097, 4, 1, 128, true},                          // MQA
                       Case{1, 4097, 4097, 2, 2, 64, false, 1024, 0, 0, DType::kFP16, true},
-                      Case{1, 4097, 1000, 4, 2, 128, false}));
+                      Case{1, 4097, 1000, 4, 2, 128, false}),
+    case_name);
 
 // The fp32 GPU reference against the fp64 CPU reference (it stands in for the latter above).
 TEST(AttentionGpuReference, MatchesCpuReference) {
   BF_SKIP_WITHOUT_GPU("attention_reference_gpu");
   for (const Case& c : {Case{2, 77, 131, 4, 2, 128, true, 50, -1, 3.0f}, Case{1, 90, 60, 2, 1, 256, false, 10, 20},
                         Case{1, 33, 33, 2, 2, 64, false, -1, -1, 0, DType::kFP16, true}}) {
-    const uint64_t seed = test::fresh_seed();
-    SCOPED_TRACE(test::seed_note(seed) + " " + describe(c));
+    const uint64_t seed = testing::fresh_seed();
+    SCOPED_TRACE(testing::seed_note(seed) + " " + describe(c));
     Problem pr;
     make_problem(pr, c, seed);
     std::vector<float> go, gl, co, cl;
@@ -238,8 +267,8 @@ TEST(AttentionGpuReference, MatchesCpuReference) {
 // query without keys, length-1 sequences), causal and not, GQA 2.
 void run_varlen(bool causal, DType dt, int64_t D) {
   BF_SKIP_WITHOUT_GPU("attention (varlen)");
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE(test::seed_note(seed));
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
   const std::vector<int32_t> lq{5, 0, 1, 130, 7, 1}, lk{9, 4, 1, 130, 0, 200};
   std::vector<int32_t> cq(1, 0), ck(1, 0);
   for (size_t i = 0; i < lq.size(); ++i) cq.push_back(cq.back() + lq[i]), ck.push_back(ck.back() + lk[i]);
@@ -271,8 +300,8 @@ TEST(AttentionGpuVarlen, NonCausalFp16D64) { run_varlen(false, DType::kFP16, 64)
 
 TEST(AttentionGpu, NanInOneQueryRowStaysInThatRow) {
   BF_SKIP_WITHOUT_GPU("attention");
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE(test::seed_note(seed));
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
   Case c{1, 200, 200, 4, 2, 128, true};
   Problem pr;
   make_problem(pr, c, seed);
@@ -291,7 +320,7 @@ TEST(AttentionGpu, BitwiseDeterministic) {
   BF_SKIP_WITHOUT_GPU("attention");
   Case c{2, 1000, 1000, 8, 2, 128, true};
   Problem pr;
-  make_problem(pr, c, test::fresh_seed());
+  make_problem(pr, c, testing::fresh_seed());
   std::vector<uint16_t> o1, o2;
   std::vector<float> l1(size_t(pr.lse_count)), l2(size_t(pr.lse_count));
   for (auto* dst : {&o1, &o2}) {
@@ -307,8 +336,8 @@ TEST(AttentionGpu, BitwiseDeterministic) {
 
 TEST(AttentionGpu, CudaGraphReplaySeesNewInputs) {
   BF_SKIP_WITHOUT_GPU("attention");
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE(test::seed_note(seed));
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
   Case c{1, 300, 300, 4, 2, 64, true, -1, -1, 0, DType::kFP16};
   Problem pr;
   make_problem(pr, c, seed);
@@ -341,9 +370,9 @@ TEST(AttentionGpu, EveryTileConfig) {
   BF_SKIP_WITHOUT_GPU("attention");
   for (int64_t d : {64, 128, 256})
     for (int i = 0; i < attention_num_configs(d); ++i) {
-      const uint64_t seed = test::fresh_seed();
+      const uint64_t seed = testing::fresh_seed();
       const AttentionConfig cfg = attention_config(d, i);
-      SCOPED_TRACE(test::seed_note(seed) + " D " + std::to_string(d) + " config " + std::to_string(i));
+      SCOPED_TRACE(testing::seed_note(seed) + " D " + std::to_string(d) + " config " + std::to_string(i));
       Case c{1, 190, 250, 4, 2, d, true, 100, -1};
       Problem pr;
       make_problem(pr, c, seed);
@@ -362,7 +391,8 @@ class AttentionSanitizer : public ::testing::TestWithParam<Case> {};
 TEST_P(AttentionSanitizer, Small) { run_case(GetParam(), false); }
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionSanitizer,
                          ::testing::Values(Case{1, 70, 45, 2, 1, 64, true, 20, -1}, Case{1, 33, 100, 2, 2, 128, false, -1, -1, 2.0f},
-                                           Case{1, 65, 65, 2, 1, 256, true, -1, -1, 0, DType::kFP16, true}));
+                                           Case{1, 65, 65, 2, 1, 256, true, -1, -1, 0, DType::kFP16, true}),
+                         case_name);
 TEST(AttentionSanitizerVarlen, Small) { run_varlen(true, DType::kBF16, 64); }
 
 }  // namespace

@@ -3,7 +3,7 @@
 
 #include "attention/params.h"
 #include "blockfuse/attention.h"
-#include "support/test_util.h"
+#include "testing/gtest/gtest_util.h"
 
 namespace blockfuse {
 namespace {
@@ -35,9 +35,9 @@ TEST(AttentionHeuristic, EveryHeadDimHasAConfigThatFitsTheSharedMemory) {
 }
 
 TEST(AttentionHeuristic, RejectsUnsupportedInput) {
-  test::expect_arg_error([] { attention_heuristic(96, false, 9, 0); }, "head_dim", "64, 128 or 256");
-  test::expect_arg_error([] { attention_heuristic(128, false, 7, 5); }, "cc_major");
-  test::expect_arg_error([] { attention_config(128, 99); }, "index");
+  testing::expect_arg_error([] { attention_heuristic(96, false, 9, 0); }, "head_dim", "64, 128 or 256");
+  testing::expect_arg_error([] { attention_heuristic(128, false, 7, 5); }, "cc_major");
+  testing::expect_arg_error([] { attention_config(128, 99); }, "index");
 }
 
 }  // namespace

@@ -5,16 +5,18 @@
 
 #include <cmath>
 #include <limits>
+#include <ostream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "attention/reference.h"
-#include "support/test_util.h"
+#include "testing/gtest/gtest_util.h"
 
 namespace blockfuse {
 namespace {
 
-using test::HostMatrix;
+using testing::HostMatrix;
 
 // A [B, S, H, D] tensor of 2-byte values, stored as a HostMatrix of B·S·H rows and D columns.
 struct HostTensor {
@@ -96,12 +98,26 @@ struct Case {
   float softcap;
 };
 
+// B2_Sq6_Sk11_Hq4_Hkv2_D8_causal_left3_right0 (cap when set).
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  std::string n = "B" + std::to_string(c.b) + "_Sq" + std::to_string(c.sq) + "_Sk" + std::to_string(c.sk) + "_Hq" +
+                  std::to_string(c.hq) + "_Hkv" + std::to_string(c.hkv) + "_D" + std::to_string(c.d);
+  if (c.causal) n += "_causal";
+  if (c.left >= 0) n += "_left" + std::to_string(c.left);
+  if (c.right >= 0) n += "_right" + std::to_string(c.right);
+  if (c.softcap > 0) n += "_cap" + std::to_string(int(c.softcap));
+  return n;
+}
+
+void PrintTo(const Case& c, std::ostream* os) { *os << case_name(::testing::TestParamInfo<Case>(c, 0)); }
+
 class AttentionReferenceVsNaive : public ::testing::TestWithParam<Case> {};
 
 TEST_P(AttentionReferenceVsNaive, Matches) {
   const Case c = GetParam();
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE(test::seed_note(seed));
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
   std::mt19937_64 rng(seed);
   HostTensor q(DType::kBF16, c.b, c.sq, c.hq, c.d), k(DType::kBF16, c.b, c.sk, c.hkv, c.d), v(DType::kBF16, c.b, c.sk, c.hkv, c.d);
   q.m.fill_uniform(rng, -2, 2);
@@ -144,11 +160,12 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionReferenceVsNaive,
                                            Case{1, 6, 6, 2, 1, 8, true, -1, -1, 0}, Case{1, 3, 9, 2, 2, 8, true, -1, -1, 0},
                                            Case{1, 9, 4, 2, 2, 8, true, -1, -1, 0}, Case{1, 9, 9, 1, 1, 8, false, 2, 1, 0},
                                            Case{2, 6, 11, 4, 2, 8, true, 3, 0, 0}, Case{1, 8, 8, 2, 2, 8, false, -1, -1, 5.0f},
-                                           Case{1, 7, 7, 2, 2, 4, true, 1, -1, 2.0f}));
+                                           Case{1, 7, 7, 2, 2, 4, true, 1, -1, 2.0f}),
+                         case_name);
 
 TEST(AttentionReference, VarlenMatchesPerSequence) {
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE(test::seed_note(seed));
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
   std::mt19937_64 rng(seed);
   // Sequences of q lengths 3, 0, 1, 4 and k lengths 5, 2, 0, 4 (an empty one on each side).
   const std::vector<int32_t> cq{0, 3, 3, 4, 8}, ck{0, 5, 7, 7, 11};
