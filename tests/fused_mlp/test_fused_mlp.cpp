@@ -12,13 +12,13 @@
 #include "blockfuse/fused_mlp.h"
 #include "fused_mlp/params.h"
 #include "fused_mlp/reference.h"
-#include "support/test_util.h"
+#include "testing/gtest/gtest_util.h"
 
 namespace blockfuse {
 namespace {
 
-using test::expect_arg_error;
-using test::HostMatrix;
+using testing::expect_arg_error;
+using testing::HostMatrix;
 
 void* fake(int i) { return reinterpret_cast<void*>(uintptr_t(0x7e0000000000ull) + uintptr_t(i) * (uintptr_t(1) << 32)); }
 
