@@ -12,13 +12,13 @@
 #include "blockfuse/fused_mlp.h"
 #include "fused_mlp/params.h"
 #include "fused_mlp/reference.h"
-#include "support/test_util.h"
+#include "testing/gtest/gtest_util.h"
 
 namespace blockfuse {
 namespace {
 
-using test::expect_arg_error;
-using test::HostMatrix;
+using testing::expect_arg_error;
+using testing::HostMatrix;
 
 void* fake(int i) { return reinterpret_cast<void*>(uintptr_t(0x7e0000000000ull) + uintptr_t(i) * (uintptr_t(1) << 32)); }
 
@@ -40,10 +40,11 @@ TEST(FusedMlpHeuristic, PicksAValidBlockSize) {
 TEST(FusedMlpWorkspace, Arithmetic) {
   // Atomic: counters (ceil(K / 64) ints, rounded to 256 bytes) + an fp32 [M, K] accumulator.
   EXPECT_EQ(fused_mlp_workspace_size(4, 4096, 896, FusedMlpConfig{}), 256u + 4u * 4096 * 4);
-  // Deterministic, 32-neuron blocks: + a flag per block + [blocks, M, K] fp32 slots.
+  // Deterministic, 32-neuron blocks: after the counters and the largest atomic accumulator
+  // ([32, K] fp32, so one workspace serves both reductions), a flag per block + [blocks, M, K] fp32 slots.
   const size_t blocks = 896 / 2;
   EXPECT_EQ(fused_mlp_workspace_size(2, 4096, 896, FusedMlpConfig{32, MlpReduction::kDeterministic}),
-            256u + (blocks * 4 + 255) / 256 * 256 + blocks * 2 * 4096 * 4);
+            256u + 32u * 4096 * 4 + (blocks * 4 + 255) / 256 * 256 + blocks * 2 * 4096 * 4);
   EXPECT_EQ(fused_mlp_workspace_size(0, 4096, 896, FusedMlpConfig{}), 0u);
   expect_arg_error([] { fused_mlp_workspace_size(33, 64, 4, FusedMlpConfig{}); }, "m");
   expect_arg_error([] { fused_mlp_workspace_size(1, 60, 4, FusedMlpConfig{}); }, "k");

@@ -23,13 +23,12 @@
 
 #include "blockfuse/fused_mlp.h"
 #include "fused_mlp/reference.h"
-#include "support/test_util.h"
-#include "testing/device_buffer.h"
+#include "testing/gtest/gtest_util.h"
 
 namespace blockfuse {
 namespace {
 
-using test::HostMatrix;
+using testing::HostMatrix;
 using testing::DeviceBuffer;
 
 #define SKIP_WITHOUT_GPU() BF_SKIP_WITHOUT_GPU("the fused_mlp kernel")
@@ -71,10 +70,11 @@ struct Mlp {
   }
 };
 
+// A zeroed workspace (the API asks for cudaMemset once before first use) over the one DeviceBuffer.
 struct Workspace {
   DeviceBuffer<unsigned char> buf;
   explicit Workspace(size_t n) : buf(n) {
-    if (n) cudaMemset(buf.data(), 0, n);
+    if (n && cudaMemset(buf.data(), 0, n) != cudaSuccess) throw Error("cudaMemset of the fused_mlp workspace failed");
   }
   void* p() const { return buf.data(); }
   size_t bytes() const { return buf.bytes(); }
@@ -86,7 +86,7 @@ void expect_matches(const Mlp& f, Activation act, const unsigned char* mask, int
   std::vector<double> ref(static_cast<size_t>(f.m * f.k)), abs(static_cast<size_t>(f.m * f.k));
   fmlp::reference(f.x.view(), f.wgu.view(), f.wd.view(), act, mask, ref.data(), f.k, abs.data());
   const std::vector<uint16_t> y = f.y_bits();
-  const double u = test::unit_roundoff(f.dt);
+  const double u = testing::unit_roundoff(f.dt);
   int64_t bad = 0;
   for (int64_t m = 0; m < f.m; ++m)
     for (int64_t c = 0; c < f.k; ++c) {
@@ -116,10 +116,10 @@ TEST_P(FusedMlpGpu, DenseMatchesReference) {
                                  FusedMlpConfig{32, MlpReduction::kDeterministic},
                                  FusedMlpConfig{64, MlpReduction::kDeterministic}}) {
         const Activation act = (i++ % 2) ? Activation::kGeluTanh : Activation::kSiLU;
-        const uint64_t seed = test::fresh_seed();
+        const uint64_t seed = testing::fresh_seed();
         SCOPED_TRACE("K=" + std::to_string(k) + " U=" + std::to_string(u) + " M=" + std::to_string(m) + " nb=" +
                      std::to_string(cfg.neurons_per_block) + " " + red_name(cfg.reduction) + " " +
-                     activation_name(act) + "; " + test::seed_note(seed));
+                     activation_name(act) + "; " + testing::seed_note(seed));
         Mlp f(dt, m, k, u, seed);
         Workspace ws(fused_mlp_workspace_size(m, k, u / 16, cfg));
         for (int rep = 0; rep < 2; ++rep) {  // the second call finds the workspace as the first left it
@@ -140,8 +140,8 @@ TEST_P(FusedMlpGpu, OneWorkspaceServesBothReductionsAndEveryM) {
   Workspace ws(std::max(fused_mlp_workspace_size(32, k, u / 16, det), fused_mlp_workspace_size(32, k, u / 16, atomic)));
   for (int64_t m : {1, 4, 3, 16, 32}) {
     for (const FusedMlpConfig& cfg : {det, atomic}) {
-      const uint64_t seed = test::fresh_seed();
-      SCOPED_TRACE("M=" + std::to_string(m) + " " + red_name(cfg.reduction) + "; " + test::seed_note(seed));
+      const uint64_t seed = testing::fresh_seed();
+      SCOPED_TRACE("M=" + std::to_string(m) + " " + red_name(cfg.reduction) + "; " + testing::seed_note(seed));
       Mlp f(GetParam(), m, k, u, seed);
       f.poison();
       fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
@@ -153,8 +153,8 @@ TEST_P(FusedMlpGpu, OneWorkspaceServesBothReductionsAndEveryM) {
 
 TEST_P(FusedMlpGpu, DeterministicIsBitwiseReproducible) {
   SKIP_WITHOUT_GPU();
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE(test::seed_note(seed));
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
   Mlp f(GetParam(), 16, 1024, 512, seed);
   const FusedMlpConfig cfg{32, MlpReduction::kDeterministic};
   Workspace ws(fused_mlp_workspace_size(16, 1024, 32, cfg));
@@ -186,9 +186,9 @@ TEST_P(FusedMlpGpu, SparseUnionLists) {
     for (int64_t m : {1, 5, 32})
       for (double density : {0.0, 0.1, 0.5, 1.0})
         for (MlpReduction red : {MlpReduction::kAtomic, MlpReduction::kDeterministic}) {
-          const uint64_t seed = test::fresh_seed();
+          const uint64_t seed = testing::fresh_seed();
           SCOPED_TRACE("bs=" + std::to_string(bs) + " M=" + std::to_string(m) + " density=" + std::to_string(density) +
-                       " " + red_name(red) + "; " + test::seed_note(seed));
+                       " " + red_name(red) + "; " + testing::seed_note(seed));
           Mlp f(dt, m, k, u, seed);
           std::mt19937_64 rng(seed + 1);
           const int64_t nblk = u / bs;
@@ -211,8 +211,8 @@ TEST_P(FusedMlpGpu, SparseUnionLists) {
 
 TEST_P(FusedMlpGpu, AllBlocksEqualDenseBitwise) {
   SKIP_WITHOUT_GPU();
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE(test::seed_note(seed));
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
   const int64_t m = 4, k = 1024, u = 1024;
   Mlp f(GetParam(), m, k, u, seed);
   const FusedMlpConfig cfg{32, MlpReduction::kDeterministic};
@@ -235,9 +235,9 @@ TEST_P(FusedMlpGpu, PerTokenLists) {
   for (int bs : {16, 32, 64})
     for (int64_t m : {1, 3, 16, 32})
       for (MlpReduction red : {MlpReduction::kAtomic, MlpReduction::kDeterministic}) {
-        const uint64_t seed = test::fresh_seed();
+        const uint64_t seed = testing::fresh_seed();
         SCOPED_TRACE("bs=" + std::to_string(bs) + " M=" + std::to_string(m) + " " + red_name(red) + "; " +
-                     test::seed_note(seed));
+                     testing::seed_note(seed));
         Mlp f(dt, m, k, u, seed);
         std::mt19937_64 rng(seed + 7);
         const int64_t nblk = u / bs;
@@ -266,8 +266,8 @@ TEST_P(FusedMlpGpu, PerTokenLists) {
 
 TEST_P(FusedMlpGpu, NaNStaysInItsRow) {
   SKIP_WITHOUT_GPU();
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE(test::seed_note(seed));
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
   for (MlpReduction red : {MlpReduction::kAtomic, MlpReduction::kDeterministic}) {
     Mlp f(GetParam(), 9, 256, 128, seed);
     f.x.set(5, 17, std::nanf(""));
@@ -291,8 +291,8 @@ TEST_P(FusedMlpGpu, RouterAndSparseInAGraph) {
   SKIP_WITHOUT_GPU();
   const DType dt = GetParam();
   const int64_t m = 3, k = 512, u = 1024, bs = 32, nblk = u / bs;
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE(test::seed_note(seed));
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
   Mlp f(dt, m, k, u, seed);
   HostMatrix r(dt, nblk, k);
   std::mt19937_64 rng(seed + 3);
@@ -362,7 +362,7 @@ TEST_P(FusedMlpGpu, RouterAndSparseInAGraph) {
 TEST_P(FusedMlpGpu, TransposeDownProj) {
   SKIP_WITHOUT_GPU();
   const DType dt = GetParam();
-  std::mt19937_64 rng(test::fresh_seed());
+  std::mt19937_64 rng(testing::fresh_seed());
   HostMatrix d(dt, 72, 100), host_t(dt, 100, 72), dev_t(dt, 100, 72);
   d.fill_uniform(rng, -1, 1);
   transpose_down_proj_host(d.view(), host_t.view());
@@ -383,10 +383,10 @@ TEST_P(FusedMlpGpu, CheckBlocksFindsBadLists) {
     fused_mlp_check_blocks(di.data(), dc.data(), 1, int64_t(idx.size()), 8);
   };
   EXPECT_NO_THROW(run({0, 3, 7, 9}, 3));  // 9 is past the count
-  test::expect_arg_error([&] { run({0, 3, 8, 9}, 3); }, "indices", "range");
-  test::expect_arg_error([&] { run({0, 3, 3, 5}, 4); }, "indices", "sorted");
-  test::expect_arg_error([&] { run({0, 4, 3, 5}, 4); }, "indices", "sorted");
-  test::expect_arg_error([&] { run({0, 1, 2, 3}, 5); }, "counts", "range");
+  testing::expect_arg_error([&] { run({0, 3, 8, 9}, 3); }, "indices", "range");
+  testing::expect_arg_error([&] { run({0, 3, 3, 5}, 4); }, "indices", "sorted");
+  testing::expect_arg_error([&] { run({0, 4, 3, 5}, 4); }, "indices", "sorted");
+  testing::expect_arg_error([&] { run({0, 1, 2, 3}, 5); }, "counts", "range");
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, FusedMlpGpu, ::testing::Values(DType::kBF16, DType::kFP16),
@@ -400,9 +400,9 @@ TEST(FusedMlpSanitizer, SmallShapes) {
     for (int64_t m : {1, 9, 32})
       for (int nb : {16, 32, 64})
         for (MlpReduction red : {MlpReduction::kAtomic, MlpReduction::kDeterministic}) {
-          const uint64_t seed = test::fresh_seed();
+          const uint64_t seed = testing::fresh_seed();
           SCOPED_TRACE(std::string(dtype_name(dt)) + " M=" + std::to_string(m) + " nb=" + std::to_string(nb) + " " +
-                       red_name(red) + "; " + test::seed_note(seed));
+                       red_name(red) + "; " + testing::seed_note(seed));
           const int64_t k = 72, u = 80;
           Mlp f(dt, m, k, u, seed);
           const FusedMlpConfig cfg{nb, red};
