@@ -166,6 +166,23 @@ void check_devices(const char* fn, const ConstMatrix& x, const ConstMatrix& wgu,
   detail::check_device_pointer(fn, "workspace", ws);
 }
 
+
+// The workspace and device checks every entry point shares; returns the neurons per block. With an
+// explicit block size the workspace is checked before any device query; the heuristic's choice
+// needs the SM count, so its size is checked after.
+int check_workspace_and_devices(const char* fn, const Problem& pr, const ConstMatrix& x, const ConstMatrix& wgu,
+                                const ConstMatrix& wd, const Matrix& y, void* ws, size_t bytes, FusedMlpConfig config,
+                                int64_t groups) {
+  if (config.neurons_per_block != 0)
+    validate_workspace(fn, pr, y, ws, bytes,
+                       fmlp::workspace_bytes(pr.m, pr.k, groups, config.neurons_per_block, config.reduction), x, wgu,
+                       wd);
+  check_devices(fn, x, wgu, wd, y, ws);
+  const int neurons = resolve_neurons(config, pr.m, pr.k, groups);
+  validate_workspace(fn, pr, y, ws, bytes, fmlp::workspace_bytes(pr.m, pr.k, groups, neurons, config.reduction), x,
+                     wgu, wd);
+  return neurons;
+}
 }  // namespace
 
 size_t fused_mlp_workspace_size(int64_t m, int64_t k, int64_t list_groups, FusedMlpConfig config) {
@@ -193,15 +210,8 @@ void fused_mlp(ConstMatrix x, ConstMatrix w_gate_up, ConstMatrix w_down_t, Matri
   const Problem pr = validate_matrices(kFn, x, w_gate_up, w_down_t, y, act);
   validate_config(kFn, config);
   const int64_t groups = pr.u / fmlp::kGroup;
-  // The size for an explicit block size needs no device; the heuristic's needs the SM count.
-  if (config.neurons_per_block != 0)
-    validate_workspace(kFn, pr, y, workspace, workspace_bytes,
-                       fmlp::workspace_bytes(pr.m, pr.k, groups, config.neurons_per_block, config.reduction), x,
-                       w_gate_up, w_down_t);
-  check_devices(kFn, x, w_gate_up, w_down_t, y, workspace);
-  const int neurons = resolve_neurons(config, pr.m, pr.k, groups);
-  validate_workspace(kFn, pr, y, workspace, workspace_bytes,
-                     fmlp::workspace_bytes(pr.m, pr.k, groups, neurons, config.reduction), x, w_gate_up, w_down_t);
+  const int neurons =
+      check_workspace_and_devices(kFn, pr, x, w_gate_up, w_down_t, y, workspace, workspace_bytes, config, groups);
   fmlp::FusedMlpParams p{};
   p.mode = ListMode::kDense;
   p.list_groups_per_block = 1;
@@ -223,16 +233,10 @@ void fused_mlp_sparse(ConstMatrix x, ConstMatrix w_gate_up, ConstMatrix w_down_t
   check_int_pointer(kSparseFn, "blocks.count", blocks.count);
   if (blocks.capacity > 0) check_int_pointer(kSparseFn, "blocks.indices", blocks.indices);
   const int64_t groups = blocks.capacity * (blocks.block_size / fmlp::kGroup);
-  if (config.neurons_per_block != 0)
-    validate_workspace(kSparseFn, pr, y, workspace, workspace_bytes,
-                       fmlp::workspace_bytes(pr.m, pr.k, groups, config.neurons_per_block, config.reduction), x,
-                       w_gate_up, w_down_t);
-  check_devices(kSparseFn, x, w_gate_up, w_down_t, y, workspace);
+  const int neurons = check_workspace_and_devices(kSparseFn, pr, x, w_gate_up, w_down_t, y, workspace,
+                                                  workspace_bytes, config, groups);
   detail::check_device_pointer(kSparseFn, "blocks.count", blocks.count);
   if (blocks.capacity > 0) detail::check_device_pointer(kSparseFn, "blocks.indices", blocks.indices);
-  const int neurons = resolve_neurons(config, pr.m, pr.k, groups);
-  validate_workspace(kSparseFn, pr, y, workspace, workspace_bytes,
-                     fmlp::workspace_bytes(pr.m, pr.k, groups, neurons, config.reduction), x, w_gate_up, w_down_t);
   fmlp::FusedMlpParams p{};
   p.mode = ListMode::kUnion;
   p.idx = blocks.indices;
@@ -257,16 +261,10 @@ void fused_mlp_sparse(ConstMatrix x, ConstMatrix w_gate_up, ConstMatrix w_down_t
   if (blocks.ld > 0) check_int_pointer(kSparseFn, "blocks.indices", blocks.indices);
   // Every neuron block may be selected by some token: the grid covers all of them.
   const int64_t groups = pr.u / fmlp::kGroup;
-  if (config.neurons_per_block != 0)
-    validate_workspace(kSparseFn, pr, y, workspace, workspace_bytes,
-                       fmlp::workspace_bytes(pr.m, pr.k, groups, config.neurons_per_block, config.reduction), x,
-                       w_gate_up, w_down_t);
-  check_devices(kSparseFn, x, w_gate_up, w_down_t, y, workspace);
+  const int neurons = check_workspace_and_devices(kSparseFn, pr, x, w_gate_up, w_down_t, y, workspace,
+                                                  workspace_bytes, config, groups);
   detail::check_device_pointer(kSparseFn, "blocks.counts", blocks.counts);
   if (blocks.ld > 0) detail::check_device_pointer(kSparseFn, "blocks.indices", blocks.indices);
-  const int neurons = resolve_neurons(config, pr.m, pr.k, groups);
-  validate_workspace(kSparseFn, pr, y, workspace, workspace_bytes,
-                     fmlp::workspace_bytes(pr.m, pr.k, groups, neurons, config.reduction), x, w_gate_up, w_down_t);
   fmlp::FusedMlpParams p{};
   p.mode = ListMode::kPerToken;
   p.idx = blocks.indices;
