@@ -18,11 +18,13 @@ cap·tanh(s/cap) (Gemma-2); GQA/MQA by Hq % Hkv == 0; D in {64, 128, 256}; bf16/
 there is no autograd formula.
 
 The Hugging Face backend (`hf_attention_forward`, registered as "blockfuse" when this module is
-imported and transformers is installed) runs the blockfuse kernel when the call needs no mask
-beyond causal / sliding window / soft-cap: no padding, bf16/fp16 CUDA tensors, a supported head dim,
-no dropout, no gradient. Everything else (a padding mask, fp32, training) falls back to PyTorch's
-SDPA (or, with a soft-cap, the same formula in plain torch) with an equivalent mask: the result is
-always correct, only the speed differs. With transformers >= 4.53 the backend also registers the
+imported and transformers is installed) runs the blockfuse kernel on bf16/fp16 CUDA tensors with a
+supported head dim, no dropout and no gradient: the dense kernel when there is no padding, the
+varlen kernel on the unpadded tokens when a 2-D padding mask keeps one contiguous run per row (left
+or right padding, as generate() builds; not inside torch.compile or CUDA-graph capture, since the
+lengths are read back to the host; padding query rows get 0). Everything else (other masks, fp32,
+training) falls back to PyTorch's SDPA (or, with a soft-cap, the same formula in plain torch) with
+an equivalent mask: the result is always correct, only the speed differs. With transformers >= 4.53 the backend also registers the
 FlashAttention mask builder under "blockfuse", so the mask it receives is None unless there is
 padding (or a StaticCache's unfilled slots); older versions build a 4-D mask for any custom backend,
 so there every call takes the fallback.
@@ -220,6 +222,67 @@ def _fused(q, k, v, scale, causal, window_left, window_right, softcap):
     return out
 
 
+def _fused_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, window_left, window_right, softcap):
+    """The varlen kernel on packed [T, H, D] tensors -> out [Tq, Hq, D] (a seam, as _fused)."""
+    out, _ = torch.ops.blockfuse.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, window_left,
+                                                  window_right, softcap, False)
+    return out
+
+
+def _in_graph_or_compile():
+    """Whether the call is traced by torch.compile or captured in a CUDA graph: the padded path below
+    reads lengths back to the host, which neither allows."""
+    compiler = getattr(torch, "compiler", None)
+    if compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling():
+        return True
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def _fused_padded(query, key, value, attention_mask, scaling, causal, window_left, window_right, softcap):
+    """A batch with a 2-D padding mask [B, L] through the varlen kernel, or None when the mask is not
+    one contiguous run of kept tokens per row (then the caller falls back).
+
+    Keys: key position j of row b is kept iff mask[b, j] (positions >= L are unfilled StaticCache
+    slots, not kept). Queries sit at positions L - Sq + i (bottom-right, as in _fallback_mask); a
+    query at a padding position is dropped and its output row is 0. Why this is exact: with the kept
+    keys of a row one run [a, a + n), the kept queries are a suffix of that run, so the kernel's
+    per-sequence bottom-right alignment (query i of n_q sees keys <= n - n_q + i, windows by index
+    difference) is the same rule as on the padded positions. One host read-back (the lengths, the
+    contiguity flag and the kept indices), as transformers' FlashAttention path does."""
+    b, sq, sk = query.shape[0], query.shape[2], key.shape[2]
+    pad = attention_mask.to(device=query.device, dtype=torch.bool)
+    length = pad.shape[-1]
+    if length < sk:
+        pad = torch.cat([pad, pad.new_zeros(b, sk - length)], dim=-1)
+    elif length > sk:
+        pad, length = pad[:, -sk:], sk
+    if length < sq:
+        return None
+    pos = torch.arange(sk, device=pad.device)
+    n_k = pad.sum(-1)
+    first = pad.to(torch.int32).argmax(-1)
+    run = (pos >= first[:, None]) & (pos < (first + n_k)[:, None])
+    keep_q = pad[:, length - sq:length]
+    n_q = keep_q.sum(-1)
+    contiguous, max_k, max_q = torch.stack([(run == pad).all().long(), n_k.max(), n_q.max()]).tolist()
+    if not contiguous:
+        return None
+    out = torch.zeros(b, sq, query.shape[1], query.shape[3], dtype=query.dtype, device=query.device)
+    if max_q == 0:
+        return out
+    kb, ks = pad.nonzero(as_tuple=True)
+    qb, qs = keep_q.nonzero(as_tuple=True)
+    k = key.transpose(1, 2)[kb, ks]  # [Tk, Hkv, D]
+    v = value.transpose(1, 2)[kb, ks]
+    q = query.transpose(1, 2)[qb, qs]  # [Tq, Hq, D]
+    zero = torch.zeros(1, dtype=torch.int32, device=query.device)
+    cu_k = torch.cat([zero, n_k.cumsum(0, dtype=torch.int32)])
+    cu_q = torch.cat([zero, n_q.cumsum(0, dtype=torch.int32)])
+    out[qb, qs] = _fused_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scaling, causal, window_left, window_right,
+                                softcap)
+    return out
+
+
 def hf_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
                          sliding_window=None, softcap=None, **kwargs):
     """A transformers attention function (AttentionInterface): query [B, Hq, Sq, D], key/value
@@ -240,10 +303,17 @@ def hf_attention_forward(module, query, key, value, attention_mask, scaling=None
     is_causal = bool(is_causal)
     window_left = int(sliding_window) - 1 if sliding_window else -1
     softcap = float(softcap) if softcap else 0.0
+    window_right = 0 if is_causal else window_left
     if attention_mask is None and _fused_ok(query, key, value, dropout):
         out = _fused(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), scaling, is_causal,
-                     window_left, 0 if is_causal else window_left, softcap)
+                     window_left, window_right, softcap)
         return out, None
+    if (attention_mask is not None and attention_mask.dim() == 2 and _fused_ok(query, key, value, dropout)
+            and not _in_graph_or_compile()):
+        out = _fused_padded(query, key, value, attention_mask, scaling, is_causal, window_left, window_right,
+                            softcap)
+        if out is not None:
+            return out, None
     return _fallback(query, key, value, attention_mask, scaling, dropout, is_causal, window_left, softcap), None
 
 

@@ -349,10 +349,14 @@ def test_hf_model_logits_and_generate(kind, no_fallback):
 
 
 @needs_hf
-def test_hf_padding_falls_back_and_matches():
-    """A padded batch takes the fallback (an equivalent mask): no worse than bf16 eager vs fp32."""
+@needs_mask_interface
+@pytest.mark.parametrize("kind", ("llama", "gemma2"))
+def test_hf_padded_batch_runs_varlen_and_matches(kind, no_fallback):
+    """A padded batch (left padding in one row, right padding in another) runs the varlen kernel on
+    the kept tokens, not the fallback: no worse than the bf16 baseline vs fp32 on every kept row, in
+    the prefill and in left-padded greedy generation with a DynamicCache."""
     A.register_hf_backend()
-    cfg, cls, baseline = _tiny("gemma2")
+    cfg, cls, baseline = _tiny(kind)
     torch.manual_seed(1)
     base = cls(cfg).to(device="cuda", dtype=torch.bfloat16).eval()
     ref32 = copy.deepcopy(base).float()
@@ -360,14 +364,56 @@ def test_hf_padding_falls_back_and_matches():
     _set_impl(base, baseline)
     model = copy.deepcopy(base)
     _set_impl(model, "blockfuse")
-    ids = torch.randint(0, cfg.vocab_size, (2, 90), device="cuda")
+    ids = torch.randint(0, cfg.vocab_size, (3, 90), device="cuda")
     mask = torch.ones_like(ids)
     mask[1, :13] = 0  # left padding
+    mask[2, 71:] = 0  # right padding
     with torch.no_grad():
         got = model(ids, attention_mask=mask).logits
         want = ref32(ids, attention_mask=mask).logits
         ref = base(ids, attention_mask=mask).logits
     assert torch.isfinite(got).all()
-    for row, start in ((0, 0), (1, 13)):  # padding positions are not compared
-        e, eb = rel(got[row, start:], want[row, start:]), rel(ref[row, start:], want[row, start:])
+    for row in range(3):  # padding positions are not compared
+        keep = mask[row].bool()
+        e, eb = rel(got[row, keep], want[row, keep]), rel(ref[row, keep], want[row, keep])
+        assert e <= 1.15 * eb + 1e-3, f"{kind} row {row}: blockfuse {e:.3e} vs {baseline} {eb:.3e}"
+
+    left = mask[:2].clone()
+    new = 12
+    with torch.no_grad():
+        g = model.generate(ids[:2], attention_mask=left, max_new_tokens=new, do_sample=False,
+                           past_key_values=_dynamic_cache(cfg), return_dict_in_generate=True, output_logits=True)
+        seq = g.sequences
+        full = torch.cat([left, left.new_ones(2, new)], dim=1)
+        pos = (full.cumsum(-1) - 1).masked_fill(full == 0, 1)  # the positions generate() gives a left-padded row
+        step_logits = torch.stack(g.logits, dim=1).float()
+        want = ref32(seq, attention_mask=full, position_ids=pos).logits[:, ids.shape[1] - 1: -1].float()
+        base_logits = base(seq, attention_mask=full, position_ids=pos).logits[:, ids.shape[1] - 1: -1]
+    err_gen, err_base = rel(step_logits, want), rel(base_logits, want)
+    assert err_gen <= 1.15 * err_base + 1e-3, f"{kind} decode: blockfuse {err_gen:.3e} vs {baseline} {err_base:.3e}"
+
+
+@needs_hf
+@needs_mask_interface
+def test_hf_mask_with_a_hole_falls_back_and_matches():
+    """A mask that is not one run of kept tokens per row takes the fallback, with the same accuracy."""
+    A.register_hf_backend()
+    cfg, cls, baseline = _tiny("llama")
+    torch.manual_seed(2)
+    base = cls(cfg).to(device="cuda", dtype=torch.bfloat16).eval()
+    ref32 = copy.deepcopy(base).float()
+    _set_impl(ref32, "eager")
+    _set_impl(base, baseline)
+    model = copy.deepcopy(base)
+    _set_impl(model, "blockfuse")
+    ids = torch.randint(0, cfg.vocab_size, (2, 64), device="cuda")
+    mask = torch.ones_like(ids)
+    mask[1, 20:30] = 0  # a hole
+    with torch.no_grad():
+        got = model(ids, attention_mask=mask).logits
+        want = ref32(ids, attention_mask=mask).logits
+        ref = base(ids, attention_mask=mask).logits
+    for row in range(2):
+        keep = mask[row].bool()
+        e, eb = rel(got[row, keep], want[row, keep]), rel(ref[row, keep], want[row, keep])
         assert e <= 1.15 * eb + 1e-3, f"row {row}: blockfuse {e:.3e} vs {baseline} {eb:.3e}"

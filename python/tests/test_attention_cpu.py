@@ -147,3 +147,107 @@ def test_hf_fused_path_argument_mapping(kind, monkeypatch):
     assert all(c[2] for c in calls)  # causal
     if kind == "gemma2":
         assert any(c[3] == 4 and c[4] == 0 for c in calls) and all(c[5] == 50.0 for c in calls)
+
+
+def _varlen_reference(calls):
+    """A stand-in for the varlen kernel: the fp32 reference per packed sequence (records each call)."""
+    def kernel(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, window_left, window_right, softcap):
+        assert q.dim() == 3 and cu_q.dtype == torch.int32 and cu_k.dtype == torch.int32
+        cq, ck = cu_q.tolist(), cu_k.tolist()
+        assert len(cq) == len(ck) and cq[-1] == q.shape[0] and ck[-1] == k.shape[0]
+        assert max_q == max(b - a for a, b in zip(cq, cq[1:])) and max_k == max(b - a for a, b in zip(ck, ck[1:]))
+        calls.append((cq, ck, causal, window_left, window_right, softcap))
+        out = torch.full_like(q, float("nan"))  # every packed query row must be written below
+        for i in range(len(cq) - 1):
+            if cq[i + 1] > cq[i]:
+                o, _ = A.attention_reference(q[None, cq[i]:cq[i + 1]], k[None, ck[i]:ck[i + 1]],
+                                             v[None, ck[i]:ck[i + 1]], scale, causal, window_left, window_right,
+                                             softcap)
+                out[cq[i]:cq[i + 1]] = o[0].to(q.dtype)
+        return out
+    return kernel
+
+
+@pytest.mark.parametrize("kind", ("llama", "gemma2"))
+@pytest.mark.parametrize("side", ("left", "right"))
+def test_hf_padded_batch_takes_the_varlen_path(kind, side, monkeypatch):
+    """A padded batch with the fp32 reference in place of the varlen kernel: the unpadding (kept
+    tokens, cu_seqlens, bottom-right alignment of the kept queries, sliding window, soft-cap) must
+    reproduce eager attention on every non-padding row, in the prefill and in generate()'s one-query
+    decode steps, and the fallback must not run."""
+    A.register_hf_backend()
+    try:
+        from transformers.masking_utils import AttentionMaskInterface  # noqa: F401
+    except ImportError:
+        pytest.skip("transformers < 4.53: a custom backend receives 4-D masks")
+    calls = []
+
+    def no_fallback(*a, **kw):
+        raise AssertionError("the fallback ran on a padded batch the varlen path handles")
+
+    monkeypatch.setattr(A, "_fused_ok", lambda *a: True)
+    monkeypatch.setattr(A, "_fused", lambda q, k, v, *a: A.attention_reference(q, k, v, *a)[0].to(q.dtype))
+    monkeypatch.setattr(A, "_fused_varlen", _varlen_reference(calls))
+    m = _model(kind)
+    ids = torch.randint(0, 128, (3, 12), generator=torch.Generator().manual_seed(3))  # 12 > sliding_window 5
+    am = torch.ones(3, 12, dtype=torch.long)
+    pads = ((1, 4), (2, 9))  # rows 1 and 2 padded by 4 and 9 tokens; row 0 not at all
+    for row, n in pads:
+        if side == "left":
+            am[row, :n] = 0
+        else:
+            am[row, 12 - n:] = 0
+    res = {}
+    for impl in ("eager", "blockfuse"):
+        _set_impl(m, impl)
+        if impl == "blockfuse":
+            monkeypatch.setattr(A, "_fallback", no_fallback)
+        with torch.no_grad():
+            res[impl] = m(ids, attention_mask=am).logits
+    got, want = res["blockfuse"], res["eager"]
+    for row in range(3):
+        keep = am[row].bool()
+        torch.testing.assert_close(got[row, keep], want[row, keep], atol=1e-5, rtol=1e-5)
+    assert torch.isfinite(got).all()
+    assert calls and all(c[0][-1] == int(am.sum()) and c[2] for c in calls)  # only kept queries, causal
+    if kind == "gemma2":
+        assert any(c[3] == 4 and c[4] == 0 for c in calls) and all(c[5] == 50.0 for c in calls)
+
+    if side == "left":  # generate() pads on the left: its decode steps go through the varlen path too
+        gen = {}
+        for impl in ("eager", "blockfuse"):
+            _set_impl(m, impl)
+            with torch.no_grad():
+                gen[impl] = m.generate(ids, attention_mask=am, max_new_tokens=5, do_sample=False,
+                                       past_key_values=_dynamic_cache(m.config))
+        assert torch.equal(gen["blockfuse"], gen["eager"])
+        assert any(len(c[0]) == 4 and c[0][-1] == 3 for c in calls)  # a one-query decode step, 3 rows
+
+
+def test_hf_mask_with_a_hole_falls_back(monkeypatch):
+    """A 2-D mask whose kept tokens are not one run per row cannot be unpadded into sequences: the
+    backend must take the fallback (and give eager's result), not the varlen kernel."""
+    A.register_hf_backend()
+    try:
+        from transformers.masking_utils import AttentionMaskInterface  # noqa: F401
+    except ImportError:
+        pytest.skip("transformers < 4.53: a custom backend receives 4-D masks")
+
+    def no_varlen(*a, **kw):
+        raise AssertionError("the varlen path ran on a mask with a hole")
+
+    monkeypatch.setattr(A, "_fused_ok", lambda *a: True)
+    monkeypatch.setattr(A, "_fused", lambda q, k, v, *a: A.attention_reference(q, k, v, *a)[0].to(q.dtype))
+    monkeypatch.setattr(A, "_fused_varlen", no_varlen)
+    m = _model("llama")
+    ids = torch.randint(0, 128, (2, 9), generator=torch.Generator().manual_seed(4))
+    am = torch.ones(2, 9, dtype=torch.long)
+    am[1, 3:5] = 0  # a hole in the middle of row 1
+    res = {}
+    for impl in ("eager", "blockfuse"):
+        _set_impl(m, impl)
+        with torch.no_grad():
+            res[impl] = m(ids, attention_mask=am).logits
+    torch.testing.assert_close(res["blockfuse"][0], res["eager"][0], atol=1e-5, rtol=1e-5)
+    keep = am[1].bool()
+    torch.testing.assert_close(res["blockfuse"][1, keep], res["eager"][1, keep], atol=1e-5, rtol=1e-5)
