@@ -157,6 +157,102 @@ class GatedMLP(nn.Module):
         return new
 
 
+class SparseGatedMLP(nn.Module):
+    """down(act(x·W_gateᵀ) ⊙ (x·W_upᵀ)) over the neuron blocks a router selects, for decode.
+
+    A router scores every block of `block_size` neurons per token as sigmoid(x·router[b]) and keeps
+    the top_k blocks ("topk") or those scoring above `threshold` ("threshold"); h is zero outside
+    the kept blocks. On CUDA bf16/fp16 inputs this is two launches per 32 token rows: the router
+    (ops.neuron_block_router, on the device, no host sync, so a decode step can be captured) and
+    the fused MLP over the kept blocks (ops.fused_mlp_sparse), which reads only those blocks' rows
+    of the three weights. per_token=True gives every token its own blocks; per_token=False uses the
+    union over the (up to 32) rows of each chunk, as a batch-level sparse FFN does (then a token's
+    output depends on what else is in its chunk). More than 32 rows run in chunks of 32. On other
+    inputs (CPU, float32) the same formula runs in plain torch (ops.router_reference,
+    ops.fused_mlp_reference). The router's weights are the caller's (e.g. trained to predict the
+    active neurons); this module does not train them. Forward only.
+
+    Parameters: `w_gate_up` [2U, K] (interleaved), `w_down_t` [U, K] (down_proj.weight transposed),
+    `router` [U / block_size, K].
+    """
+
+    def __init__(self, hidden_size, intermediate_size, block_size=32, activation="silu", mode="topk", top_k=None,
+                 threshold=0.5, per_token=True, deterministic=False, dtype=None, device=None):
+        super().__init__()
+        k, u = int(hidden_size), int(intermediate_size)
+        if block_size not in (16, 32, 64) or u % block_size:
+            raise ValueError(f"blockfuse.nn.SparseGatedMLP: block_size {block_size} for intermediate size {u}; "
+                             "required: 16, 32 or 64, dividing the intermediate size")
+        if activation not in ops.ACTIVATIONS:
+            raise ValueError(f"blockfuse.nn.SparseGatedMLP: activation '{activation}'; required: one of {ops.ACTIVATIONS}")
+        if mode not in ops.ROUTER_MODES:
+            raise ValueError(f"blockfuse.nn.SparseGatedMLP: mode '{mode}'; required: one of {ops.ROUTER_MODES}")
+        n_blocks = u // block_size
+        if top_k is None:
+            top_k = max(1, n_blocks // 2)
+        if mode == "topk" and not 0 <= top_k <= n_blocks:
+            raise ValueError(f"blockfuse.nn.SparseGatedMLP: top_k {top_k}; required: 0 <= top_k <= {n_blocks} blocks")
+        self.hidden_size, self.intermediate_size, self.block_size = k, u, int(block_size)
+        self.activation, self.mode, self.top_k, self.threshold = activation, mode, int(top_k), float(threshold)
+        self.per_token, self.deterministic = bool(per_token), bool(deterministic)
+        self.w_gate_up = nn.Parameter(torch.empty(2 * u, k, dtype=dtype, device=device), requires_grad=False)
+        self.w_down_t = nn.Parameter(torch.empty(u, k, dtype=dtype, device=device), requires_grad=False)
+        self.router = nn.Parameter(torch.zeros(n_blocks, k, dtype=dtype, device=device), requires_grad=False)
+        nn.init.kaiming_uniform_(self.w_gate_up, a=math.sqrt(5))
+        nn.init.kaiming_uniform_(self.w_down_t, a=math.sqrt(5))
+
+    def extra_repr(self):
+        sel = f"top_k={self.top_k}" if self.mode == "topk" else f"threshold={self.threshold}"
+        return (f"hidden_size={self.hidden_size}, intermediate_size={self.intermediate_size}, "
+                f"block_size={self.block_size}, activation={self.activation!r}, {sel}, per_token={self.per_token}")
+
+    def _fused_ok(self, x):
+        return x.is_cuda and x.dtype is self.w_gate_up.dtype and x.dtype in ops._FUSED_DTYPES
+
+    def _fused(self, x):
+        ui, uc, ti, tc = ops.neuron_block_router(x, self.router, self.mode, self.threshold, self.top_k)
+        idx, cnt = (ti, tc) if self.per_token else (ui, uc)
+        return ops.fused_mlp_sparse(x, self.w_gate_up, self.w_down_t, idx, cnt, self.block_size, self.activation,
+                                    self.deterministic)
+
+    def _reference(self, x):
+        keep = ops.router_reference(x, self.router, self.mode, self.threshold, self.top_k)
+        if not self.per_token:
+            keep = keep.any(0, keepdim=True).expand_as(keep)
+        mask = keep.repeat_interleave(self.block_size, dim=-1)
+        return ops.fused_mlp_reference(x, self.w_gate_up, self.w_down_t, self.activation, neuron_mask=mask)
+
+    def forward(self, x):
+        rows = x.reshape(-1, self.hidden_size)
+        run = self._fused if self._fused_ok(x) else self._reference
+        outs = [run(c) for c in rows.split(32)]
+        if not outs:
+            return x.new_empty(x.shape)
+        return (outs[0] if len(outs) == 1 else torch.cat(outs)).reshape(x.shape)
+
+    @classmethod
+    def from_hf(cls, mlp, router, block_size=32, mode="topk", top_k=None, threshold=0.5, per_token=True,
+                deterministic=False):
+        """A SparseGatedMLP with the weights of the Hugging Face gated MLP `mlp` (the classes
+        GatedMLP.from_hf takes; no down_proj bias) and the given router weights [U / block_size, K]."""
+        dense = GatedMLP.from_hf(mlp)
+        if dense.down.bias is not None:
+            raise ValueError(f"blockfuse.nn.SparseGatedMLP.from_hf: {type(mlp).__name__} has a bias on down_proj; "
+                             "the fused MLP kernel has none")
+        w = dense.w_gate_up
+        new = cls(dense.hidden_size, dense.intermediate_size, block_size, dense.activation, mode, top_k, threshold,
+                  per_token, deterministic, dtype=w.dtype, device=w.device)
+        want = (new.intermediate_size // block_size, new.hidden_size)
+        if tuple(router.shape) != want:
+            raise ValueError(f"blockfuse.nn.SparseGatedMLP.from_hf: router has shape {tuple(router.shape)}; "
+                             f"required: {want} (one row per block of {block_size} neurons)")
+        with torch.no_grad():
+            new.w_gate_up.copy_(w)
+            new.w_down_t.copy_(dense.down.weight.t())
+            new.router.copy_(router)
+        return new
+
+
 def _act_probe(act_fn):
     """(name, ran): which blockfuse activation the callable act_fn computes, found by evaluating it
     on a CPU float32 grid; name is None if it computes neither, ran is False if it could not run."""

@@ -381,3 +381,7 @@ if _lib.error is None:
 
 # ---- attention (python/blockfuse/attention.py: fake impls and the Hugging Face backend) -----------
 from .attention import attention, attention_varlen  # noqa: E402,F401
+
+# ---- the fused decode MLP (python/blockfuse/fused_mlp.py: fake impls and references) -------------
+from .fused_mlp import (ROUTER_MODES, fused_mlp, fused_mlp_reference, fused_mlp_reserve,  # noqa: E402,F401
+                        fused_mlp_sparse, neuron_block_router, router_reference)

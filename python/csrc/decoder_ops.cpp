@@ -22,25 +22,19 @@
 // writes residual_out either way). add_rmsnorm_ is the in-place form for callers that own the
 // buffer; torch.compile functionalises it.
 //
-// decode_gemm's split-K workspace is owned here: one zeroed buffer per device, grown (never
-// shrunk, never freed while the process lives: a captured CUDA graph keeps using the buffer it was
-// captured with) the first time a shape needs more. Growing needs cudaMalloc and a memset, which
-// a stream capture forbids, so a shape must have run once eagerly (or ops.decode_gemm_reserve(w)) on
-// the device before it is captured; a capture that would grow it raises. The kernel returns its
-// counters to zero, so no call needs a memset. The workspace serves one stream at a time per
-// device (the usual single-stream inference); two streams running decode_gemm concurrently on one
-// device would race on it.
+// decode_gemm's split-K workspace is owned by the binding (workspace.h): a shape must have run once
+// eagerly, or ops.decode_gemm_reserve(w), before it is captured into a CUDA graph.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
-#include <mutex>
 #include <optional>
 #include <tuple>
 #include <vector>
 
 #include "binding.h"
+#include "workspace.h"
 
 namespace {
 
@@ -264,46 +258,6 @@ std::tuple<at::Tensor, at::Tensor> swiglu_fp8_op(const at::Tensor& gate_up, cons
 
 // ---- decode_gemm ---------------------------------------------------------------------------------
 
-// One zeroed split-K workspace per device (see the file comment). Buffers replaced by a larger one
-// are kept, not freed: a CUDA graph captured earlier still points at them.
-struct Workspace {
-  void* ptr = nullptr;
-  size_t bytes = 0;
-  std::vector<void*> retired;
-};
-
-std::mutex g_ws_mutex;
-std::vector<Workspace> g_ws;  // indexed by device
-
-void* decode_workspace(int device, size_t need, cudaStream_t stream, size_t* bytes) {
-  std::lock_guard<std::mutex> lock(g_ws_mutex);
-  if (g_ws.size() <= static_cast<size_t>(device)) g_ws.resize(device + 1);
-  Workspace& ws = g_ws[device];
-  if (need > ws.bytes) {
-    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    cudaStreamIsCapturing(stream, &status);
-    TORCH_CHECK_VALUE(status == cudaStreamCaptureStatusNone,
-                      "blockfuse.decode_gemm: argument 'w' needs a split-K workspace of ", num(need),
-                      " bytes on cuda:", num(device), ", more than the ", num(ws.bytes),
-                      " reserved, and the stream is being captured (a capture cannot allocate it); "
-                      "required: one eager call with this shape, or blockfuse.ops.decode_gemm_reserve("
-                      "w), before the capture");
-    const size_t grow = std::max<size_t>(need, std::max<size_t>(2 * ws.bytes, size_t(1) << 20));
-    void* p = nullptr;
-    cudaError_t err = cudaMalloc(&p, grow);
-    TORCH_CHECK(err == cudaSuccess, "blockfuse.decode_gemm: cudaMalloc of the split-K workspace (",
-                num(static_cast<int64_t>(grow)), " bytes) failed: ", cudaGetErrorString(err));
-    err = cudaMemsetAsync(p, 0, grow, stream);  // ordered before the kernel on the same stream
-    TORCH_CHECK(err == cudaSuccess, "blockfuse.decode_gemm: zeroing the workspace failed: ",
-                cudaGetErrorString(err));
-    if (ws.ptr) ws.retired.push_back(ws.ptr);
-    ws.ptr = p;
-    ws.bytes = grow;
-  }
-  *bytes = ws.bytes;
-  return ws.ptr;
-}
-
 int sm_count(int device) { return at::cuda::getDeviceProperties(device)->multiProcessorCount; }
 
 size_t workspace_need(int64_t m, int64_t n, int64_t k, int device) {
@@ -334,7 +288,9 @@ at::Tensor decode_gemm_op(const at::Tensor& x, const at::Tensor& w) {
   const cudaStream_t stream = current_stream(x);
   const size_t need = workspace_need(xv.rows, wv.rows, xv.cols, device);
   size_t ws_bytes = 0;
-  void* ws = need > 0 ? decode_workspace(device, need, stream, &ws_bytes) : nullptr;
+  void* ws = need > 0 ? device_workspace(WorkspaceKind::kDecodeGemm, device, need, stream, &ws_bytes, fn,
+                                         "blockfuse.ops.decode_gemm_reserve(w)")
+                       : nullptr;
   call_blockfuse([&] {
     blockfuse::decode_gemm(cview(x, xv, dt), cview(w, wv, dt), mview(y, yv, dt), ws, ws_bytes, stream);
   });
@@ -355,7 +311,9 @@ int64_t decode_gemm_reserve_op(const at::Tensor& w) {
     need = blockfuse::decode_gemm_workspace_size(blockfuse::kDecodeGemmMaxM, w.size(0), w.size(1), device);
   });
   size_t bytes = 0;
-  if (need > 0) decode_workspace(device, need, current_stream(w), &bytes);
+  if (need > 0)
+    device_workspace(WorkspaceKind::kDecodeGemm, device, need, current_stream(w), &bytes, fn,
+                     "blockfuse.ops.decode_gemm_reserve(w)");
   return static_cast<int64_t>(bytes);
 }
 

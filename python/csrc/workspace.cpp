@@ -1,0 +1,57 @@
+// The binding's device workspaces (workspace.h).
+#include "workspace.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace blockfuse_torch {
+
+namespace {
+
+struct Workspace {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  std::vector<void*> retired;  // replaced buffers: earlier graphs may still use them
+};
+
+constexpr int kKinds = 3;
+std::mutex g_mutex;
+std::vector<Workspace> g_ws;  // [device * kKinds + kind]
+
+std::string num(size_t v) { return std::to_string(v); }
+
+}  // namespace
+
+void* device_workspace(WorkspaceKind kind, int device, size_t need, cudaStream_t stream, size_t* bytes,
+                       const char* fn, const char* reserve_hint) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  const size_t slot = size_t(device) * kKinds + size_t(kind);
+  if (g_ws.size() <= slot) g_ws.resize(slot + 1);
+  Workspace& ws = g_ws[slot];
+  if (need > ws.bytes) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing(stream, &status);
+    TORCH_CHECK_VALUE(status == cudaStreamCaptureStatusNone, "blockfuse.", fn, ": the call needs a workspace of ",
+                      num(need), " bytes on cuda:", std::to_string(device), ", more than the ", num(ws.bytes),
+                      " reserved, and the stream is being captured (a capture cannot allocate it); required: one "
+                      "eager call with this shape, or ", reserve_hint, ", before the capture");
+    const size_t grow = std::max<size_t>(need, std::max<size_t>(2 * ws.bytes, size_t(1) << 20));
+    void* p = nullptr;
+    cudaError_t err = cudaMalloc(&p, grow);
+    TORCH_CHECK(err == cudaSuccess, "blockfuse.", fn, ": cudaMalloc of the workspace (", num(grow),
+                " bytes) failed: ", cudaGetErrorString(err));
+    err = cudaMemsetAsync(p, 0, grow, stream);  // ordered before the kernel on the same stream
+    TORCH_CHECK(err == cudaSuccess, "blockfuse.", fn, ": zeroing the workspace failed: ", cudaGetErrorString(err));
+    if (ws.ptr) ws.retired.push_back(ws.ptr);
+    ws.ptr = p;
+    ws.bytes = grow;
+  }
+  *bytes = ws.bytes;
+  return ws.ptr;
+}
+
+}  // namespace blockfuse_torch

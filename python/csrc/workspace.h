@@ -1,0 +1,28 @@
+// Device workspaces the binding owns for ops whose kernels need one (decode_gemm's split-K counters,
+// the fused MLP's accumulator, the router's scores): one buffer per (kind, device), zeroed when it
+// is allocated, grown (never shrunk, never freed while the process lives: a CUDA graph captured
+// earlier keeps using the buffer it was captured with) the first time a call needs more.
+//
+// Growing needs cudaMalloc and a memset, which a stream capture forbids, so a shape must have run
+// once eagerly (or the op's *_reserve helper) on the device before it is captured; a capture that
+// would grow a workspace raises a ValueError saying so. The kernels that need zeroed memory return
+// it to zero themselves, so no call needs a memset. A workspace serves one stream at a time per
+// device (the usual single-stream inference): two streams running the same kind of op concurrently
+// on one device would race on it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+namespace blockfuse_torch {
+
+enum class WorkspaceKind : int { kDecodeGemm = 0, kFusedMlp = 1, kRouter = 2 };
+
+// A zeroed buffer of at least `need` bytes (16-byte aligned) for `kind` on `device`; *bytes gets its
+// size. The memset of a new buffer is ordered on `stream`. `fn` names the op and `reserve_hint`
+// the call that reserves the workspace outside a capture (both for the error message).
+void* device_workspace(WorkspaceKind kind, int device, size_t need, cudaStream_t stream, size_t* bytes,
+                       const char* fn, const char* reserve_hint);
+
+}  // namespace blockfuse_torch
