@@ -5,11 +5,13 @@
 // Exit codes: 0 ok, 1 failure (an exception, or a command's own verification), 2 usage (no, or an
 // unknown, command; an unknown option; a malformed value) or no usable GPU. --list is for scripts
 // (scripts/gpu-check).
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -24,6 +26,55 @@ std::vector<CommandEntry>& command_registry() {
 }  // namespace blockfuse::bench
 
 using namespace blockfuse::bench;
+
+namespace {
+
+std::string joined(const std::vector<std::string>& words) {
+  std::string s;
+  for (const auto& w : words) s += (s.empty() ? "" : ", ") + w;
+  return s;
+}
+
+// The command words before CLI11 sees them: an unknown word (`blockfuse bench nope`) or a missing
+// one (`blockfuse bench`) is named with the valid ones, where CLI11 would only say "argument not
+// expected" or "a subcommand is required". Returns false after printing the error. Options are
+// skipped: neither `blockfuse` nor `blockfuse bench` has an option that takes a value, and the
+// words after a command's name are its own.
+bool command_words_valid(int argc, char** argv) {
+  std::vector<std::string> top = {"bench"}, bench;
+  for (const auto& c : command_registry()) {
+    if (c.name.rfind("bench ", 0) == 0)
+      bench.push_back(c.name.substr(6));
+    else
+      top.push_back(c.name);
+  }
+  std::sort(top.begin(), top.end());
+  std::sort(bench.begin(), bench.end());
+  bool help_or_version = false, in_bench = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string w = argv[i];
+    if (!w.empty() && w[0] == '-') {
+      help_or_version |= w == "-h" || w == "--help" || w == "--version" || w == "--list";
+      continue;
+    }
+    const std::vector<std::string>& valid = in_bench ? bench : top;
+    if (std::find(valid.begin(), valid.end(), w) == valid.end()) {
+      std::fprintf(stderr, "blockfuse: unknown command '%s%s'; the %scommands are: %s\n(blockfuse -h for help)\n",
+                   in_bench ? "bench " : "", w.c_str(), in_bench ? "bench " : "", joined(valid).c_str());
+      return false;
+    }
+    if (w != "bench") return true;  // a command: the rest is its business
+    in_bench = true;
+  }
+  if (in_bench && !help_or_version) {
+    std::fprintf(stderr, "blockfuse bench: a command is required, one of: %s\n(blockfuse bench <command> -h for its options)\n",
+                 joined(bench).c_str());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 #define BF_STR_INNER(x) #x
 #define BF_STR(x) BF_STR_INNER(x)
@@ -54,6 +105,7 @@ int main(int argc, char** argv) {
     entries.push_back(std::move(e));
   }
 
+  if (!command_words_valid(argc, argv)) return 2;
   try {
     app.parse(argc, argv);
     for (auto& e : entries)

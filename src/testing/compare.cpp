@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/fp8_host.h"
+
 namespace blockfuse::testing {
 
 const char* precision_name(Precision p) {
@@ -53,6 +55,29 @@ void CompareStats::add(int64_t r, int64_t c, double got, double ref, double boun
     first_bad_row = r, first_bad_col = c;
     first_bad_got = got, first_bad_ref = ref;
   }
+}
+
+CompareStats compare_scales(int64_t n, const float* got, const float* ref, double rtol) {
+  CompareStats st;
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = got[i], r = ref[i];
+    if (std::isfinite(r) && r > 0) {
+      st.add(i, 0, g, r, rtol * r);
+      continue;
+    }
+    // add() would accept a NaN for a NaN reference: a scale the reference could not compute is a
+    // failure of the test itself.
+    ++st.count;
+    ++st.violations;
+    if (st.first_bad_row < 0) st.first_bad_row = i, st.first_bad_col = 0, st.first_bad_got = g, st.first_bad_ref = r;
+  }
+  return st;
+}
+
+double e4m3_dequant(uint8_t q, double scale) { return double(host::fp8_e4m3_to_float(q)) * scale; }
+
+double e4m3_step_bound(double v, double scale, double steps) {
+  return steps * (std::ldexp(std::fabs(v), -3) + std::ldexp(scale, -9));
 }
 
 std::string CompareStats::summary() const {

@@ -69,4 +69,53 @@ CompareStats compare_host(int64_t rows, int64_t cols, Got got, Ref ref, const To
   return st;
 }
 
+// Scales (one per row, or one per tensor) against the reference's: |got − ref| <= rtol·ref. A
+// reference scale that is not finite and positive counts as a violation (the test computed no
+// valid scale), whatever the result.
+CompareStats compare_scales(int64_t n, const float* got, const float* ref, double rtol);
+
+// FP8 e4m3 results are compared after de-scaling: code q with scale s stands for value(q)·s. One
+// e4m3 step is 2^-3 of a value at the bottom of its binade (the spacing is 1/16..1/8 of the value
+// in the normal range) and 2^-9·s, the subnormal spacing, near zero; `steps` steps allow
+// steps·(2^-3·|v| + 2^-9·s). The unit roundoff of the table (u = 2^-4) is half of one step.
+double e4m3_dequant(uint8_t q, double scale);  // NaN for the NaN codes 0x7f / 0xff
+double e4m3_step_bound(double v, double scale, double steps = 1);
+
+// Compares rows x cols e4m3 codes q (row stride ld bytes) de-scaled by scale(r) with the unrounded
+// reference ref(r, c), saturated to ±448·scale(r) as the conversion saturates: within `steps`
+// e4m3 steps of the saturated reference. A NaN reference expects a NaN code.
+template <class Scale, class Ref>
+CompareStats compare_e4m3_host(int64_t rows, int64_t cols, const uint8_t* q, int64_t ld, Scale scale, Ref ref,
+                               double steps = 1) {
+  CompareStats st;
+  for (int64_t r = 0; r < rows; ++r) {
+    const double s = double(scale(r)), lim = 448.0 * s;
+    for (int64_t c = 0; c < cols; ++c) {
+      const double v = double(ref(r, c));
+      const double want = std::isnan(v) ? v : v > lim ? lim : v < -lim ? -lim : v;
+      st.add(r, c, e4m3_dequant(q[r * ld + c], s), want, e4m3_step_bound(want, s, steps));
+    }
+  }
+  return st;
+}
+
+// Compares e4m3 codes with reference codes, each de-scaled by its own scale (got_scale(r),
+// ref_scale(r)). Either side may round a value on a code boundary to the neighbouring code and the
+// two scales may differ in their last bits, so the bound is `steps` steps of the larger of the two
+// values, the subnormal step taken from the reference scale (×1.0001 for the scales' difference).
+// NaN codes must coincide.
+template <class GotScale, class RefScale>
+CompareStats compare_e4m3_codes_host(int64_t rows, int64_t cols, const uint8_t* got, int64_t ld_got, GotScale got_scale,
+                                     const uint8_t* ref, int64_t ld_ref, RefScale ref_scale, double steps = 1) {
+  CompareStats st;
+  for (int64_t r = 0; r < rows; ++r) {
+    const double gs = double(got_scale(r)), rs = double(ref_scale(r));
+    for (int64_t c = 0; c < cols; ++c) {
+      const double a = e4m3_dequant(got[r * ld_got + c], gs), b = e4m3_dequant(ref[r * ld_ref + c], rs);
+      st.add(r, c, a, b, e4m3_step_bound(std::fmax(std::fabs(a), std::fabs(b)), rs * 1.0001, steps));
+    }
+  }
+  return st;
+}
+
 }  // namespace blockfuse::testing

@@ -160,8 +160,9 @@ void reference(const Problem& pr, bool on_gpu, std::vector<float>& out, std::vec
 
 float to_f(DType t, uint16_t b) { return host::to_float(t, b); }
 
-// Compares out / lse with the reference. Rows listed in skip_rows ((row * Hq + h) indices) are
-// expected NaN instead. Returns the number of violations (and reports the first few).
+// Compares out / lse with the reference (testing/compare.h). Rows listed in nan_rows ((row * Hq + h)
+// indices) are expected NaN instead. Returns the number of elements out of tolerance or non-finite
+// (and reports the first of each comparison).
 int64_t check(const Problem& pr, const std::vector<float>& ref_o, const std::vector<float>& ref_l,
               const std::vector<int64_t>& nan_rows = {}) {
   std::vector<uint16_t> o;
@@ -169,35 +170,30 @@ int64_t check(const Problem& pr, const std::vector<float>& ref_o, const std::vec
   download(o, pr.ob);
   EXPECT_EQ(cudaMemcpy(l.data(), pr.lseb.data(), pr.lseb.bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
   const Case& c = pr.c;
-  // P is rounded to the input type before P·V (relative u per weight, |v| <= 1) and O once at the end:
-  // two roundings, atol 2u + 1e-4.
-  const testing::Tolerance tol = testing::tolerance(c.dt, 2, 2 * testing::unit_roundoff(c.dt) + 1e-4);
-  int64_t bad = 0;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
   auto is_nan_row = [&](int64_t rh) { return std::find(nan_rows.begin(), nan_rows.end(), rh) != nan_rows.end(); };
+  // P is rounded to the input type before P·V (relative u per weight, |v| <= 1) and O once at the end:
+  // two roundings, atol 2u + 1e-4. Rows: (row, head), columns: d.
+  const testing::Tolerance tol = testing::tolerance(c.dt, 2, 2 * testing::unit_roundoff(c.dt) + 1e-4);
+  testing::CompareStats so;
   for (int64_t r = 0; r < pr.out_rows; ++r)
     for (int64_t h = 0; h < c.hq; ++h) {
       const int64_t rh = r * c.hq + h;
       const bool nan_row = is_nan_row(rh);
-      for (int64_t d = 0; d < c.d; ++d) {
-        const float got = to_f(c.dt, o[size_t(rh * c.d + d)]);
-        const float want = ref_o[size_t(rh * c.d + d)];
-        const bool ok = nan_row ? std::isnan(got) : std::fabs(got - want) <= tol.bound(want);
-        if (!ok && bad++ < 5)
-          ADD_FAILURE() << describe(c) << ": out row " << r << " head " << h << " d " << d << ": " << got << " vs " << want;
-      }
+      for (int64_t d = 0; d < c.d; ++d)
+        so.add(rh, d, to_f(c.dt, o[size_t(rh * c.d + d)]), nan_row ? nan : ref_o[size_t(rh * c.d + d)], tol);
     }
-  // LSE: [B, Hq, Sq]; the fp32 exp2/log and tanh.approx leave ~1e-4 relative.
+  // LSE: [B, Hq, Sq] (rows: b·Hq + head, columns: the query row); the fp32 exp2/log and tanh.approx
+  // leave ~1e-4 relative. A row without keys has LSE -inf in both.
+  testing::CompareStats sl;
   for (int64_t i = 0; i < pr.lse_count; ++i) {
     const int64_t b = i / (c.hq * c.sq), h = (i / c.sq) % c.hq, s = i % c.sq;
     const int64_t rh = (b * c.sq + s) * c.hq + h;
-    const float got = l[size_t(i)], want = ref_l[size_t(i)];
-    bool ok;
-    if (is_nan_row(rh)) ok = std::isnan(got);
-    else if (std::isinf(want)) ok = std::isinf(got) && got < 0;
-    else ok = std::fabs(got - want) <= 2e-3 + 2e-4 * std::fabs(want);
-    if (!ok && bad++ < 5) ADD_FAILURE() << describe(c) << ": lse b " << b << " head " << h << " row " << s << ": " << got << " vs " << want;
+    sl.add(b * c.hq + h, s, l[size_t(i)], is_nan_row(rh) ? nan : ref_l[size_t(i)], testing::Tolerance{2e-3, 2e-4});
   }
-  return bad;
+  testing::expect_close(so, describe(c) + ": out (row·Hq + head, d)");
+  testing::expect_close(sl, describe(c) + ": lse (b·Hq + head, row)");
+  return so.violations + so.nonfinite + sl.violations + sl.nonfinite;
 }
 
 void run_case(const Case& c, bool gpu_ref) {
@@ -255,11 +251,11 @@ TEST(AttentionGpuReference, MatchesCpuReference) {
     std::vector<float> go, gl, co, cl;
     reference(pr, true, go, gl);
     reference(pr, false, co, cl);
-    for (size_t i = 0; i < go.size(); ++i) ASSERT_NEAR(go[i], co[i], 1e-4) << i;
-    for (size_t i = 0; i < gl.size(); ++i) {
-      if (std::isinf(cl[i])) ASSERT_TRUE(std::isinf(gl[i])) << i;
-      else ASSERT_NEAR(gl[i], cl[i], 1e-4 * (1 + std::fabs(cl[i]))) << i;
-    }
+    const auto flat = [](const std::vector<float>& v) { return [&v](int64_t, int64_t i) { return v[size_t(i)]; }; };
+    testing::expect_close(testing::compare_host(1, int64_t(go.size()), flat(go), flat(co), testing::Tolerance{1e-4, 0}),
+                          "out: GPU vs CPU reference");
+    testing::expect_close(testing::compare_host(1, int64_t(gl.size()), flat(gl), flat(cl), testing::Tolerance{1e-4, 1e-4}),
+                          "lse: GPU vs CPU reference (-inf where a row has no keys)");
   }
 }
 

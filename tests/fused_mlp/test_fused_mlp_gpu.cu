@@ -86,20 +86,25 @@ void expect_matches(const Mlp& f, Activation act, const unsigned char* mask, int
   std::vector<double> ref(static_cast<size_t>(f.m * f.k)), abs(static_cast<size_t>(f.m * f.k));
   fmlp::reference(f.x.view(), f.wgu.view(), f.wd.view(), act, mask, ref.data(), f.k, abs.data());
   const std::vector<uint16_t> y = f.y_bits();
+  // One output rounding, plus two roundings' share of Σ|terms| (the bf16/fp16 hidden activations and
+  // the fp32 summation order under cancellation).
   const double u = testing::unit_roundoff(f.dt);
-  int64_t bad = 0;
+  testing::CompareStats st;
+  int64_t finite_in_nan_row = 0;
   for (int64_t m = 0; m < f.m; ++m)
     for (int64_t c = 0; c < f.k; ++c) {
       const double v = host::to_float(f.dt, y[size_t(m * f.k + c)]);
-      if (m == skip_row) {
-        if (std::isfinite(v) && ++bad <= 5) ADD_FAILURE() << "NaN row " << m << " col " << c << " = " << v;
+      if (m == skip_row) {  // NaN or Inf: either is a propagated non-finite input
+        finite_in_nan_row += std::isfinite(v);
         continue;
       }
-      const double r = ref[size_t(m * f.k + c)], tol = u * std::fabs(r) + 2 * u * abs[size_t(m * f.k + c)] + 1e-30;
-      if (!(std::fabs(v - r) <= tol) && ++bad <= 5)
-        ADD_FAILURE() << "y[" << m << "][" << c << "] = " << v << ", reference " << r << ", tol " << tol;
+      const double r = ref[size_t(m * f.k + c)];
+      st.add(m, c, v, r, u * std::fabs(r) + 2 * u * abs[size_t(m * f.k + c)] + 1e-30);
     }
-  EXPECT_EQ(bad, 0);
+  // The per-element bounds only: they follow each element's cancellation (Σ|terms|), a global L2
+  // bound would not.
+  testing::expect_close(st, "y", INFINITY);
+  EXPECT_EQ(finite_in_nan_row, 0) << "finite outputs in row " << skip_row << ", whose input holds a NaN";
 }
 
 const char* red_name(MlpReduction r) { return r == MlpReduction::kAtomic ? "atomic" : "deterministic"; }

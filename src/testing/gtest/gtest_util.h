@@ -13,7 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "blockfuse/attention.h"
 #include "blockfuse/common.h"
+#include "blockfuse/fp8.h"
+#include "blockfuse/fused_mlp.h"
+#include "blockfuse/gated_up.h"
+#include "blockfuse/swiglu.h"
 #include "common/host_float.h"
 #include "testing/compare.h"
 #include "testing/device_buffer.h"
@@ -94,8 +99,22 @@ void expect_close(const CompareStats& st, const std::string& what, double max_re
 
 }  // namespace blockfuse::testing
 
+// How GoogleTest prints blockfuse's enums (found by argument-dependent lookup), as test parameters
+// (--gtest_list_tests, failure headers) and in EXPECT_EQ messages: their names, not
+// "4-byte object <01-00 00-00>". A parameter struct gets its own PrintTo beside its test.
 namespace blockfuse {
-// How GoogleTest prints these as parameters (found by ADL): names, not "4-byte object <01-00 ...>".
 inline void PrintTo(DType t, std::ostream* os) { *os << dtype_name(t); }
 inline void PrintTo(Activation a, std::ostream* os) { *os << activation_name(a); }
+inline void PrintTo(GateUpLayout l, std::ostream* os) { *os << layout_name(l); }
+inline void PrintTo(Fp8ScaleMode m, std::ostream* os) { *os << fp8_scale_mode_name(m); }
+inline void PrintTo(GatedUpKernel k, std::ostream* os) { *os << kernel_name(k); }
+inline void PrintTo(MlpReduction r, std::ostream* os) {
+  *os << (r == MlpReduction::kAtomic ? "atomic" : r == MlpReduction::kDeterministic ? "deterministic" : "MlpReduction?");
+}
+inline void PrintTo(RouterMode m, std::ostream* os) {
+  *os << (m == RouterMode::kThreshold ? "threshold" : m == RouterMode::kTopK ? "top_k" : "RouterMode?");
+}
+inline void PrintTo(IndexType t, std::ostream* os) {
+  *os << (t == IndexType::kInt32 ? "int32" : t == IndexType::kInt64 ? "int64" : "IndexType?");
+}
 }  // namespace blockfuse
