@@ -87,8 +87,8 @@ at::Tensor fused_mlp_op(const at::Tensor& x, const at::Tensor& w_gate_up, const 
                         c10::string_view activation, bool deterministic) {
   constexpr const char* fn = "fused_mlp";
   const blockfuse::Activation act = parse_activation(activation, fn);
+  MlpArgs a = mlp_args(x, w_gate_up, w_down_t, fn);  // checks the devices first
   c10::cuda::CUDAGuard guard(x.device());
-  MlpArgs a = mlp_args(x, w_gate_up, w_down_t, fn);
   // Rows, K and U are checked by the launcher; the workspace size needs a valid M and K first.
   if (a.xv.rows == 0) return a.y;  // an empty batch: nothing to launch
   const bool sizes_ok = a.xv.rows <= blockfuse::kFusedMlpMaxM && a.xv.cols % 8 == 0;
@@ -107,8 +107,8 @@ at::Tensor fused_mlp_sparse_op(const at::Tensor& x, const at::Tensor& w_gate_up,
                                c10::string_view activation, bool deterministic) {
   constexpr const char* fn = "fused_mlp_sparse";
   const blockfuse::Activation act = parse_activation(activation, fn);
+  MlpArgs a = mlp_args(x, w_gate_up, w_down_t, fn);  // checks the devices first
   c10::cuda::CUDAGuard guard(x.device());
-  MlpArgs a = mlp_args(x, w_gate_up, w_down_t, fn);
   check_list_tensor(indices, x, fn, "indices");
   check_list_tensor(counts, x, fn, "counts");
   TORCH_CHECK_VALUE(block_size == 16 || block_size == 32 || block_size == 64, "blockfuse.", fn,
