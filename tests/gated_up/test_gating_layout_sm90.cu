@@ -1,18 +1,19 @@
 // Proof, on the CPU, of the mapping the sm90a kernel's gated epilogue relies on (see the header of
 // src/gated_up/gated_up_sm90.cuh), for the wgmma TiledMma that CUTLASS's CollectiveBuilder
-// actually builds for every tile config and both dtypes, and every consumer thread of a tile
-// (256 cooperative, 128 ping-pong):
+// actually builds for every tile config and both dtypes — and for the FP8 kernel's configs with
+// both of its outputs (bf16, and e4m3 whose 64-element-wide ping-pong tile is one 64-byte-swizzled
+// panel) — and every consumer thread of a tile (256 cooperative, 128 ping-pong):
 //   1. each accumulator pair (flat i, i+1), i even, covers columns (n, n+1) of one row with n even,
 //      i.e. (up_j, gate_j) of the interleaved weight, j = n/2;
 //   2. the premises of the epilogue's cheap addressing: the thread's first accumulator is at
 //      (m0, n0) with n0 even and < 8, and every accumulator's offset (dm, dn) from it has
 //      dm % 8 == 0 and dn % 8 == 0;
-//   3. the offset the kernel stores to, m0·64 + n0/2 + staging_delta(dm, dn, m0 % 8), equals
-//      staging_offset(m, j) and equals CuTe's SmemLayoutH(m, j) — the 128-byte-swizzled layout
-//      the TMA store descriptor is built from (evaluated through a 1024-byte-aligned buffer, as
-//      the hardware swizzles absolute shared-memory addresses);
-//   4. panel p of the TMA store (SmemLayoutPanel at element BM·64·p) is columns [64p, 64p+64) of
-//      SmemLayoutH;
+//   3. the offset the kernel stores to, m0·kPanel + n0/2 + staging_delta(dm, dn, phase(m0)),
+//      equals staging_offset(m, j) and equals CuTe's SmemLayoutH(m, j) — the swizzled layout the
+//      TMA store descriptor is built from (evaluated through a 1024-byte-aligned buffer, as the
+//      hardware swizzles absolute shared-memory addresses);
+//   4. panel p of the TMA store (SmemLayoutPanel at element BM·kPanel·p) is columns
+//      [kPanel·p, kPanel·(p+1)) of SmemLayoutH;
 //   5. across all threads every element of the BM x BN accumulator tile is held exactly once,
 //      every element of the BM x BN/2 gated tile is written exactly once, and SmemLayoutH is a
 //      bijection onto BM·BN/2 slots.
@@ -20,6 +21,7 @@
 
 #include <vector>
 
+#include "gated_up/gated_up_fp8_sm90.cuh"
 #include "gated_up/gated_up_sm90.cuh"
 
 namespace blockfuse {
@@ -27,15 +29,17 @@ namespace {
 
 using namespace cute;
 
-template <class T, int I>
-void check_config() {
-  using Cfg = sm90::Sm90KernelFor<T, I>;
+template <class Cfg, int I>
+void check_kernel(const Sm90TileConfigRow& row) {
+  using T = typename Cfg::Element;
   using Epi = typename Cfg::Epilogue;
   using TiledMma = typename Cfg::TiledMma;
   static_assert(sm90::accumulator_pairs_are_adjacent_columns<TiledMma>());
   constexpr int BM = Epi::BM, BN = Epi::BN, BH = Epi::BH;
   const int threads = int(size(TiledMma{}));
-  ASSERT_EQ(threads, kSm90TileConfigs[I].pingpong ? 128 : 256) << "config " << I;
+  ASSERT_EQ(threads, row.pingpong ? 128 : 256) << "config " << I;
+  ASSERT_EQ(BM, row.bm);
+  ASSERT_EQ(BN, row.bn);
 
   // CuTe's view of the staging tile, through an aligned host buffer standing in for shared memory.
   alignas(1024) static T buf[BM * BH];
@@ -71,9 +75,11 @@ void check_config() {
     ASSERT_EQ(int(size(tC)), int(size(acc)));
     const int m0 = get<0>(tC(0)), n0 = get<1>(tC(0));
     ASSERT_TRUE(n0 % 2 == 0 && n0 >= 0 && n0 < 8) << "config " << I << " thread " << t << ": n0 = " << n0;
-    // As the kernel computes it: from the buffer's address (aligned here, so m0 % 8).
-    const int phase = int(((reinterpret_cast<uintptr_t>(buf) >> 7) + uintptr_t(m0)) & 7u);
-    ASSERT_EQ(phase, m0 % 8);
+    // As the kernel computes it: from the buffer's address (aligned here, so row_phase_aligned(m0):
+    // m0 % 8 for 128-byte panel rows).
+    const int phase = Epi::row_phase(uint32_t(reinterpret_cast<uintptr_t>(buf)), m0);
+    ASSERT_EQ(phase, Epi::row_phase_aligned(m0));
+    if (Epi::kPanelBytes == 128) ASSERT_EQ(phase, m0 % 8);
     for (int i = 0; i < int(size(tC)); i += 2) {
       const int m = get<0>(tC(i)), n = get<1>(tC(i));
       ASSERT_TRUE(m >= 0 && m < BM && n >= 0 && n + 1 < BN) << "config " << I << " thread " << t;
@@ -98,10 +104,32 @@ void check_config() {
                                 << produced[idx] << " times";
 }
 
+template <class T, int I>
+void check_config() {
+  check_kernel<sm90::Sm90KernelFor<T, I>, I>(kSm90TileConfigs[I]);
+}
+template <class TOut, int I>
+void check_fp8_config() {
+  check_kernel<sm90::Sm90Fp8KernelFor<TOut, I>, I>(kSm90Fp8TileConfigs[I]);
+}
+
 TEST(GatingLayoutSm90, Config0) { check_config<cute::bfloat16_t, 0>(); check_config<cute::half_t, 0>(); }
 TEST(GatingLayoutSm90, Config1) { check_config<cute::bfloat16_t, 1>(); check_config<cute::half_t, 1>(); }
 TEST(GatingLayoutSm90, Config2) { check_config<cute::bfloat16_t, 2>(); check_config<cute::half_t, 2>(); }
 static_assert(kNumSm90TileConfigs == 3, "add a test for the new tile config");
+
+// The FP8 kernel: e4m3 operands (wgmma k32), bf16 or e4m3 outputs.
+TEST(GatingLayoutSm90, Fp8Config0) {
+  check_fp8_config<cute::bfloat16_t, 0>();
+  check_fp8_config<cutlass::float_e4m3_t, 0>();
+}
+TEST(GatingLayoutSm90, Fp8Config1) {
+  check_fp8_config<cute::bfloat16_t, 1>();
+  check_fp8_config<cutlass::float_e4m3_t, 1>();
+}
+static_assert(kNumSm90Fp8TileConfigs == 2, "add a test for the new FP8 tile config");
+static_assert(sm90::Sm90Fp8KernelFor<cutlass::float_e4m3_t, 1>::Epilogue::kPanelBytes == 64,
+              "the e4m3 ping-pong tile (64 outputs wide) is one 64-byte-swizzled panel");
 
 }  // namespace
 }  // namespace blockfuse
