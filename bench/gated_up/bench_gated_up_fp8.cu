@@ -212,13 +212,13 @@ class GatedUpFp8Bench final : public BenchCommand {
       gemm_fast(0);
       fused(0);
       BENCH_CUDA(cudaStreamSynchronize(s));
-      Check v = verify(M, U, md.act, d, h);
+      const Verified v = verify_lt(M, U, md.act, d, h);
       // The e4m3 output with s = max|h| / 400 over the sampled rows (others may saturate), against (c).
       const float so = std::max(v.max_ref, 1e-20f) / 400.0f;
       BENCH_CUDA(cudaMemcpyAsync(d_so, &so, sizeof so, cudaMemcpyHostToDevice, s));
       fused8(0);
       BENCH_CUDA(cudaStreamSynchronize(s));
-      Check v8 = verify_e4m3(M, U, h, h8, so);
+      const Verified v8 = verify_e4m3(M, U, h, h8, so);
       const bool ok = b.verify(point + " (c fused vs cuBLASLt)", v.check) & b.verify(point + " (c8 e4m3 vs c)", v8.check);
 
       const Timing ta = b.time(gemm_fast, Method::events()), ta2 = b.time(gemm_dflt, Method::events()),
@@ -267,11 +267,11 @@ class GatedUpFp8Bench final : public BenchCommand {
   // (c) against the gate applied on the host to cuBLASLt's bf16 product of the same e4m3 inputs.
   // Both accumulate in the tensor cores' FP8 mode in different orders and cuBLASLt rounds the
   // product to bf16 before the gate: 4 bf16 roundings relative plus 1 % of the mean |h|.
-  Verified verify(int64_t M, int64_t U, Activation act, const testing::DeviceBuffer<uint16_t>& d,
+  Verified verify_lt(int64_t M, int64_t U, Activation act, const testing::DeviceBuffer<uint16_t>& d,
                   const testing::DeviceBuffer<uint16_t>& h) {
     Verified out;
     const int64_t N = 2 * U;
-    std::vector<uint16_t> drow(size_t(N)), hrow(size_t(U));
+    std::vector<uint16_t> drow(static_cast<size_t>(N)), hrow(static_cast<size_t>(U));
     testing::CompareStats st;
     std::vector<std::pair<double, double>> got_ref;
     double sum_abs = 0;
@@ -302,8 +302,8 @@ class GatedUpFp8Bench final : public BenchCommand {
   Verified verify_e4m3(int64_t M, int64_t U, const testing::DeviceBuffer<uint16_t>& h,
                        const testing::DeviceBuffer<uint8_t>& h8, float s) {
     Verified out;
-    std::vector<uint16_t> hrow(size_t(U));
-    std::vector<uint8_t> qrow(size_t(U));
+    std::vector<uint16_t> hrow(static_cast<size_t>(U));
+    std::vector<uint8_t> qrow(static_cast<size_t>(U));
     testing::CompareStats st;
     for (int64_t m : sample_rows(M)) {
       BENCH_CUDA(cudaMemcpy(hrow.data(), h.data() + m * U, size_t(U) * 2, cudaMemcpyDeviceToHost));
