@@ -104,6 +104,49 @@ void check_kernel(const Sm90TileConfigRow& row) {
                                 << produced[idx] << " times";
 }
 
+// The walk of the FP8 epilogue's dequantisation (GatedEpilogue::gate_pairs_dequant): the fragment
+// indexed as ((pair, half, block), mm, mn) visits every accumulator once; (0, h, b) and (1, h, b) are
+// columns (n, n+1) of one row; the row depends only on (h, mm) — so the row scales it loads once
+// per (h, mm) are the right ones — and the column only on (b, mn) — so one column-scale pair per
+// (b, mn) serves every row.
+template <class Cfg, int I>
+void check_dequant_walk() {
+  using Epi = typename Cfg::Epilogue;
+  using TiledMma = typename Cfg::TiledMma;
+  constexpr int BM = Epi::BM, BN = Epi::BN;
+  TiledMma mma;
+  for (int t = 0; t < int(size(TiledMma{})); ++t) {
+    auto thr = mma.get_thread_slice(t);
+    Tensor tC = thr.partition_C(make_identity_tensor(Shape<Int<BM>, Int<BN>>{}));
+    constexpr int kHalves = decltype(size<0, 1>(tC))::value, kBlocks = decltype(size<0, 2>(tC))::value;
+    constexpr int kMmaM = decltype(size<1>(tC))::value, kMmaN = decltype(size<2>(tC))::value;
+    ASSERT_EQ(2 * kHalves * kBlocks * kMmaM * kMmaN, int(size(tC)));
+    std::vector<int> seen(BM * BN, 0);
+    for (int mn = 0; mn < kMmaN; ++mn)
+      for (int b = 0; b < kBlocks; ++b)
+        for (int mm = 0; mm < kMmaM; ++mm)
+          for (int h = 0; h < kHalves; ++h) {
+            const auto cu = tC(make_coord(make_coord(0, h, b), mm, mn));
+            const auto cg = tC(make_coord(make_coord(1, h, b), mm, mn));
+            const int m = get<0>(cu), n = get<1>(cu);
+            ASSERT_EQ(get<0>(cg), m) << "config " << I << " thread " << t;
+            ASSERT_EQ(get<1>(cg), n + 1) << "config " << I << " thread " << t;
+            ASSERT_EQ(n % 2, 0);
+            ASSERT_EQ(m, int(get<0>(tC(make_coord(make_coord(0, h, 0), mm, 0))))) << "row depends on (b, mn)";
+            ASSERT_EQ(n, int(get<1>(tC(make_coord(make_coord(0, 0, b), 0, mn))))) << "column depends on (h, mm)";
+            ++seen[m * BN + n];
+            ++seen[m * BN + n + 1];
+          }
+    // Each thread's accumulators, once each (the union over threads is checked in check_kernel).
+    int held = 0;
+    for (int v : seen) {
+      ASSERT_LE(v, 1);
+      held += v;
+    }
+    ASSERT_EQ(held, int(size(tC)));
+  }
+}
+
 template <class T, int I>
 void check_config() {
   check_kernel<sm90::Sm90KernelFor<T, I>, I>(kSm90TileConfigs[I]);
@@ -111,6 +154,7 @@ void check_config() {
 template <class TOut, int I>
 void check_fp8_config() {
   check_kernel<sm90::Sm90Fp8KernelFor<TOut, I>, I>(kSm90Fp8TileConfigs[I]);
+  check_dequant_walk<sm90::Sm90Fp8KernelFor<TOut, I>, I>();
 }
 
 TEST(GatingLayoutSm90, Config0) { check_config<cute::bfloat16_t, 0>(); check_config<cute::half_t, 0>(); }
