@@ -70,8 +70,8 @@ void gated_up_fp8(Fp8ConstMatrix x, Fp8InputScale x_scale, Fp8ConstMatrix w, Fp8
                   Activation act, cudaStream_t stream = nullptr, const GatedUpFp8Options& options = {});
 
 // The same with an e4m3 output [M, U] for an FP8 down projection: out_scale.mode must be
-// Fp8ScaleMode::kStaticPerTensor (1 float > 0 in device memory, read on the device); out.ld % 16 == 0
-// and a 16-byte aligned out pointer. Fp8ScaleMode::kDynamicPerRow (a row amax across all N tiles of
+// Fp8ScaleMode::kStaticPerTensor (1 float > 0 in device memory, read on the device); U % 16 == 0,
+// out.ld % 16 == 0 and a 16-byte aligned out pointer (the TMA store moves 16-byte row segments). Fp8ScaleMode::kDynamicPerRow (a row amax across all N tiles of
 // the row) is not implemented: it throws blockfuse::Error naming 'out_scale' (nothing launched).
 void gated_up_fp8(Fp8ConstMatrix x, Fp8InputScale x_scale, Fp8ConstMatrix w, Fp8InputScale w_scale, Fp8Matrix out,
                   Fp8Scale out_scale, Activation act, cudaStream_t stream = nullptr,

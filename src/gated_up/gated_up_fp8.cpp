@@ -107,7 +107,14 @@ GatedUpFp8Params validate(const Fp8ConstMatrix& x, const Fp8InputScale& xs, cons
               cat("w.rows == 2 * out.cols (= ", 2 * U, "): interleaved [up_0; gate_0; up_1; ...]"));
   if (K < 16 || K % 16 != 0)
     throw_arg(kFn, "x", cat("has cols K = ", K), "K >= 16 and K % 16 == 0 (TMA: 16-byte aligned e4m3 rows)");
-  if (U < 8 || U % 8 != 0) throw_arg(kFn, out.name, cat("has cols U = ", U), "U >= 8 and U % 8 == 0");
+  // The TMA store moves each output row in 16-byte units up to the row's end rounded up to 16 bytes
+  // (CUTLASS requires the same of a TMA-stored D extent): U·sizeof(out) % 16 == 0, or the bytes
+  // past U up to that boundary are overwritten (seen on the H100 with e4m3 outputs and U % 16 == 8).
+  const int64_t u_align = out.fp8 ? 16 : 8;
+  if (U < u_align || U % u_align != 0)
+    throw_arg(kFn, out.name, cat("has cols U = ", U),
+              cat("U >= ", u_align, " and U % ", u_align, " == 0 (", out.fp8 ? "e4m3" : "bf16",
+                  " output: 16-byte rows for the TMA store)"));
   if (M > (int64_t{1} << 31) - 1) throw_arg(kFn, "x", cat("has rows M = ", M), "M < 2^31");
   check_input_scale("x_scale", xs, M, "one per row of x", 4);
   check_input_scale("w_scale", ws, 2 * U, "one per row of the interleaved w", 8);

@@ -128,6 +128,7 @@ void check_bf16(const Problem& P, int tile_config) {
   testing::to_host(out, h.data());
   const std::string what = "bf16 out, tile " + std::to_string(tile_config) + ", " + describe(c, P.seed);
   testing::CompareStats st;
+  int64_t pad_written = 0, first_pad = -1;
   for (int64_t m = 0; m < c.M; ++m) {
     for (int64_t j = 0; j < c.U; ++j) {
       const size_t i = size_t(m * c.U + j);
@@ -136,13 +137,15 @@ void check_bf16(const Problem& P, int tile_config) {
              2 * testing::unit_roundoff(DType::kBF16) * std::fabs(r) + kAccEps * P.sens[i] + 1e-30);
     }
     for (int64_t j = c.U; j < ldo; ++j)
-      ASSERT_EQ(h[size_t(m * ldo + j)], kPoison) << what << ": padding (" << m << ", " << j << ") was written";
+      if (h[size_t(m * ldo + j)] != kPoison && pad_written++ == 0) first_pad = m * ldo + j;
   }
+  EXPECT_EQ(pad_written, 0) << what << ": padding written, first at (" << first_pad / ldo << ", " << first_pad % ldo << ")";
   testing::expect_close(st, what, 1e-2);
 }
 
 // e4m3 output with a static per-tensor scale: the dequantised result float(q)·s against the
-// reference quantised the same way (host::fp8_quantize); the row padding still poisoned.
+// reference quantised the same way (host::fp8_quantize); the row padding still poisoned. Needs
+// U % 16 == 0 (gated_up_fp8 rejects other U for e4m3 outputs).
 // `scale_div` sets s = max|h| / scale_div: 448 / 1.5 fills the format, 1000 saturates the top.
 void check_e4m3(const Problem& P, int tile_config, double scale_div = 300) {
   const Case& c = P.c;
@@ -160,7 +163,7 @@ void check_e4m3(const Problem& P, int tile_config, double scale_div = 300) {
   const std::string what = "e4m3 out (scale " + std::to_string(s) + "), tile " + std::to_string(tile_config) + ", " +
                            describe(c, P.seed);
   testing::CompareStats st;
-  int64_t saturated = 0;
+  int64_t saturated = 0, pad_written = 0, first_pad = -1;
   for (int64_t m = 0; m < c.M; ++m) {
     for (int64_t j = 0; j < c.U; ++j) {
       const size_t i = size_t(m * c.U + j);
@@ -172,8 +175,9 @@ void check_e4m3(const Problem& P, int tile_config, double scale_div = 300) {
       st.add(m, j, got, qref, 0.125 * std::fabs(qref) + std::ldexp(1.0, -9) + 1.07 * kAccEps * P.sens[i] / s);
     }
     for (int64_t j = c.U; j < ldo; ++j)
-      ASSERT_EQ(h[size_t(m * ldo + j)], 0x7f) << what << ": padding (" << m << ", " << j << ") was written";
+      if (h[size_t(m * ldo + j)] != 0x7f && pad_written++ == 0) first_pad = m * ldo + j;
   }
+  EXPECT_EQ(pad_written, 0) << what << ": padding written, first at (" << first_pad / ldo << ", " << first_pad % ldo << ")";
   if (scale_div > 448) EXPECT_GT(saturated, 0) << what << ": the saturation case saturated nothing";
   testing::expect_close(st, what, 5e-2);
 }
@@ -185,16 +189,17 @@ class GatedUpFp8Modes : public ::testing::TestWithParam<ModeParam> {};
 TEST_P(GatedUpFp8Modes, EveryTileConfigBothOutputs) {
   SKIP_UNLESS_FP8();
   const auto [xr, wc, act] = GetParam();
-  // M: 1, below one tile, a tail of both tile heights; U: tails of both BN/2 (128, 64); K: 64 (one
-  // partial k-tile of 128) to several k-tiles with a tail.
-  for (Case c : {Case{1, 64, 8}, Case{7, 208, 40}, Case{129, 384, 200}, Case{333, 1040, 264}}) {
+  // M: 1, below one tile, a tail of both tile heights; U: tails of both BN/2 (128, 64), bf16-only
+  // widths (U % 16 == 8) and e4m3 ones; K: 64 (one partial k-tile of 128) to several k-tiles with
+  // a tail.
+  for (Case c : {Case{1, 64, 8}, Case{7, 208, 48}, Case{129, 384, 200}, Case{333, 1040, 272}, Case{64, 128, 16}}) {
     c.x_per_row = xr;
     c.w_per_channel = wc;
     c.act = act;
     const Problem P(c, testing::fresh_seed());
     for (int cfg = -1; cfg < kNumSm90Fp8TileConfigs; ++cfg) {
       check_bf16(P, cfg);
-      check_e4m3(P, cfg);
+      if (c.U % 16 == 0) check_e4m3(P, cfg);
     }
   }
 }
@@ -211,7 +216,7 @@ INSTANTIATE_TEST_SUITE_P(AllScaleModes, GatedUpFp8Modes,
 TEST(GatedUpFp8Gpu, LlamaSizedKAndManyTiles) {
   SKIP_UNLESS_FP8();
   // K of Llama-3 8B (32 k-tiles), several M and N tiles with tails in both.
-  Case c{300, 4096, 776, true, true, Activation::kSiLU};
+  Case c{300, 4096, 784, true, true, Activation::kSiLU};
   const Problem P(c, testing::fresh_seed());
   for (int cfg = -1; cfg < kNumSm90Fp8TileConfigs; ++cfg) {
     check_bf16(P, cfg);
@@ -221,7 +226,7 @@ TEST(GatedUpFp8Gpu, LlamaSizedKAndManyTiles) {
 
 TEST(GatedUpFp8Gpu, StridedViewsLeavePaddingAlone) {
   SKIP_UNLESS_FP8();
-  Case c{77, 256, 136, true, false, Activation::kGeluTanh, /*x_pad=*/32, /*w_pad=*/16, /*o_pad=*/24};
+  Case c{77, 256, 144, true, false, Activation::kGeluTanh, /*x_pad=*/32, /*w_pad=*/16, /*o_pad=*/24};
   const Problem P(c, testing::fresh_seed());
   for (int cfg = -1; cfg < kNumSm90Fp8TileConfigs; ++cfg) {
     check_bf16(P, cfg);
@@ -232,7 +237,7 @@ TEST(GatedUpFp8Gpu, StridedViewsLeavePaddingAlone) {
 TEST(GatedUpFp8Gpu, E4m3OutputSaturates) {
   SKIP_UNLESS_FP8();
   // s = max|h| / 1000: the largest outputs are above 448 and must come out as ±448, not NaN.
-  const Problem P(Case{130, 512, 72, false, true, Activation::kSiLU}, testing::fresh_seed());
+  const Problem P(Case{130, 512, 80, false, true, Activation::kSiLU}, testing::fresh_seed());
   for (int cfg = -1; cfg < kNumSm90Fp8TileConfigs; ++cfg) check_e4m3(P, cfg, 1000);
 }
 
@@ -297,7 +302,7 @@ TEST(GatedUpFp8Gpu, BadArgumentsNeedingDeviceMemory) {
 // tails in M, U and K, per-row and per-channel scales (their reads stop at M and 2U).
 TEST(GatedUpFp8Sanitizer, SmallShapes) {
   SKIP_UNLESS_FP8();
-  const Problem P(Case{67, 144, 72, true, true, Activation::kGeluTanh, 16, 0, 8}, testing::fresh_seed());
+  const Problem P(Case{67, 144, 80, true, true, Activation::kGeluTanh, 16, 0, 8}, testing::fresh_seed());
   for (int cfg = 0; cfg < kNumSm90Fp8TileConfigs; ++cfg) {
     check_bf16(P, cfg);
     check_e4m3(P, cfg);

@@ -76,7 +76,7 @@ TEST(GatedUpFp8Validation, TmaAlignment) {
     { Call c = c0; c.x.data = static_cast<const char*>(fake(0)) + 8; expect_arg_error(c, "x", "16-byte"); }
     { Call c = c0; c.w.data = static_cast<const char*>(fake(1)) + 4; expect_arg_error(c, "w", "16-byte"); }
     { Call c = c0; c.cols_u(28); expect_arg_error(c, "out", "28"); }              // U % 8
-    { Call c = c0; c.cols_u(0); expect_arg_error(c, "out", "U >= 8"); }
+    { Call c = c0; c.cols_u(0); expect_arg_error(c, "out", "U >= "); }
   });
   // The outputs' own rules: bf16 16-byte aligned with ld % 8; e4m3 16-byte aligned with ld % 16.
   { Call c; c.out.ld = 36; expect_arg_error(c, "out", "36"); }
@@ -85,6 +85,9 @@ TEST(GatedUpFp8Validation, TmaAlignment) {
   { Call c; c.out.dtype = static_cast<DType>(5); expect_arg_error(c, "out", "5"); }
   { Call c; c.out.data = nullptr; expect_arg_error(c, "out", "null"); }
   { Call c; c.fp8_out = true; c.out8.ld = 40; expect_arg_error(c, "out", "40"); }
+  // e4m3 rows must be whole 16-byte units (U = 40 is fine for bf16, not for e4m3).
+  { Call c; c.fp8_out = true; c.cols_u(40); c.out8.ld = 48; expect_arg_error(c, "out", "U % 16 == 0"); }
+  { Call c; c.fp8_out = true; c.cols_u(8); c.out8.ld = 16; expect_arg_error(c, "out", "U >= 16"); }
   { Call c; c.fp8_out = true; c.out8.data = static_cast<char*>(fake(5)) + 8; expect_arg_error(c, "out", "aligned"); }
   { Call c; c.fp8_out = true; c.out8.data = nullptr; expect_arg_error(c, "out", "null"); }
 }
