@@ -8,6 +8,7 @@
 #include "blockfuse/fused_mlp.h"
 #include "blockfuse/fp8.h"
 #include "blockfuse/gated_up.h"
+#include "blockfuse/gated_up_fp8.h"
 #include "blockfuse/swiglu.h"
 #include "blockfuse/weight_layout.h"
 #include "blockfuse/version.h"

@@ -50,6 +50,7 @@
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 #include "cutlass/pipeline/pipeline.hpp"
 
+#include "common/fp8_device.cuh"
 #include "gated_up/tile_configs_sm90.h"
 
 namespace blockfuse::sm90 {
@@ -82,12 +83,25 @@ __device__ __forceinline__ float gelu_tanh_fast(float g) {
   return g * sigmoid_fast(kTwoAlpha * (g + kBeta * g * g * g));
 }
 
+// 1/s for the FP8 output scale without IEEE division (whose slow path is a call, see above): the
+// approximate reciprocal and one Newton step, within an ulp of the correctly rounded 1/s for a
+// normal positive s; NaN stays NaN.
+__device__ __forceinline__ float reciprocal_newton(float s) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(s));
+  return fmaf(r, fmaf(-s, r, 1.0f), r);
+}
+
 // ---------------------------------------------------------------------------------------------
 // The gated epilogue collective.
-//   Element   output (and input) dtype
+//   Element   output dtype: bf16/fp16, or e4m3 (cutlass::float_e4m3_t, quantised with the
+//             static per-tensor output scale of blockfuse/fp8.h)
 //   TileShape the CTA's GEMM tile (BM, BN, BK); the output tile is (BM, BN/2)
+//   kDequant  the FP8 GEMM's dequantisation: each accumulator C(m, n) is multiplied by
+//             sx(m)·sw(n) (per-tensor or per-row x scale, per-tensor or per-channel w scale,
+//             Arguments below) before the gate. Off for the 16-bit GEMM, which has no scales.
 // ---------------------------------------------------------------------------------------------
-template <class Element_, class TileShape_>
+template <class Element_, class TileShape_, bool kDequant = false>
 class GatedEpilogue {
  public:
   using Element = Element_;
@@ -95,13 +109,21 @@ class GatedEpilogue {
   static constexpr int BM = size<0>(TileShape{});
   static constexpr int BN = size<1>(TileShape{});
   static constexpr int BH = BN / 2;  // gated columns per tile
-  // Output panels of 64 columns: one 128-byte swizzle atom wide, the widest box a
-  // SWIZZLE_128B TMA can move, so the tile goes out as BH/64 TMA stores.
-  static constexpr int kPanel = 64;
+  static constexpr bool kFp8Out = sizeof(Element) == 1;
+  // Output panels of up to 128 bytes per row: one 128-byte swizzle atom (64 16-bit or 128 e4m3
+  // elements) is the widest box a SWIZZLE_128B TMA can move, so the tile goes out as BH/kPanel TMA
+  // stores. A 64-byte-wide tile (BH = 64 e4m3 outputs) is one 64-byte-swizzled panel.
+  static constexpr int kPanelBytes = BH * int(sizeof(Element)) < 128 ? BH * int(sizeof(Element)) : 128;
+  static constexpr int kPanel = kPanelBytes / int(sizeof(Element));  // elements per panel row
   static constexpr int kPanels = BH / kPanel;
-  static_assert(sizeof(Element) == 2, "16-bit outputs (the 128-byte swizzle atom is 64 elements)");
-  static_assert(BH % kPanel == 0, "BN/2 must be a multiple of 64");
+  static constexpr int kChunk = 16 / int(sizeof(Element));            // elements per 16-byte chunk
+  static constexpr int kPhases = kPanelBytes / 16;                     // swizzle XOR range: 8 or 4
+  static_assert(sizeof(Element) == 2 || sizeof(Element) == 1, "16-bit or e4m3 outputs");
+  static_assert(kPanelBytes == 128 || kPanelBytes == 64, "a 128- or 64-byte swizzle panel");
+  static_assert(BH % kPanel == 0, "BN/2 must be a multiple of the panel width");
   static_assert(BM % 8 == 0 && BM <= 256, "a TMA box has at most 256 rows");
+  using SwizzleAtom = std::conditional_t<kPanelBytes == 128, GMMA::Layout_K_SW128_Atom<Element>,
+                                         GMMA::Layout_K_SW64_Atom<Element>>;
 
   // The kernels' type interface (GemmUniversal reads these names). C is never read.
   using ElementC = Element;
@@ -121,13 +143,14 @@ class GatedEpilogue {
   constexpr static uint32_t TmaTransactionBytes = 0;
   constexpr static bool RequiresTransactionBytes = false;
 
-  // The staging tile: kPanels panels of (BM, 64), each the GMMA/TMA 128-byte-swizzle atom (8 rows
-  // x 64 elements, 16-byte chunk index XOR row % 8) tiled down M. Panel p holds output columns
-  // [64p, 64p + 64) of the tile and starts at element BM·64·p (a multiple of 1024 bytes, so every
-  // panel starts on a swizzle-pattern boundary as TMA requires).
-  using SmemLayoutPanel = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, Shape<Int<BM>, Int<kPanel>>{}));
-  // The whole tile, (BM, (64, kPanels)) -> element offset: column j sits in panel j / 64.
-  using SmemLayoutH = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, Shape<Int<BM>, Int<BH>>{}));
+  // The staging tile: kPanels panels of (BM, kPanel), each the GMMA/TMA swizzle atom (8 rows x
+  // kPanelBytes, 16-byte chunk index XOR the row phase: row % 8 for 128-byte rows, (row / 2) % 4
+  // for 64-byte rows) tiled down M. Panel p holds output columns [kPanel·p, kPanel·(p + 1)) of the
+  // tile and starts at element BM·kPanel·p (a multiple of 1024 bytes, so every panel starts on a
+  // swizzle-pattern boundary as TMA requires).
+  using SmemLayoutPanel = decltype(tile_to_shape(SwizzleAtom{}, Shape<Int<BM>, Int<kPanel>>{}));
+  // The whole tile, (BM, (kPanel, kPanels)) -> element offset: column j sits in panel j / kPanel.
+  using SmemLayoutH = decltype(tile_to_shape(SwizzleAtom{}, Shape<Int<BM>, Int<BH>>{}));
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, BM * BH, 1024> smem_h;
   };
@@ -139,6 +162,14 @@ class GatedEpilogue {
     Element* ptr_out = nullptr;  // [M, U], row stride ldo (elements)
     int64_t ldo = 0;
     int act = 0;                 // blockfuse::Activation code (0 = SiLU, 1 = tanh-GELU)
+    // kDequant only: device scales. x_scale: 1 float, or M floats when x_per_row; w_scale: 1
+    // float, or 2U floats in the interleaved order (8-byte aligned) when w_per_channel.
+    const float* x_scale = nullptr;
+    const float* w_scale = nullptr;
+    bool x_per_row = false;
+    bool w_per_channel = false;
+    // e4m3 outputs only: the static per-tensor output scale (1 float, device); q = sat(v / s).
+    const float* out_scale = nullptr;
   };
 
   // The TMA store of one (BM, 64) panel into out [M, U]; the global shape is dynamic, so the type
@@ -153,6 +184,11 @@ class GatedEpilogue {
     TmaStoreH tma_store_h;
     int32_t m = 0, u = 0;
     int act = 0;
+    const float* x_scale = nullptr;
+    const float* w_scale = nullptr;
+    bool x_per_row = false;
+    bool w_per_channel = false;
+    const float* out_scale = nullptr;
   };
 
   // ---- host side ----
@@ -163,7 +199,8 @@ class GatedEpilogue {
     const int32_t m = int32_t(get<0>(mnkl));
     const int32_t u = int32_t(get<1>(mnkl) / 2);  // the GEMM's N is 2U
     Tensor mH = make_tensor(make_gmem_ptr(args.ptr_out), make_shape(m, u), make_stride(args.ldo, _1{}));
-    return Params{make_tma_copy(SM90_TMA_STORE{}, mH, SmemLayoutPanel{}), m, u, args.act};
+    return Params{make_tma_copy(SM90_TMA_STORE{}, mH, SmemLayoutPanel{}), m, u, args.act,
+                  args.x_scale, args.w_scale, args.x_per_row, args.w_per_channel, args.out_scale};
   }
 
   template <class ProblemShape>
@@ -194,25 +231,43 @@ class GatedEpilogue {
     return 1;
   }
 
-  // Element offset of H(m, j) in the staging tile: panel j / 64 (BM·64 elements each), row m
-  // (64 elements), 16-byte chunk (j % 64) / 8 XOR m % 8 (the TMA/GMMA 128-byte swizzle), element
-  // j % 8. Equal to SmemLayoutH(m, j) (checked on the CPU).
-  CUTLASS_HOST_DEVICE static constexpr int staging_offset(int m, int j) {
-    return (j / kPanel) * (BM * kPanel) + m * kPanel + ((((j % kPanel) / 8) ^ (m % 8)) * 8) + j % 8;
+  // The swizzle row phase of row m in a 1024-byte-aligned buffer: the address bits [7, 7 + log2
+  // kPhases) of the row's start, which the swizzle XORs into the 16-byte chunk index.
+  CUTLASS_HOST_DEVICE static constexpr int row_phase_aligned(int m) { return ((m * kPanelBytes) >> 7) % kPhases; }
+  // The same from the buffer's absolute shared-memory address (what TMA swizzles).
+  CUTLASS_HOST_DEVICE static constexpr int row_phase(uint32_t smem_base, int m) {
+    return int(((smem_base + uint32_t(m * kPanelBytes)) >> 7) & uint32_t(kPhases - 1));
   }
-  // staging_offset(m0 + dm, (n0 + dn) / 2) - (m0·64 + n0/2) for a thread whose first accumulator is
-  // at (m0, n0), given dm % 8 == 0, dn % 8 == 0, n0 even and < 8 (see store()); `phase` is the
-  // swizzle row phase of row m0 (m0 % 8 for a 1024-byte-aligned buffer).
+  // Element offset of H(m, j) in the staging tile: panel j / kPanel (BM·kPanel elements each), row
+  // m (kPanel elements), 16-byte chunk (j % kPanel) / kChunk XOR the row phase (the TMA/GMMA
+  // swizzle), element j % kChunk. Equal to SmemLayoutH(m, j) (checked on the CPU).
+  CUTLASS_HOST_DEVICE static constexpr int staging_offset(int m, int j) {
+    return (j / kPanel) * (BM * kPanel) + m * kPanel + ((((j % kPanel) / kChunk) ^ row_phase_aligned(m)) * kChunk) +
+           j % kChunk;
+  }
+  // staging_offset(m0 + dm, (n0 + dn) / 2) - (m0·kPanel + n0/2) for a thread whose first
+  // accumulator is at (m0, n0), given dm % 8 == 0, dn % 8 == 0, n0 even and < 8 (see store()):
+  // then j0 = n0/2 < 4 and dj = dn/2 is a multiple of 4, so j0 + dj % kChunk stays inside dj's
+  // chunk, and the row phase of m0 + dm is that of m0. `phase` is row_phase(base, m0).
   CUTLASS_HOST_DEVICE static constexpr int staging_delta(int dm, int dn, int phase) {
     const int dj = dn / 2;
-    return (dj / kPanel) * (BM * kPanel) + dm * kPanel + ((((dj % kPanel) / 8) ^ phase) * 8) + dj % 8;
+    return (dj / kPanel) * (BM * kPanel) + dm * kPanel + ((((dj % kPanel) / kChunk) ^ phase) * kChunk) + dj % kChunk;
+  }
+
+  // One gated value to the output type: a rounding to bf16/fp16, or the e4m3 quantisation of
+  // blockfuse/fp8.h (non-finite -> NaN, v·(1/s), saturated to ±448) with inv_out = 1/s.
+  CUTLASS_DEVICE static Element to_output(float v, [[maybe_unused]] float inv_out) {
+    if constexpr (kFp8Out)
+      return Element::bitcast(fp8_quantize(v, inv_out));
+    else
+      return static_cast<Element>(v);
   }
 
   // h = act(gate) · up for every accumulator pair (flat indices i = up, i + 1 = gate; the pair
   // mode is the fastest of the fragment), written to the staging tile.
   template <int Act, class AccTensor, class CoordTensor>
   CUTLASS_DEVICE static void gate_pairs(AccTensor const& acc, CoordTensor const& coord, Element* thread_base, int m0,
-                                        int n0, int phase) {
+                                        int n0, int phase, float inv_out) {
     CUTE_UNROLL
     for (int i = 0; i < size(acc); i += 2) {
       const int dm = get<0>(coord(i)) - m0;  // compile-time after unrolling
@@ -220,8 +275,56 @@ class GatedEpilogue {
       const float up = acc(i);        // even column 2j:   up_j
       const float gate = acc(i + 1);  // odd column 2j+1:  gate_j
       thread_base[staging_delta(dm, dn, phase)] =
-          static_cast<Element>((Act == 0 ? silu_fast(gate) : gelu_tanh_fast(gate)) * up);
+          to_output((Act == 0 ? silu_fast(gate) : gelu_tanh_fast(gate)) * up, inv_out);
     }
+  }
+
+  // The same with the FP8 dequantisation: up = C(m, 2j)·sx(m)·sw(2j), gate = C(m, 2j+1)·sx(m)·sw(2j+1).
+  // The fragment ((2, 2, BN'/8), MMA_M, MMA_N) is walked as (pair, row half, column block) so that
+  // a thread loads each of its 2·MMA_M row scales once per tile (registers) and each of its column
+  // scale pairs once (one 8-byte load, reused for all its rows). Scales of rows >= M and columns
+  // >= 2U (tile tails, whose stores TMA clips) are not read.
+  template <int Act, class AccTensor, class CoordTensor>
+  CUTLASS_DEVICE void gate_pairs_dequant(AccTensor const& acc, CoordTensor const& coord, Element* thread_base, int m0,
+                                         int n0, int phase, float inv_out, int m_base, int n_base) const {
+    constexpr int kHalves = decltype(size<0, 1>(acc))::value;  // 2 rows (8 apart) per 64-row atom
+    constexpr int kBlocks = decltype(size<0, 2>(acc))::value;  // 8-column blocks per atom
+    constexpr int kMmaM = decltype(size<1>(acc))::value;
+    constexpr int kMmaN = decltype(size<2>(acc))::value;
+    const int32_t n_total = 2 * params_.u;
+    const float sx0 = __ldg(params_.x_scale);
+    const float sw0 = params_.w_per_channel ? 1.0f : __ldg(params_.w_scale);
+    float row_scale[kHalves][kMmaM];
+    CUTE_UNROLL
+    for (int mm = 0; mm < kMmaM; ++mm)
+      CUTE_UNROLL
+      for (int h = 0; h < kHalves; ++h) {
+        const int m = m_base + get<0>(coord(make_coord(make_coord(0, h, 0), mm, 0)));
+        float s = sx0;
+        if (params_.x_per_row) s = m < params_.m ? __ldg(params_.x_scale + m) : 0.0f;
+        row_scale[h][mm] = s * sw0;
+      }
+    CUTE_UNROLL
+    for (int mn = 0; mn < kMmaN; ++mn)
+      CUTE_UNROLL
+      for (int b = 0; b < kBlocks; ++b) {
+        const int n = n_base + get<1>(coord(make_coord(make_coord(0, 0, b), 0, mn)));  // even
+        float2 cs = make_float2(1.0f, 1.0f);
+        if (params_.w_per_channel && n < n_total) cs = __ldg(reinterpret_cast<const float2*>(params_.w_scale + n));
+        CUTE_UNROLL
+        for (int mm = 0; mm < kMmaM; ++mm)
+          CUTE_UNROLL
+          for (int h = 0; h < kHalves; ++h) {
+            const auto iu = make_coord(make_coord(0, h, b), mm, mn);
+            const auto ig = make_coord(make_coord(1, h, b), mm, mn);
+            const int dm = get<0>(coord(iu)) - m0;  // compile-time after unrolling
+            const int dn = get<1>(coord(iu)) - n0;
+            const float up = acc(iu) * (row_scale[h][mm] * cs.x);
+            const float gate = acc(ig) * (row_scale[h][mm] * cs.y);
+            thread_base[staging_delta(dm, dn, phase)] =
+                to_output((Act == 0 ? silu_fast(gate) : gelu_tanh_fast(gate)) * up, inv_out);
+          }
+      }
   }
 
   // ---- device side ----
@@ -293,16 +396,27 @@ class GatedEpilogue {
                   "the coordinate partition must match the accumulators, pairs first");
     const int m0 = get<0>(tC(0));
     const int n0 = get<1>(tC(0));
-    // The 128-byte swizzle XORs address bits [4,7) with bits [7,10) of the *absolute* shared
-    // address, in TMA as in CuTe's swizzle pointers. The buffer is declared 1024-byte aligned, so
-    // the row phase is m0 % 8; taking it from the address keeps this right even if the dynamic
-    // shared-memory base were only 128-byte aligned.
-    const int phase = int(((cute::cast_smem_ptr_to_uint(storage.smem_h.data()) >> 7) + uint32_t(m0)) & 7u);
+    // The swizzle XORs address bits [4, 4 + log2 kPhases) with bits [7, 7 + log2 kPhases) of the
+    // *absolute* shared address, in TMA as in CuTe's swizzle pointers. The buffer is declared
+    // 1024-byte aligned, so the row phase is row_phase_aligned(m0) (m0 % 8 for 128-byte rows);
+    // taking it from the address keeps this right even if the dynamic shared-memory base were only
+    // 128-byte aligned.
+    const int phase = row_phase(cute::cast_smem_ptr_to_uint(storage.smem_h.data()), m0);
     Element* thread_base = storage.smem_h.data() + m0 * kPanel + n0 / 2;
-    if (params_.act == 0)
-      gate_pairs<0>(accumulators, tC, thread_base, m0, n0, phase);
-    else
-      gate_pairs<1>(accumulators, tC, thread_base, m0, n0, phase);
+    float inv_out = 1.0f;
+    if constexpr (kFp8Out) inv_out = reciprocal_newton(__ldg(params_.out_scale));
+    if constexpr (kDequant) {
+      const int m_base = int(get<0>(tile_coord_mnkl)) * BM, n_base = int(get<1>(tile_coord_mnkl)) * BN;
+      if (params_.act == 0)
+        gate_pairs_dequant<0>(accumulators, tC, thread_base, m0, n0, phase, inv_out, m_base, n_base);
+      else
+        gate_pairs_dequant<1>(accumulators, tC, thread_base, m0, n0, phase, inv_out, m_base, n_base);
+    } else {
+      if (params_.act == 0)
+        gate_pairs<0>(accumulators, tC, thread_base, m0, n0, phase, inv_out);
+      else
+        gate_pairs<1>(accumulators, tC, thread_base, m0, n0, phase, inv_out);
+    }
 
     // 3. Generic-proxy writes must be made visible to the async proxy (TMA) by each writer, then
     //    all writers must be done before the store is issued.

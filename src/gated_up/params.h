@@ -18,6 +18,23 @@ struct GatedUpParams {
   int sm90_max_swizzle;   // sm90: the persistent scheduler's max_swizzle_size (sm90_choose_swizzle)
 };
 
+// The FP8 kernel's parameters (gated_up_fp8): e4m3 x and w, the dequantisation scales, a bf16 or
+// e4m3 output (out_fp8) with its static per-tensor scale.
+struct GatedUpFp8Params {
+  const void* x;    // [m, k] e4m3, row stride ldx (bytes = elements)
+  const void* w;    // [2u, k] e4m3, interleaved as above
+  void* out;        // [m, u] bf16 or e4m3, row stride ldo (elements)
+  int64_t m, k, u;
+  int64_t ldx, ldw, ldo;
+  int act;
+  const float* x_scale;   // 1 float, or m floats when x_per_row
+  const float* w_scale;   // 1 float, or 2u floats (interleaved order) when w_per_channel
+  bool x_per_row, w_per_channel;
+  bool out_fp8;            // e4m3 output
+  const float* out_scale;  // out_fp8: 1 float, the static per-tensor output scale
+  int sm90_max_swizzle;
+};
+
 // The problem the tile heuristics see (both architectures).
 struct GatedUpProblem {
   int64_t m, k, u;

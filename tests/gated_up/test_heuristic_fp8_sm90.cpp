@@ -1,0 +1,59 @@
+// The FP8 sm90a tile heuristic (src/gated_up/heuristic_fp8_sm90.cpp): a pure function of (M, K, U,
+// device) over the two-row FP8 table. Named cases (the large cooperative tile on the benchmark's
+// grid, ping-pong at a 512-token chunk of Llama-3 8B where the 16-bit sweep measured it ahead) and
+// invariants (valid index, purity, degenerate inputs) over a sweep.
+#include <gtest/gtest.h>
+
+#include <utility>
+
+#include "gated_up/tile_configs_fp8_sm90.h"
+
+namespace blockfuse {
+namespace {
+
+using detail::DeviceSpec;
+
+const DeviceSpec kH100{132, 232448, 9, 0};
+const DeviceSpec kH100Pcie{114, 232448, 9, 0};
+
+constexpr int kLarge = 0;     // cooperative 128x256x128, cluster 2x1
+constexpr int kPingpong = 1;  // ping-pong 128x128x128, cluster 2x1
+
+TEST(HeuristicFp8Sm90, TableRowsAreWhatTheKernelNeeds) {
+  for (const Sm90TileConfigRow& r : kSm90Fp8TileConfigs) {
+    EXPECT_EQ(r.bk, 128) << "128 bytes of e4m3 per stage row: the 128-byte TMA swizzle";
+    EXPECT_EQ((r.bn / 2) % 64, 0) << "the epilogue's panels need BN/2 a multiple of 64";
+    EXPECT_EQ(r.bm % 64, 0);
+  }
+  EXPECT_FALSE(kSm90Fp8TileConfigs[kLarge].pingpong);
+  EXPECT_TRUE(kSm90Fp8TileConfigs[kPingpong].pingpong);
+}
+
+TEST(HeuristicFp8Sm90, BenchmarkGridPicksTheLargeTile) {
+  for (auto [k, u] : {std::pair<int64_t, int64_t>{4096, 14336}, {8192, 28672}})
+    for (int64_t m : {1024, 4096, 16384})
+      EXPECT_EQ(choose_gated_up_fp8_sm90_tile_config({m, k, u}, kH100), kLarge) << "M=" << m << " K=" << k;
+}
+
+TEST(HeuristicFp8Sm90, SmallChunkAtSmallKPrefersPingpong) {
+  // 512 tokens of Llama-3 8B: 4 x 112 = 448 large tiles = 3.4 waves (4) against 896 ping-pong
+  // tiles = 6.8 waves (7 half-size waves = 3.5 large ones), and at K <= 4096 ping-pong's rate is
+  // 0.95 of the large tile's: ping-pong. At K = 8192 its rate is 0.80: the large tile.
+  EXPECT_EQ(choose_gated_up_fp8_sm90_tile_config({512, 4096, 14336}, kH100), kPingpong);
+  EXPECT_EQ(choose_gated_up_fp8_sm90_tile_config({512, 8192, 28672}, kH100), kLarge);
+}
+
+TEST(HeuristicFp8Sm90, ValidPureAndTotal) {
+  for (const DeviceSpec& dev : {kH100, kH100Pcie, DeviceSpec{1, 232448, 9, 0}, DeviceSpec{0, 0, 9, 0}})
+    for (int64_t m : {int64_t(0), int64_t(1), int64_t(7), int64_t(128), int64_t(129), int64_t(1000), int64_t(4097),
+                      int64_t(65536), int64_t(1) << 30})
+      for (auto [k, u] : {std::pair<int64_t, int64_t>{16, 8}, {4096, 14336}, {8192, 28672}, {16384, 53248}}) {
+        const int c = choose_gated_up_fp8_sm90_tile_config({m, k, u}, dev);
+        ASSERT_GE(c, 0);
+        ASSERT_LT(c, kNumSm90Fp8TileConfigs);
+        ASSERT_EQ(c, choose_gated_up_fp8_sm90_tile_config({m, k, u}, dev)) << "not pure";
+      }
+}
+
+}  // namespace
+}  // namespace blockfuse
