@@ -382,6 +382,54 @@ if _lib.error is None:
 # ---- attention (python/blockfuse/attention.py: fake impls and the Hugging Face backend) -----------
 from .attention import attention, attention_varlen  # noqa: E402,F401
 
+# ---- FP8 gated up-projection (sm90a) -----------------------------------------------------------
+
+def _has_op(name):
+    try:
+        torch._C._dispatch_find_schema_or_throw(f"blockfuse::{name}", "")
+        return True
+    except RuntimeError:
+        return False
+
+
+_HAS_GATED_UP_FP8 = _lib.error is None and _has_op("gated_up_fp8")
+
+
+def gated_up_fp8(x, x_scale, w, w_scale, activation="silu", out_scale=None):
+    """h[..., U] = act(x·W_gateᵀ) ⊙ (x·W_upᵀ) from e4m3 operands, on Hopper (sm90a builds).
+
+    x float8_e4m3fn [..., K] with x_scale float32 of 1 element (per tensor) or one per row of x;
+    w float8_e4m3fn [2U, K] interleaved (interleave_gate_up of the e4m3 gate/up weights viewed as
+    a 2-byte dtype, or built row-wise) with w_scale of 1 or 2U elements (interleaved order).
+    Dequantised operand = float(q) · scale; fp32 accumulation. out_scale None: h is bf16;
+    out_scale (float32, one element): h is e4m3 with that static scale (needs U % 16 == 0)."""
+    if not _HAS_GATED_UP_FP8:
+        raise RuntimeError(_lib.error or f"the blockfuse torch library ({_lib.loaded_from}) has no "
+                           "blockfuse::gated_up_fp8 op: rebuild it (pip install --no-build-isolation .)")
+    return torch.ops.blockfuse.gated_up_fp8.default(x, x_scale, w, w_scale, activation, out_scale)
+
+
+def gated_up_fp8_reference(x, x_scale, w, w_scale, activation="silu", out_scale=None):
+    """gated_up_fp8's formula in fp32 plain torch (any device): the dequantised operands' product,
+    the gate, then bf16, or e4m3 quantised with out_scale (fp8_quantize_reference's rule)."""
+    xf = x.float() * x_scale.float().reshape(*x.shape[:-1], 1) if x_scale.numel() > 1 else x.float() * x_scale.float()
+    wf = w.float() * (w_scale.float().reshape(-1, 1) if w_scale.numel() > 1 else w_scale.float())
+    z = xf @ wf.t()
+    h = _activation(z[..., 1::2], activation) * z[..., 0::2]
+    if out_scale is None:
+        return h.to(torch.bfloat16)
+    return fp8_quantize_reference(h, out_scale)[0]
+
+
+if _HAS_GATED_UP_FP8:
+
+    @torch.library.register_fake("blockfuse::gated_up_fp8")
+    def _gated_up_fp8_fake(x, x_scale, w, w_scale, activation="silu", out_scale=None):
+        torch._check(w.dim() == 2 and x.shape[-1] == w.shape[1],
+                     lambda: "blockfuse.gated_up_fp8: argument 'w' must be [2U, K] with K = x.size(-1)")
+        return x.new_empty(_with_last(x, w.shape[0] // 2), dtype=torch.bfloat16 if out_scale is None else FP8_DTYPE)
+
+
 # ---- the fused decode MLP (python/blockfuse/fused_mlp.py: fake impls and references) -------------
 from .fused_mlp import (ROUTER_MODES, fused_mlp, fused_mlp_reference, fused_mlp_reserve,  # noqa: E402,F401
                         fused_mlp_sparse, neuron_block_router, router_reference)

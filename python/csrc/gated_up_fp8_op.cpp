@@ -1,0 +1,102 @@
+// The PyTorch op of the FP8 fused gated up-projection (include/blockfuse/gated_up_fp8.h, sm90a):
+//   gated_up_fp8(x e4m3 [..., K], x_scale, w e4m3 [2U, K] interleaved, w_scale, activation,
+//                out_scale?) -> h [..., U]
+// x_scale: a float32 CUDA tensor of 1 element (per tensor) or of x's rows (per row, any shape with
+// that many elements, e.g. x.shape[:-1]); w_scale: 1 element (per tensor) or 2U (per output channel,
+// in the interleaved order: [2j] = up_j's, [2j+1] = gate_j's). out_scale None: h is bf16;
+// out_scale a float32 tensor of one element: h is e4m3, quantised with that static per-tensor scale
+// (dequantised value = float(q) · out_scale). Scales are read on the device, so a captured graph
+// replays with changed values. Hopper (compute capability 9.0) builds with the sm90a kernel only;
+// elsewhere the launcher's "not supported" error is raised (as a RuntimeError), nothing launched.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <vector>
+
+#include "binding.h"
+
+namespace {
+
+using namespace blockfuse_torch;
+
+void check_e4m3(const at::Tensor& t, const char* fn, const char* arg) {
+  TORCH_CHECK_VALUE(t.scalar_type() == at::kFloat8_e4m3fn, "blockfuse.", fn, ": argument '", arg, "' has dtype ",
+                    dtype_str(t), "; required: torch.float8_e4m3fn");
+}
+
+// A float32 scale tensor on x's device with 1 element (per tensor) or `per_row` elements.
+blockfuse::Fp8InputScale input_scale(const at::Tensor& s, const at::Tensor& x, int64_t per_row, const char* fn,
+                                     const char* arg, const char* per_row_what) {
+  check_cuda(s, fn, arg);
+  check_same_device(s, x, fn, arg, "x");
+  TORCH_CHECK_VALUE(s.scalar_type() == at::kFloat && s.is_contiguous() && (s.numel() == 1 || s.numel() == per_row),
+                    "blockfuse.", fn, ": argument '", arg, "' has dtype ", dtype_str(s), " and ", shape_str(s),
+                    "; required: a contiguous float32 tensor of 1 element (per tensor) or ", num(per_row), " (",
+                    per_row_what, ")");
+  blockfuse::Fp8InputScale r;
+  r.mode = s.numel() == 1 ? blockfuse::Fp8InputScaleMode::kPerTensor : blockfuse::Fp8InputScaleMode::kPerRow;
+  r.scale = s.data_ptr<float>();
+  return r;
+}
+
+at::Tensor gated_up_fp8_op(const at::Tensor& x, const at::Tensor& x_scale, const at::Tensor& w,
+                           const at::Tensor& w_scale, c10::string_view activation,
+                           const std::optional<at::Tensor>& out_scale) {
+  constexpr const char* fn = "gated_up_fp8";
+  const blockfuse::Activation act = parse_activation(activation, fn);
+  check_cuda(x, fn, "x");
+  check_cuda(w, fn, "w");
+  check_same_device(w, x, fn, "w", "x");
+  check_e4m3(x, fn, "x");
+  check_e4m3(w, fn, "w");
+  const RowView xv = as_rows(x, fn, "x");
+  const RowView wv = as_matrix(w, fn, "w");
+  TORCH_CHECK_VALUE(wv.cols == xv.cols && wv.rows % 2 == 0, "blockfuse.", fn, ": argument 'w' has sizes ",
+                    dims(w.sizes()), "; required: [2U, K] with K = x.size(-1) (", num(xv.cols), ")");
+  const int64_t u = wv.rows / 2;
+  const blockfuse::Fp8InputScale sx = input_scale(x_scale, x, xv.rows, fn, "x_scale", "one per row of x");
+  const blockfuse::Fp8InputScale sw = input_scale(w_scale, x, wv.rows, fn, "w_scale",
+                                                  "one per row of w, interleaved");
+  c10::cuda::CUDAGuard guard(x.device());
+  const auto xm = blockfuse::make_fp8_const_matrix(x.data_ptr(), xv.rows, xv.cols, xv.ld);
+  const auto wm = blockfuse::make_fp8_const_matrix(w.data_ptr(), wv.rows, wv.cols, wv.ld);
+  const cudaStream_t stream = current_stream(x);
+  if (!out_scale.has_value()) {
+    at::Tensor h = at::empty(with_last(x, u), x.options().dtype(at::kBFloat16));
+    call_blockfuse([&] {
+      blockfuse::gated_up_fp8(xm, sx, wm, sw,
+                              blockfuse::make_matrix(h.data_ptr(), DType::kBF16, xv.rows, u, std::max<int64_t>(u, 1)),
+                              act, stream);
+    });
+    return h;
+  }
+  const at::Tensor& s = *out_scale;
+  check_cuda(s, fn, "out_scale");
+  check_same_device(s, x, fn, "out_scale", "x");
+  TORCH_CHECK_VALUE(s.scalar_type() == at::kFloat && s.numel() == 1, "blockfuse.", fn, ": argument 'out_scale' has dtype ",
+                    dtype_str(s), " and ", num(s.numel()), " elements; required: one float32 element (the static "
+                    "per-tensor output scale), or None for a bf16 output");
+  at::Tensor h = at::empty(with_last(x, u), x.options().dtype(at::kFloat8_e4m3fn));
+  blockfuse::Fp8Scale os;
+  os.mode = blockfuse::Fp8ScaleMode::kStaticPerTensor;
+  os.scale = s.data_ptr<float>();
+  call_blockfuse([&] {
+    blockfuse::gated_up_fp8(xm, sx, wm, sw, blockfuse::make_fp8_matrix(h.data_ptr(), xv.rows, u, std::max<int64_t>(u, 1)),
+                            os, act, stream);
+  });
+  return h;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
+  const std::vector<at::Tag> tags{at::Tag::pt2_compliant_tag};
+  m.def("gated_up_fp8(Tensor x, Tensor x_scale, Tensor w, Tensor w_scale, str activation='silu', "
+        "Tensor? out_scale=None) -> Tensor",
+        tags);
+}
+
+TORCH_LIBRARY_IMPL(blockfuse, CUDA, m) { m.impl("gated_up_fp8", &gated_up_fp8_op); }
+TORCH_LIBRARY_IMPL(blockfuse, CPU, m) { m.impl("gated_up_fp8", &gated_up_fp8_op); }
