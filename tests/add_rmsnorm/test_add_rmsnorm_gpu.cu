@@ -398,6 +398,64 @@ TEST_P(AddRmsNormGpu, OneBlockPerRowKernelsEverywhere) {
     }
 }
 
+// The first kernels beside the current ones (process-wide switches of config.h): the v = 8 x 256
+// shape for 8192 < H <= 16384 and the dynamic FP8 scale's second reduction / cluster exchange.
+struct FirstKernels {
+  FirstKernels(detail::AddRmsNormRule rule, bool one_exchange) {
+    detail::set_add_rmsnorm_rule(rule);
+    detail::set_add_rmsnorm_one_exchange(one_exchange);
+  }
+  ~FirstKernels() {
+    detail::set_add_rmsnorm_rule(detail::kAddRmsNormDefaultRule);
+    detail::set_add_rmsnorm_one_exchange(true);
+  }
+};
+
+TEST_P(AddRmsNormGpu, BothShapeRulesAndExchanges) {
+  SKIP_WITHOUT_GPU();
+  for (auto rule : {detail::AddRmsNormRule::kV8, detail::AddRmsNormRule::kV4Wide})
+    for (bool one : {true, false}) {
+      FirstKernels first(rule, one);
+      for (bool clusters : {true, false}) {
+        detail::set_add_rmsnorm_clusters_enabled(clusters);
+        for (int64_t h : {4096, 12288, 16384, 16392})
+          for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
+            Case c;
+            c.dt = GetParam();
+            c.rows = clusters ? 3 : 67;
+            c.h = h;
+            c.fp8 = f;
+            c.gemma = h == 12288;
+            c.in_place = h == 16392;
+            run_case(c);
+          }
+      }
+      detail::set_add_rmsnorm_clusters_enabled(true);
+    }
+}
+
+// Rows whose products r · g overflow or whose norm is NaN: the one-exchange amax (inv · max |r · g|)
+// must still give the reference's scale (finite v only) — NonFiniteRowsPropagate covers NaN/Inf
+// inputs; this is the tiny-row case where inv is large (x = 1e-4, eps 1e-6).
+TEST_P(AddRmsNormGpu, Fp8DynamicTinyRows) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t h : {4096, 16384}) {
+    Case c;
+    c.dt = GetParam();
+    c.rows = 3;
+    c.h = h;
+    c.fp8 = Fp8::kDynamic;
+    c.tweak = [](HostMatrix& x, HostMatrix& res) {
+      for (int64_t r = 0; r < x.rows; ++r)
+        for (int64_t i = 0; i < x.cols; ++i) {
+          x.set(r, i, 1e-4f * float((i % 7) - 3));
+          res.set(r, i, 0.0f);
+        }
+    };
+    run_case(c);
+  }
+}
+
 std::string dt_name(const ::testing::TestParamInfo<DType>& i) { return dtype_name(i.param); }
 
 INSTANTIATE_TEST_SUITE_P(BothDtypes, AddRmsNormGpu, ::testing::Values(DType::kBF16, DType::kFP16), dt_name);
