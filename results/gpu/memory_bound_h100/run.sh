@@ -25,7 +25,7 @@ rc=$?; step "build rc $rc"
 [ $rc -eq 0 ] || { tail -40 "$O/build.log"; exit 1; }
 CLI=$B/bench/blockfuse
 
-timeout 50 $B/tests/blockfuse_gpu_tests --gtest_filter='*AddRmsNorm*:*Swiglu*' --gtest_brief=1 \
+timeout 50 $B/tests/blockfuse_gpu_tests --gtest_filter='*AddRmsNorm*:*Swiglu*' \
   --gtest_output="json:$O/gtest_add_rmsnorm_swiglu.json" > "$O/gtest.log" 2>&1
 step "gpu tests rc $? ($(grep -c '^\[  FAILED' "$O/gtest.log") failed lines); $(tail -3 "$O/gtest.log" | tr '\n' ' ')"
 
