@@ -63,7 +63,7 @@ bool cluster_path_available() {
 
 std::atomic<bool> g_clusters_enabled{true};
 std::atomic<int> g_rule{int(detail::kAddRmsNormDefaultRule)};
-std::atomic<bool> g_one_exchange{true};
+std::atomic<bool> g_one_exchange{false};
 
 template <class T, Out kOut, bool kOne>
 void launch_shape(const AddRmsNormParams& p, const detail::AddRmsNormConfig& cfg, cudaStream_t stream) {
@@ -90,9 +90,11 @@ void launch_shape(const AddRmsNormParams& p, const detail::AddRmsNormConfig& cfg
 template <class T, Out kOut>
 void launch(const AddRmsNormParams& p, cudaStream_t stream) {
   const detail::AddRmsNormConfig cfg = detail::add_rmsnorm_launch_config(p.h / 8, p.rows);
-  // The two-exchange dynamic kernels are kept for the bench's side-by-side measurement and the tests.
+  // Dynamic FP8: two reductions / cluster exchanges (the measured kernel, default) or one
+  // (kOneExchange, row.cuh: row_amax_unscaled), switched by set_add_rmsnorm_one_exchange.
   if constexpr (kOut == Out::kFp8DynamicScale) {
-    if (!g_one_exchange.load(std::memory_order_relaxed)) return launch_shape<T, kOut, false>(p, cfg, stream);
+    if (g_one_exchange.load(std::memory_order_relaxed)) return launch_shape<T, kOut, true>(p, cfg, stream);
+    return launch_shape<T, kOut, false>(p, cfg, stream);
   }
   launch_shape<T, kOut, true>(p, cfg, stream);
 }

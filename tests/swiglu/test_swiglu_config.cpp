@@ -41,7 +41,7 @@ TEST(SwigluRowConfig, CommonWidths) {
   for (const Want w : {Want{4096, 2, 256, true}, Want{8192, 2, 512, true}, Want{14336, 4, 448, true},
                        Want{16384, 4, 512, true}, Want{28672, 4, 896, true}, Want{32768, 4, 1024, true},
                        Want{32776, 4, 1024, false}}) {
-    const detail::SwigluRowConfig c = detail::swiglu_fp8_row_config(w.u / 8, detail::kSwigluDefaultRowRule);
+    const detail::SwigluRowConfig c = detail::swiglu_fp8_row_config(w.u / 8, SwigluRowRule::kFourShared);
     EXPECT_EQ(c.v, w.v) << "U " << w.u;
     EXPECT_EQ(c.threads, w.threads) << "U " << w.u;
     EXPECT_EQ(c.in_registers, w.regs) << "U " << w.u;

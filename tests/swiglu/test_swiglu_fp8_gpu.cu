@@ -221,6 +221,23 @@ TEST(SwigluFp8Sanitizer, SmallShapes) {
     }
 }
 
+// The dynamic-scale row kernel staged in shared memory (4 chunks per thread), with and without the
+// next row's copies (400 rows of U = 8200 > the 396-block persistent grid: blocks walk two rows).
+TEST(SwigluFp8Sanitizer, SharedStagedRowKernel) {
+  SKIP_WITHOUT_GPU();
+  for (auto rule : {detail::SwigluRowRule::kFourShared, detail::SwigluRowRule::kFourSharedNext}) {
+    detail::set_swiglu_fp8_row_rule(rule);
+    for (auto layout : {GateUpLayout::kStacked, GateUpLayout::kInterleaved}) {
+      Case c;
+      c.layout = layout;
+      c.rows = 3; c.u = 8200; c.out_pad = 8; run_case(c);
+      c.rows = 400; c.u = 8200; c.out_pad = 0; run_case(c);
+      c.rows = 5; c.u = 9216; c.nonfinite = true; run_case(c);
+    }
+  }
+  detail::set_swiglu_fp8_row_rule(detail::kSwigluDefaultRowRule);
+}
+
 TEST(SwigluSanitizer, SmallShapes) {
   SKIP_WITHOUT_GPU();
   // The bf16/fp16 kernel under the sanitizer too: compare with the reference rounding.
