@@ -6,6 +6,9 @@
 # ncu's DRAM / L2 byte counters for add_rmsnorm at H = 16384, 2048 rows. Every step has its own
 # timeout and writes under $OUT, so a step cut short still leaves the ones before it.
 # From the repo root of the worktree: OUT=/some/dir results/gpu/memory_bound_h100/run.sh
+# Device tool (from /work/main): run(command="cd .wt/<name> && rm -f .deps && ln -s ../../.deps .deps &&
+#   results/gpu/memory_bound_h100/run.sh", timeout_s=345, carry=[".wt/<name>", the .deps include
+#   folders of COMMON.md, ".deps/liger"]) — the Liger wheel from `pip download --no-deps liger-kernel==0.8.5`.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 O=${OUT:-/tmp/memory_bound_out}
@@ -35,13 +38,13 @@ for r in two four four-next; do
     --reps 20 --warmup 3 --json "$O/swiglu_rule_$r.json" > "$O/swiglu_rule_$r.log" 2>&1
   step "swiglu rule $r rc $?"
 done
-# add_rmsnorm: first kernels (v8 shape, two exchanges) vs current (default rule, one exchange)
+# add_rmsnorm: the measured kernels (v8 shape, two exchanges: the defaults) vs the switched ones
 timeout 45 $CLI bench add-rmsnorm --hidden 4096,16384 --rows 1,8,32,2048,8192,32768 --fp8 all --rule v8 --exchange two \
-  --reps 20 --warmup 3 --json "$O/add_rmsnorm_first.json" > "$O/add_rmsnorm_first.log" 2>&1
-step "add-rmsnorm first rc $?"
-timeout 55 $CLI bench add-rmsnorm --hidden 4096,8192,16384 --rows 1,8,32,2048,8192,32768 --fp8 all \
-  --reps 20 --warmup 3 --json "$O/add_rmsnorm_new.json" > "$O/add_rmsnorm_new.log" 2>&1
-step "add-rmsnorm new rc $?"
+  --reps 20 --warmup 3 --json "$O/add_rmsnorm_v8_two.json" > "$O/add_rmsnorm_v8_two.log" 2>&1
+step "add-rmsnorm v8/two rc $?"
+timeout 55 $CLI bench add-rmsnorm --hidden 4096,8192,16384 --rows 1,8,32,2048,8192,32768 --fp8 all --rule v4wide --exchange one \
+  --reps 20 --warmup 3 --json "$O/add_rmsnorm_v4wide_one.json" > "$O/add_rmsnorm_v4wide_one.log" 2>&1
+step "add-rmsnorm v4wide/one rc $?"
 # placement: 2 MiB gaps between the buffers, both shapes
 for r in v8 v4wide; do
   timeout 15 $CLI bench add-rmsnorm --hidden 16384 --rows 2048,8192 --fp8 none --rule $r --skew-mb 2 \
