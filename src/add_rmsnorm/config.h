@@ -23,14 +23,15 @@ struct AddRmsNormConfig {
 };
 
 // Which v the one-block shape gives rows of 1024 < chunks <= 2048 (8192 < H <= 16384):
-//   kV8:      v = 8 x <= 256 threads (H = 16384: 101 registers, 2 blocks = 16 warps per SM);
-//   kV4Wide:  v = 4 x <= 512 threads (H = 16384: 2 blocks = 32 warps per SM while a thread stays
-//             under 64 registers; half the chunks per thread to convert and store after the barrier).
-// Process-wide override for the bench and the tests (set_add_rmsnorm_rule). The default stays kV8,
-// the measured shape, until kV4Wide is measured beside it (results/gpu/memory_bound_h100/run.sh;
-// docs/decoder-kernels.md); ptxas (sm_90): v = 4 takes 40-53 registers, v = 8 75-82.
+//   kV8:      v = 8 x <= 256 threads (H = 16384: 75-82 registers, ptxas sm_90);
+//   kV4Wide:  v = 4 x <= 512 threads (40-53 registers): the same 3 blocks per SM, twice the warps,
+//             half the chunks per thread to convert and store after the row's barrier.
+// Measured on the H100 in one call, same buffer placement (results/gpu/memory_bound_h100/
+// add_rmsnorm_v8_two.json vs add_rmsnorm_v4wide_one.json), H = 16384, % of copy at 2048 / 8192 /
+// 32768 rows: bf16 out 81.8 / 84.3 / 85.6 -> 91.4 / 96.7 / 97.9, FP8 static 78.6 / 82.7 / 84.4 ->
+// 90.0 / 96.8 / 98.6. Process-wide override for the bench and the tests (set_add_rmsnorm_rule).
 enum class AddRmsNormRule : int { kV8 = 0, kV4Wide = 1 };
-constexpr AddRmsNormRule kAddRmsNormDefaultRule = AddRmsNormRule::kV8;
+constexpr AddRmsNormRule kAddRmsNormDefaultRule = AddRmsNormRule::kV4Wide;
 
 // sm_80 path, one block per row. The smallest v whose block (<= 128, 256, 256 (512 for kV4Wide),
 // 512 threads for v = 1, 2, 4, 8) covers the row: short rows get few registers per thread, long
@@ -83,9 +84,8 @@ AddRmsNormConfig add_rmsnorm_launch_config(int nchunks, int64_t rows);
 // so they are exercised and measured on a Hopper too. Process-wide; default true.
 void set_add_rmsnorm_clusters_enabled(bool enabled);
 // Tests and the bench only (process-wide): the one-block shape rule (default kAddRmsNormDefaultRule),
-// and whether the dynamic FP8 scale shares the sum of squares' reduction and cluster exchange
-// (true) or takes a second one (false, default: the measured kernel; true is to be measured beside
-// it, as kV4Wide).
+// and whether the dynamic FP8 scale's amax shares the sum of squares' reduction and cluster exchange
+// (true, default) or takes a second one (false: the first kernel, kept for the side-by-side bench).
 void set_add_rmsnorm_rule(AddRmsNormRule rule);
 void set_add_rmsnorm_one_exchange(bool one);
 bool add_rmsnorm_one_exchange();

@@ -408,7 +408,7 @@ struct KernelSwitches {
   }
   ~KernelSwitches() {
     detail::set_add_rmsnorm_rule(detail::kAddRmsNormDefaultRule);
-    detail::set_add_rmsnorm_one_exchange(false);
+    detail::set_add_rmsnorm_one_exchange(true);
   }
 };
 
