@@ -5,7 +5,10 @@
 # bench/memory_bound_baselines.py (blockfuse's torch ops, torch.compile static, Liger) and, time left,
 # ncu's DRAM / L2 byte counters for add_rmsnorm at H = 16384, 2048 rows. Every step has its own
 # timeout and writes under $OUT, so a step cut short still leaves the ones before it.
-# From the repo root of the worktree: OUT=/some/dir results/gpu/memory_bound_h100/run.sh
+# From the repo root of the worktree: OUT=/some/dir [PARTS="tests swiglu add-rmsnorm baselines ncu"]
+#   [GTEST_FILTER='*AddRmsNorm*:*Swiglu*'] results/gpu/memory_bound_h100/run.sh
+# Everything under $OUT ends in one archive, $OUT/memory_bound.tgz (the device tool returns only a few
+# files per call: the first run lost 17 of its 25), beside steps.log.
 # Device tool (from /work/main): run(command="cd .wt/<name> && rm -f .deps && ln -s ../../.deps .deps &&
 #   results/gpu/memory_bound_h100/run.sh", timeout_s=345, carry=[".wt/<name>", the .deps include
 #   folders of COMMON.md, ".deps/liger"]) — the Liger wheel from `pip download --no-deps liger-kernel==0.8.5`.
@@ -27,18 +30,23 @@ timeout 210 cmake --build $B -j16 --target blockfuse_cli blockfuse_gpu_tests blo
 rc=$?; step "build rc $rc"
 [ $rc -eq 0 ] || { tail -40 "$O/build.log"; exit 1; }
 CLI=$B/bench/blockfuse
+PARTS=${PARTS:-tests swiglu add-rmsnorm baselines ncu}
+want() { [[ " $PARTS " == *" $1 "* ]]; }
 
-timeout 50 $B/tests/blockfuse_gpu_tests --gtest_filter='*AddRmsNorm*:*Swiglu*' \
-  --gtest_output="json:$O/gtest_add_rmsnorm_swiglu.json" > "$O/gtest.log" 2>&1
-step "gpu tests rc $? ($(grep -c '^\[  FAILED' "$O/gtest.log") failed lines); $(tail -3 "$O/gtest.log" | tr '\n' ' ')"
+if want tests; then
+  timeout ${GTEST_TIMEOUT:-120} $B/tests/blockfuse_gpu_tests --gtest_filter="${GTEST_FILTER:-*AddRmsNorm*:*Swiglu*}" \
+    --gtest_output="json:$O/gtest_add_rmsnorm_swiglu.json" > "$O/gtest.log" 2>&1
+  step "gpu tests rc $? ($(grep -c '^\[  FAILED' "$O/gtest.log") failed lines); $(tail -3 "$O/gtest.log" | tr '\n' ' ')"
+fi
 
 # swiglu dynamic FP8: the row kernel under each rule
-for r in two four four-next; do
+want swiglu && for r in two four four-next; do
   timeout 25 $CLI bench swiglu --hidden 14336,16384,28672 --rows 1,32,2048,8192 --out fp8-dynamic --row-rule $r \
     --reps 20 --warmup 3 --json "$O/swiglu_rule_$r.json" > "$O/swiglu_rule_$r.log" 2>&1
   step "swiglu rule $r rc $?"
 done
-# add_rmsnorm: the measured kernels (v8 shape, two exchanges: the defaults) vs the switched ones
+# add_rmsnorm: the first kernels (v8 shape, two exchanges) vs the current defaults (v4wide, one)
+if want add-rmsnorm; then
 timeout 45 $CLI bench add-rmsnorm --hidden 4096,16384 --rows 1,8,32,2048,8192,32768 --fp8 all --rule v8 --exchange two \
   --reps 20 --warmup 3 --json "$O/add_rmsnorm_v8_two.json" > "$O/add_rmsnorm_v8_two.log" 2>&1
 step "add-rmsnorm v8/two rc $?"
@@ -51,8 +59,10 @@ for r in v8 v4wide; do
     --reps 20 --warmup 3 --json "$O/add_rmsnorm_skew2_$r.json" > "$O/add_rmsnorm_skew2_$r.log" 2>&1
   step "add-rmsnorm skew $r rc $?"
 done
+fi
 
 # baselines (the JSON is rewritten after every point)
+if want baselines; then
 pip install --no-deps --no-index --target /tmp/liger .deps/liger/liger_kernel-*.whl > "$O/pip.log" 2>&1
 export PYTHONPATH=$PWD/python:/tmp/liger BLOCKFUSE_TORCH_LIB=$PWD/$B/_C.so TORCHINDUCTOR_COMPILE_THREADS=1
 t=$(( $(left) - 45 )); [ $t -gt 10 ] && timeout $t python3 bench/memory_bound_baselines.py --ops add-rmsnorm \
@@ -63,9 +73,10 @@ t=$(( $(left) - 25 )); [ $t -gt 10 ] && timeout $t python3 bench/memory_bound_ba
   --u 14336,28672,4096 --rows 2048,8192,1,32,32768 --outs bf16,fp8d,fp8s --compile-rows 1,32,2048,8192 \
   --json "$O/baselines_swiglu.json" > "$O/baselines_swiglu.log" 2>&1
 step "baselines swiglu rc $?"
+fi
 
 # ncu: DRAM and L2 bytes of one add_rmsnorm call at H = 16384, 2048 rows (v4wide then v8)
-if command -v ncu > /dev/null; then
+if want ncu && command -v ncu > /dev/null; then
   for r in v4wide v8; do
     t=$(( $(left) - 2 )); [ $t -gt 8 ] || break
     timeout $t ncu --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed \
@@ -75,4 +86,6 @@ if command -v ncu > /dev/null; then
   done
 fi
 step "done"
-grep -h "" "$O/steps.log" | tail -20
+(cd "$O" && tar czf memory_bound.tgz --exclude=memory_bound.tgz --exclude=steps.log . && \
+  find . -maxdepth 1 -type f ! -name memory_bound.tgz ! -name steps.log -delete)
+tail -20 "$O/steps.log"
