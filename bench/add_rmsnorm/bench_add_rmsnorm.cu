@@ -209,8 +209,9 @@ Check verify(DType dt, Mode mode, int64_t M, int64_t H, const Set& set, const st
 
 class AddRmsNormBench final : public BenchCommand {
   std::vector<int64_t> rows_ = {1, 8, 32, 256, 2048, 8192, 32768}, hidden_ = {4096, 16384};
-  std::string dtype_ = "bf16", fp8_ = "all", clusters_ = "on";
+  std::string dtype_ = "bf16", fp8_ = "all", clusters_ = "on", rule_ = "default", exchange_ = "one";
   int graph_calls_ = 20;
+  int skew_mb_ = 0;
   Defaults defaults() const override { return {100, 30, 10}; }
 
   void options(Options& o) override {
@@ -224,10 +225,24 @@ class AddRmsNormBench final : public BenchCommand {
              std::string("none,dynamic"));
     o.integer("--graph-calls", graph_calls_, 1, 100000, "calls per captured graph for rows <= 32");
     o.choice("--clusters", clusters_, {"on", "off"}, "sm_90 cluster kernels; off times the one-block-per-row kernels");
+    o.choice("--rule", rule_, {"default", "v8", "v4wide"},
+             "one-block shape for 8192 < H <= 16384 (src/add_rmsnorm/config.h): v8 = 8 chunks x 256 threads, "
+             "v4wide = 4 chunks x 512 threads");
+    o.choice("--exchange", exchange_, {"one", "two"},
+             "dynamic FP8: amax reduced with the sum of squares (one, the default) or in a second "
+             "reduction/cluster exchange (two, the first kernel)");
+    o.integer("--skew-mb", skew_mb_, 0, 1024,
+              "MiB allocated between consecutive buffers of a point (x, residual, residual_out, out), meant to move "
+              "their relative placement; the JSON records the offsets actually obtained (2 MiB left them unchanged "
+              "on the H100: the allocator placed the gaps elsewhere)");
   }
 
   void run(Bench& b) override {
     detail::set_add_rmsnorm_clusters_enabled(clusters_ == "on");
+    detail::set_add_rmsnorm_rule(rule_ == "v8" ? detail::AddRmsNormRule::kV8
+                                 : rule_ == "v4wide" ? detail::AddRmsNormRule::kV4Wide
+                                                     : detail::kAddRmsNormDefaultRule);
+    detail::set_add_rmsnorm_one_exchange(exchange_ == "one");
     const DType dt = dtype_ == "bf16" ? DType::kBF16 : DType::kFP16;
     std::vector<Mode> modes;
     const bool all = fp8_ == "all", pair = fp8_ == "none,dynamic";  // the pair: --quick's
@@ -275,11 +290,16 @@ class AddRmsNormBench final : public BenchCommand {
     const std::string point = "H=" + std::to_string(H) + " rows=" + std::to_string(M) + " fp8=" + mode_name(mode);
     if (!b.fits(per_set * size_t(sets), point)) return;
     std::vector<Set> set(static_cast<size_t>(sets));
+    std::vector<testing::DeviceBuffer<uint8_t>> skew;  // --skew-mb: gaps between the buffers
+    auto gap = [&]() { if (skew_mb_ > 0) skew.emplace_back(size_t(skew_mb_) << 20); };
     for (int i = 0; i < sets; ++i) {
       Set& st = set[size_t(i)];
       st.x = testing::DeviceBuffer<uint16_t>(elems);
+      gap();
       st.res = testing::DeviceBuffer<uint16_t>(elems);
+      gap();
       st.ro = testing::DeviceBuffer<uint16_t>(elems);
+      gap();
       st.out = testing::DeviceBuffer<uint8_t>(out_bytes);
       st.scales = testing::DeviceBuffer<float>(size_t(M));
       st.y = testing::DeviceBuffer<uint16_t>(mode == Mode::kDynamic ? elems : 8);
@@ -356,7 +376,8 @@ class AddRmsNormBench final : public BenchCommand {
     const std::string timing = method.is_graph() ? method.label() : "rot " + std::to_string(sets);
     const detail::AddRmsNormConfig kc = detail::add_rmsnorm_launch_config(int(H / 8), M);
     const std::string kernel = (kc.cluster > 1 ? "c" + std::to_string(kc.cluster) + ":" : std::string()) +
-                               (kc.v ? "v" + std::to_string(kc.v) + "x" + std::to_string(kc.threads) : "loop x" + std::to_string(kc.threads));
+                               (kc.v ? "v" + std::to_string(kc.v) + "x" + std::to_string(kc.threads) : "loop x" + std::to_string(kc.threads)) +
+                               (mode == Mode::kDynamic && !detail::add_rmsnorm_one_exchange() ? " 2x" : "");
     auto r = b.row({std::to_string(H), std::to_string(M), mode_name(mode), kernel, fmt(us, 2), fmt(gbs, 0), b.pct_of_copy(gbs),
                     fmt(100 * gbs / cgbs, 1), fmt(cus, 2), fmt(bus, 2), fmt(bgbs, 0), fmt(bus / us, 2), timing, ok ? "yes" : "NO"});
     r.set("H", H).set("rows", M).set("dtype", dtype_).set("fp8", mode_name(mode)).set("kernel", kernel)
@@ -364,6 +385,11 @@ class AddRmsNormBench final : public BenchCommand {
     if (b.copy_gbs() > 0) r.set("fused_frac_of_copy", gbs / b.copy_gbs());
     r.set("same_size_copy_bytes", int64_t(copy_bytes)).set("same_size_copy_us", cus).set("same_size_copy_gbs", cgbs)
         .set("fused_frac_of_same_size_copy", gbs / cgbs).set("clusters", clusters_ == "on")
+        .set("rule", rule_).set("exchange", exchange_).set("skew_mb", skew_mb_)
+        .set("x_addr_mod_1g", int64_t(reinterpret_cast<uintptr_t>(set[0].x.data()) & ((1ull << 30) - 1)))
+        .set("res_minus_x", int64_t(reinterpret_cast<intptr_t>(set[0].res.data()) - reinterpret_cast<intptr_t>(set[0].x.data())))
+        .set("ro_minus_x", int64_t(reinterpret_cast<intptr_t>(set[0].ro.data()) - reinterpret_cast<intptr_t>(set[0].x.data())))
+        .set("out_minus_x", int64_t(reinterpret_cast<intptr_t>(set[0].out.data()) - reinterpret_cast<intptr_t>(set[0].x.data())))
         .set("baseline", "one kernel per op: add; row sum of squares; normalise (+ per-row quantise for dynamic fp8)")
         .set("baseline_us", bus).set("baseline_min_us", tb.min_us()).set("baseline_gbs", bgbs).set("speedup", bus / us)
         .set("timing", method.is_graph() ? "time_graph_per_call" : "time_it")

@@ -25,6 +25,7 @@
 #include "common/fp8_device.cuh"
 #include "common/activation.cuh"
 #include "harness.h"
+#include "swiglu/config.h"
 #include "testing/testing.h"
 
 namespace blockfuse::bench {
@@ -122,7 +123,7 @@ void run_eager(Out o, const void* in, T* t, T* out16, uint8_t* q, float* scale, 
 class SwigluBench final : public BenchCommand {
   std::vector<int64_t> rows_ = {1, 8, 32, 256, 2048, 8192, 32768}, hidden_ = {4096, 16384};
   std::vector<std::string> outs_ = {"16-bit", "fp8-static", "fp8-dynamic"};
-  std::string layout_ = "stacked", act_ = "silu", dtype_ = "bf16";
+  std::string layout_ = "stacked", act_ = "silu", dtype_ = "bf16", row_rule_ = "default";
 
   void options(Options& o) override {
     o.about("µs and GB/s of blockfuse::swiglu / swiglu_fp8 ([M, 2U] -> [M, U]) vs an eager one-kernel-per-op "
@@ -133,6 +134,10 @@ class SwigluBench final : public BenchCommand {
     o.choice("--layout", layout_, {"stacked", "interleaved"}, "gate/up layout of the input (the baseline reads stacked)");
     o.choice("--activation", act_, {"silu", "gelu_tanh"}, "activation");
     o.choice("--dtype", dtype_, {"bf16", "fp16"}, "element type");
+    o.choice("--row-rule", row_rule_, {"default", "two", "four", "four-next"},
+             "dynamic FP8 row kernel shape (src/swiglu/config.h): two = 2 chunks per thread in registers (the "
+             "first kernel); four = 4 chunks per thread staged in shared memory from U > 8192; four-next = four, "
+             "each block also copying its next row (persistent grid)");
   }
 
   void run(Bench& b) override {
@@ -140,11 +145,15 @@ class SwigluBench final : public BenchCommand {
     const Activation act = act_ == "silu" ? Activation::kSiLU : Activation::kGeluTanh;
     const DType dt = dtype_ == "bf16" ? DType::kBF16 : DType::kFP16;
     const cudaStream_t s = b.stream();
+    detail::set_swiglu_fp8_row_rule(row_rule_ == "two"         ? detail::SwigluRowRule::kTwoChunks
+                                    : row_rule_ == "four"      ? detail::SwigluRowRule::kFourShared
+                                    : row_rule_ == "four-next" ? detail::SwigluRowRule::kFourSharedNext
+                                                               : detail::kSwigluDefaultRowRule);
     b.title("blockfuse bench swiglu — " + b.device().name + ", " + dtype_ + ", " + layout_name(layout) + ", " +
             activation_name(act) + "; median of " + std::to_string(b.reps()) +
             "; bytes = read [M,2U] + write [M,U] (+scales)");
     if (b.copy_gbs() > 0) b.title("device copy this run: " + fmt(b.copy_gbs(), 0) + " GB/s (read + write)");
-    b.columns({"U", "M", "out", "us", "GB/s", "%copy", "%same-size copy", "eager us", "eager GB/s", "speedup", "timing"});
+    b.columns({"U", "M", "out", "kernel", "us", "GB/s", "%copy", "%same-size copy", "eager us", "eager GB/s", "speedup", "timing"});
     b.info()["copy_ceiling_gbs"] = b.copy_gbs();
     for (int64_t u : hidden_)
       for (int64_t m : rows_)
@@ -195,10 +204,14 @@ class SwigluBench final : public BenchCommand {
     const double bytes = double(in_bytes + out_bytes);
     const double gbs = bytes / (tf.median_ms * 1e6), egbs = bytes / (te.median_ms * 1e6);
     const double cgbs = double(2 * copy_bytes) / (tc.median_ms * 1e6);
-    auto r = b.row({std::to_string(u), std::to_string(m), out_name(o), fmt(tf.us(), 2), fmt(gbs, 0), b.pct_of_copy(gbs),
+    const detail::SwigluRowConfig rc = detail::swiglu_fp8_row_config(u / 8, detail::swiglu_fp8_row_rule());
+    const std::string kernel = o != Out::kFp8Dynamic ? "elementwise"
+                               : "row v" + std::to_string(rc.v) + "x" + std::to_string(rc.threads) +
+                                     (rc.stage == 1 ? " smem" : rc.stage == 2 ? " smem+next" : "") + (rc.in_registers ? "" : " 2-pass");
+    auto r = b.row({std::to_string(u), std::to_string(m), out_name(o), kernel, fmt(tf.us(), 2), fmt(gbs, 0), b.pct_of_copy(gbs),
                     fmt(100 * gbs / cgbs, 1), fmt(te.us(), 2), fmt(egbs, 0), fmt(te.median_ms / tf.median_ms, 2),
                     method.is_graph() ? "graph/20" : "events"});
-    r.set("U", u).set("M", m).set("out", out_name(o)).set("layout", layout_name(layout))
+    r.set("U", u).set("M", m).set("out", out_name(o)).set("kernel", kernel).set("row_rule", row_rule_).set("layout", layout_name(layout))
         .set("activation", activation_name(act)).set("dtype", dtype_).set("bytes", int64_t(bytes))
         .set("us", tf.us()).set("gbs", gbs).set("eager_us", te.us()).set("eager_gbs", egbs)
         .set("speedup_vs_eager", te.median_ms / tf.median_ms)

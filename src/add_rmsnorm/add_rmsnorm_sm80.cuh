@@ -35,7 +35,9 @@ __device__ __forceinline__ void prefetch_weight(const T* w, int nchunks) {
 
 // Register path: T = blockDim.x threads, V chunks each. No min-blocks bound: capping V = 8 at 64
 // registers spills and does not pay (docs/decoder-kernels.md, results/gpu/experiments/README.md).
-template <class T, int V, AddRmsNormOutput kOut>
+// kOneExchange (dynamic FP8 only): the amax's partial max |r · g| is reduced together with the sum
+// of squares (row_amax_unscaled, row.cuh) — one block reduction per row instead of two.
+template <class T, int V, AddRmsNormOutput kOut, bool kOneExchange = true>
 __global__ void __launch_bounds__(512) add_rmsnorm_regs(const AddRmsNormParams p) {
   __shared__ float red[2][32];
   const int nchunks = p.h >> 3;
@@ -43,6 +45,7 @@ __global__ void __launch_bounds__(512) add_rmsnorm_regs(const AddRmsNormParams p
   const T* w = static_cast<const T*>(p.w);
   const float inv_h = 1.0f / float(p.h);
   const float static_scale = kOut == AddRmsNormOutput::kFp8StaticScale ? __ldg(p.scale) : 1.0f;
+  constexpr bool kDynamic = kOut == AddRmsNormOutput::kFp8DynamicScale;
   // The weight chunks are read after the reduction (L2-prefetched here): loading them into
   // registers before the row loop measured slower, 78-87 % vs 89-98 % of copy at H = 16384
   // (results/gpu/experiments/add_rmsnorm_clusters_off_weight_preload.txt vs README.md there).
@@ -51,11 +54,21 @@ __global__ void __launch_bounds__(512) add_rmsnorm_regs(const AddRmsNormParams p
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
     const uint4* rr = p.res ? row_chunks<T>(p.res, row, p.ldr) : nullptr;
     uint4 r[V];
-    const float ss = load_row_sumsq<T, V>(row_chunks<T>(p.x, row, p.ldx), rr, nchunks, r);
+    float ss = load_row_sumsq<T, V>(row_chunks<T>(p.x, row, p.ldx), rr, nchunks, r);
+    if constexpr (kDynamic && kOneExchange) {
+      float m = row_amax_unscaled<T, V>(r, nchunks, weight, p.gemma);
+      detail::block_reduce_sum_max(ss, m, red);
+      const float inv = rsqrtf(ss * inv_h + p.eps);
+      if (p.res_out) store_chunks<V>(row_chunks<T>(p.res_out, row, p.ldro), nchunks, r);
+      const float s = fp8_dynamic_scale(fold_amax(inv, m));
+      if (tid == 0) p.scale[row] = s;
+      store_row<T, kOut, V>(p, row, 0, r, nchunks, weight, inv, 1.0f / s);
+      continue;
+    }
     const float inv = rsqrtf(block_reduce<SumOp>(ss, red[0]) * inv_h + p.eps);
     if (p.res_out) store_chunks<V>(row_chunks<T>(p.res_out, row, p.ldro), nchunks, r);
     float s = static_scale;
-    if constexpr (kOut == AddRmsNormOutput::kFp8DynamicScale) {
+    if constexpr (kDynamic) {
       // amax of the finite v over the row: a second reduction in the same pass, over the values
       // still in registers (the weight chunks come again from L1).
       const float amax = block_reduce<MaxOp>(row_amax<T, V>(r, nchunks, weight, inv, p.gemma), red[1]);

@@ -50,7 +50,10 @@ __device__ __forceinline__ void keep_packed(uint4 (&wv)[V]) {
 // barrier of row j+1, which every CTA reaches after reading the slot of row j. All CTAs of a
 // cluster walk the same rows (grid-stride by clusters), so the barriers match; a last
 // cluster.sync keeps each CTA's shared memory alive until its peers have read it.
-template <class T, int V, AddRmsNormOutput kOut>
+// kOneExchange (dynamic FP8 only): each CTA's partial max |r · g| travels with its sum of squares
+// (row_amax_unscaled, row.cuh), so one block reduction and one cluster barrier per row serve both
+// instead of two of each.
+template <class T, int V, AddRmsNormOutput kOut, bool kOneExchange = true>
 __global__ void __launch_bounds__(512) add_rmsnorm_cluster(const AddRmsNormParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
@@ -82,6 +85,26 @@ __global__ void __launch_bounds__(512) add_rmsnorm_cluster(const AddRmsNormParam
     // drain while the CTAs wait for each other. In place (residual_out == residual) this CTA only
     // overwrites its own slice, which it has already read.
     if (p.res_out) store_chunks<V>(row_chunks<T>(p.res_out, row, p.ldro) + first, len, r);
+    if constexpr (kOut == AddRmsNormOutput::kFp8DynamicScale && kOneExchange) {
+      float cta_ss = ss, cta_m = row_amax_unscaled<T, V>(r, len, weight, p.gemma);
+      detail::block_reduce_sum_max(cta_ss, cta_m, red);
+      if (tid == 0) {
+        part[par][0] = cta_ss;
+        part[par][1] = cta_m;
+      }
+      cluster.sync();
+      float total = 0, m = 0;
+#pragma unroll 1
+      for (int k = 0; k < C; ++k) {
+        total += *cluster.map_shared_rank(&part[par][0], k);
+        m = fmaxf(m, *cluster.map_shared_rank(&part[par][1], k));
+      }
+      const float inv = rsqrtf(total * inv_h + p.eps);
+      const float s = fp8_dynamic_scale(fold_amax(inv, m));
+      if (rank == 0 && tid == 0) p.scale[row] = s;
+      store_row<T, kOut, V>(p, row, first, r, len, weight, inv, 1.0f / s);
+      continue;
+    }
     const float cta_ss = block_reduce<SumOp>(ss, red[0]);
     if (tid == 0) part[par][0] = cta_ss;
     cluster.sync();

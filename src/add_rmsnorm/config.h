@@ -22,15 +22,27 @@ struct AddRmsNormConfig {
   int cluster = 1;
 };
 
-// sm_80 path, one block per row. The smallest v whose block (<= 128, 256, 256, 512 threads for
-// v = 1, 2, 4, 8) covers the row: short rows get few registers per thread, long rows enough
-// threads to issue every load at once.
-// H = 4096 -> v 2 x 256 threads; 3584 -> 2 x 224; 5120 -> 4 x 160; 8192 -> 4 x 256; 16384 -> 8 x 256.
-inline AddRmsNormConfig add_rmsnorm_config(int nchunks) {
+// Which v the one-block shape gives rows of 1024 < chunks <= 2048 (8192 < H <= 16384):
+//   kV8:      v = 8 x <= 256 threads (H = 16384: 75-82 registers, ptxas sm_90);
+//   kV4Wide:  v = 4 x <= 512 threads (40-53 registers): the same 3 blocks per SM, twice the warps,
+//             half the chunks per thread to convert and store after the row's barrier.
+// Measured on the H100 in one call, same buffer placement (results/gpu/memory_bound_h100/
+// add_rmsnorm_v8_two.json vs add_rmsnorm_v4wide_one.json), H = 16384, % of copy at 2048 / 8192 /
+// 32768 rows: bf16 out 81.8 / 84.3 / 85.6 -> 91.4 / 96.7 / 97.9, FP8 static 78.6 / 82.7 / 84.4 ->
+// 90.0 / 96.8 / 98.6. Process-wide override for the bench and the tests (set_add_rmsnorm_rule).
+enum class AddRmsNormRule : int { kV8 = 0, kV4Wide = 1 };
+constexpr AddRmsNormRule kAddRmsNormDefaultRule = AddRmsNormRule::kV4Wide;
+
+// sm_80 path, one block per row. The smallest v whose block (<= 128, 256, 256 (512 for kV4Wide),
+// 512 threads for v = 1, 2, 4, 8) covers the row: short rows get few registers per thread, long
+// rows enough threads to issue every load at once.
+// H = 4096 -> v 2 x 256 threads; 3584 -> 2 x 224; 5120 -> 4 x 160; 8192 -> 4 x 256;
+// 16384 -> 8 x 256 (kV8) or 4 x 512 (kV4Wide).
+inline AddRmsNormConfig add_rmsnorm_config(int nchunks, AddRmsNormRule rule = kAddRmsNormDefaultRule) {
   auto threads_for = [&](int v) { return std::max(32, (nchunks + v - 1) / v + 31) / 32 * 32; };
   if (nchunks <= 128) return {1, threads_for(1)};
   if (nchunks <= 512) return {2, threads_for(2)};
-  if (nchunks <= 1024) return {4, threads_for(4)};
+  if (nchunks <= (rule == AddRmsNormRule::kV4Wide ? 2048 : 1024)) return {4, threads_for(4)};
   if (nchunks <= kAddRmsNormMaxRegisterChunks) return {8, threads_for(8)};
   return {0, kAddRmsNormLoopThreads};
 }
@@ -50,8 +62,8 @@ inline AddRmsNormConfig add_rmsnorm_config(int nchunks) {
 // kAddRmsNormMaxClusterChunks the one-block path.
 // The slice of CTA rank k is chunks [k*S, min((k+1)*S, nchunks)), S = ceil(nchunks / C); every
 // CTA gets >= 1 chunk (nchunks >= 1024 >> C).
-inline AddRmsNormConfig add_rmsnorm_config_sm90(int nchunks) {
-  if (nchunks < kAddRmsNormMinClusterChunks || nchunks > kAddRmsNormMaxClusterChunks) return add_rmsnorm_config(nchunks);
+inline AddRmsNormConfig add_rmsnorm_config_sm90(int nchunks, AddRmsNormRule rule = kAddRmsNormDefaultRule) {
+  if (nchunks < kAddRmsNormMinClusterChunks || nchunks > kAddRmsNormMaxClusterChunks) return add_rmsnorm_config(nchunks, rule);
   const int c = nchunks < 4096 ? 4 : 8;
   const int slice = (nchunks + c - 1) / c;
   const int v = slice <= 1024 ? 2 : 4;
@@ -71,5 +83,11 @@ AddRmsNormConfig add_rmsnorm_launch_config(int nchunks, int64_t rows);
 // Tests and the bench only: false makes every device take the one-block-per-row (sm_80) kernels,
 // so they are exercised and measured on a Hopper too. Process-wide; default true.
 void set_add_rmsnorm_clusters_enabled(bool enabled);
+// Tests and the bench only (process-wide): the one-block shape rule (default kAddRmsNormDefaultRule),
+// and whether the dynamic FP8 scale's amax shares the sum of squares' reduction and cluster exchange
+// (true, default) or takes a second one (false: the first kernel, kept for the side-by-side bench).
+void set_add_rmsnorm_rule(AddRmsNormRule rule);
+void set_add_rmsnorm_one_exchange(bool one);
+bool add_rmsnorm_one_exchange();
 
 }  // namespace blockfuse::detail

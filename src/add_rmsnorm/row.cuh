@@ -124,6 +124,30 @@ __device__ __forceinline__ float row_amax(const uint4 (&r)[V], int len, Weight w
     }
   return m;
 }
+// The dynamic FP8 scale's amax from one reduction instead of two. Every v = (r · inv) · g shares
+// the row's inv > 0, so max |v| = inv · max |r · g| up to the rounding of the products (an ulp or
+// two of the scale, far below an e4m3 step): each thread's partial max |r · g| (finite products
+// only) can travel with its partial sum of squares, before inv is known.
+template <class T, int V, class Weight>
+__device__ __forceinline__ float row_amax_unscaled(const uint4 (&r)[V], int len, Weight weight, bool gemma) {
+  const int tid = threadIdx.x, nt = blockDim.x;
+  float m = 0;
+#pragma unroll
+  for (int i = 0; i < V; ++i)
+    if (tid + i * nt < len) {
+      float v[8];
+      norm_chunk<T>(r[i], weight(i), 1.0f, gemma, v);
+      m = fmaxf(m, finite_abs_max8(v));
+    }
+  return m;
+}
+// inv · (the row's max |r · g|) as the amax of the finite v: NaN (inv NaN: a NaN row, every v NaN)
+// gives 0 like the finite-only max over v; an overflow is clamped to the largest finite float.
+__device__ __forceinline__ float fold_amax(float inv, float max_rg) {
+  const float a = inv * max_rg;
+  return a == a ? fminf(a, 3.402823466e38f) : 0.0f;
+}
+
 template <class T, AddRmsNormOutput kOut, int V, class Weight>
 __device__ __forceinline__ void store_row(const AddRmsNormParams& p, int64_t row, int first, const uint4 (&r)[V], int len,
                                           Weight weight, float inv, float inv_s) {

@@ -36,4 +36,23 @@ __device__ __forceinline__ float block_reduce(float v, float* scratch) {
   return v;
 }
 
+// A sum and a max of magnitudes (>= 0) reduced together over the block: one pair of barriers for
+// both, where two block_reduce calls take two. `scratch` is a [2][32] shared array used by this
+// reduction only (trailing barrier as above).
+__device__ __forceinline__ void block_reduce_sum_max(float& sum, float& max, float (*scratch)[32]) {
+  sum = warp_reduce<SumOp>(sum);
+  max = warp_reduce<MaxOp>(max);
+  if (blockDim.x == 32) return;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) {
+    scratch[0][warp] = sum;
+    scratch[1][warp] = max;
+  }
+  __syncthreads();
+  const bool live = lane < int(blockDim.x >> 5);
+  sum = warp_reduce<SumOp>(live ? scratch[0][lane] : 0.0f);
+  max = warp_reduce<MaxOp>(live ? scratch[1][lane] : 0.0f);
+  __syncthreads();
+}
+
 }  // namespace blockfuse::detail

@@ -26,6 +26,19 @@ __device__ __forceinline__ void load_gate_up_raw(const T* __restrict__ row, int6
   }
 }
 
+// The addresses of those two vectors (for asynchronous copies).
+template <class T, bool kInterleaved>
+__device__ __forceinline__ void gate_up_addresses(const T* __restrict__ row, int64_t u, int64_t c, const uint4*& a,
+                                                  const uint4*& b) {
+  if constexpr (kInterleaved) {
+    a = reinterpret_cast<const uint4*>(row + 2 * c);
+    b = reinterpret_cast<const uint4*>(row + 2 * c + 8);
+  } else {
+    a = reinterpret_cast<const uint4*>(row + c);
+    b = reinterpret_cast<const uint4*>(row + u + c);
+  }
+}
+
 template <class T, bool kInterleaved>
 __device__ __forceinline__ void unpack_gate_up(const uint4 (&v)[2], float (&g)[8], float (&up)[8]) {
   if constexpr (kInterleaved) {

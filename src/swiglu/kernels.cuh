@@ -11,23 +11,23 @@
 #include <cuda_runtime.h>
 
 #include "common/activation.cuh"
+#include "common/cp_async.cuh"
 #include "common/fp8_device.cuh"
 #include "common/reduce.cuh"
 #include "common/vec.cuh"
+#include "swiglu/config.h"
 #include "swiglu/gate_up_load.cuh"
 
 namespace blockfuse::swiglu_detail {
 
-// Chunks (8 columns) per thread: both chunks' 16-byte loads are issued before any math, 64 bytes in
-// flight per thread; more would cost registers (and the row kernel below keeps them all live).
+// Chunks (8 columns) per thread of the elementwise kernel: both chunks' 16-byte loads are issued
+// before any math, 64 bytes in flight per thread; more would cost registers.
 constexpr int kChunksPerThread = 2;
 constexpr int kElementwiseThreads = 256;
 // Problems of at most this many chunks use one chunk per thread in 128-thread blocks (decode rows).
 constexpr int64_t kSmallProblemChunksPerSm = 512;
 constexpr int kSmallBlockThreads = 128;
-constexpr int kRowMaxThreads = 1024;
-// The row kernel keeps a whole row in registers up to this U (1024 threads x 2 chunks x 8).
-constexpr int64_t kRowInRegistersMaxU = int64_t(kRowMaxThreads) * kChunksPerThread * 8;
+constexpr int kRowMaxThreads = detail::kSwigluRowMaxThreads;
 
 // What the elementwise kernel writes (the dynamic FP8 scale needs the row kernel below).
 enum class SwigluElementwiseOutput : int { k16Bit = 0, kFp8StaticScale = 1 };
@@ -80,35 +80,85 @@ __device__ __forceinline__ void chunk_values(const T* row, int64_t u, int64_t c,
   for (int j = 0; j < 8; ++j) v[j] = gated_act(act, g[j], up[j]);
 }
 
+// How the row kernel keeps a row on chip (config.h picks it with V):
+//   kRegisters  each thread loads its V chunks' gate/up vectors into registers and keeps the V x 8
+//               fp32 results there until the stores (V = 2: 64 registers, the cap of a 1024-thread
+//               bound; V = 4 spills ~100 bytes, ptxas sm_90)
+//   kShared     16-byte cp.async copies of the thread's gate/up vectors into its own shared slots
+//               ([V][2][threads] vectors), the fp32 results written back over them (8 floats = the
+//               slot pair's 32 bytes): nothing of the row lives in registers, so V = 4 costs none
+//   kSharedNext as kShared with two slot sets: once a thread has computed its values it starts
+//               copying its block's next row into the other set, overlapping that row's DRAM
+//               latency with this row's reduction and stores (a persistent grid)
+enum class SwigluRowStage : int { kRegisters = 0, kShared = 1, kSharedNext = 2 };
+
 // FP8 with a dynamic per-row scale: the row's amax is needed before its first byte is written, so
-// one block owns a row (grid-stride over rows) and keeps its share of the row's fp32 results in
-// registers (U <= kRowInRegistersMaxU: one read, one write); wider rows recompute in a second pass.
+// one block owns a row (grid-stride over rows) and keeps its share of the row's fp32 results on chip,
+// V chunks per thread (threads x V >= U/8: one read, one write); wider rows recompute in a second
+// pass from global memory. The shape (V, threads, stage) is swiglu_fp8_row_config's (config.h).
 // Measured slower on the H100 (bf16, % of copy at 2048 / 8192 rows, docs/decoder-kernels.md): a
 // 4-CTA cluster per row sharing the amax through DSMEM, 64 / 73 % vs 74 / 84 % at U = 16384
 // (results/gpu/experiments/swiglu_dynamic_cluster4.json); a persistent grid prefetching each
-// block's next row, 71 / 81 % at U = 16384 (results/gpu/experiments/swiglu_dynamic_persistent_prefetch.json).
-template <class T, bool kInterleaved>
+// block's next row into registers, 71 / 81 % at U = 16384
+// (results/gpu/experiments/swiglu_dynamic_persistent_prefetch.json).
+template <class T, bool kInterleaved, int V, SwigluRowStage kStage>
 __global__ void __launch_bounds__(kRowMaxThreads) swiglu_fp8_rowwise_kernel(
     const T* __restrict__ in, int64_t ldi, uint8_t* __restrict__ out, int64_t ldo, int64_t rows, int64_t u, int act,
     float* __restrict__ scale) {
   __shared__ float partial[32];
+  extern __shared__ uint4 staged[];  // kShared: [V][2][blockDim.x]; kSharedNext: two of those
   const int64_t chunks = u / 8;
-  const bool in_registers = chunks <= int64_t(blockDim.x) * kChunksPerThread;
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+  const int tid = threadIdx.x, nt = blockDim.x;
+  const bool on_chip = chunks <= int64_t(nt) * V;
+  // Starts the copies of this thread's chunks of row r into its slots of `set`.
+  auto stage = [&](int64_t r, uint4* set) {
+    const T* row = in + r * ldi;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const int64_t ch = tid + int64_t(i) * nt;
+      if (ch < chunks) {
+        const uint4 *a, *b;
+        gate_up_addresses<T, kInterleaved>(row, u, ch * 8, a, b);
+        detail::cp_async16(&set[(2 * i) * nt + tid], a);
+        detail::cp_async16(&set[(2 * i + 1) * nt + tid], b);
+      }
+    }
+    detail::cp_async_commit();
+  };
+  if constexpr (kStage == SwigluRowStage::kSharedNext)
+    if (on_chip && blockIdx.x < rows) stage(blockIdx.x, staged);
+  int par = 0;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x, par ^= 1) {
     const T* row = in + r * ldi;
     uint8_t* orow = out + r * ldo;
-    if (in_registers) {
-      uint4 raw[kChunksPerThread][2];
+    if (!on_chip) {
+      float amax = 0.0f;
+      for (int64_t ch = tid; ch < chunks; ch += nt) {
+        float v[8];
+        chunk_values<T, kInterleaved>(row, u, ch * 8, act, v);
 #pragma unroll
-      for (int i = 0; i < kChunksPerThread; ++i) {
-        const int64_t ch = threadIdx.x + int64_t(i) * blockDim.x;
+        for (int j = 0; j < 8; ++j) amax = fmaxf(amax, finite_abs(v[j]));
+      }
+      const float s = fp8_dynamic_scale(detail::block_reduce<detail::MaxOp>(amax, partial));
+      if (tid == 0) scale[r] = s;
+      const float inv = 1.0f / s;
+      for (int64_t ch = tid; ch < chunks; ch += nt) {
+        float v[8];
+        chunk_values<T, kInterleaved>(row, u, ch * 8, act, v);
+        store_fp8x8(orow + ch * 8, v, inv);
+      }
+    } else if constexpr (kStage == SwigluRowStage::kRegisters) {
+      uint4 raw[V][2];
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const int64_t ch = tid + int64_t(i) * nt;
         if (ch < chunks) load_gate_up_raw<T, kInterleaved>(row, u, ch * 8, raw[i]);
       }
-      float v[kChunksPerThread][8];
+      float v[V][8];
       float amax = 0.0f;
 #pragma unroll
-      for (int i = 0; i < kChunksPerThread; ++i) {
-        const bool live = threadIdx.x + int64_t(i) * blockDim.x < chunks;
+      for (int i = 0; i < V; ++i) {
+        const bool live = tid + int64_t(i) * nt < chunks;
         float g[8], up[8];
         unpack_gate_up<T, kInterleaved>(raw[i], g, up);
 #pragma unroll
@@ -118,28 +168,50 @@ __global__ void __launch_bounds__(kRowMaxThreads) swiglu_fp8_rowwise_kernel(
         }
       }
       const float s = fp8_dynamic_scale(detail::block_reduce<detail::MaxOp>(amax, partial));
-      if (threadIdx.x == 0) scale[r] = s;
+      if (tid == 0) scale[r] = s;
       const float inv = 1.0f / s;
 #pragma unroll
-      for (int i = 0; i < kChunksPerThread; ++i) {
-        const int64_t ch = threadIdx.x + int64_t(i) * blockDim.x;
+      for (int i = 0; i < V; ++i) {
+        const int64_t ch = tid + int64_t(i) * nt;
         if (ch < chunks) store_fp8x8(orow + ch * 8, v[i], inv);
       }
     } else {
+      uint4* set = staged + (kStage == SwigluRowStage::kSharedNext ? par * (2 * V * nt) : 0);
+      if constexpr (kStage == SwigluRowStage::kShared) stage(r, set);
+      detail::cp_async_wait_all();  // this thread's copies of row r (the only group in flight)
       float amax = 0.0f;
-      for (int64_t ch = threadIdx.x; ch < chunks; ch += blockDim.x) {
-        float v[8];
-        chunk_values<T, kInterleaved>(row, u, ch * 8, act, v);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) amax = fmaxf(amax, finite_abs(v[j]));
-      }
+      for (int i = 0; i < V; ++i)
+        if (tid + int64_t(i) * nt < chunks) {
+          uint4* slot0 = &set[(2 * i) * nt + tid];
+          uint4* slot1 = &set[(2 * i + 1) * nt + tid];
+          const uint4 raw[2] = {*slot0, *slot1};
+          float g[8], up[8], v[8];
+          unpack_gate_up<T, kInterleaved>(raw, g, up);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            v[j] = gated_act(act, g[j], up[j]);
+            amax = fmaxf(amax, finite_abs(v[j]));
+          }
+          *reinterpret_cast<float4*>(slot0) = make_float4(v[0], v[1], v[2], v[3]);
+          *reinterpret_cast<float4*>(slot1) = make_float4(v[4], v[5], v[6], v[7]);
+        }
+      // The other slot set was last read by this thread's stores of the previous row: the next
+      // row's copies can start now and overlap the reduction and the stores below.
+      if constexpr (kStage == SwigluRowStage::kSharedNext)
+        if (r + gridDim.x < rows) stage(r + gridDim.x, staged + (par ^ 1) * (2 * V * nt));
       const float s = fp8_dynamic_scale(detail::block_reduce<detail::MaxOp>(amax, partial));
-      if (threadIdx.x == 0) scale[r] = s;
+      if (tid == 0) scale[r] = s;
       const float inv = 1.0f / s;
-      for (int64_t ch = threadIdx.x; ch < chunks; ch += blockDim.x) {
-        float v[8];
-        chunk_values<T, kInterleaved>(row, u, ch * 8, act, v);
-        store_fp8x8(orow + ch * 8, v, inv);
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const int64_t ch = tid + int64_t(i) * nt;
+        if (ch < chunks) {
+          const float4 a = *reinterpret_cast<const float4*>(&set[(2 * i) * nt + tid]);
+          const float4 b = *reinterpret_cast<const float4*>(&set[(2 * i + 1) * nt + tid]);
+          const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+          store_fp8x8(orow + ch * 8, v, inv);
+        }
       }
     }
   }

@@ -5,12 +5,14 @@
 #include "blockfuse/swiglu.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "common/check.h"
 #include "common/device.h"
+#include "swiglu/config.h"
 #include "swiglu/kernels.cuh"
 #include "swiglu/validate.h"
 
@@ -57,28 +59,63 @@ void launch_elementwise(const ConstMatrix& in, void* out, int64_t ldo, int64_t r
   BF_CHECK_LAUNCH();
 }
 
-// Row kernel: whole warps, enough for kChunksPerThread chunks each (at most 1024 threads); one
-// block per row up to the rows that are resident at once, times a few waves.
+// Row kernel: the shape swiglu_fp8_row_config picks (config.h); one block per row up to the rows
+// that are resident at once, times a few waves — or, staging the next row, the resident blocks only.
+template <class T, bool kIl, int V, swiglu_detail::SwigluRowStage kStage>
+void launch_rowwise_k(const ConstMatrix& in, const Fp8Matrix& out, float* scale, Activation act,
+                      const detail::SwigluRowConfig& cfg, cudaStream_t stream) {
+  using namespace swiglu_detail;
+  auto kernel = swiglu_fp8_rowwise_kernel<T, kIl, V, kStage>;
+  if constexpr (kStage != SwigluRowStage::kRegisters) {
+    // Up to kSwigluMaxDynamicSmem (config.h keeps every shape within it); set once per instantiation.
+    static const bool opted_in = [&] {
+      BF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, detail::kSwigluMaxDynamicSmem));
+      return true;
+    }();
+    (void)opted_in;
+  }
+  const int sms = detail::current_device_spec().sm_count;
+  const int64_t grid = kStage == SwigluRowStage::kSharedNext
+                           ? int64_t(sms) * detail::swiglu_row_blocks_per_sm(cfg.threads, cfg.smem_bytes)
+                           : int64_t(sms) * std::max(1, 2048 / cfg.threads) * 8;
+  const int64_t blocks = std::min<int64_t>(out.rows, grid);
+  kernel<<<unsigned(blocks), cfg.threads, cfg.smem_bytes, stream>>>(static_cast<const T*>(in.data), in.ld,
+                                                                    static_cast<uint8_t*>(out.data), out.ld, out.rows,
+                                                                    out.cols, int(act), scale);
+  BF_CHECK_LAUNCH();
+}
+
+template <class T, bool kIl>
+void launch_rowwise_l(const ConstMatrix& in, const Fp8Matrix& out, float* scale, Activation act,
+                      const detail::SwigluRowConfig& cfg, cudaStream_t stream) {
+  using swiglu_detail::SwigluRowStage;
+  if (cfg.v == 2)
+    launch_rowwise_k<T, kIl, 2, SwigluRowStage::kRegisters>(in, out, scale, act, cfg, stream);
+  else if (cfg.stage == 2)
+    launch_rowwise_k<T, kIl, 4, SwigluRowStage::kSharedNext>(in, out, scale, act, cfg, stream);
+  else
+    // stage 1, or 0: rows past U = 32768, two passes from global memory (no shared memory used)
+    launch_rowwise_k<T, kIl, 4, SwigluRowStage::kShared>(in, out, scale, act, cfg, stream);
+}
+
 template <class T>
 void launch_rowwise(const ConstMatrix& in, const Fp8Matrix& out, float* scale, Activation act, GateUpLayout layout,
                     cudaStream_t stream) {
-  using namespace swiglu_detail;
-  const int64_t chunks = out.cols / 8;
-  const int64_t want = (chunks + kChunksPerThread - 1) / kChunksPerThread;
-  const int threads = static_cast<int>(std::clamp<int64_t>((want + 31) / 32 * 32, 32, kRowMaxThreads));
-  const int64_t blocks = std::min<int64_t>(out.rows, int64_t(detail::current_device_spec().sm_count) * std::max(1, 2048 / threads) * 8);
-  auto* ip = static_cast<const T*>(in.data);
-  auto* op = static_cast<uint8_t*>(out.data);
+  const detail::SwigluRowConfig cfg = detail::swiglu_fp8_row_config(out.cols / 8, detail::swiglu_fp8_row_rule());
   if (layout == GateUpLayout::kInterleaved)
-    swiglu_fp8_rowwise_kernel<T, true><<<unsigned(blocks), threads, 0, stream>>>(ip, in.ld, op, out.ld, out.rows, out.cols, int(act), scale);
+    launch_rowwise_l<T, true>(in, out, scale, act, cfg, stream);
   else
-    swiglu_fp8_rowwise_kernel<T, false><<<unsigned(blocks), threads, 0, stream>>>(ip, in.ld, op, out.ld, out.rows, out.cols, int(act), scale);
-  BF_CHECK_LAUNCH();
+    launch_rowwise_l<T, false>(in, out, scale, act, cfg, stream);
 }
+
+std::atomic<int> g_row_rule{int(detail::kSwigluDefaultRowRule)};
 
 }  // namespace
 
 namespace detail {
+
+SwigluRowRule swiglu_fp8_row_rule() { return SwigluRowRule(g_row_rule.load(std::memory_order_relaxed)); }
+void set_swiglu_fp8_row_rule(SwigluRowRule rule) { g_row_rule.store(int(rule), std::memory_order_relaxed); }
 
 void check_swiglu_codes_and_input(const char* fn, const ConstMatrix& gate_up, Activation act, GateUpLayout layout) {
   if (act != Activation::kSiLU && act != Activation::kGeluTanh)

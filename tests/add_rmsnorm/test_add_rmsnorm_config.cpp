@@ -12,8 +12,9 @@ namespace blockfuse {
 namespace {
 
 TEST(AddRmsNormConfig, CoversEveryRowLength) {
+  for (auto rule : {detail::AddRmsNormRule::kV8, detail::AddRmsNormRule::kV4Wide})
   for (int n = 1; n <= detail::kAddRmsNormMaxRegisterChunks; ++n) {
-    const detail::AddRmsNormConfig c = detail::add_rmsnorm_config(n);
+    const detail::AddRmsNormConfig c = detail::add_rmsnorm_config(n, rule);
     ASSERT_TRUE(c.v == 1 || c.v == 2 || c.v == 4 || c.v == 8) << "chunks " << n;
     ASSERT_GE(c.threads * c.v, n) << "chunks " << n;
     ASSERT_LT((c.threads - 32) * c.v, n) << "chunks " << n << ": a whole idle warp";
@@ -30,8 +31,18 @@ TEST(AddRmsNormConfig, CoversEveryRowLength) {
 TEST(AddRmsNormConfig, CommonHiddenSizes) {
   struct Want { int h, v, threads; };
   for (const Want w : {Want{8, 1, 32}, Want{24, 1, 32}, Want{3584, 2, 224}, Want{4096, 2, 256}, Want{5120, 4, 160},
-                       Want{8192, 4, 256}, Want{16384, 8, 256}, Want{32768, 8, 512}}) {
-    const detail::AddRmsNormConfig c = detail::add_rmsnorm_config(w.h / 8);
+                       Want{8192, 4, 256}, Want{12288, 4, 384}, Want{16384, 4, 512}, Want{16392, 8, 288},
+                       Want{32768, 8, 512}}) {
+    const detail::AddRmsNormConfig c = detail::add_rmsnorm_config(w.h / 8, detail::AddRmsNormRule::kV4Wide);
+    EXPECT_EQ(c.v, w.v) << "H " << w.h;
+    EXPECT_EQ(c.threads, w.threads) << "H " << w.h;
+  }
+  // The default is kV4Wide (measured faster at H = 16384, config.h).
+  EXPECT_EQ(detail::kAddRmsNormDefaultRule, detail::AddRmsNormRule::kV4Wide);
+  EXPECT_EQ(detail::add_rmsnorm_config(16384 / 8).v, 4);
+  // kV8, the first rule: v = 8 from H > 8192.
+  for (const Want w : {Want{8192, 4, 256}, Want{12288, 8, 192}, Want{16384, 8, 256}}) {
+    const detail::AddRmsNormConfig c = detail::add_rmsnorm_config(w.h / 8, detail::AddRmsNormRule::kV8);
     EXPECT_EQ(c.v, w.v) << "H " << w.h;
     EXPECT_EQ(c.threads, w.threads) << "H " << w.h;
   }

@@ -382,6 +382,75 @@ TEST_P(AddRmsNormGpu, OneBlockPerRowKernelsEverywhere) {
     }
 }
 
+// Both shapes of 8192 < H <= 16384 (v = 8 x 256, v = 4 x 512) and both dynamic FP8 amax schemes
+// (a second reduction / cluster exchange, or the amax travelling with the sum of squares), through
+// the process-wide switches of config.h.
+struct KernelSwitches {
+  KernelSwitches(detail::AddRmsNormRule rule, bool one_exchange) {
+    detail::set_add_rmsnorm_rule(rule);
+    detail::set_add_rmsnorm_one_exchange(one_exchange);
+  }
+  ~KernelSwitches() {
+    detail::set_add_rmsnorm_rule(detail::kAddRmsNormDefaultRule);
+    detail::set_add_rmsnorm_one_exchange(true);
+  }
+};
+
+TEST_P(AddRmsNormGpu, BothShapeRulesAndExchanges) {
+  SKIP_WITHOUT_GPU();
+  for (auto rule : {detail::AddRmsNormRule::kV8, detail::AddRmsNormRule::kV4Wide})
+    for (bool one : {true, false}) {
+      KernelSwitches sw(rule, one);
+      for (bool clusters : {true, false}) {
+        detail::set_add_rmsnorm_clusters_enabled(clusters);
+        for (int64_t h : {4096, 12288, 16384, 16392})
+          for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
+            Case c;
+            c.dt = GetParam();
+            c.rows = clusters ? 3 : 67;
+            c.h = h;
+            c.fp8 = f;
+            c.gemma = h == 12288;
+            c.in_place = h == 16392;
+            run_case(c);
+          }
+      }
+      detail::set_add_rmsnorm_clusters_enabled(true);
+    }
+}
+
+// The one-exchange amax (inv · max |r · g|) must give the reference's scale (finite v only) on
+// tiny rows, where inv is large (x ~ 1e-4, eps 1e-6), and on NaN / Inf rows (inv NaN or 0).
+TEST_P(AddRmsNormGpu, Fp8DynamicOneExchangeEdgeRows) {
+  SKIP_WITHOUT_GPU();
+  KernelSwitches one(detail::kAddRmsNormDefaultRule, true);
+  for (int64_t h : {24, 4096, 16384}) {
+    Case n;
+    n.dt = GetParam();
+    n.rows = 4;
+    n.h = h;
+    n.fp8 = Fp8::kDynamic;
+    n.tweak = [h](HostMatrix& x, HostMatrix& res) {
+      x.set(1, h / 3, std::nanf(""));
+      res.set(2, h - 1, -INFINITY);
+    };
+    run_case(n);
+    Case c;
+    c.dt = GetParam();
+    c.rows = 3;
+    c.h = h;
+    c.fp8 = Fp8::kDynamic;
+    c.tweak = [](HostMatrix& x, HostMatrix& res) {
+      for (int64_t r = 0; r < x.rows; ++r)
+        for (int64_t i = 0; i < x.cols; ++i) {
+          x.set(r, i, 1e-4f * float((i % 7) - 3));
+          res.set(r, i, 0.0f);
+        }
+    };
+    run_case(c);
+  }
+}
+
 std::string dt_name(const ::testing::TestParamInfo<DType>& i) { return dtype_name(i.param); }
 
 INSTANTIATE_TEST_SUITE_P(BothDtypes, AddRmsNormGpu, ::testing::Values(DType::kBF16, DType::kFP16), dt_name);
@@ -428,6 +497,27 @@ TEST(AddRmsNormSanitizer, OneBlockPerRowKernelsAndWideClustersSmall) {
       c.in_place = h == 5120;
       run_case(c);
     }
+}
+
+// The kernels behind the switches (v = 4 x 512 shape, one-exchange dynamic amax: the cluster kernel
+// at H = 16384 / 131072 and the one-block kernels with the clusters off), small, for the sanitizer.
+TEST(AddRmsNormSanitizer, SwitchedKernelsSmall) {
+  SKIP_WITHOUT_GPU();
+  KernelSwitches sw(detail::AddRmsNormRule::kV4Wide, true);
+  for (bool clusters : {true, false}) {
+    detail::set_add_rmsnorm_clusters_enabled(clusters);
+    for (int64_t h : {4096, 16384, 16392})
+      for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
+        Case c;
+        c.rows = 3;
+        c.h = h;
+        c.fp8 = f;
+        c.pad = 8;
+        c.in_place = h == 16392;
+        run_case(c);
+      }
+  }
+  detail::set_add_rmsnorm_clusters_enabled(true);
 }
 
 // Runs add_rmsnorm (or add_rmsnorm_fp8 with dynamic scales) on x/residual and returns the bytes of

@@ -1,8 +1,8 @@
 // GPU tests of swiglu_fp8 (src/swiglu/swiglu_fp8.cu) against the CPU reference (src/swiglu/reference.*)
 // on host copies of fresh random inputs: both layouts, both activations, both dtypes, static and
-// dynamic scales; rows 1, 3, 255, 65537; U = 8, 24, 4096, 14336, 16384, 32776 and 131080 (the dynamic
-// scale's block-per-row kernel keeps rows up to U = 16384 in registers and takes a two-pass path
-// beyond); strided outputs whose padding must stay untouched; NaN/Inf inputs; and a small
+// dynamic scales; rows 1, 3, 255, 65537; U = 8, 24, 4096, 8200, 14336, 16384, 28672, 32776 and 131080
+// (the dynamic scale's block-per-row kernel keeps rows up to U = 32768 in registers, 2 or 4 chunks
+// per thread, and takes a two-pass path beyond; both shape rules of src/swiglu/config.h); strided outputs whose padding must stay untouched; NaN/Inf inputs; and a small
 // *Sanitizer* set for compute-sanitizer.
 //
 // Comparison after de-scaling. The device's expf/tanhf may differ from the host's in the last fp32
@@ -27,6 +27,7 @@
 #include "blockfuse/swiglu.h"
 #include "common/fp8_host.h"
 #include "testing/gtest/gtest_util.h"
+#include "swiglu/config.h"
 #include "swiglu/reference.h"
 #include "testing/testing.h"
 
@@ -134,6 +135,27 @@ TEST_P(SwigluFp8Gpu, MatchesReference) {
     }
 }
 
+// The dynamic scale's row kernel under every shape rule (config.h): 2 chunks per thread (two-pass
+// beyond U = 16384), 4 chunks per thread staged in shared memory from U > 8192 (8200: a partial last
+// set of chunks), with and without the next row's copies (rows 300 > the persistent grid's blocks
+// at U = 28672: every block walks several rows).
+TEST_P(SwigluFp8Gpu, EveryRowRule) {
+  SKIP_WITHOUT_GPU();
+  if (std::get<3>(GetParam()) != Fp8ScaleMode::kDynamicPerRow) GTEST_SKIP() << "the rules shape the dynamic-scale kernel only";
+  for (auto rule : {detail::SwigluRowRule::kTwoChunks, detail::SwigluRowRule::kFourShared,
+                    detail::SwigluRowRule::kFourSharedNext}) {
+    detail::set_swiglu_fp8_row_rule(rule);
+    for (int64_t u : {8200, 14336, 28672}) {
+      Case c = base();
+      c.rows = u == 28672 && rule == detail::SwigluRowRule::kFourSharedNext ? 300 : 5;
+      c.u = u;
+      c.out_pad = 8;
+      run_case(c);
+    }
+  }
+  detail::set_swiglu_fp8_row_rule(detail::kSwigluDefaultRowRule);
+}
+
 TEST_P(SwigluFp8Gpu, ManyRowsStridedAndWideRows) {
   SKIP_WITHOUT_GPU();
   { Case c = base(); c.rows = 65537; c.u = 24; c.in_pad = 8; c.out_pad = 8; run_case(c); }  // grid-stride over rows
@@ -181,6 +203,23 @@ TEST(SwigluFp8Sanitizer, SmallShapes) {
       c.rows = 1; c.u = 131080; c.out_pad = 0; run_case(c); // two-pass fallback
       c.rows = 5; c.u = 1032; c.nonfinite = true; run_case(c);
     }
+}
+
+// The dynamic-scale row kernel staged in shared memory (4 chunks per thread), with and without the
+// next row's copies (400 rows of U = 8200 > the 396-block persistent grid: blocks walk two rows).
+TEST(SwigluFp8Sanitizer, SharedStagedRowKernel) {
+  SKIP_WITHOUT_GPU();
+  for (auto rule : {detail::SwigluRowRule::kFourShared, detail::SwigluRowRule::kFourSharedNext}) {
+    detail::set_swiglu_fp8_row_rule(rule);
+    for (auto layout : {GateUpLayout::kStacked, GateUpLayout::kInterleaved}) {
+      Case c;
+      c.layout = layout;
+      c.rows = 3; c.u = 8200; c.out_pad = 8; run_case(c);
+      c.rows = 400; c.u = 8200; c.out_pad = 0; run_case(c);
+      c.rows = 5; c.u = 9216; c.nonfinite = true; run_case(c);
+    }
+  }
+  detail::set_swiglu_fp8_row_rule(detail::kSwigluDefaultRowRule);
 }
 
 TEST(SwigluSanitizer, SmallShapes) {

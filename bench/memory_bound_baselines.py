@@ -1,0 +1,299 @@
+"""The memory-bound ops beside their strongest baselines, in one process, one protocol.
+
+  add-rmsnorm  residual_out = x + residual; out = residual_out * rsqrt(mean(residual_out^2) + eps) * w
+               (fp32 math, one rounding), out in the dtype, FP8 e4m3 with a static per-tensor scale,
+               or FP8 with a dynamic per-row scale (amax / 448):
+                 blockfuse  torch.ops.blockfuse.add_rmsnorm / add_rmsnorm_fp8 (blockfuse.ops)
+                 compile    torch.compile(fn, dynamic=False): one compiled graph per shape
+                 liger      Liger-Kernel's fused_add_rms_norm_forward (dtype out; also writes rstd)
+  swiglu       out = silu(gate) * up from a stacked [M, 2U] tensor (Liger: separate gate and up [M, U],
+               its API), dtype out / FP8 static / FP8 dynamic:
+                 blockfuse  torch.ops.blockfuse.swiglu / swiglu_fp8
+                 compile    torch.compile(fn, dynamic=False)
+                 liger      Liger-Kernel's swiglu_forward (dtype out)
+Protocol: rows <= 32 timed per call from CUDA-graph replays of 20 calls (as the C++ benchmarks); 256 rows
+from a graph cycling over rotated input sets (a torch call's CPU dispatch is longer than these kernels);
+larger problems from 20 back-to-back calls between CUDA events, inputs rotated so L2 (50 MB) holds none.
+Bytes = the minimum traffic. frac_copy divides by a 1 GiB device copy, frac_same by a copy of the same
+bytes timed the same way. quack is not run here (its runtime is not staged on the device); its figures
+are in ../shared/BENCHMARKING.md.
+Usage: python3 bench/memory_bound_baselines.py [--ops add-rmsnorm,swiglu] [--hidden 4096,16384]
+       [--rows 1,32,2048] [--impls blockfuse,compile,liger] [--outs bf16,fp8s,fp8d] [--json FILE]
+Writes the JSON after every point, so a run cut short keeps what it measured.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_baselines import GRAPH_ROWS, sets_for, time_events  # noqa: E402
+
+EPS = 1e-6
+FP8 = torch.float8_e4m3fn
+
+
+def time_batched(fn, n_sets, calls=20, batches=3):
+    """Per-call µs of `calls` back-to-back calls between two events (inputs cycling over n_sets), the
+    median of `batches`: the CPU queues ahead of the GPU, so its per-call overhead stays hidden while it
+    is shorter than the kernel."""
+    for i in range(3):
+        fn(i % n_sets)
+    times = []
+    for _ in range(batches):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for i in range(calls):
+            fn(i % n_sets)
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) * 1e3 / calls)
+    return sorted(times)[len(times) // 2]
+
+
+def time_graph_rotating(fn, n_sets, calls=20, reps=20):
+    """Per-call µs of a CUDA graph of `calls` calls cycling over n_sets input sets (no CPU overhead:
+    problems whose kernel is shorter than a torch call's dispatch)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for i in range(3):
+            fn(i % n_sets)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(calls):
+            fn(i % n_sets)
+    for _ in range(3):
+        g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) * 1e3 / calls)
+    return sorted(times)[len(times) // 2]
+
+
+def time_op(fn, rows, n_sets):
+    """Rows <= 32: 20 calls on one input set in a graph (the decode protocol of the C++ benchmarks);
+    up to 256 rows: a graph cycling over the rotation sets; larger: batched events (kernels >= 25 µs)."""
+    if rows <= GRAPH_ROWS:
+        return time_graph_rotating(fn, 1)
+    if rows <= 256:
+        return time_graph_rotating(fn, n_sets, calls=max(20, n_sets))
+    return time_batched(fn, n_sets)
+
+
+def copy_us(nbytes, rows, n_sets):
+    """A device copy of nbytes / 2 (read + written = nbytes), timed like the op."""
+    n = max(8, nbytes // 4) // 2 * 2
+    srcs = [torch.empty(n // 2, dtype=torch.int16, device="cuda") for _ in range(n_sets)]
+    dsts = [torch.empty_like(s) for s in srcs]
+    return time_op(lambda i: dsts[i].copy_(srcs[i]), rows, n_sets)
+
+
+# ---- the ops as a PyTorch user writes them (compiled per shape) ---------------------------------------
+def norm_f32(x, res, w):
+    h = x + res
+    hf = h.float()
+    return h, hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + EPS) * w.float()
+
+
+def add_rmsnorm_bf16(x, res, w):
+    h, y = norm_f32(x, res, w)
+    return h, y.to(x.dtype)
+
+
+def add_rmsnorm_fp8s(x, res, w, inv_scale):
+    h, y = norm_f32(x, res, w)
+    return h, (y * inv_scale).clamp(-448.0, 448.0).to(FP8)
+
+
+def quant_dyn(y):
+    amax = y.abs().amax(-1, keepdim=True).clamp(min=1e-12)
+    scale = amax / 448.0
+    return (y / scale).clamp(-448.0, 448.0).to(FP8), scale
+
+
+def add_rmsnorm_fp8d(x, res, w):
+    h, y = norm_f32(x, res, w)
+    q, s = quant_dyn(y)
+    return h, q, s
+
+
+def swiglu_f32(gu):
+    g, u = gu.chunk(2, dim=-1)
+    return F.silu(g.float()) * u.float()
+
+
+def swiglu_bf16(gu):
+    return swiglu_f32(gu).to(gu.dtype)
+
+
+def swiglu_fp8s(gu, inv_scale):
+    return (swiglu_f32(gu) * inv_scale).clamp(-448.0, 448.0).to(FP8)
+
+
+def swiglu_fp8d(gu):
+    return quant_dyn(swiglu_f32(gu))
+
+
+def load_liger():
+    try:
+        from liger_kernel.ops.fused_add_rms_norm import fused_add_rms_norm_forward
+        from liger_kernel.ops.swiglu import swiglu_forward
+        return fused_add_rms_norm_forward, swiglu_forward
+    except Exception as e:  # noqa: BLE001 — reported, the rest still runs
+        print(f"liger not available: {e!r}", file=sys.stderr)
+        return None, None
+
+
+def load_blockfuse():
+    try:
+        import blockfuse.ops as bo
+        if not bo.available():
+            print(f"blockfuse ops not available: {bo.load_error()}", file=sys.stderr)
+            return None
+        return bo
+    except Exception as e:  # noqa: BLE001
+        print(f"blockfuse not importable: {e!r}", file=sys.stderr)
+        return None
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ops", default="add-rmsnorm,swiglu")
+    ap.add_argument("--hidden", default="4096,8192,16384", help="H for add-rmsnorm")
+    ap.add_argument("--u", default="4096,14336,16384,28672", help="U for swiglu")
+    ap.add_argument("--rows", default="1,8,32,256,2048,8192,32768")
+    ap.add_argument("--impls", default="blockfuse,compile,liger")
+    ap.add_argument("--outs", default="bf16,fp8s,fp8d")
+    ap.add_argument("--compile-rows", default="", help="rows for torch.compile (default: --rows)")
+    ap.add_argument("--json")
+    a = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("memory_bound_baselines: no CUDA device; nothing measured", file=sys.stderr)
+        return 2
+    torch._dynamo.config.cache_size_limit = 256
+    ints = lambda s: [int(v) for v in s.split(",") if v]  # noqa: E731
+    rows_list, impls, outs = ints(a.rows), a.impls.split(","), a.outs.split(",")
+    compile_rows = set(ints(a.compile_rows) or rows_list)
+    dev = torch.cuda.get_device_name()
+    big = torch.empty(1 << 29, dtype=torch.int16, device="cuda")
+    big2 = torch.empty_like(big)
+    bw = 2 * big.numel() * 2 / (time_events(lambda i: big2.copy_(big), 1, 3, 20) * 1e3)
+    del big, big2
+    res = {"device": dev, "torch": torch.__version__, "copy_gbs": bw, "rows": []}
+    bo = load_blockfuse() if "blockfuse" in impls else None
+    liger_norm, liger_sw = load_liger() if "liger" in impls else (None, None)
+    bf = torch.bfloat16
+    t0 = time.time()
+
+    def record(op, shape, m, out, impl, nbytes, us, same_us):
+        gbs = nbytes / (us * 1e3)
+        row = {"op": op, "shape": shape, "rows": m, "out": out, "impl": impl, "bytes": nbytes, "us": us,
+               "gbs": gbs, "frac_copy": gbs / bw, "same_size_copy_us": same_us, "frac_same": same_us / us}
+        res["rows"].append(row)
+        print(f"{op:11} {shape:8} {m:>6} {out:5} {impl:10} {us:9.2f} us {gbs:6.0f} GB/s "
+              f"{100 * gbs / bw:5.1f} %copy {100 * same_us / us:5.1f} %same  [{time.time() - t0:.0f} s]", flush=True)
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(res, f, indent=1)
+
+    def run(op, shape, m, out, impl, nbytes, fn, n_sets, same):
+        try:
+            us = time_op(fn, m, n_sets)
+        except Exception as e:  # noqa: BLE001 — one failing baseline must not end the sweep
+            print(f"{op} {shape} {m} {out} {impl}: FAILED {e!r}", file=sys.stderr)
+            return
+        record(op, shape, m, out, impl, nbytes, us, same)
+
+    inv_scale = torch.tensor(448.0 / 2.5, device="cuda")
+    scale = torch.tensor(2.5 / 448.0, device="cuda")
+    if "add-rmsnorm" in a.ops:
+        for h in ints(a.hidden):
+            w = torch.randn(h, dtype=bf, device="cuda")
+            for m in rows_list:
+                for out in outs:
+                    ob = {"bf16": 2 * m * h, "fp8s": m * h, "fp8d": m * h + 4 * m}[out]
+                    nb = 3 * m * h * 2 + 2 * h + ob
+                    n_sets = 1 if m <= GRAPH_ROWS else sets_for(nb)
+                    xs = [torch.rand(m, h, dtype=bf, device="cuda") * 2 - 1 for _ in range(n_sets)]
+                    rs = [torch.rand(m, h, dtype=bf, device="cuda") * 2 - 1 for _ in range(n_sets)]
+                    same = copy_us(nb, m, n_sets)
+                    sh = f"H={h}"
+                    if bo is not None:
+                        if out == "bf16":
+                            f = lambda i: bo.add_rmsnorm(xs[i], rs[i], w, EPS)  # noqa: E731
+                        elif out == "fp8s":
+                            f = lambda i: bo.add_rmsnorm_fp8(xs[i], rs[i], w, scale, EPS)  # noqa: E731
+                        else:
+                            f = lambda i: bo.add_rmsnorm_fp8(xs[i], rs[i], w, None, EPS)  # noqa: E731
+                        run("add-rmsnorm", sh, m, out, "blockfuse", nb, f, n_sets, same)
+                    if "compile" in impls and m in compile_rows:
+                        if out == "bf16":
+                            c = torch.compile(add_rmsnorm_bf16, dynamic=False)
+                            f = lambda i, c=c: c(xs[i], rs[i], w)  # noqa: E731
+                        elif out == "fp8s":
+                            c = torch.compile(add_rmsnorm_fp8s, dynamic=False)
+                            f = lambda i, c=c: c(xs[i], rs[i], w, inv_scale)  # noqa: E731
+                        else:
+                            c = torch.compile(add_rmsnorm_fp8d, dynamic=False)
+                            f = lambda i, c=c: c(xs[i], rs[i], w)  # noqa: E731
+                        run("add-rmsnorm", sh, m, out, "compile", nb, f, n_sets, same)
+                    if liger_norm is not None and out == "bf16":
+                        f = lambda i: liger_norm(xs[i], rs[i], w, EPS, 0.0, "llama")  # noqa: E731
+                        run("add-rmsnorm", sh, m, out, "liger", nb, f, n_sets, same)
+                    del xs, rs
+                    torch.cuda.empty_cache()
+    if "swiglu" in a.ops:
+        for u in ints(a.u):
+            for m in rows_list:
+                for out in outs:
+                    ob = {"bf16": 2 * m * u, "fp8s": m * u, "fp8d": m * u + 4 * m}[out]
+                    nb = 2 * m * u * 2 + ob
+                    n_sets = 1 if m <= GRAPH_ROWS else sets_for(nb)
+                    gus = [torch.randn(m, 2 * u, dtype=bf, device="cuda") for _ in range(n_sets)]
+                    same = copy_us(nb, m, n_sets)
+                    sh = f"U={u}"
+                    if bo is not None:
+                        if out == "bf16":
+                            f = lambda i: bo.swiglu(gus[i])  # noqa: E731
+                        elif out == "fp8s":
+                            f = lambda i: bo.swiglu_fp8(gus[i], scale)  # noqa: E731
+                        else:
+                            f = lambda i: bo.swiglu_fp8(gus[i], None)  # noqa: E731
+                        run("swiglu", sh, m, out, "blockfuse", nb, f, n_sets, same)
+                    if "compile" in impls and m in compile_rows:
+                        if out == "bf16":
+                            c = torch.compile(swiglu_bf16, dynamic=False)
+                            f = lambda i, c=c: c(gus[i])  # noqa: E731
+                        elif out == "fp8s":
+                            c = torch.compile(swiglu_fp8s, dynamic=False)
+                            f = lambda i, c=c: c(gus[i], inv_scale)  # noqa: E731
+                        else:
+                            c = torch.compile(swiglu_fp8d, dynamic=False)
+                            f = lambda i, c=c: c(gus[i])  # noqa: E731
+                        run("swiglu", sh, m, out, "compile", nb, f, n_sets, same)
+                    if liger_sw is not None and out == "bf16":
+                        gs = [g[:, :u].contiguous() for g in gus]
+                        us_ = [g[:, u:].contiguous() for g in gus]
+                        f = lambda i: liger_sw(gs[i], us_[i])  # noqa: E731
+                        run("swiglu", sh, m, out, "liger", nb, f, n_sets, same)
+                        del gs, us_
+                    del gus
+                    torch.cuda.empty_cache()
+    print(f"memory_bound_baselines: {dev}, torch {torch.__version__}, copy {bw:.0f} GB/s, {time.time() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,20 @@
+// Internal: 16-byte asynchronous global -> shared copies (cp.async, sm_80+), without CuTe: the
+// copied bytes occupy no registers while in flight, so a kernel can keep many of them outstanding.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace blockfuse::detail {
+
+// Starts copying 16 bytes (both addresses 16-byte aligned); L2 only (.cg: streamed data).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+// Closes the group of this thread's copies issued so far.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits for all of this thread's committed groups: its copies are then visible to itself (other
+// threads need a barrier as well).
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+}  // namespace blockfuse::detail

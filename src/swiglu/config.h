@@ -1,0 +1,75 @@
+// Internal: the launch shape of swiglu_fp8's dynamic-scale row kernel (kernels.cuh): pure, CPU-tested
+// (tests: test_swiglu_config), used by the launcher (swiglu.cu) and printed by `blockfuse bench swiglu`.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace blockfuse::detail {
+
+constexpr int kSwigluRowMaxThreads = 1024;
+// The dynamic shared memory a block may opt into on sm_90 (227 KB) less the row kernel's static 128 bytes.
+constexpr int kSwigluMaxDynamicSmem = 232448 - 1024;
+
+// Which rule picks the row kernel's shape (chunks > 1024, i.e. U > 8192; narrower rows take 2 chunks
+// per thread in registers under every rule):
+//   kTwoChunks        2 chunks per thread in registers, up to 1024 threads (the first kernel; U > 16384
+//                     re-reads the row)
+//   kFourShared       4 chunks per thread, copied into shared memory and their fp32 results kept
+//                     there (kernels.cuh: the register version spills under the 64-register cap);
+//                     a block per row as before
+//   kFourSharedNext   as kFourShared with two slot sets, each block also copying its next row while
+//                     it reduces and stores the current one; a persistent grid (the blocks resident
+//                     at once); where two sets exceed 227 KB (U > 28416), kFourShared
+// Process-wide override for the bench and the tests (set_swiglu_fp8_row_rule). The default stays
+// kTwoChunks, the measured kernel, until the other two are measured beside it
+// (results/gpu/memory_bound_h100/run.sh; docs/decoder-kernels.md).
+enum class SwigluRowRule : int { kTwoChunks = 0, kFourShared = 1, kFourSharedNext = 2 };
+constexpr SwigluRowRule kSwigluDefaultRowRule = SwigluRowRule::kTwoChunks;
+
+// v = 16-byte output chunks (8 columns) each thread keeps in registers as fp32, threads = block size
+// (whole warps, <= 1024); in_registers false: the row is wider than threads x v chunks and the kernel
+// computes it twice (amax pass, store pass) from global memory. stage: 0 registers, 1 shared, 2 shared
+// + next row (SwigluRowStage, kernels.cuh); smem_bytes: the dynamic shared memory it needs (one or two
+// sets of v x 2 x 16 bytes per thread).
+struct SwigluRowConfig {
+  int v, threads;
+  bool in_registers;
+  int stage = 0;
+  int smem_bytes = 0;
+};
+
+// One block of <= 1024 threads owns a row; __launch_bounds__(1024) caps a thread at 64 registers,
+// so an SM holds 2048 threads' worth of one or two blocks. With 2 chunks per thread a row of
+// U = 16384 needs 1024 threads: one block per SM, whose load, math, reduction and store phases then
+// run one after the other with nothing else to fill the SM's share of DRAM bandwidth meanwhile
+// (80 / 85 % of a same-size copy at 2048 / 8192 rows). With 4 chunks per thread from U > 8192
+// (32 fp32 values), U = 14336 / 16384 take 448 / 512 threads and two blocks share an SM (one
+// loads while the other reduces and stores), and rows up to U = 32768 (28672: 896 threads) stay
+// on chip instead of being read twice.
+inline SwigluRowConfig swiglu_fp8_row_config(int64_t chunks, SwigluRowRule rule) {
+  const bool four = rule != SwigluRowRule::kTwoChunks && chunks > 1024;
+  const int v = four ? 4 : 2;
+  const int64_t want = (chunks + v - 1) / v;
+  const int threads = static_cast<int>(std::clamp<int64_t>((want + 31) / 32 * 32, 32, kSwigluRowMaxThreads));
+  SwigluRowConfig c{v, threads, chunks <= int64_t(threads) * v};
+  if (four && c.in_registers) {
+    const int set = v * 2 * 16 * threads;  // [v][gate, up][threads] 16-byte slots
+    c.stage = rule == SwigluRowRule::kFourSharedNext && 2 * set <= kSwigluMaxDynamicSmem ? 2 : 1;
+    c.smem_bytes = c.stage == 2 ? 2 * set : set;
+  }
+  return c;
+}
+
+// Blocks of `threads` threads (64 registers each) and smem_bytes of dynamic shared memory resident
+// per SM: the persistent grid of the kFourSharedNext rule.
+inline int swiglu_row_blocks_per_sm(int threads, int smem_bytes) {
+  const int by_regs = 65536 / (64 * threads);
+  const int by_smem = 233472 / (smem_bytes + 1024);  // 228 KB per SM, 1 KB reserved per block
+  return std::max(1, std::min(by_regs, by_smem));
+}
+
+SwigluRowRule swiglu_fp8_row_rule();
+void set_swiglu_fp8_row_rule(SwigluRowRule rule);
+
+}  // namespace blockfuse::detail

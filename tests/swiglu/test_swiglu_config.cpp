@@ -1,0 +1,73 @@
+// swiglu_fp8's dynamic-scale row kernel shape (src/swiglu/config.h): for every row width under both
+// rules the block is whole warps, <= 1024 threads, without a whole idle warp while the row fits the
+// registers, and in_registers says exactly whether threads x v chunks cover the row. The shapes of
+// the common widths are pinned so a change to them is deliberate (they decide registers and
+// blocks per SM).
+#include <gtest/gtest.h>
+
+#include <tuple>
+
+#include "swiglu/config.h"
+
+namespace blockfuse {
+namespace {
+
+using detail::SwigluRowRule;
+
+TEST(SwigluRowConfig, CoversEveryRowWidth) {
+  for (SwigluRowRule rule : {SwigluRowRule::kTwoChunks, SwigluRowRule::kFourShared, SwigluRowRule::kFourSharedNext})
+    for (int64_t n = 1; n <= 20000; ++n) {
+      const detail::SwigluRowConfig c = detail::swiglu_fp8_row_config(n, rule);
+      ASSERT_TRUE(c.v == 2 || c.v == 4) << "chunks " << n;
+      ASSERT_EQ(c.threads % 32, 0) << "chunks " << n;
+      ASSERT_GE(c.threads, 32);
+      ASSERT_LE(c.threads, detail::kSwigluRowMaxThreads) << "chunks " << n;
+      ASSERT_EQ(c.in_registers, n <= int64_t(c.threads) * c.v) << "chunks " << n;
+      if (c.in_registers) ASSERT_LT(int64_t(c.threads - 32) * c.v, n) << "chunks " << n << ": a whole idle warp";
+      else ASSERT_EQ(c.threads, detail::kSwigluRowMaxThreads) << "chunks " << n;
+      if (rule == SwigluRowRule::kTwoChunks || n <= 1024) ASSERT_EQ(c.v, 2) << "chunks " << n;
+      // Shared staging exactly for the 4-chunk rows that fit: [4][2][threads] 16-byte vectors.
+      const bool staged = c.v == 4 && c.in_registers;
+      const bool two_sets_fit = 2 * 4 * 2 * 16 * c.threads <= detail::kSwigluMaxDynamicSmem;
+      ASSERT_EQ(c.stage, staged ? (rule == SwigluRowRule::kFourSharedNext && two_sets_fit ? 2 : 1) : 0) << "chunks " << n;
+      const int set = 4 * 2 * 16 * c.threads;
+      ASSERT_EQ(c.smem_bytes, !staged ? 0 : c.stage == 2 ? 2 * set : set) << "chunks " << n;
+      ASSERT_LE(c.smem_bytes, detail::kSwigluMaxDynamicSmem) << "chunks " << n;
+    }
+}
+
+TEST(SwigluRowConfig, CommonWidths) {
+  struct Want { int64_t u; int v, threads; bool regs; };
+  for (const Want w : {Want{4096, 2, 256, true}, Want{8192, 2, 512, true}, Want{14336, 4, 448, true},
+                       Want{16384, 4, 512, true}, Want{28672, 4, 896, true}, Want{32768, 4, 1024, true},
+                       Want{32776, 4, 1024, false}}) {
+    const detail::SwigluRowConfig c = detail::swiglu_fp8_row_config(w.u / 8, SwigluRowRule::kFourShared);
+    EXPECT_EQ(c.v, w.v) << "U " << w.u;
+    EXPECT_EQ(c.threads, w.threads) << "U " << w.u;
+    EXPECT_EQ(c.in_registers, w.regs) << "U " << w.u;
+  }
+  const detail::SwigluRowConfig old = detail::swiglu_fp8_row_config(16384 / 8, SwigluRowRule::kTwoChunks);
+  EXPECT_EQ(old.threads, 1024);
+  EXPECT_TRUE(old.in_registers);
+  EXPECT_FALSE(detail::swiglu_fp8_row_config(28672 / 8, SwigluRowRule::kTwoChunks).in_registers);
+}
+
+TEST(SwigluRowConfig, PersistentGridBlocksPerSm) {
+  // Two slot sets: U = 16384 -> 512 threads, 128 KB: one block per SM; U = 8200 (1025 chunks) -> 288
+  // threads, 72 KB: three (also the register bound at 64 per thread).
+  for (const auto& [u, threads, smem, blocks] : {std::tuple{16384, 512, 131072, 1}, std::tuple{14336, 448, 114688, 2},
+                                                 std::tuple{28672, 896, 229376, 1}, std::tuple{8200, 288, 73728, 3}}) {
+    const detail::SwigluRowConfig c = detail::swiglu_fp8_row_config(u / 8, SwigluRowRule::kFourSharedNext);
+    EXPECT_EQ(c.threads, threads) << "U " << u;
+    EXPECT_EQ(c.stage, 2) << "U " << u;
+    EXPECT_EQ(c.smem_bytes, smem) << "U " << u;
+    EXPECT_EQ(detail::swiglu_row_blocks_per_sm(c.threads, c.smem_bytes), blocks) << "U " << u;
+  }
+  // U = 32768: two sets (256 KB) do not fit; one set.
+  const detail::SwigluRowConfig w = detail::swiglu_fp8_row_config(32768 / 8, SwigluRowRule::kFourSharedNext);
+  EXPECT_EQ(w.stage, 1);
+  EXPECT_EQ(w.smem_bytes, 131072);
+}
+
+}  // namespace
+}  // namespace blockfuse
