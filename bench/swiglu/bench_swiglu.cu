@@ -204,7 +204,8 @@ class SwigluBench final : public BenchCommand {
     const double bytes = double(in_bytes + out_bytes);
     const double gbs = bytes / (tf.median_ms * 1e6), egbs = bytes / (te.median_ms * 1e6);
     const double cgbs = double(2 * copy_bytes) / (tc.median_ms * 1e6);
-    const detail::SwigluRowConfig rc = detail::swiglu_fp8_row_config(u / 8, detail::swiglu_fp8_row_rule());
+    const detail::SwigluRowConfig rc =
+        detail::swiglu_fp8_row_config(u / 8, detail::resolve_swiglu_fp8_row_rule(detail::swiglu_fp8_row_rule(), m, u / 8));
     const std::string kernel = o != Out::kFp8Dynamic ? "elementwise"
                                : "row v" + std::to_string(rc.v) + "x" + std::to_string(rc.threads) +
                                      (rc.stage == 1 ? " smem" : rc.stage == 2 ? " smem+next" : "") + (rc.in_registers ? "" : " 2-pass");

@@ -18,7 +18,8 @@ neuron_block_router(x, router [U / block_size, K], mode, threshold, top_k) score
 as sigmoid(x·router[b]) in fp32 and keeps, per token, the blocks above `threshold` ("threshold") or
 the top_k highest ("topk"; ties to the lower index), on the device: it returns the sorted union
 (union_indices [n_blocks], union_count [1]) and the per-token lists (token_indices [..., n_blocks],
-token_counts [...]), so a decode step needs no host synchronisation and can be captured.
+token_counts [...]), so a decode step needs no host synchronisation and can be captured. Entries past
+a list's count are unspecified (the tensors are not cleared).
 
 deterministic=True sums the blocks' partials in a fixed order (bitwise reproducible; slower,
 docs/fused_mlp.md); the default uses fp32 atomics (the last bits of y may vary between calls). The

@@ -129,7 +129,17 @@ __global__ void __launch_bounds__(kWarps * 32, 2) fused_mlp_kernel(const FusedMl
     mine = base >= 0;
   }
   const bool active = __syncthreads_or(mine);
-  if (p.deterministic && threadIdx.x == 0) p.flags[blockIdx.x] = active;
+  if (p.deterministic) {
+    // The flag must be visible before any warp of this block counts itself in on a chunk: the last
+    // block reads it to decide whether this block's slot holds a partial. An inactive block has no
+    // barrier before its warps count in, so without this fence + barrier the reader could see the
+    // flag of the previous call (and sum that call's stale slot).
+    if (threadIdx.x == 0) {
+      p.flags[blockIdx.x] = active;
+      __threadfence();
+    }
+    __syncthreads();
+  }
 
   if (active) {
     // ---- phase 1: gate/up rows -> h ------------------------------------------------------------

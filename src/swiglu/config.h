@@ -21,11 +21,26 @@ constexpr int kSwigluMaxDynamicSmem = 232448 - 1024;
 //   kFourSharedNext   as kFourShared with two slot sets, each block also copying its next row while
 //                     it reduces and stores the current one; a persistent grid (the blocks resident
 //                     at once); where two sets exceed 227 KB (U > 28416), kFourShared
-// Process-wide override for the bench and the tests (set_swiglu_fp8_row_rule). The default stays
-// kTwoChunks, the measured kernel, until the other two are measured beside it
-// (results/gpu/memory_bound_h100/run.sh; docs/decoder-kernels.md).
-enum class SwigluRowRule : int { kTwoChunks = 0, kFourShared = 1, kFourSharedNext = 2 };
-constexpr SwigluRowRule kSwigluDefaultRowRule = SwigluRowRule::kTwoChunks;
+//   kAuto             the default: swiglu_fp8_auto_row_rule below picks per call
+// Process-wide override for the bench and the tests (set_swiglu_fp8_row_rule).
+enum class SwigluRowRule : int { kAuto = -1, kTwoChunks = 0, kFourShared = 1, kFourSharedNext = 2 };
+constexpr SwigluRowRule kSwigluDefaultRowRule = SwigluRowRule::kAuto;
+
+// The rule kAuto picks for `rows` rows of `chunks` 16-byte output chunks. Measured on the H100 at
+// U = 14336 / 16384 / 28672 x 1, 32, 2048, 8192 rows (results/gpu/memory_bound_h100/final_call,
+// swiglu_rule_*.json): kFourShared moves 77-82 % / 87-91 % of copy at 2048 / 8192 rows where
+// kTwoChunks moves 70-74 % / 80-83 %, and at U = 28672 (the row re-read by kTwoChunks) 75 / 84 %
+// against 48 / 52 % and 7.3 against 11 us at 1-32 rows; but at 1-32 rows of U <= 16384 kTwoChunks
+// is faster (4.0-4.5 us against 5.3-5.6). kFourSharedNext won at some points and lost at others in
+// that one run, so it stays opt-in. Between 32 and 2048 rows nothing was measured: the threshold is
+// the measured 2048 halved.
+inline SwigluRowRule swiglu_fp8_auto_row_rule(int64_t rows, int64_t chunks) {
+  return chunks > 2048 || rows >= 1024 ? SwigluRowRule::kFourShared : SwigluRowRule::kTwoChunks;
+}
+// The rule a call runs with: `rule`, or the automatic choice when it is kAuto.
+inline SwigluRowRule resolve_swiglu_fp8_row_rule(SwigluRowRule rule, int64_t rows, int64_t chunks) {
+  return rule == SwigluRowRule::kAuto ? swiglu_fp8_auto_row_rule(rows, chunks) : rule;
+}
 
 // v = 16-byte output chunks (8 columns) each thread keeps in registers as fp32, threads = block size
 // (whole warps, <= 1024); in_registers false: the row is wider than threads x v chunks and the kernel

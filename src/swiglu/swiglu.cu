@@ -101,7 +101,9 @@ void launch_rowwise_l(const ConstMatrix& in, const Fp8Matrix& out, float* scale,
 template <class T>
 void launch_rowwise(const ConstMatrix& in, const Fp8Matrix& out, float* scale, Activation act, GateUpLayout layout,
                     cudaStream_t stream) {
-  const detail::SwigluRowConfig cfg = detail::swiglu_fp8_row_config(out.cols / 8, detail::swiglu_fp8_row_rule());
+  const int64_t chunks = out.cols / 8;
+  const detail::SwigluRowConfig cfg = detail::swiglu_fp8_row_config(
+      chunks, detail::resolve_swiglu_fp8_row_rule(detail::swiglu_fp8_row_rule(), out.rows, chunks));
   if (layout == GateUpLayout::kInterleaved)
     launch_rowwise_l<T, true>(in, out, scale, act, cfg, stream);
   else

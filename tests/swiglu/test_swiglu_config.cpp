@@ -69,5 +69,21 @@ TEST(SwigluRowConfig, PersistentGridBlocksPerSm) {
   EXPECT_EQ(w.smem_bytes, 131072);
 }
 
+// kAuto: the measured choice (config.h) — shared staging for many rows or rows the registers cannot
+// hold, registers for decode-sized batches of rows they can; an explicit rule is kept as given.
+TEST(SwigluRowConfig, AutoRuleFollowsTheMeasuredCrossover) {
+  using detail::resolve_swiglu_fp8_row_rule;
+  const int64_t u14k = 14336 / 8, u16k = 16384 / 8, u28k = 28672 / 8;
+  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 1, u16k), SwigluRowRule::kTwoChunks);
+  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 32, u14k), SwigluRowRule::kTwoChunks);
+  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 2048, u14k), SwigluRowRule::kFourShared);
+  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 8192, u16k), SwigluRowRule::kFourShared);
+  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 1, u28k), SwigluRowRule::kFourShared);
+  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kTwoChunks, 8192, u28k), SwigluRowRule::kTwoChunks);
+  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kFourSharedNext, 1, u14k), SwigluRowRule::kFourSharedNext);
+  // Narrow rows take 2 chunks per thread in registers whatever the rule resolves to.
+  EXPECT_EQ(detail::swiglu_fp8_row_config(512, resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 8192, 512)).v, 2);
+}
+
 }  // namespace
 }  // namespace blockfuse
