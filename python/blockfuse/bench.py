@@ -2,6 +2,8 @@
 
     python -m blockfuse.bench model ...      # patched vs unpatched HF model (blockfuse/bench_model.py)
     python -m blockfuse.bench overhead       # µs per call of each op vs F.linear (bench_model.py)
+    python -m blockfuse.bench fused-mlp      # the fused decode MLP vs torch (bench_decode.py)
+    python -m blockfuse.bench gated-up-fp8   # the FP8 gated up-projection vs torch._scaled_mm
     python -m blockfuse.bench gated-up [--models 8b,70b,405b,gemma27b] [--tokens 512,1024,...]
                                        [--reps-time 0.3] [--out DIR] [--quick]
 
@@ -308,6 +310,9 @@ def main(argv=None):
     if argv and argv[0] in ("model", "overhead"):  # the end-to-end and per-call benchmarks
         from . import bench_model
         return bench_model.main(argv)
+    if argv and argv[0] in ("fused-mlp", "gated-up-fp8"):  # the decode MLP and the FP8 projection
+        from . import bench_decode
+        return bench_decode.main(argv)
     p = argparse.ArgumentParser(prog="python -m blockfuse.bench", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     g = sub.add_parser("gated-up", help="TFLOP/s and peak activation memory of the gated up-projection pipelines")

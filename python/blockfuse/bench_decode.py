@@ -1,0 +1,201 @@
+"""Python benchmarks of the fused decode MLP and the FP8 gated up-projection, beside what a PyTorch
+user runs otherwise, in one process on one GPU:
+
+    python -m blockfuse.bench fused-mlp [--shapes 8b,70b] [--rows 1,4,16,32] [--json FILE]
+    python -m blockfuse.bench gated-up-fp8 [--shapes 8b,70b] [--tokens 1024,4096,16384] [--json FILE]
+
+fused-mlp: y = down(silu(x·W_gateᵀ) ⊙ x·W_upᵀ) at decode sizes. torch = F.linear(gate), F.linear(up),
+silu·mul, F.linear(down); blockfuse dense = ops.fused_mlp; blockfuse sparse = ops.fused_mlp_sparse
+over one random list of 50 / 75 / 90 % inactive 32-neuron blocks. Each is captured in a CUDA graph of
+20 calls and timed by replays (median per call); the weights (hundreds of MB) exceed the L2, so
+every call reads them from DRAM. GB/s counts the weight rows read; % copy is of a 1 GiB device copy
+measured in the same run.
+
+gated-up-fp8: h = silu(x·W_gateᵀ) ⊙ x·W_upᵀ from e4m3 operands. torch._scaled_mm alone (into
+[M, 2U], bf16, per-tensor scales, its default accumulation) and followed by blockfuse's interleaved
+swiglu (bf16, and swiglu_fp8 with a static scale for an e4m3 h); ops.gated_up_fp8 with bf16 and e4m3
+h; ops.gated_up (bf16 operands) for scale. CUDA events around each call, median of the repetitions.
+Every blockfuse result is checked against an fp32 reference before it is timed (exit status 1 if
+wrong).
+"""
+import argparse
+import json
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from . import ops
+
+SHAPES = {"8b": ("Llama-3 8B", 4096, 14336), "70b": ("Llama-3 70B", 8192, 28672)}
+FP8 = torch.float8_e4m3fn
+
+
+def _rel(a, b):
+    a, b = a.float(), b.float()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def _copy_gbs():
+    n = 1 << 30
+    src, dst = torch.empty(n, dtype=torch.uint8, device="cuda"), torch.empty(n, dtype=torch.uint8, device="cuda")
+    for _ in range(3):
+        dst.copy_(src)
+    ms = _events_ms(lambda: dst.copy_(src), 10)
+    return 2 * n / (ms * 1e6)
+
+
+def _events_ms(fn, reps, warmup=3):
+    for _ in range(warmup):
+        fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for s, e in zip(starts, ends):
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def _graph_us(fn, calls=20, reps=20):
+    """Median µs per call of `calls` calls captured in one CUDA graph."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    return _events_ms(g.replay, reps) * 1e3 / calls
+
+
+def run_fused_mlp(a):
+    copy = _copy_gbs()
+    rows_out = []
+    for key in a.shapes:
+        name, k, u = SHAPES[key]
+        g = torch.Generator(device="cuda").manual_seed(0)
+        wg = (torch.randn(u, k, device="cuda", generator=g) * k ** -0.5).bfloat16()
+        wu = (torch.randn(u, k, device="cuda", generator=g) * k ** -0.5).bfloat16()
+        wd = (torch.randn(k, u, device="cuda", generator=g) * u ** -0.5).bfloat16()
+        wgu, wdt = ops.interleave_gate_up(wg, wu), wd.t().contiguous()
+        ops.fused_mlp_reserve(wdt)
+        nb = u // 32
+        for m in a.rows:
+            x = torch.randn(m, k, device="cuda", generator=g).bfloat16()
+            want = ops.fused_mlp_reference(x, wgu, wdt, out_dtype=torch.float32)
+            got = ops.fused_mlp(x, wgu, wdt)
+            if not _rel(got, want) < 1e-2:
+                sys.exit(f"fused_mlp differs from the fp32 reference ({_rel(got, want):.3e}) at {name} M={m}")
+            t_torch = _graph_us(lambda: F.linear(F.silu(F.linear(x, wg)) * F.linear(x, wu), wd))
+            t_dense = _graph_us(lambda: ops.fused_mlp(x, wgu, wdt))
+            weight_bytes = 3 * u * k * 2
+            row = dict(benchmark="fused-mlp-python", model=name, K=k, U=u, M=m, torch_us=t_torch, dense_us=t_dense,
+                       dense_over_torch=t_torch / t_dense, dense_frac_of_copy=weight_bytes / (t_dense * 1e3) / copy,
+                       copy_gbs=copy)
+            for inactive in (50, 75, 90):
+                active = sorted(torch.randperm(nb, generator=torch.Generator().manual_seed(inactive))[
+                    : nb * (100 - inactive) // 100].tolist())
+                idx = torch.tensor(active, dtype=torch.int32, device="cuda")
+                cnt = torch.tensor([len(active)], dtype=torch.int32, device="cuda")
+                mask = torch.zeros(u, dtype=torch.bool, device="cuda")
+                for b in active:
+                    mask[b * 32:(b + 1) * 32] = True
+                got = ops.fused_mlp_sparse(x, wgu, wdt, idx, cnt, 32)
+                ref = ops.fused_mlp_reference(x, wgu, wdt, neuron_mask=mask.expand(m, u), out_dtype=torch.float32)
+                if not _rel(got, ref) < 1e-2:
+                    sys.exit(f"fused_mlp_sparse differs from the reference at {name} M={m} {inactive}% inactive")
+                t = _graph_us(lambda: ops.fused_mlp_sparse(x, wgu, wdt, idx, cnt, 32))
+                row[f"sparse{inactive}_us"] = t
+                row[f"sparse{inactive}_over_dense"] = t_dense / t
+                row[f"sparse{inactive}_over_torch"] = t_torch / t
+            rows_out.append(row)
+            print(f"{name:12s} M={m:3d}  torch {t_torch:8.1f} us  dense {t_dense:8.1f} us (x{t_torch / t_dense:.2f}, "
+                  f"{100 * row['dense_frac_of_copy']:.0f}% copy)  sparse 50/75/90: "
+                  + " ".join(f"{row[f'sparse{p}_us']:.1f} us (x{row[f'sparse{p}_over_dense']:.2f} dense)" for p in (50, 75, 90)),
+                  flush=True)
+    return rows_out
+
+
+def run_gated_up_fp8(a):
+    if torch.cuda.get_device_capability() != (9, 0):
+        sys.exit("gated-up-fp8: the FP8 kernel is sm90a (Hopper) only")
+    rows_out = []
+    for key in a.shapes:
+        name, k, u = SHAPES[key]
+        g = torch.Generator(device="cuda").manual_seed(1)
+        w16 = (torch.randn(2 * u, k, device="cuda", generator=g) * k ** -0.5).bfloat16()
+        sw = (w16.float().abs().amax() / 448).reshape(1)
+        w8 = (w16.float() / sw).to(FP8)
+        for m in a.tokens:
+            x16 = torch.randn(m, k, device="cuda", generator=g).bfloat16()
+            sx = (x16.float().abs().amax() / 448).reshape(1)
+            x8 = (x16.float() / sx).to(FP8)
+            s_out = torch.tensor([0.01], device="cuda")
+            h = ops.gated_up_fp8(x8, sx, w8, sw)
+            ref = ops.gated_up_fp8_reference(x8[:128], sx, w8, sw).float()
+            if not _rel(h[:128], ref) < 1e-2:
+                sys.exit(f"gated_up_fp8 differs from the fp32 reference at {name} M={m}")
+
+            def scaled_mm():
+                return torch._scaled_mm(x8, w8.t(), scale_a=sx, scale_b=sw, out_dtype=torch.bfloat16)
+
+            z = scaled_mm()
+            if not _rel(ops.swiglu(z, "silu", "interleaved")[:128], ref) < 2e-2:
+                sys.exit(f"torch._scaled_mm + swiglu differs from the reference at {name} M={m}")
+            flops = 2.0 * m * k * 2 * u
+            t = {
+                "scaled_mm": _events_ms(scaled_mm, a.reps),
+                "scaled_mm+swiglu": _events_ms(lambda: ops.swiglu(scaled_mm(), "silu", "interleaved"), a.reps),
+                "scaled_mm+swiglu_fp8": _events_ms(lambda: ops.swiglu_fp8(scaled_mm(), s_out, "silu", "interleaved"), a.reps),
+                "fused_fp8_bf16_out": _events_ms(lambda: ops.gated_up_fp8(x8, sx, w8, sw), a.reps),
+                "fused_fp8_e4m3_out": _events_ms(lambda: ops.gated_up_fp8(x8, sx, w8, sw, "silu", s_out), a.reps),
+                "fused_bf16": _events_ms(lambda: ops.gated_up(x16, w16), a.reps),
+            }
+            row = dict(benchmark="gated-up-fp8-python", model=name, M=m, K=k, U=u,
+                       **{f"{n}_tflops": flops / (ms * 1e9) for n, ms in t.items()})
+            row["fused_over_scaled_mm"] = t["scaled_mm"] / t["fused_fp8_bf16_out"]
+            row["fused_over_scaled_mm_swiglu"] = t["scaled_mm+swiglu"] / t["fused_fp8_bf16_out"]
+            row["fused_e4m3_over_scaled_mm_swiglu_fp8"] = t["scaled_mm+swiglu_fp8"] / t["fused_fp8_e4m3_out"]
+            row["fused_fp8_over_fused_bf16"] = t["fused_bf16"] / t["fused_fp8_bf16_out"]
+            rows_out.append(row)
+            print(f"{name:12s} M={m:6d}  " + "  ".join(f"{n} {flops / (ms * 1e9):.0f}" for n, ms in t.items())
+                  + f"  TFLOP/s; fused/_scaled_mm x{row['fused_over_scaled_mm']:.2f}", flush=True)
+    return rows_out
+
+
+def main(argv):
+    p = argparse.ArgumentParser(prog="python -m blockfuse.bench", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    f = sub.add_parser("fused-mlp", help="the fused decode MLP (dense and sparse) vs torch's three GEMMs")
+    f.add_argument("--shapes", default="8b,70b")
+    f.add_argument("--rows", default="1,4,16,32")
+    f.add_argument("--json")
+    q = sub.add_parser("gated-up-fp8", help="the FP8 gated up-projection vs torch._scaled_mm (+ swiglu)")
+    q.add_argument("--shapes", default="8b,70b")
+    q.add_argument("--tokens", default="1024,4096,16384")
+    q.add_argument("--reps", type=int, default=20)
+    q.add_argument("--json")
+    a = p.parse_args(argv)
+    a.shapes = [s for s in a.shapes.split(",") if s]
+    bad = [s for s in a.shapes if s not in SHAPES]
+    if bad:
+        p.error(f"unknown shape(s) {bad}; choose from {list(SHAPES)}")
+    if a.command == "fused-mlp":
+        a.rows = [int(r) for r in a.rows.split(",") if r]
+        if any(not 1 <= r <= 32 for r in a.rows):
+            p.error("--rows: each between 1 and 32 (the fused MLP's decode range)")
+        rows = run_fused_mlp(a)
+    else:
+        a.tokens = [int(t) for t in a.tokens.split(",") if t]
+        rows = run_gated_up_fp8(a)
+    out = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows)
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump(out, fh, indent=1)
+    return 0
