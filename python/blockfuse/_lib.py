@@ -34,12 +34,17 @@ def _candidates():
         yield here
 
 
-def _already_registered():
+def has_op(name):
+    """Whether blockfuse::<name> is registered (a library built before an op existed lacks it)."""
     try:
-        torch._C._dispatch_find_schema_or_throw("blockfuse::gated_up", "")
+        torch._C._dispatch_find_schema_or_throw(f"blockfuse::{name}", "")
         return True
     except RuntimeError:
         return False
+
+
+def _already_registered():
+    return has_op("gated_up")
 
 
 def load():

@@ -42,16 +42,8 @@ SUPPORTED_HEAD_DIMS = (64, 128, 256)
 _DTYPES = (torch.bfloat16, torch.float16)
 
 
-def _op_registered():
-    try:
-        torch._C._dispatch_find_schema_or_throw("blockfuse::attention", "")
-        return True
-    except RuntimeError:
-        return False
-
-
 # The loaded library has the attention ops (a _C.so built before they existed has not).
-_HAS_OP = _lib.error is None and _op_registered()
+_HAS_OP = _lib.error is None and _lib.has_op("attention")
 
 
 def _require():

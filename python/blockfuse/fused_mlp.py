@@ -35,16 +35,8 @@ _lib.load()
 ROUTER_MODES = ("threshold", "topk")
 
 
-def _op_registered(name):
-    try:
-        torch._C._dispatch_find_schema_or_throw(f"blockfuse::{name}", "")
-        return True
-    except RuntimeError:
-        return False
-
-
 # The loaded library has the fused-MLP ops (a _C.so built before they existed has not).
-_HAS_OP = _lib.error is None and _op_registered("fused_mlp")
+_HAS_OP = _lib.error is None and _lib.has_op("fused_mlp")
 
 
 def _require():

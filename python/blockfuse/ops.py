@@ -384,15 +384,7 @@ from .attention import attention, attention_varlen  # noqa: E402,F401
 
 # ---- FP8 gated up-projection (sm90a) -----------------------------------------------------------
 
-def _has_op(name):
-    try:
-        torch._C._dispatch_find_schema_or_throw(f"blockfuse::{name}", "")
-        return True
-    except RuntimeError:
-        return False
-
-
-_HAS_GATED_UP_FP8 = _lib.error is None and _has_op("gated_up_fp8")
+_HAS_GATED_UP_FP8 = _lib.error is None and _lib.has_op("gated_up_fp8")
 
 
 def gated_up_fp8(x, x_scale, w, w_scale, activation="silu", out_scale=None):

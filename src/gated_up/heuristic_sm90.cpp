@@ -23,13 +23,14 @@
 
 namespace blockfuse {
 
-int choose_gated_up_sm90_tile_config(const GatedUpProblem& p, const detail::DeviceSpec& dev) {
+int sm90_cheapest_tile_config(const Sm90TileConfigRow* table, int rows, const GatedUpProblem& p,
+                              const detail::DeviceSpec& dev) {
   const long long sms = dev.sm_count > 0 ? dev.sm_count : 1;
   const long long m = p.m < 1 ? 1 : p.m, u = p.u < 1 ? 1 : p.u;
   int best = 0;
   double best_cost = 0;
-  for (int c = 0; c < kNumSm90TileConfigs; ++c) {
-    const Sm90TileConfigRow& r = kSm90TileConfigs[c];
+  for (int c = 0; c < rows; ++c) {
+    const Sm90TileConfigRow& r = table[c];
     const long long tiles = sm90_num_tiles(m, u, r);
     const long long waves = (tiles + sms - 1) / sms;
     const double rate = p.k <= 4096 ? r.rel_rate : r.rel_rate_large_k;
@@ -40,6 +41,10 @@ int choose_gated_up_sm90_tile_config(const GatedUpProblem& p, const detail::Devi
     }
   }
   return best;
+}
+
+int choose_gated_up_sm90_tile_config(const GatedUpProblem& p, const detail::DeviceSpec& dev) {
+  return sm90_cheapest_tile_config(kSm90TileConfigs, kNumSm90TileConfigs, p, dev);
 }
 
 }  // namespace blockfuse

@@ -97,4 +97,9 @@ inline constexpr long long sm90_num_tiles(long long m, long long u, const Sm90Ti
 // sm90a kernels.
 int choose_gated_up_sm90_tile_config(const GatedUpProblem& p, const detail::DeviceSpec& dev);
 
+// The model behind it, over any table of rows (the FP8 heuristic uses it on its own table): the row
+// with the least waves x (bm·bn) / rate, ties to the lower index.
+int sm90_cheapest_tile_config(const Sm90TileConfigRow* table, int rows, const GatedUpProblem& p,
+                              const detail::DeviceSpec& dev);
+
 }  // namespace blockfuse
