@@ -251,3 +251,34 @@ def test_hf_mask_with_a_hole_falls_back(monkeypatch):
     torch.testing.assert_close(res["blockfuse"][0], res["eager"][0], atol=1e-5, rtol=1e-5)
     keep = am[1].bool()
     torch.testing.assert_close(res["blockfuse"][1, keep], res["eager"][1, keep], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("sq, sk, length, causal, window", [
+    (7, 7, 7, True, -1),     # prefill
+    (1, 12, 12, True, -1),   # a decode step
+    (4, 12, 12, True, 3),    # a chunked prefill against a cache, sliding window
+    (3, 16, 11, True, -1),   # a StaticCache: slots >= length are unfilled
+    (5, 9, 9, False, -1),    # not causal
+])
+def test_padded_path_equals_the_fallback(sq, sk, length, causal, window, monkeypatch):
+    """hf_attention_forward's unpadding straight against its own fallback (an equivalent dense mask)
+    with the fp32 reference as the kernel: left and right padding, a row padded to nothing but its
+    last token, bottom-right alignment at Sq < Sk, StaticCache-length masks, windows."""
+    monkeypatch.setattr(A, "_fused_ok", lambda *a: True)
+    calls = []
+    monkeypatch.setattr(A, "_fused_varlen", _varlen_reference(calls))
+    b, hq, hkv, d = 4, 4, 2, 64
+    q = rand(b, hq, sq, d, seed=11)
+    k, v = rand(b, hkv, sk, d, seed=12), rand(b, hkv, sk, d, seed=13)
+    mask = torch.ones(b, length, dtype=torch.long)
+    mask[1, :3] = 0             # left padding
+    mask[2, length - 2:] = 0    # right padding (queries at the end are padding)
+    mask[3, :length - 1] = 0    # only the last token kept
+    module = type("M", (), {"is_causal": causal})()
+    got, _ = A.hf_attention_forward(module, q, k, v, mask, scaling=d ** -0.5, sliding_window=window + 1 if window >= 0 else None)
+    want = A._fallback(q, k, v, mask, d ** -0.5, 0.0, causal, window, 0.0)
+    assert len(calls) == 1  # the varlen path ran (not the fallback)
+    for row in range(b):
+        keep = mask[row, length - sq:].bool()  # the kept query rows; padding query rows are not compared
+        torch.testing.assert_close(got[row, keep], want[row, keep], atol=1e-5, rtol=1e-5)
+        assert torch.equal(got[row, ~keep], torch.zeros_like(got[row, ~keep]))
