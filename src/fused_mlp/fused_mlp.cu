@@ -220,60 +220,69 @@ void fused_mlp(ConstMatrix x, ConstMatrix w_gate_up, ConstMatrix w_down_t, Matri
   run(kFn, pr, x, w_gate_up, w_down_t, y, act, p, neurons, config.reduction, workspace, stream);
 }
 
-void fused_mlp_sparse(ConstMatrix x, ConstMatrix w_gate_up, ConstMatrix w_down_t, Matrix y, Activation act,
-                      NeuronBlockList blocks, void* workspace, size_t workspace_bytes, FusedMlpConfig config,
-                      cudaStream_t stream) {
+namespace {
+
+// What the two sparse entry points share: a device list of neuron blocks (`len` entries per row:
+// the union list's capacity, or the per-token lists' row stride ld), its checks and the launch.
+struct SparseList {
+  ListMode mode;
+  const int32_t* idx;
+  const int32_t* cnt;
+  int64_t len;
+  int block_size;
+  const char* len_name;  // "capacity" or "ld"
+  const char* cnt_name;  // "blocks.count" or "blocks.counts"
+};
+
+void run_sparse(const SparseList& l, const ConstMatrix& x, const ConstMatrix& w_gate_up, const ConstMatrix& w_down_t,
+                const Matrix& y, Activation act, void* workspace, size_t workspace_bytes, FusedMlpConfig config,
+                cudaStream_t stream) {
   const Problem pr = validate_matrices(kSparseFn, x, w_gate_up, w_down_t, y, act);
   validate_config(kSparseFn, config);
-  validate_block_size(kSparseFn, "blocks", blocks.block_size, pr.u);
-  const int64_t n_blocks = pr.u / blocks.block_size;
-  if (blocks.capacity < 0 || blocks.capacity > n_blocks)
-    throw_arg(kSparseFn, "blocks", cat("has capacity = ", blocks.capacity),
-              cat("0 <= capacity <= U / block_size (= ", n_blocks, ")"));
-  check_int_pointer(kSparseFn, "blocks.count", blocks.count);
-  if (blocks.capacity > 0) check_int_pointer(kSparseFn, "blocks.indices", blocks.indices);
-  const int64_t groups = blocks.capacity * (blocks.block_size / fmlp::kGroup);
+  validate_block_size(kSparseFn, "blocks", l.block_size, pr.u);
+  const int64_t n_blocks = pr.u / l.block_size;
+  if (l.len < 0 || l.len > n_blocks)
+    throw_arg(kSparseFn, "blocks", cat("has ", l.len_name, " = ", l.len),
+              cat("0 <= ", l.len_name, " <= U / block_size (= ", n_blocks, ")"));
+  check_int_pointer(kSparseFn, l.cnt_name, l.cnt);
+  if (l.len > 0) check_int_pointer(kSparseFn, "blocks.indices", l.idx);
+  // A union list covers only its blocks; with per-token lists every neuron block may be selected by
+  // some token, so the grid covers all of them.
+  const int64_t groups = l.mode == ListMode::kUnion ? l.len * (l.block_size / fmlp::kGroup) : pr.u / fmlp::kGroup;
   const int neurons = check_workspace_and_devices(kSparseFn, pr, x, w_gate_up, w_down_t, y, workspace,
                                                   workspace_bytes, config, groups);
-  detail::check_device_pointer(kSparseFn, "blocks.count", blocks.count);
-  if (blocks.capacity > 0) detail::check_device_pointer(kSparseFn, "blocks.indices", blocks.indices);
+  detail::check_device_pointer(kSparseFn, l.cnt_name, l.cnt);
+  if (l.len > 0) detail::check_device_pointer(kSparseFn, "blocks.indices", l.idx);
   fmlp::FusedMlpParams p{};
-  p.mode = ListMode::kUnion;
-  p.idx = blocks.indices;
-  p.cnt = blocks.count;
-  p.capacity = blocks.capacity;
-  p.list_groups_per_block = blocks.block_size / fmlp::kGroup;
+  p.mode = l.mode;
+  p.idx = l.idx;
+  p.cnt = l.cnt;
+  if (l.mode == ListMode::kUnion)
+    p.capacity = l.len;
+  else
+    p.idx_ld = l.len;
+  p.list_groups_per_block = l.block_size / fmlp::kGroup;
   p.list_blocks = n_blocks;
   p.groups = groups;
   run(kSparseFn, pr, x, w_gate_up, w_down_t, y, act, p, neurons, config.reduction, workspace, stream);
 }
 
+}  // namespace
+
+void fused_mlp_sparse(ConstMatrix x, ConstMatrix w_gate_up, ConstMatrix w_down_t, Matrix y, Activation act,
+                      NeuronBlockList blocks, void* workspace, size_t workspace_bytes, FusedMlpConfig config,
+                      cudaStream_t stream) {
+  run_sparse({ListMode::kUnion, blocks.indices, blocks.count, blocks.capacity, blocks.block_size, "capacity",
+              "blocks.count"},
+             x, w_gate_up, w_down_t, y, act, workspace, workspace_bytes, config, stream);
+}
+
 void fused_mlp_sparse(ConstMatrix x, ConstMatrix w_gate_up, ConstMatrix w_down_t, Matrix y, Activation act,
                       PerTokenNeuronBlocks blocks, void* workspace, size_t workspace_bytes, FusedMlpConfig config,
                       cudaStream_t stream) {
-  const Problem pr = validate_matrices(kSparseFn, x, w_gate_up, w_down_t, y, act);
-  validate_config(kSparseFn, config);
-  validate_block_size(kSparseFn, "blocks", blocks.block_size, pr.u);
-  const int64_t n_blocks = pr.u / blocks.block_size;
-  if (blocks.ld < 0 || blocks.ld > n_blocks)
-    throw_arg(kSparseFn, "blocks", cat("has ld = ", blocks.ld), cat("0 <= ld <= U / block_size (= ", n_blocks, ")"));
-  check_int_pointer(kSparseFn, "blocks.counts", blocks.counts);
-  if (blocks.ld > 0) check_int_pointer(kSparseFn, "blocks.indices", blocks.indices);
-  // Every neuron block may be selected by some token: the grid covers all of them.
-  const int64_t groups = pr.u / fmlp::kGroup;
-  const int neurons = check_workspace_and_devices(kSparseFn, pr, x, w_gate_up, w_down_t, y, workspace,
-                                                  workspace_bytes, config, groups);
-  detail::check_device_pointer(kSparseFn, "blocks.counts", blocks.counts);
-  if (blocks.ld > 0) detail::check_device_pointer(kSparseFn, "blocks.indices", blocks.indices);
-  fmlp::FusedMlpParams p{};
-  p.mode = ListMode::kPerToken;
-  p.idx = blocks.indices;
-  p.cnt = blocks.counts;
-  p.idx_ld = blocks.ld;
-  p.list_groups_per_block = blocks.block_size / fmlp::kGroup;
-  p.list_blocks = n_blocks;
-  p.groups = groups;
-  run(kSparseFn, pr, x, w_gate_up, w_down_t, y, act, p, neurons, config.reduction, workspace, stream);
+  run_sparse({ListMode::kPerToken, blocks.indices, blocks.counts, blocks.ld, blocks.block_size, "ld",
+              "blocks.counts"},
+             x, w_gate_up, w_down_t, y, act, workspace, workspace_bytes, config, stream);
 }
 
 // ---- debug check of device lists -----------------------------------------------------------------
