@@ -20,46 +20,31 @@ wrong).
 """
 import argparse
 import json
-import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
 
 from . import ops
+from .bench import time_cuda
+from .bench_model import rel as _rel
 
 SHAPES = {"8b": ("Llama-3 8B", 4096, 14336), "70b": ("Llama-3 70B", 8192, 28672)}
 FP8 = torch.float8_e4m3fn
 
 
-def _rel(a, b):
-    a, b = a.float(), b.float()
-    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+def _ms(fn, reps_time=0.2):
+    """Median milliseconds of fn() (bench.time_cuda: CUDA events, warm-up, 10..100 repetitions)."""
+    return time_cuda(lambda _: fn(), [None], 3, reps_time)[0]
 
 
 def _copy_gbs():
     n = 1 << 30
     src, dst = torch.empty(n, dtype=torch.uint8, device="cuda"), torch.empty(n, dtype=torch.uint8, device="cuda")
-    for _ in range(3):
-        dst.copy_(src)
-    ms = _events_ms(lambda: dst.copy_(src), 10)
-    return 2 * n / (ms * 1e6)
+    return 2 * n / (_ms(lambda: dst.copy_(src)) * 1e6)
 
 
-def _events_ms(fn, reps, warmup=3):
-    for _ in range(warmup):
-        fn()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for s, e in zip(starts, ends):
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
-
-
-def _graph_us(fn, calls=20, reps=20):
+def _graph_us(fn, calls=20):
     """Median µs per call of `calls` calls captured in one CUDA graph."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -71,7 +56,7 @@ def _graph_us(fn, calls=20, reps=20):
     with torch.cuda.graph(g):
         for _ in range(calls):
             fn()
-    return _events_ms(g.replay, reps) * 1e3 / calls
+    return _ms(g.replay) * 1e3 / calls
 
 
 def run_fused_mlp(a):
@@ -150,12 +135,12 @@ def run_gated_up_fp8(a):
                 sys.exit(f"torch._scaled_mm + swiglu differs from the reference at {name} M={m}")
             flops = 2.0 * m * k * 2 * u
             t = {
-                "scaled_mm": _events_ms(scaled_mm, a.reps),
-                "scaled_mm+swiglu": _events_ms(lambda: ops.swiglu(scaled_mm(), "silu", "interleaved"), a.reps),
-                "scaled_mm+swiglu_fp8": _events_ms(lambda: ops.swiglu_fp8(scaled_mm(), s_out, "silu", "interleaved"), a.reps),
-                "fused_fp8_bf16_out": _events_ms(lambda: ops.gated_up_fp8(x8, sx, w8, sw), a.reps),
-                "fused_fp8_e4m3_out": _events_ms(lambda: ops.gated_up_fp8(x8, sx, w8, sw, "silu", s_out), a.reps),
-                "fused_bf16": _events_ms(lambda: ops.gated_up(x16, w16), a.reps),
+                "scaled_mm": _ms(scaled_mm),
+                "scaled_mm+swiglu": _ms(lambda: ops.swiglu(scaled_mm(), "silu", "interleaved")),
+                "scaled_mm+swiglu_fp8": _ms(lambda: ops.swiglu_fp8(scaled_mm(), s_out, "silu", "interleaved")),
+                "fused_fp8_bf16_out": _ms(lambda: ops.gated_up_fp8(x8, sx, w8, sw)),
+                "fused_fp8_e4m3_out": _ms(lambda: ops.gated_up_fp8(x8, sx, w8, sw, "silu", s_out)),
+                "fused_bf16": _ms(lambda: ops.gated_up(x16, w16)),
             }
             row = dict(benchmark="gated-up-fp8-python", model=name, M=m, K=k, U=u,
                        **{f"{n}_tflops": flops / (ms * 1e9) for n, ms in t.items()})
@@ -179,7 +164,6 @@ def main(argv):
     q = sub.add_parser("gated-up-fp8", help="the FP8 gated up-projection vs torch._scaled_mm (+ swiglu)")
     q.add_argument("--shapes", default="8b,70b")
     q.add_argument("--tokens", default="1024,4096,16384")
-    q.add_argument("--reps", type=int, default=20)
     q.add_argument("--json")
     a = p.parse_args(argv)
     a.shapes = [s for s in a.shapes.split(",") if s]
