@@ -74,6 +74,15 @@ struct Case {
   std::function<void(HostMatrix& x, HostMatrix& res)> tweak;
 };
 
+// A case of `rows` x `h` in dtype `dt`, every other field at its default.
+Case shape(DType dt, int64_t rows, int64_t h) {
+  Case c;
+  c.dt = dt;
+  c.rows = rows;
+  c.h = h;
+  return c;
+}
+
 bool is_nan_bits(DType t, uint16_t b) { return std::isnan(host::to_float(t, b)); }
 
 void run_case(const Case& c) {
@@ -207,17 +216,11 @@ TEST_P(AddRmsNormGpu, OutOfPlace) {
   SKIP_WITHOUT_GPU();
   for (int64_t rows : {1, 3, 255})
     for (int64_t h : kHidden) {
-      Case c;
-      c.dt = GetParam();
-      c.rows = rows;
-      c.h = h;
+      Case c = shape(GetParam(), rows, h);
       run_case(c);
     }
   for (int64_t h : {8, 64}) {  // many short rows: 65537 blocks of one warp
-    Case c;
-    c.dt = GetParam();
-    c.rows = 65537;
-    c.h = h;
+    Case c = shape(GetParam(), 65537, h);
     run_case(c);
   }
 }
@@ -226,10 +229,7 @@ TEST_P(AddRmsNormGpu, InPlace) {
   SKIP_WITHOUT_GPU();
   for (int64_t rows : {1, 3, 255})
     for (int64_t h : kHidden) {
-      Case c;
-      c.dt = GetParam();
-      c.rows = rows;
-      c.h = h;
+      Case c = shape(GetParam(), rows, h);
       c.in_place = true;
       run_case(c);
     }
@@ -241,10 +241,7 @@ TEST_P(AddRmsNormGpu, LargestRegisterRowAndLoopPath) {
   for (int64_t h : {32768, 32776, 65536, 131072, 131080})
     for (bool in_place : {false, true})
       for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
-        Case c;
-        c.dt = GetParam();
-        c.rows = 5;
-        c.h = h;
+        Case c = shape(GetParam(), 5, h);
         c.in_place = in_place;
         c.fp8 = f;
         run_case(c);
@@ -254,10 +251,7 @@ TEST_P(AddRmsNormGpu, LargestRegisterRowAndLoopPath) {
 TEST_P(AddRmsNormGpu, OptionalArgumentsAndGemma) {
   SKIP_WITHOUT_GPU();
   for (int64_t h : {24, 4096, 16384}) {
-    Case c;
-    c.dt = GetParam();
-    c.rows = 67;
-    c.h = h;
+    Case c = shape(GetParam(), 67, h);
     { Case d = c; d.has_res = false; run_case(d); }                       // first layer: r = x
     { Case d = c; d.write_res = false; run_case(d); }                     // residual_out skipped
     { Case d = c; d.has_res = false; d.write_res = false; run_case(d); }  // plain RMSNorm
@@ -272,10 +266,7 @@ TEST_P(AddRmsNormGpu, StridedRows) {
     for (int64_t rows : {1, 3, 255})
       for (int64_t h : kHidden)
         for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
-          Case c;
-          c.dt = GetParam();
-          c.rows = rows;
-          c.h = h;
+          Case c = shape(GetParam(), rows, h);
           c.pad = pad;
           c.fp8 = f;
           c.in_place = rows == 3;
@@ -290,10 +281,7 @@ TEST_P(AddRmsNormGpu, NonFiniteRowsPropagate) {
   for (int64_t h : {24, 4096, 16384, 32776})
     for (Fp8 f : {Fp8::kNone, Fp8::kStatic, Fp8::kDynamic})
       for (bool in_place : {false, true}) {
-        Case c;
-        c.dt = GetParam();
-        c.rows = 4;
-        c.h = h;
+        Case c = shape(GetParam(), 4, h);
         c.fp8 = f;
         c.in_place = in_place;
         c.tweak = [h](HostMatrix& x, HostMatrix& res) {
@@ -309,10 +297,7 @@ TEST_P(AddRmsNormGpu, Fp8Static) {
   for (Fp8 f : {Fp8::kStatic, Fp8::kStaticSaturating})
     for (int64_t rows : {1, 3, 255})
       for (int64_t h : kHidden) {
-        Case c;
-        c.dt = GetParam();
-        c.rows = rows;
-        c.h = h;
+        Case c = shape(GetParam(), rows, h);
         c.fp8 = f;
         c.in_place = rows == 255;
         run_case(c);
@@ -323,19 +308,13 @@ TEST_P(AddRmsNormGpu, Fp8Dynamic) {
   SKIP_WITHOUT_GPU();
   for (int64_t rows : {1, 3, 255})
     for (int64_t h : kHidden) {
-      Case c;
-      c.dt = GetParam();
-      c.rows = rows;
-      c.h = h;
+      Case c = shape(GetParam(), rows, h);
       c.fp8 = Fp8::kDynamic;
       c.gemma = rows == 3;
       c.in_place = rows == 255;
       run_case(c);
     }
-  Case c;
-  c.dt = GetParam();
-  c.rows = 65537;
-  c.h = 64;
+  Case c = shape(GetParam(), 65537, 64);
   c.fp8 = Fp8::kDynamic;
   c.has_res = false;
   run_case(c);
@@ -346,10 +325,7 @@ TEST_P(AddRmsNormGpu, OnAStream) {
   cudaStream_t s = nullptr;
   CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   for (Fp8 f : {Fp8::kNone, Fp8::kStatic, Fp8::kDynamic}) {
-    Case c;
-    c.dt = GetParam();
-    c.rows = 257;
-    c.h = 1032;
+    Case c = shape(GetParam(), 257, 1032);
     c.pad = 8;
     c.fp8 = f;
     c.stream = s;
@@ -370,10 +346,7 @@ TEST_P(AddRmsNormGpu, OneBlockPerRowKernelsEverywhere) {
   ClustersOff off;
   for (int64_t h : {3584, 4096, 5120, 8200, 16384, 16392, 32768, 65536})
     for (Fp8 f : {Fp8::kNone, Fp8::kStatic, Fp8::kDynamic}) {
-      Case c;
-      c.dt = GetParam();
-      c.rows = 67;
-      c.h = h;
+      Case c = shape(GetParam(), 67, h);
       c.fp8 = f;
       c.pad = h == 8200 ? 8 : 0;
       c.in_place = f == Fp8::kStatic;
@@ -405,10 +378,7 @@ TEST_P(AddRmsNormGpu, BothShapeRulesAndExchanges) {
         detail::set_add_rmsnorm_clusters_enabled(clusters);
         for (int64_t h : {4096, 12288, 16384, 16392})
           for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
-            Case c;
-            c.dt = GetParam();
-            c.rows = clusters ? 3 : 67;
-            c.h = h;
+            Case c = shape(GetParam(), clusters ? 3 : 67, h);
             c.fp8 = f;
             c.gemma = h == 12288;
             c.in_place = h == 16392;
@@ -435,10 +405,7 @@ TEST_P(AddRmsNormGpu, Fp8DynamicOneExchangeEdgeRows) {
       res.set(2, h - 1, -INFINITY);
     };
     run_case(n);
-    Case c;
-    c.dt = GetParam();
-    c.rows = 3;
-    c.h = h;
+    Case c = shape(GetParam(), 3, h);
     c.fp8 = Fp8::kDynamic;
     c.tweak = [](HostMatrix& x, HostMatrix& res) {
       for (int64_t r = 0; r < x.rows; ++r)
@@ -462,10 +429,7 @@ TEST(AddRmsNormSanitizer, EveryKernelVariantSmall) {
   for (DType dt : {DType::kBF16, DType::kFP16})
     for (int64_t h : {24, 2048, 5120, 8200, 16384, 16392, 32776})
       for (Fp8 f : {Fp8::kNone, Fp8::kStatic, Fp8::kDynamic}) {
-        Case c;
-        c.dt = dt;
-        c.rows = 3;
-        c.h = h;
+        Case c = shape(dt, 3, h);
         c.fp8 = f;
         c.pad = 8;
         c.in_place = h == 2048 || h == 8200;
