@@ -304,6 +304,22 @@ def _tiny(kind):
     return cfg, transformers.Gemma2ForCausalLM, "eager"  # Gemma-2 has no SDPA path (soft-cap)
 
 
+def _three_models(kind, seed):
+    """(cfg, baseline name, fp32 eager twin, bf16 baseline, bf16 model on the blockfuse backend),
+    from one random tiny model."""
+    assert A.register_hf_backend()
+    cfg, cls, baseline = _tiny(kind)
+    torch.manual_seed(seed)
+    base = cls(cfg).to(device="cuda", dtype=torch.bfloat16).eval()
+    ref32 = copy.deepcopy(base).float()
+    _set_impl(ref32, "eager")
+    _set_impl(base, baseline)
+    fused = copy.deepcopy(base)
+    _set_impl(fused, "blockfuse")
+    assert fused.config._attn_implementation == "blockfuse"
+    return cfg, baseline, ref32, base, fused
+
+
 @pytest.fixture
 def no_fallback(monkeypatch):
     """Fails the test if the HF backend takes the SDPA fallback (the fused kernel must run)."""
@@ -316,16 +332,7 @@ def no_fallback(monkeypatch):
 @needs_mask_interface
 @pytest.mark.parametrize("kind", ("llama", "gemma2"))
 def test_hf_model_logits_and_generate(kind, no_fallback):
-    assert A.register_hf_backend()
-    cfg, cls, baseline = _tiny(kind)
-    torch.manual_seed(0)
-    base = cls(cfg).to(device="cuda", dtype=torch.bfloat16).eval()
-    ref32 = copy.deepcopy(base).float()
-    _set_impl(ref32, "eager")
-    _set_impl(base, baseline)
-    fused = copy.deepcopy(base)
-    _set_impl(fused, "blockfuse")
-    assert fused.config._attn_implementation == "blockfuse"
+    cfg, baseline, ref32, base, fused = _three_models(kind, 0)
 
     ids = torch.randint(0, cfg.vocab_size, (2, 157), device="cuda")  # > sliding_window: the window matters
     with torch.no_grad():
@@ -355,15 +362,7 @@ def test_hf_padded_batch_runs_varlen_and_matches(kind, no_fallback):
     """A padded batch (left padding in one row, right padding in another) runs the varlen kernel on
     the kept tokens, not the fallback: no worse than the bf16 baseline vs fp32 on every kept row, in
     the prefill and in left-padded greedy generation with a DynamicCache."""
-    A.register_hf_backend()
-    cfg, cls, baseline = _tiny(kind)
-    torch.manual_seed(1)
-    base = cls(cfg).to(device="cuda", dtype=torch.bfloat16).eval()
-    ref32 = copy.deepcopy(base).float()
-    _set_impl(ref32, "eager")
-    _set_impl(base, baseline)
-    model = copy.deepcopy(base)
-    _set_impl(model, "blockfuse")
+    cfg, baseline, ref32, base, model = _three_models(kind, 1)
     ids = torch.randint(0, cfg.vocab_size, (3, 90), device="cuda")
     mask = torch.ones_like(ids)
     mask[1, :13] = 0  # left padding
@@ -397,15 +396,7 @@ def test_hf_padded_batch_runs_varlen_and_matches(kind, no_fallback):
 @needs_mask_interface
 def test_hf_mask_with_a_hole_falls_back_and_matches():
     """A mask that is not one run of kept tokens per row takes the fallback, with the same accuracy."""
-    A.register_hf_backend()
-    cfg, cls, baseline = _tiny("llama")
-    torch.manual_seed(2)
-    base = cls(cfg).to(device="cuda", dtype=torch.bfloat16).eval()
-    ref32 = copy.deepcopy(base).float()
-    _set_impl(ref32, "eager")
-    _set_impl(base, baseline)
-    model = copy.deepcopy(base)
-    _set_impl(model, "blockfuse")
+    cfg, baseline, ref32, base, model = _three_models("llama", 2)
     ids = torch.randint(0, cfg.vocab_size, (2, 64), device="cuda")
     mask = torch.ones_like(ids)
     mask[1, 20:30] = 0  # a hole
