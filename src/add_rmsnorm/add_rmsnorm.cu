@@ -64,6 +64,28 @@ bool cluster_path_available() {
 std::atomic<bool> g_clusters_enabled{true};
 std::atomic<int> g_rule{int(detail::kAddRmsNormDefaultRule)};
 std::atomic<bool> g_one_exchange{true};
+std::atomic<bool> g_next_row{false};
+
+// The register-path kernel, one block per row — or, with next-row loads, a persistent grid of the
+// blocks resident at once (occupancy cached per device and instantiation).
+template <class T, int V, Out kOut, bool kOne>
+void launch_regs(const AddRmsNormParams& p, int threads, cudaStream_t stream) {
+  if (g_next_row.load(std::memory_order_relaxed)) {
+    auto kernel = add_rmsnorm_regs<T, V, kOut, kOne, true>;
+    static detail::PerDeviceCache<int> resident;
+    const int per_sm = resident.get([&](int) {
+      int n = 0;
+      BF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0));
+      return std::max(n, 1);
+    });
+    const int64_t grid = int64_t(per_sm) * detail::current_device_spec().sm_count;
+    kernel<<<static_cast<unsigned>(std::min<int64_t>(p.rows, grid)), threads, 0, stream>>>(p);
+    return;
+  }
+  // One block per row; beyond 2^31 - 1 rows the blocks loop (grid-stride over rows).
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(p.rows, std::numeric_limits<int>::max()));
+  add_rmsnorm_regs<T, V, kOut, kOne><<<blocks, threads, 0, stream>>>(p);
+}
 
 template <class T, Out kOut, bool kOne>
 void launch_shape(const AddRmsNormParams& p, const detail::AddRmsNormConfig& cfg, cudaStream_t stream) {
@@ -75,14 +97,17 @@ void launch_shape(const AddRmsNormParams& p, const detail::AddRmsNormConfig& cfg
     BF_CHECK_LAUNCH();
     return;
   }
-  // One block per row; beyond 2^31 - 1 rows the blocks loop (grid-stride over rows).
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(p.rows, std::numeric_limits<int>::max()));
   switch (cfg.v) {
-    case 1: add_rmsnorm_regs<T, 1, kOut, kOne><<<blocks, cfg.threads, 0, stream>>>(p); break;
-    case 2: add_rmsnorm_regs<T, 2, kOut, kOne><<<blocks, cfg.threads, 0, stream>>>(p); break;
-    case 4: add_rmsnorm_regs<T, 4, kOut, kOne><<<blocks, cfg.threads, 0, stream>>>(p); break;
-    case 8: add_rmsnorm_regs<T, 8, kOut, kOne><<<blocks, cfg.threads, 0, stream>>>(p); break;
-    default: add_rmsnorm_loop<T, kOut><<<blocks, cfg.threads, 0, stream>>>(p); break;
+    case 1: launch_regs<T, 1, kOut, kOne>(p, cfg.threads, stream); break;
+    case 2: launch_regs<T, 2, kOut, kOne>(p, cfg.threads, stream); break;
+    case 4: launch_regs<T, 4, kOut, kOne>(p, cfg.threads, stream); break;
+    case 8: launch_regs<T, 8, kOut, kOne>(p, cfg.threads, stream); break;
+    default: {
+      // One block per row; beyond 2^31 - 1 rows the blocks loop (grid-stride over rows).
+      const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(p.rows, std::numeric_limits<int>::max()));
+      add_rmsnorm_loop<T, kOut><<<blocks, cfg.threads, 0, stream>>>(p);
+      break;
+    }
   }
   BF_CHECK_LAUNCH();
 }
@@ -144,6 +169,8 @@ void set_add_rmsnorm_clusters_enabled(bool enabled) { g_clusters_enabled.store(e
 void set_add_rmsnorm_rule(AddRmsNormRule rule) { g_rule.store(int(rule), std::memory_order_relaxed); }
 void set_add_rmsnorm_one_exchange(bool one) { g_one_exchange.store(one, std::memory_order_relaxed); }
 bool add_rmsnorm_one_exchange() { return g_one_exchange.load(std::memory_order_relaxed); }
+void set_add_rmsnorm_next_row(bool next) { g_next_row.store(next, std::memory_order_relaxed); }
+bool add_rmsnorm_next_row() { return g_next_row.load(std::memory_order_relaxed); }
 }  // namespace detail
 
 void add_rmsnorm(ConstMatrix x, ConstMatrix residual, ConstMatrix weight, Matrix residual_out, Matrix out,

@@ -89,5 +89,10 @@ void set_add_rmsnorm_clusters_enabled(bool enabled);
 void set_add_rmsnorm_rule(AddRmsNormRule rule);
 void set_add_rmsnorm_one_exchange(bool one);
 bool add_rmsnorm_one_exchange();
+// Tests and the bench only (process-wide): the one-block register path as a persistent grid whose
+// blocks load their next row during the current row's reduction and stores (true), or one block
+// per row (false, default).
+void set_add_rmsnorm_next_row(bool next);
+bool add_rmsnorm_next_row();
 
 }  // namespace blockfuse::detail

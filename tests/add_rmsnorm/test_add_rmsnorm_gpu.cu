@@ -389,6 +389,30 @@ TEST_P(AddRmsNormGpu, BothShapeRulesAndExchanges) {
     }
 }
 
+// The persistent grid that loads each block's next row early (set_add_rmsnorm_next_row): every
+// register-path V, more rows than resident blocks (blocks walk several rows), in place, absent
+// residual / residual_out, all three outputs.
+struct NextRowOn {
+  NextRowOn() { detail::set_add_rmsnorm_next_row(true); detail::set_add_rmsnorm_clusters_enabled(false); }
+  ~NextRowOn() { detail::set_add_rmsnorm_next_row(false); detail::set_add_rmsnorm_clusters_enabled(true); }
+};
+
+TEST_P(AddRmsNormGpu, NextRowPersistentGrid) {
+  SKIP_WITHOUT_GPU();
+  NextRowOn on;
+  for (int64_t h : {24, 2048, 4096, 8200, 16384, 16392})
+    for (Fp8 f : {Fp8::kNone, Fp8::kStatic, Fp8::kDynamic}) {
+      Case c = shape(GetParam(), h <= 4096 ? 3001 : 1203, h);
+      c.fp8 = f;
+      c.pad = h == 8200 ? 8 : 0;
+      c.in_place = f == Fp8::kStatic;
+      c.has_res = h != 2048;
+      c.write_res = h != 24;
+      c.gemma = h == 16392;
+      run_case(c);
+    }
+}
+
 // The one-exchange amax (inv · max |r · g|) must give the reference's scale (finite v only) on
 // tiny rows, where inv is large (x ~ 1e-4, eps 1e-6), and on NaN / Inf rows (inv NaN or 0).
 TEST_P(AddRmsNormGpu, Fp8DynamicOneExchangeEdgeRows) {
@@ -482,6 +506,22 @@ TEST(AddRmsNormSanitizer, SwitchedKernelsSmall) {
       }
   }
   detail::set_add_rmsnorm_clusters_enabled(true);
+}
+
+// The next-row persistent grid, small; at H = 16384 the 300 rows outnumber the resident blocks
+// (one or two 512-thread blocks per SM), so blocks walk several rows.
+TEST(AddRmsNormSanitizer, NextRowSmall) {
+  SKIP_WITHOUT_GPU();
+  NextRowOn on;
+  for (int64_t h : {24, 4096, 16384})
+    for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
+      Case c;
+      c.rows = h == 16384 ? 300 : 5;
+      c.h = h;
+      c.fp8 = f;
+      c.in_place = h == 4096;
+      run_case(c);
+    }
 }
 
 // Runs add_rmsnorm (or add_rmsnorm_fp8 with dynamic scales) on x/residual and returns the bytes of
