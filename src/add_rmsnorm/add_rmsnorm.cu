@@ -65,6 +65,7 @@ std::atomic<bool> g_clusters_enabled{true};
 std::atomic<int> g_rule{int(detail::kAddRmsNormDefaultRule)};
 std::atomic<bool> g_one_exchange{true};
 std::atomic<bool> g_next_row{false};
+std::atomic<bool> g_weight_preload{false};
 
 // The register-path kernel, one block per row — or, with next-row loads, a persistent grid of the
 // blocks resident at once (occupancy cached per device and instantiation).
@@ -84,7 +85,10 @@ void launch_regs(const AddRmsNormParams& p, int threads, cudaStream_t stream) {
   }
   // One block per row; beyond 2^31 - 1 rows the blocks loop (grid-stride over rows).
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(p.rows, std::numeric_limits<int>::max()));
-  add_rmsnorm_regs<T, V, kOut, kOne><<<blocks, threads, 0, stream>>>(p);
+  if (g_weight_preload.load(std::memory_order_relaxed))
+    add_rmsnorm_regs<T, V, kOut, kOne, false, true><<<blocks, threads, 0, stream>>>(p);
+  else
+    add_rmsnorm_regs<T, V, kOut, kOne><<<blocks, threads, 0, stream>>>(p);
 }
 
 template <class T, Out kOut, bool kOne>
@@ -171,6 +175,8 @@ void set_add_rmsnorm_one_exchange(bool one) { g_one_exchange.store(one, std::mem
 bool add_rmsnorm_one_exchange() { return g_one_exchange.load(std::memory_order_relaxed); }
 void set_add_rmsnorm_next_row(bool next) { g_next_row.store(next, std::memory_order_relaxed); }
 bool add_rmsnorm_next_row() { return g_next_row.load(std::memory_order_relaxed); }
+void set_add_rmsnorm_weight_preload(bool preload) { g_weight_preload.store(preload, std::memory_order_relaxed); }
+bool add_rmsnorm_weight_preload() { return g_weight_preload.load(std::memory_order_relaxed); }
 }  // namespace detail
 
 void add_rmsnorm(ConstMatrix x, ConstMatrix residual, ConstMatrix weight, Matrix residual_out, Matrix out,

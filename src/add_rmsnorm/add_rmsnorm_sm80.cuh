@@ -40,7 +40,9 @@ __device__ __forceinline__ void prefetch_weight(const T* w, int nchunks) {
 // kNext: a persistent grid (the blocks resident at once, add_rmsnorm.cu) whose blocks issue the loads
 // of their next row as soon as the current row's sum of squares is taken, so those loads are in
 // flight during the reduction and the stores (2V more registers of packed chunks).
-template <class T, int V, AddRmsNormOutput kOut, bool kOneExchange = true, bool kNext = false>
+// kPreloadW: the weight chunks loaded into registers with the first row's chunks instead of read
+// after the reduction (one L2 round trip less on the critical path of a decode-sized call).
+template <class T, int V, AddRmsNormOutput kOut, bool kOneExchange = true, bool kNext = false, bool kPreloadW = false>
 __global__ void __launch_bounds__(512) add_rmsnorm_regs(const AddRmsNormParams p) {
   __shared__ float red[2][32];
   const int nchunks = p.h >> 3;
@@ -52,8 +54,17 @@ __global__ void __launch_bounds__(512) add_rmsnorm_regs(const AddRmsNormParams p
   // The weight chunks are read after the reduction (L2-prefetched here): loading them into
   // registers before the row loop measured slower, 78-87 % vs 89-98 % of copy at H = 16384
   // (results/gpu/experiments/add_rmsnorm_clusters_off_weight_preload.txt vs README.md there).
-  prefetch_weight(w, nchunks);
-  auto weight = [&](int i) { return __ldg(reinterpret_cast<const uint4*>(w) + tid + i * nt); };
+  uint4 wr[kPreloadW ? V : 1];
+  if constexpr (kPreloadW) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) wr[i] = tid + i * nt < nchunks ? __ldg(reinterpret_cast<const uint4*>(w) + tid + i * nt) : zero4();
+  } else {
+    prefetch_weight(w, nchunks);
+  }
+  auto weight = [&](int i) {
+    if constexpr (kPreloadW) return wr[i];
+    else return __ldg(reinterpret_cast<const uint4*>(w) + tid + i * nt);
+  };
   uint4 na[V], nb[V];  // kNext: the raw chunks of this block's next row
   auto load_next = [&](int64_t row) {
     load_row_raw<V>(row_chunks<T>(p.x, row, p.ldx), p.res ? row_chunks<T>(p.res, row, p.ldr) : nullptr, nchunks, na, nb);

@@ -94,5 +94,9 @@ bool add_rmsnorm_one_exchange();
 // per row (false, default).
 void set_add_rmsnorm_next_row(bool next);
 bool add_rmsnorm_next_row();
+// Tests and the bench only (process-wide): the one-block register path loading the weight into
+// registers with the first row (true) or after the reduction, L2-prefetched (false, default).
+void set_add_rmsnorm_weight_preload(bool preload);
+bool add_rmsnorm_weight_preload();
 
 }  // namespace blockfuse::detail

@@ -405,10 +405,32 @@ TEST_P(AddRmsNormGpu, NextRowPersistentGrid) {
       Case c = shape(GetParam(), h <= 4096 ? 3001 : 1203, h);
       c.fp8 = f;
       c.pad = h == 8200 ? 8 : 0;
-      c.in_place = f == Fp8::kStatic;
+      c.in_place = f == Fp8::kStatic && h != 24;
       c.has_res = h != 2048;
       c.write_res = h != 24;
       c.gemma = h == 16392;
+      run_case(c);
+    }
+}
+
+// The register path with the weight loaded into registers up front (set_add_rmsnorm_weight_preload).
+struct WeightPreloadOn {
+  WeightPreloadOn() { detail::set_add_rmsnorm_weight_preload(true); detail::set_add_rmsnorm_clusters_enabled(false); }
+  ~WeightPreloadOn() { detail::set_add_rmsnorm_weight_preload(false); detail::set_add_rmsnorm_clusters_enabled(true); }
+};
+
+TEST_P(AddRmsNormGpu, WeightPreload) {
+  SKIP_WITHOUT_GPU();
+  WeightPreloadOn on;
+  for (int64_t h : {24, 2048, 4096, 8200, 16384, 16392})
+    for (Fp8 f : {Fp8::kNone, Fp8::kStatic, Fp8::kDynamic}) {
+      Case c = shape(GetParam(), 37, h);
+      c.fp8 = f;
+      c.pad = h == 8200 ? 8 : 0;
+      c.in_place = f == Fp8::kStatic && h != 24;
+      c.has_res = h != 2048;
+      c.write_res = h != 24;
+      c.gemma = h == 4096;
       run_case(c);
     }
 }
@@ -517,6 +539,20 @@ TEST(AddRmsNormSanitizer, NextRowSmall) {
     for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
       Case c;
       c.rows = h == 16384 ? 300 : 5;
+      c.h = h;
+      c.fp8 = f;
+      c.in_place = h == 4096;
+      run_case(c);
+    }
+}
+
+TEST(AddRmsNormSanitizer, WeightPreloadSmall) {
+  SKIP_WITHOUT_GPU();
+  WeightPreloadOn on;
+  for (int64_t h : {24, 4096, 16392})
+    for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
+      Case c;
+      c.rows = 3;
       c.h = h;
       c.fp8 = f;
       c.in_place = h == 4096;
