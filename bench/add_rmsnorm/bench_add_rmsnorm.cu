@@ -209,7 +209,7 @@ Check verify(DType dt, Mode mode, int64_t M, int64_t H, const Set& set, const st
 
 class AddRmsNormBench final : public BenchCommand {
   std::vector<int64_t> rows_ = {1, 8, 32, 256, 2048, 8192, 32768}, hidden_ = {4096, 16384};
-  std::string dtype_ = "bf16", fp8_ = "all", clusters_ = "on", rule_ = "default", exchange_ = "one", next_row_ = "off", preload_ = "off";
+  std::string dtype_ = "bf16", fp8_ = "all", clusters_ = "on", rule_ = "default", exchange_ = "one";
   int graph_calls_ = 20;
   int skew_mb_ = 0;
   Defaults defaults() const override { return {100, 30, 10}; }
@@ -231,12 +231,6 @@ class AddRmsNormBench final : public BenchCommand {
     o.choice("--exchange", exchange_, {"one", "two"},
              "dynamic FP8: amax reduced with the sum of squares (one, the default) or in a second "
              "reduction/cluster exchange (two, the first kernel)");
-    o.choice("--next-row", next_row_, {"off", "on"},
-             "one-block register path: one block per row (off, the default) or a persistent grid whose blocks "
-             "load their next row during the current row's reduction and stores (on)");
-    o.choice("--weight-preload", preload_, {"off", "on"},
-             "one-block register path: the weight read after the reduction, L2-prefetched (off, the default), or "
-             "loaded into registers with the row (on)");
     o.integer("--skew-mb", skew_mb_, 0, 1024,
               "MiB allocated between consecutive buffers of a point (x, residual, residual_out, out), meant to move "
               "their relative placement; the JSON records the offsets actually obtained (2 MiB left them unchanged "
@@ -249,8 +243,6 @@ class AddRmsNormBench final : public BenchCommand {
                                  : rule_ == "v4wide" ? detail::AddRmsNormRule::kV4Wide
                                                      : detail::kAddRmsNormDefaultRule);
     detail::set_add_rmsnorm_one_exchange(exchange_ == "one");
-    detail::set_add_rmsnorm_next_row(next_row_ == "on");
-    detail::set_add_rmsnorm_weight_preload(preload_ == "on");
     const DType dt = dtype_ == "bf16" ? DType::kBF16 : DType::kFP16;
     std::vector<Mode> modes;
     const bool all = fp8_ == "all", pair = fp8_ == "none,dynamic";  // the pair: --quick's
@@ -382,13 +374,11 @@ class AddRmsNormBench final : public BenchCommand {
     b.log("%s: %.2f µs %.0f GB/s (%s%% of copy, %.1f%% of the same-size copy %.2f µs), baseline %.2f µs, x%.2f %s",
           point.c_str(), us, gbs, b.pct_of_copy(gbs).c_str(), 100 * gbs / cgbs, cus, bus, bus / us, ok ? "verified" : "VERIFY FAILED");
     const std::string timing = method.is_graph() ? method.label() : "rot " + std::to_string(sets);
-    const detail::AddRmsNormConfig kc = detail::add_rmsnorm_launch_config(int(H / 8), M);
+    const detail::AddRmsNormConfig kc = detail::add_rmsnorm_launch_config(int(H / 8), M, mode == Mode::kDynamic);
     const std::string kernel = (kc.cluster > 1 ? "c" + std::to_string(kc.cluster) + ":" : std::string()) +
                                (kc.v ? "v" + std::to_string(kc.v) + "x" + std::to_string(kc.threads) : "loop x" + std::to_string(kc.threads)) +
                                (mode == Mode::kDynamic && !detail::add_rmsnorm_one_exchange() ? " 2x" : "") +
-                               (kc.cluster == 1 && kc.v && detail::add_rmsnorm_next_row() ? " next" : "") +
-                               (kc.cluster == 1 && kc.v && !detail::add_rmsnorm_next_row() &&
-                                        detail::add_rmsnorm_weight_preload() ? " wpre" : "");
+                               (kc.preload_w ? " wpre" : "");
     auto r = b.row({std::to_string(H), std::to_string(M), mode_name(mode), kernel, fmt(us, 2), fmt(gbs, 0), b.pct_of_copy(gbs),
                     fmt(100 * gbs / cgbs, 1), fmt(cus, 2), fmt(bus, 2), fmt(bgbs, 0), fmt(bus / us, 2), timing, ok ? "yes" : "NO"});
     r.set("H", H).set("rows", M).set("dtype", dtype_).set("fp8", mode_name(mode)).set("kernel", kernel)
@@ -396,7 +386,7 @@ class AddRmsNormBench final : public BenchCommand {
     if (b.copy_gbs() > 0) r.set("fused_frac_of_copy", gbs / b.copy_gbs());
     r.set("same_size_copy_bytes", int64_t(copy_bytes)).set("same_size_copy_us", cus).set("same_size_copy_gbs", cgbs)
         .set("fused_frac_of_same_size_copy", gbs / cgbs).set("clusters", clusters_ == "on")
-        .set("rule", rule_).set("exchange", exchange_).set("next_row", next_row_ == "on").set("weight_preload", preload_ == "on").set("skew_mb", skew_mb_)
+        .set("rule", rule_).set("exchange", exchange_).set("skew_mb", skew_mb_)
         .set("x_addr_mod_1g", int64_t(reinterpret_cast<uintptr_t>(set[0].x.data()) & ((1ull << 30) - 1)))
         .set("res_minus_x", int64_t(reinterpret_cast<intptr_t>(set[0].res.data()) - reinterpret_cast<intptr_t>(set[0].x.data())))
         .set("ro_minus_x", int64_t(reinterpret_cast<intptr_t>(set[0].ro.data()) - reinterpret_cast<intptr_t>(set[0].x.data())))

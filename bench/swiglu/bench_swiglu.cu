@@ -134,11 +134,10 @@ class SwigluBench final : public BenchCommand {
     o.choice("--layout", layout_, {"stacked", "interleaved"}, "gate/up layout of the input (the baseline reads stacked)");
     o.choice("--activation", act_, {"silu", "gelu_tanh"}, "activation");
     o.choice("--dtype", dtype_, {"bf16", "fp16"}, "element type");
-    o.choice("--row-rule", row_rule_, {"default", "two", "four", "four-next", "four-regs"},
+    o.choice("--row-rule", row_rule_, {"default", "two", "four", "four-next"},
              "dynamic FP8 row kernel shape (src/swiglu/config.h): two = 2 chunks per thread in registers (the "
              "first kernel); four = 4 chunks per thread staged in shared memory from U > 8192; four-next = four, "
-             "each block also copying its next row (persistent grid); four-regs = 4 chunks per thread kept packed in "
-             "registers, the values computed twice");
+             "each block also copying its next row (persistent grid)");
   }
 
   void run(Bench& b) override {
@@ -149,7 +148,6 @@ class SwigluBench final : public BenchCommand {
     detail::set_swiglu_fp8_row_rule(row_rule_ == "two"         ? detail::SwigluRowRule::kTwoChunks
                                     : row_rule_ == "four"      ? detail::SwigluRowRule::kFourShared
                                     : row_rule_ == "four-next" ? detail::SwigluRowRule::kFourSharedNext
-                                    : row_rule_ == "four-regs" ? detail::SwigluRowRule::kFourRegisters
                                                                : detail::kSwigluDefaultRowRule);
     b.title("blockfuse bench swiglu — " + b.device().name + ", " + dtype_ + ", " + layout_name(layout) + ", " +
             activation_name(act) + "; median of " + std::to_string(b.reps()) +

@@ -37,12 +37,9 @@ __device__ __forceinline__ void prefetch_weight(const T* w, int nchunks) {
 // registers spills and does not pay (docs/decoder-kernels.md, results/gpu/experiments/README.md).
 // kOneExchange (dynamic FP8 only): the amax's partial max |r · g| is reduced together with the sum
 // of squares (row_amax_unscaled, row.cuh) — one block reduction per row instead of two.
-// kNext: a persistent grid (the blocks resident at once, add_rmsnorm.cu) whose blocks issue the loads
-// of their next row as soon as the current row's sum of squares is taken, so those loads are in
-// flight during the reduction and the stores (2V more registers of packed chunks).
-// kPreloadW: the weight chunks loaded into registers with the first row's chunks instead of read
-// after the reduction (one L2 round trip less on the critical path of a decode-sized call).
-template <class T, int V, AddRmsNormOutput kOut, bool kOneExchange = true, bool kNext = false, bool kPreloadW = false>
+// kPreloadW: the weight chunks are loaded into registers with the row's (decode-sized calls,
+// config.h: add_rmsnorm_preload_weight) instead of read after the reduction.
+template <class T, int V, AddRmsNormOutput kOut, bool kOneExchange = true, bool kPreloadW = false>
 __global__ void __launch_bounds__(512) add_rmsnorm_regs(const AddRmsNormParams p) {
   __shared__ float red[2][32];
   const int nchunks = p.h >> 3;
@@ -51,13 +48,14 @@ __global__ void __launch_bounds__(512) add_rmsnorm_regs(const AddRmsNormParams p
   const float inv_h = 1.0f / float(p.h);
   const float static_scale = kOut == AddRmsNormOutput::kFp8StaticScale ? __ldg(p.scale) : 1.0f;
   constexpr bool kDynamic = kOut == AddRmsNormOutput::kFp8DynamicScale;
-  // The weight chunks are read after the reduction (L2-prefetched here): loading them into
+  // Many rows: the weight chunks are read after the reduction (L2-prefetched here): loading them into
   // registers before the row loop measured slower, 78-87 % vs 89-98 % of copy at H = 16384
   // (results/gpu/experiments/add_rmsnorm_clusters_off_weight_preload.txt vs README.md there).
   uint4 wr[kPreloadW ? V : 1];
   if constexpr (kPreloadW) {
 #pragma unroll
-    for (int i = 0; i < V; ++i) wr[i] = tid + i * nt < nchunks ? __ldg(reinterpret_cast<const uint4*>(w) + tid + i * nt) : zero4();
+    for (int i = 0; i < V; ++i)
+      wr[i] = tid + i * nt < nchunks ? __ldg(reinterpret_cast<const uint4*>(w) + tid + i * nt) : zero4();
   } else {
     prefetch_weight(w, nchunks);
   }
@@ -65,22 +63,10 @@ __global__ void __launch_bounds__(512) add_rmsnorm_regs(const AddRmsNormParams p
     if constexpr (kPreloadW) return wr[i];
     else return __ldg(reinterpret_cast<const uint4*>(w) + tid + i * nt);
   };
-  uint4 na[V], nb[V];  // kNext: the raw chunks of this block's next row
-  auto load_next = [&](int64_t row) {
-    load_row_raw<V>(row_chunks<T>(p.x, row, p.ldx), p.res ? row_chunks<T>(p.res, row, p.ldr) : nullptr, nchunks, na, nb);
-  };
-  if constexpr (kNext)
-    if (blockIdx.x < p.rows) load_next(blockIdx.x);
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    const uint4* rr = p.res ? row_chunks<T>(p.res, row, p.ldr) : nullptr;
     uint4 r[V];
-    float ss;
-    if constexpr (kNext) {
-      ss = add_row_sumsq<T, V>(na, nb, p.res != nullptr, r);
-      if (row + gridDim.x < p.rows) load_next(row + gridDim.x);
-    } else {
-      ss = load_row_sumsq<T, V>(row_chunks<T>(p.x, row, p.ldx), p.res ? row_chunks<T>(p.res, row, p.ldr) : nullptr,
-                                nchunks, r);
-    }
+    float ss = load_row_sumsq<T, V>(row_chunks<T>(p.x, row, p.ldx), rr, nchunks, r);
     if constexpr (kDynamic && kOneExchange) {
       float m = row_amax_unscaled<T, V>(r, nchunks, weight, p.gemma);
       detail::block_reduce_sum_max(ss, m, red);

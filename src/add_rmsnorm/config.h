@@ -17,9 +17,12 @@ constexpr int kAddRmsNormMaxClusterChunks = 16384;  // 8 CTAs x 512 threads x 4 
 // v = 16-byte chunks each thread holds in registers (0 = the loop path, for rows longer than
 // kAddRmsNormMaxRegisterChunks chunks), threads = block size (a multiple of 32), cluster = CTAs
 // sharing one row (1: one block per row; 2, 4, 8: a thread-block cluster, sm_90 only).
+// preload_w: the one-block kernel loads its weight chunks into registers with the row's chunks (decode-
+// sized calls, add_rmsnorm_preload_weight below) instead of after the reduction.
 struct AddRmsNormConfig {
   int v, threads;
   int cluster = 1;
+  bool preload_w = false;
 };
 
 // Which v the one-block shape gives rows of 1024 < chunks <= 2048 (8192 < H <= 16384):
@@ -76,10 +79,27 @@ inline bool add_rmsnorm_clusters_pay(int64_t rows, int cluster, int sm_count) {
   return cluster > 1 && rows * cluster <= 2 * int64_t(sm_count);
 }
 
-// The shape add_rmsnorm launches for `rows` rows of nchunks chunks on the current device: the
+// Decode-sized calls: one block per row with the weight loaded up front. After the reduction the
+// default kernel still waits on an L2 round trip for the weight, which a call of a few rows cannot
+// hide; loading it with the row removes that wait. H100, µs per call at 1 / 8 / 32 rows in a CUDA
+// graph (results/gpu/memory_bound_h100/next_row/call2/add_rmsnorm_small_*.json):
+//   H = 4096   bf16 out 2.40 / 2.47 / 2.55 -> 2.22 / 2.28 / 2.40; dynamic FP8 2.62 / 2.68 / 2.75 -> 2.36 / 2.43 / 2.53
+//   H = 8192   (was the 4-CTA cluster) bf16 3.28 / 3.31 / 3.78 -> 2.52 / 2.65 / 2.93; dynamic 3.61 / 3.80 / 4.15 -> 2.98 / 3.09 / 3.22
+//   H = 16384  (vs the cluster) bf16 3.70 / 3.74 / 4.49 -> 3.53 / 3.80 / 4.14; static 3.89 / 3.94 / 4.63 -> 3.51 / 3.75 / 3.95;
+//              dynamic 4.05 / 4.09 / 4.81 -> 4.20 / 4.43 / 4.67: the cluster kernel stays for dynamic FP8 at <= 8 rows.
+// At 256 rows the preload is up to 7 % slower (H = 16384), so it stops at kAddRmsNormDecodeRows; rows
+// past 2048 chunks (H > 16384) were not measured with it.
+constexpr int64_t kAddRmsNormDecodeRows = 32;
+inline bool add_rmsnorm_preload_weight(int64_t rows, int nchunks, bool dynamic_fp8, bool clusters_available) {
+  if (rows > kAddRmsNormDecodeRows || nchunks > 2048) return false;
+  return !(clusters_available && dynamic_fp8 && nchunks > 1024 && rows <= 8);
+}
+
+// The shape add_rmsnorm launches for `rows` rows of nchunks chunks (dynamic_fp8: the dynamic FP8
+// output) on the current device: one block with the weight preloaded for decode-sized calls, else the
 // sm_90 cluster shape where the path is available and enabled and pays, else the one-block shape
 // (defined in add_rmsnorm.cu; reads the device, so not pure; also printed by the bench).
-AddRmsNormConfig add_rmsnorm_launch_config(int nchunks, int64_t rows);
+AddRmsNormConfig add_rmsnorm_launch_config(int nchunks, int64_t rows, bool dynamic_fp8);
 // Tests and the bench only: false makes every device take the one-block-per-row (sm_80) kernels,
 // so they are exercised and measured on a Hopper too. Process-wide; default true.
 void set_add_rmsnorm_clusters_enabled(bool enabled);
@@ -89,14 +109,5 @@ void set_add_rmsnorm_clusters_enabled(bool enabled);
 void set_add_rmsnorm_rule(AddRmsNormRule rule);
 void set_add_rmsnorm_one_exchange(bool one);
 bool add_rmsnorm_one_exchange();
-// Tests and the bench only (process-wide): the one-block register path as a persistent grid whose
-// blocks load their next row during the current row's reduction and stores (true), or one block
-// per row (false, default).
-void set_add_rmsnorm_next_row(bool next);
-bool add_rmsnorm_next_row();
-// Tests and the bench only (process-wide): the one-block register path loading the weight into
-// registers with the first row (true) or after the reduction, L2-prefetched (false, default).
-void set_add_rmsnorm_weight_preload(bool preload);
-bool add_rmsnorm_weight_preload();
 
 }  // namespace blockfuse::detail

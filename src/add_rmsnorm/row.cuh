@@ -45,36 +45,29 @@ __device__ __forceinline__ float sumsq8(const float f[8]) {
   return s;
 }
 
-// The row prologue, in two steps so a kernel can issue a row's loads well before it needs them:
-//   load_row_raw   this thread's chunks of x and of the residual (xr, rr: the slice's first chunk;
-//                  rr nullptr when absent: b stays 0), all loads issued before any math so every
-//                  chunk of the row is in flight at once (streamed: read once); chunks past `len` 0;
-//   add_row_sumsq  r[i] = round(x + residual); returns the thread's partial sum of squares of r.
-template <int V>
-__device__ __forceinline__ void load_row_raw(const uint4* xr, const uint4* rr, int len, uint4 (&a)[V], uint4 (&b)[V]) {
-  const int tid = threadIdx.x, nt = blockDim.x;
-#pragma unroll
-  for (int i = 0; i < V; ++i) a[i] = tid + i * nt < len ? __ldcs(xr + tid + i * nt) : zero4();
-#pragma unroll
-  for (int i = 0; i < V; ++i) b[i] = rr && tid + i * nt < len ? __ldcs(rr + tid + i * nt) : zero4();
-}
+// The row prologue: this thread's chunks of x and of the residual (xr, rr: the slice's first
+// chunk; rr nullptr when absent), all loads issued before any math so every chunk of the row is in
+// flight at once (streamed: read once). r[i] = round(x + residual); chunks past `len` are 0 and
+// add nothing. Returns the thread's partial sum of squares of r.
 template <class T, int V>
-__device__ __forceinline__ float add_row_sumsq(const uint4 (&a)[V], const uint4 (&b)[V], bool has_res, uint4 (&r)[V]) {
+__device__ __forceinline__ float load_row_sumsq(const uint4* xr, const uint4* rr, int len, uint4 (&r)[V]) {
+  const int tid = threadIdx.x, nt = blockDim.x;
+  uint4 b[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) r[i] = tid + i * nt < len ? __ldcs(xr + tid + i * nt) : zero4();
+  if (rr) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) b[i] = tid + i * nt < len ? __ldcs(rr + tid + i * nt) : zero4();
+  }
   float ss = 0;
 #pragma unroll
   for (int i = 0; i < V; ++i) {
-    r[i] = add_chunk<T>(a[i], b[i], has_res);
+    r[i] = add_chunk<T>(r[i], b[i], rr != nullptr);
     float f[8];
     Vec8<T>::unpack(r[i], f);
     ss += sumsq8(f);
   }
   return ss;
-}
-template <class T, int V>
-__device__ __forceinline__ float load_row_sumsq(const uint4* xr, const uint4* rr, int len, uint4 (&r)[V]) {
-  uint4 a[V], b[V];
-  load_row_raw<V>(xr, rr, len, a, b);
-  return add_row_sumsq<T, V>(a, b, rr != nullptr, r);
 }
 
 // Writes this thread's chunks of r (those below `len`) to dst (the slice's first chunk).

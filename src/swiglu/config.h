@@ -21,11 +21,9 @@ constexpr int kSwigluMaxDynamicSmem = 232448 - 1024;
 //   kFourSharedNext   as kFourShared with two slot sets, each block also copying its next row while
 //                     it reduces and stores the current one; a persistent grid (the blocks resident
 //                     at once); where two sets exceed 227 KB (U > 28416), kFourShared
-//   kFourRegisters    4 chunks per thread, the packed gate/up vectors kept in registers (8 per chunk,
-//                     no fp32 copy: the values are computed twice, for the amax and for the stores)
 //   kAuto             the default: swiglu_fp8_auto_row_rule below picks per call
 // Process-wide override for the bench and the tests (set_swiglu_fp8_row_rule).
-enum class SwigluRowRule : int { kAuto = -1, kTwoChunks = 0, kFourShared = 1, kFourSharedNext = 2, kFourRegisters = 3 };
+enum class SwigluRowRule : int { kAuto = -1, kTwoChunks = 0, kFourShared = 1, kFourSharedNext = 2 };
 constexpr SwigluRowRule kSwigluDefaultRowRule = SwigluRowRule::kAuto;
 
 // The rule kAuto picks for `rows` rows of `chunks` 16-byte output chunks. Measured on the H100 at
@@ -47,7 +45,7 @@ inline SwigluRowRule resolve_swiglu_fp8_row_rule(SwigluRowRule rule, int64_t row
 // v = 16-byte output chunks (8 columns) each thread keeps in registers as fp32, threads = block size
 // (whole warps, <= 1024); in_registers false: the row is wider than threads x v chunks and the kernel
 // computes it twice (amax pass, store pass) from global memory. stage: 0 registers, 1 shared, 2 shared
-// + next row, 3 packed registers (SwigluRowStage, kernels.cuh); smem_bytes: the dynamic shared memory it needs (one or two
+// + next row (SwigluRowStage, kernels.cuh); smem_bytes: the dynamic shared memory it needs (one or two
 // sets of v x 2 x 16 bytes per thread).
 struct SwigluRowConfig {
   int v, threads;
@@ -70,9 +68,7 @@ inline SwigluRowConfig swiglu_fp8_row_config(int64_t chunks, SwigluRowRule rule)
   const int64_t want = (chunks + v - 1) / v;
   const int threads = static_cast<int>(std::clamp<int64_t>((want + 31) / 32 * 32, 32, kSwigluRowMaxThreads));
   SwigluRowConfig c{v, threads, chunks <= int64_t(threads) * v};
-  if (four && c.in_registers && rule == SwigluRowRule::kFourRegisters) {
-    c.stage = 3;
-  } else if (four && c.in_registers) {
+  if (four && c.in_registers) {
     const int set = v * 2 * 16 * threads;  // [v][gate, up][threads] 16-byte slots
     c.stage = rule == SwigluRowRule::kFourSharedNext && 2 * set <= kSwigluMaxDynamicSmem ? 2 : 1;
     c.smem_bytes = c.stage == 2 ? 2 * set : set;

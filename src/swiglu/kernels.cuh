@@ -90,10 +90,7 @@ __device__ __forceinline__ void chunk_values(const T* row, int64_t u, int64_t c,
 //   kSharedNext as kShared with two slot sets: once a thread has computed its values it starts
 //               copying its block's next row into the other set, overlapping that row's DRAM
 //               latency with this row's reduction and stores (a persistent grid)
-//   kPacked     each thread keeps its V chunks' gate/up vectors as loaded (8 registers a chunk, 32 at
-//               V = 4, within the 64-register cap) and computes the values twice: once for the
-//               amax, once for the stores (an expf per element more; the row is read once)
-enum class SwigluRowStage : int { kRegisters = 0, kShared = 1, kSharedNext = 2, kPacked = 3 };
+enum class SwigluRowStage : int { kRegisters = 0, kShared = 1, kSharedNext = 2 };
 
 // FP8 with a dynamic per-row scale: the row's amax is needed before its first byte is written, so
 // one block owns a row (grid-stride over rows) and keeps its share of the row's fp32 results on chip,
@@ -109,7 +106,7 @@ __global__ void __launch_bounds__(kRowMaxThreads) swiglu_fp8_rowwise_kernel(
     const T* __restrict__ in, int64_t ldi, uint8_t* __restrict__ out, int64_t ldo, int64_t rows, int64_t u, int act,
     float* __restrict__ scale) {
   __shared__ float partial[32];
-  extern __shared__ uint4 staged[];  // kShared: [V][2][blockDim.x]; kSharedNext: two of those; else none
+  extern __shared__ uint4 staged[];  // kShared: [V][2][blockDim.x]; kSharedNext: two of those
   const int64_t chunks = u / 8;
   const int tid = threadIdx.x, nt = blockDim.x;
   const bool on_chip = chunks <= int64_t(nt) * V;
@@ -149,40 +146,6 @@ __global__ void __launch_bounds__(kRowMaxThreads) swiglu_fp8_rowwise_kernel(
         float v[8];
         chunk_values<T, kInterleaved>(row, u, ch * 8, act, v);
         store_fp8x8(orow + ch * 8, v, inv);
-      }
-    } else if constexpr (kStage == SwigluRowStage::kPacked) {
-      uint4 raw[V][2];
-#pragma unroll
-      for (int i = 0; i < V; ++i) {
-        const int ch = tid + i * nt;  // < chunks <= V x 1024 on this path
-        if (ch < chunks) load_gate_up_raw<T, kInterleaved>(row, u, ch * 8, raw[i]);
-      }
-      auto values = [&](int i, float (&v)[8]) {
-        float g[8], up[8];
-        unpack_gate_up<T, kInterleaved>(raw[i], g, up);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = gated_act(act, g[j], up[j]);
-      };
-      float amax = 0.0f;
-#pragma unroll
-      for (int i = 0; i < V; ++i)
-        if (tid + i * nt < chunks) {
-          float v[8];
-          values(i, v);
-#pragma unroll
-          for (int j = 0; j < 8; ++j) amax = fmaxf(amax, finite_abs(v[j]));
-        }
-      const float s = fp8_dynamic_scale(detail::block_reduce<detail::MaxOp>(amax, partial));
-      if (tid == 0) scale[r] = s;
-      const float inv = 1.0f / s;
-#pragma unroll
-      for (int i = 0; i < V; ++i) {
-        const int ch = tid + i * nt;  // < chunks <= V x 1024 on this path
-        if (ch < chunks) {
-          float v[8];
-          values(i, v);
-          store_fp8x8(orow + ch * 8, v, inv);
-        }
       }
     } else if constexpr (kStage == SwigluRowStage::kRegisters) {
       uint4 raw[V][2];

@@ -66,7 +66,7 @@ void launch_rowwise_k(const ConstMatrix& in, const Fp8Matrix& out, float* scale,
                       const detail::SwigluRowConfig& cfg, cudaStream_t stream) {
   using namespace swiglu_detail;
   auto kernel = swiglu_fp8_rowwise_kernel<T, kIl, V, kStage>;
-  if constexpr (kStage == SwigluRowStage::kShared || kStage == SwigluRowStage::kSharedNext) {
+  if constexpr (kStage != SwigluRowStage::kRegisters) {
     // Up to kSwigluMaxDynamicSmem (config.h keeps every shape within it); set once per instantiation.
     static const bool opted_in = [&] {
       BF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, detail::kSwigluMaxDynamicSmem));
@@ -91,8 +91,6 @@ void launch_rowwise_l(const ConstMatrix& in, const Fp8Matrix& out, float* scale,
   using swiglu_detail::SwigluRowStage;
   if (cfg.v == 2)
     launch_rowwise_k<T, kIl, 2, SwigluRowStage::kRegisters>(in, out, scale, act, cfg, stream);
-  else if (cfg.stage == 3)
-    launch_rowwise_k<T, kIl, 4, SwigluRowStage::kPacked>(in, out, scale, act, cfg, stream);
   else if (cfg.stage == 2)
     launch_rowwise_k<T, kIl, 4, SwigluRowStage::kSharedNext>(in, out, scale, act, cfg, stream);
   else

@@ -82,6 +82,24 @@ TEST(AddRmsNormConfig, ClusterCommonHiddenSizes) {
   }
 }
 
+// Decode-sized calls (<= 32 rows, H <= 16384) preload the weight in the one-block kernel, except the
+// dynamic-FP8 output of H > 8192 at <= 8 rows where the cluster kernel measured faster (config.h).
+TEST(AddRmsNormConfig, WeightPreloadForDecodeSizedCalls) {
+  using detail::add_rmsnorm_preload_weight;
+  for (int h : {8, 4096, 8192, 12288, 16384})
+    for (int64_t rows : {1, 8, 9, 32}) {
+      EXPECT_TRUE(add_rmsnorm_preload_weight(rows, h / 8, false, true)) << "H " << h << " rows " << rows;
+      EXPECT_TRUE(add_rmsnorm_preload_weight(rows, h / 8, true, false)) << "H " << h << " rows " << rows;
+      EXPECT_EQ(add_rmsnorm_preload_weight(rows, h / 8, true, true), h <= 8192 || rows > 8) << "H " << h << " rows " << rows;
+    }
+  for (bool dyn : {false, true}) {
+    EXPECT_FALSE(add_rmsnorm_preload_weight(33, 4096 / 8, dyn, true));
+    EXPECT_FALSE(add_rmsnorm_preload_weight(8192, 4096 / 8, dyn, false));
+    EXPECT_FALSE(add_rmsnorm_preload_weight(1, 16392 / 8, dyn, false));
+    EXPECT_FALSE(add_rmsnorm_preload_weight(1, 32768 / 8, dyn, true));
+  }
+}
+
 TEST(AddRmsNormConfig, ClustersOnlyForFewRows) {
   // H100: 132 SMs. 4-CTA clusters up to 66 rows, 8-CTA ones up to 33; never for one CTA.
   EXPECT_TRUE(detail::add_rmsnorm_clusters_pay(1, 4, 132));

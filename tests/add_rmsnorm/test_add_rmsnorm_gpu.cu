@@ -389,52 +389,6 @@ TEST_P(AddRmsNormGpu, BothShapeRulesAndExchanges) {
     }
 }
 
-// The persistent grid that loads each block's next row early (set_add_rmsnorm_next_row): every
-// register-path V, more rows than resident blocks (blocks walk several rows), in place, absent
-// residual / residual_out, all three outputs.
-struct NextRowOn {
-  NextRowOn() { detail::set_add_rmsnorm_next_row(true); detail::set_add_rmsnorm_clusters_enabled(false); }
-  ~NextRowOn() { detail::set_add_rmsnorm_next_row(false); detail::set_add_rmsnorm_clusters_enabled(true); }
-};
-
-TEST_P(AddRmsNormGpu, NextRowPersistentGrid) {
-  SKIP_WITHOUT_GPU();
-  NextRowOn on;
-  for (int64_t h : {24, 2048, 4096, 8200, 16384, 16392})
-    for (Fp8 f : {Fp8::kNone, Fp8::kStatic, Fp8::kDynamic}) {
-      Case c = shape(GetParam(), h <= 4096 ? 3001 : 1203, h);
-      c.fp8 = f;
-      c.pad = h == 8200 ? 8 : 0;
-      c.in_place = f == Fp8::kStatic && h != 24;
-      c.has_res = h != 2048;
-      c.write_res = h != 24;
-      c.gemma = h == 16392;
-      run_case(c);
-    }
-}
-
-// The register path with the weight loaded into registers up front (set_add_rmsnorm_weight_preload).
-struct WeightPreloadOn {
-  WeightPreloadOn() { detail::set_add_rmsnorm_weight_preload(true); detail::set_add_rmsnorm_clusters_enabled(false); }
-  ~WeightPreloadOn() { detail::set_add_rmsnorm_weight_preload(false); detail::set_add_rmsnorm_clusters_enabled(true); }
-};
-
-TEST_P(AddRmsNormGpu, WeightPreload) {
-  SKIP_WITHOUT_GPU();
-  WeightPreloadOn on;
-  for (int64_t h : {24, 2048, 4096, 8200, 16384, 16392})
-    for (Fp8 f : {Fp8::kNone, Fp8::kStatic, Fp8::kDynamic}) {
-      Case c = shape(GetParam(), 37, h);
-      c.fp8 = f;
-      c.pad = h == 8200 ? 8 : 0;
-      c.in_place = f == Fp8::kStatic && h != 24;
-      c.has_res = h != 2048;
-      c.write_res = h != 24;
-      c.gemma = h == 4096;
-      run_case(c);
-    }
-}
-
 // The one-exchange amax (inv · max |r · g|) must give the reference's scale (finite v only) on
 // tiny rows, where inv is large (x ~ 1e-4, eps 1e-6), and on NaN / Inf rows (inv NaN or 0).
 TEST_P(AddRmsNormGpu, Fp8DynamicOneExchangeEdgeRows) {
@@ -485,8 +439,8 @@ TEST(AddRmsNormSanitizer, EveryKernelVariantSmall) {
       }
 }
 
-// The register kernels V = 4 and 8 and the loop path (on sm_90 only reached with the clusters
-// switched off), and the cluster kernel with v = 4 (H = 131072, clusters on).
+// The register kernels V = 2, 4 (without the weight preload) and 8 and the loop path (on sm_90 only
+// reached with the clusters switched off), and the cluster kernel with v = 4 (H = 131072, clusters on).
 TEST(AddRmsNormSanitizer, OneBlockPerRowKernelsAndWideClustersSmall) {
   SKIP_WITHOUT_GPU();
   for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
@@ -498,10 +452,12 @@ TEST(AddRmsNormSanitizer, OneBlockPerRowKernelsAndWideClustersSmall) {
     run_case(c);
   }
   ClustersOff off;
-  for (int64_t h : {5120, 16392, 32776})
+  for (int64_t h : {2048, 5120, 16392, 32776})
     for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
       Case c;
-      c.rows = 3;
+      // Past the decode-sized rows the register kernels read the weight after the reduction
+      // (config.h: add_rmsnorm_preload_weight); at <= 32 rows they preload it.
+      c.rows = h <= 5120 ? detail::kAddRmsNormDecodeRows + 1 : 3;
       c.h = h;
       c.fp8 = f;
       c.in_place = h == 5120;
@@ -528,36 +484,6 @@ TEST(AddRmsNormSanitizer, SwitchedKernelsSmall) {
       }
   }
   detail::set_add_rmsnorm_clusters_enabled(true);
-}
-
-// The next-row persistent grid, small; at H = 16384 the 300 rows outnumber the resident blocks
-// (one or two 512-thread blocks per SM), so blocks walk several rows.
-TEST(AddRmsNormSanitizer, NextRowSmall) {
-  SKIP_WITHOUT_GPU();
-  NextRowOn on;
-  for (int64_t h : {24, 4096, 16384})
-    for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
-      Case c;
-      c.rows = h == 16384 ? 300 : 5;
-      c.h = h;
-      c.fp8 = f;
-      c.in_place = h == 4096;
-      run_case(c);
-    }
-}
-
-TEST(AddRmsNormSanitizer, WeightPreloadSmall) {
-  SKIP_WITHOUT_GPU();
-  WeightPreloadOn on;
-  for (int64_t h : {24, 4096, 16392})
-    for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
-      Case c;
-      c.rows = 3;
-      c.h = h;
-      c.fp8 = f;
-      c.in_place = h == 4096;
-      run_case(c);
-    }
 }
 
 // Runs add_rmsnorm (or add_rmsnorm_fp8 with dynamic scales) on x/residual and returns the bytes of

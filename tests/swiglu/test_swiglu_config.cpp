@@ -15,8 +15,7 @@ namespace {
 using detail::SwigluRowRule;
 
 TEST(SwigluRowConfig, CoversEveryRowWidth) {
-  for (SwigluRowRule rule : {SwigluRowRule::kTwoChunks, SwigluRowRule::kFourShared, SwigluRowRule::kFourSharedNext,
-                             SwigluRowRule::kFourRegisters})
+  for (SwigluRowRule rule : {SwigluRowRule::kTwoChunks, SwigluRowRule::kFourShared, SwigluRowRule::kFourSharedNext})
     for (int64_t n = 1; n <= 20000; ++n) {
       const detail::SwigluRowConfig c = detail::swiglu_fp8_row_config(n, rule);
       ASSERT_TRUE(c.v == 2 || c.v == 4) << "chunks " << n;
@@ -27,12 +26,6 @@ TEST(SwigluRowConfig, CoversEveryRowWidth) {
       if (c.in_registers) ASSERT_LT(int64_t(c.threads - 32) * c.v, n) << "chunks " << n << ": a whole idle warp";
       else ASSERT_EQ(c.threads, detail::kSwigluRowMaxThreads) << "chunks " << n;
       if (rule == SwigluRowRule::kTwoChunks || n <= 1024) ASSERT_EQ(c.v, 2) << "chunks " << n;
-      // kFourRegisters keeps the 4-chunk rows that fit in registers (stage 3, no shared memory).
-      if (rule == SwigluRowRule::kFourRegisters) {
-        ASSERT_EQ(c.stage, c.v == 4 && c.in_registers ? 3 : 0) << "chunks " << n;
-        ASSERT_EQ(c.smem_bytes, 0) << "chunks " << n;
-        continue;
-      }
       // Shared staging exactly for the 4-chunk rows that fit: [4][2][threads] 16-byte vectors.
       const bool staged = c.v == 4 && c.in_registers;
       const bool two_sets_fit = 2 * 4 * 2 * 16 * c.threads <= detail::kSwigluMaxDynamicSmem;
@@ -88,7 +81,6 @@ TEST(SwigluRowConfig, AutoRuleFollowsTheMeasuredCrossover) {
   EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 1, u28k), SwigluRowRule::kFourShared);
   EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kTwoChunks, 8192, u28k), SwigluRowRule::kTwoChunks);
   EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kFourSharedNext, 1, u14k), SwigluRowRule::kFourSharedNext);
-  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kFourRegisters, 8192, u14k), SwigluRowRule::kFourRegisters);
   // Narrow rows take 2 chunks per thread in registers whatever the rule resolves to.
   EXPECT_EQ(detail::swiglu_fp8_row_config(512, resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 8192, 512)).v, 2);
 }

@@ -136,14 +136,14 @@ TEST_P(SwigluFp8Gpu, MatchesReference) {
 }
 
 // The dynamic scale's row kernel under every shape rule (config.h): 2 chunks per thread (two-pass
-// beyond U = 16384), 4 chunks per thread from U > 8192 (8200: a partial last set of chunks) staged in
-// shared memory, with and without the next row's copies, or kept packed in registers (rows 300 > the persistent grid's blocks
+// beyond U = 16384), 4 chunks per thread staged in shared memory from U > 8192 (8200: a partial last
+// set of chunks), with and without the next row's copies (rows 300 > the persistent grid's blocks
 // at U = 28672: every block walks several rows).
 TEST_P(SwigluFp8Gpu, EveryRowRule) {
   SKIP_WITHOUT_GPU();
   if (std::get<3>(GetParam()) != Fp8ScaleMode::kDynamicPerRow) GTEST_SKIP() << "the rules shape the dynamic-scale kernel only";
   for (auto rule : {detail::SwigluRowRule::kTwoChunks, detail::SwigluRowRule::kFourShared,
-                    detail::SwigluRowRule::kFourSharedNext, detail::SwigluRowRule::kFourRegisters}) {
+                    detail::SwigluRowRule::kFourSharedNext}) {
     detail::set_swiglu_fp8_row_rule(rule);
     for (int64_t u : {8200, 14336, 28672}) {
       Case c = base();
@@ -205,12 +205,11 @@ TEST(SwigluFp8Sanitizer, SmallShapes) {
     }
 }
 
-// The dynamic-scale row kernel with 4 chunks per thread: staged in shared memory, with and without
-// the next row's copies, and kept packed in registers (400 rows of U = 8200 > the 396-block persistent grid: blocks walk two rows).
+// The dynamic-scale row kernel staged in shared memory (4 chunks per thread), with and without the
+// next row's copies (400 rows of U = 8200 > the 396-block persistent grid: blocks walk two rows).
 TEST(SwigluFp8Sanitizer, SharedStagedRowKernel) {
   SKIP_WITHOUT_GPU();
-  for (auto rule : {detail::SwigluRowRule::kFourShared, detail::SwigluRowRule::kFourSharedNext,
-                    detail::SwigluRowRule::kFourRegisters}) {
+  for (auto rule : {detail::SwigluRowRule::kFourShared, detail::SwigluRowRule::kFourSharedNext}) {
     detail::set_swiglu_fp8_row_rule(rule);
     for (auto layout : {GateUpLayout::kStacked, GateUpLayout::kInterleaved}) {
       Case c;
