@@ -27,6 +27,25 @@ from . import ops
 #   gate, up = gate_up_proj(x).chunk(2, -1); down_proj(up * activation_fn(gate))
 HF_MLP_CLASSES = ("LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP", "Gemma2MLP", "Gemma3MLP", "Phi3MLP")
 
+def _dtensor_cls():
+    """torch.distributed.tensor.DTensor, or None where torch has no distributed support."""
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:
+        return None
+    return DTensor
+
+
+def _shard_dim(t):
+    """The dimension a DTensor of a 1-D mesh is sharded on (negative dims normalised), else None."""
+    if t.device_mesh.ndim != 1 or len(t.placements) != 1:
+        return None
+    p = t.placements[0]
+    if not p.is_shard():
+        return None
+    return p.dim % t.dim()
+
+
 # Hugging Face activation names (config.hidden_act / hidden_activation) -> blockfuse's.
 HF_ACTIVATIONS = {
     "silu": "silu",
@@ -48,7 +67,8 @@ class GatedMLP(nn.Module):
         dtype, device: of the parameters (bf16/fp16 on CUDA for the fused kernel).
 
     Parameters: `w_gate_up` [2U, K] (interleaved), `down` (nn.Linear U -> K, bias-free unless
-    converted from an MLP whose down_proj has one).
+    converted from an MLP whose down_proj has one). Converted from a tensor-parallel MLP (from_hf),
+    U is this rank's share and `down` the original rowwise-parallel down_proj.
     """
 
     def __init__(self, hidden_size, intermediate_size, activation="silu", bias=False, dtype=None,
@@ -104,6 +124,9 @@ class GatedMLP(nn.Module):
                 raise ValueError(f"blockfuse.nn.GatedMLP.from_hf: {type(mlp).__name__} has no nn.Linear "
                                  f"'{name}'; required: a gated MLP with gate_proj, up_proj, down_proj")
         gate, up, down = mlp.gate_proj, mlp.up_proj, mlp.down_proj
+        DTensor = _dtensor_cls()
+        if DTensor is not None and any(isinstance(m.weight, DTensor) for m in (gate, up, down)):
+            return cls._from_tensor_parallel(mlp, DTensor)
         if gate.bias is not None or up.bias is not None:
             raise ValueError(f"blockfuse.nn.GatedMLP.from_hf: {type(mlp).__name__} has biases on "
                              "gate_proj/up_proj (config.mlp_bias=True?); the fused kernel has no bias")
@@ -129,10 +152,57 @@ class GatedMLP(nn.Module):
         return new
 
     @classmethod
+    def _from_tensor_parallel(cls, mlp, DTensor):
+        """An MLP sharded by transformers' tensor parallelism (`tp_plan="auto"`: gate_proj and up_proj
+        colwise, Shard(0) of [U, K]; down_proj rowwise, Shard(1) of [K, U]). Both projections are cut
+        into the same row ranges, so this rank's gate and up rows are the same neurons and their
+        interleave is this rank's slice of the global interleaved weight (whole gate/up pairs). The
+        GatedMLP keeps the rank's shard (w_gate_up [2U/tp, K]) and the original down_proj module,
+        whose forward hooks all-reduce the partial products across the ranks."""
+        gate, up, down = mlp.gate_proj, mlp.up_proj, mlp.down_proj
+        name = type(mlp).__name__
+        for what, m, want in (("gate_proj", gate, 0), ("up_proj", up, 0), ("down_proj", down, 1)):
+            w = m.weight
+            if not isinstance(w, DTensor) or _shard_dim(w) != want:
+                got = f"DTensor {tuple(w.placements)} on a {w.device_mesh.ndim}-D mesh" if isinstance(w, DTensor) \
+                    else "a plain tensor"
+                raise ValueError(f"blockfuse.nn.GatedMLP.from_hf: {name}.{what}.weight is {got}; required under "
+                                 f"tensor parallelism: gate_proj/up_proj Shard(0) (colwise), down_proj Shard(1) "
+                                 f"(rowwise) on one 1-D mesh")
+        if gate.weight.device_mesh != up.weight.device_mesh or gate.weight.device_mesh != down.weight.device_mesh:
+            raise ValueError(f"blockfuse.nn.GatedMLP.from_hf: {name}: gate_proj, up_proj and down_proj are on "
+                             "different device meshes")
+        if gate.bias is not None or up.bias is not None:
+            raise ValueError(f"blockfuse.nn.GatedMLP.from_hf: {name} has biases on gate_proj/up_proj "
+                             "(config.mlp_bias=True?); the fused kernel has no bias")
+        g, u_ = gate.weight.to_local(), up.weight.to_local()
+        if g.shape != u_.shape:
+            raise ValueError(f"blockfuse.nn.GatedMLP.from_hf: {name}: this rank's gate_proj shard "
+                             f"{tuple(g.shape)} and up_proj shard {tuple(u_.shape)} differ")
+        u_local, k = g.shape
+        if tuple(down.weight.to_local().shape) != (k, u_local):
+            raise ValueError(f"blockfuse.nn.GatedMLP.from_hf: {name}: this rank's down_proj shard "
+                             f"{tuple(down.weight.to_local().shape)}; required: [{k}, {u_local}]")
+        if k % 8 or u_local % 8:
+            raise ValueError(f"blockfuse.nn.GatedMLP.from_hf: {name}: hidden size {k} / this rank's intermediate "
+                             f"size {u_local}; required: both multiples of 8 (the kernel moves 16-byte vectors)")
+        new = cls(k, u_local, hf_activation(mlp), dtype=g.dtype, device=g.device)
+        with torch.no_grad():
+            new.w_gate_up.copy_(ops.interleave_gate_up(g.detach(), u_.detach()))
+        new.down = down  # the rowwise-parallel module: local matmul, then the all-reduce of its hooks
+        new.train(mlp.training)
+        return new
+
+    @classmethod
     def _from_stacked(cls, mlp):
         """Phi-3: gate_up_proj [2U, K] = [gate; up] (its forward chunks the output in two)."""
         gu, down = mlp.gate_up_proj, getattr(mlp, "down_proj", None)
         name = type(mlp).__name__
+        DTensor = _dtensor_cls()
+        if DTensor is not None and isinstance(gu.weight, DTensor):
+            raise ValueError(f"blockfuse.nn.GatedMLP.from_hf: {name}.gate_up_proj is tensor-parallel "
+                             f"({tuple(gu.weight.placements)}); a stacked gate/up projection is not supported "
+                             "under tensor parallelism (separate gate_proj/up_proj are)")
         if not isinstance(down, nn.Linear):
             raise ValueError(f"blockfuse.nn.GatedMLP.from_hf: {name} has no nn.Linear 'down_proj'")
         if gu.bias is not None:
