@@ -5,9 +5,10 @@
 
 GatedMLP computes down(act(x·W_gateᵀ) ⊙ (x·W_upᵀ)): the gate/up projection and the activation run
 as one blockfuse kernel (ops.gated_up) from the interleaved weight `w_gate_up` [2U, K] (row 2j =
-up_j, row 2j+1 = gate_j), then `down` is an ordinary nn.Linear (cuBLAS). On CUDA bf16/fp16 inputs
-it uses the fused kernel; on anything else (CPU tensors, float32) it runs the same formula in
-plain torch (ops.gated_up_reference), so a converted model still works there.
+up_j, row 2j+1 = gate_j) — at decode sizes (≤ DECODE_ROWS rows) cuBLAS's GEMV over that weight and
+ops.swiglu, which measured faster there — then `down` is an ordinary nn.Linear (cuBLAS). On CUDA
+bf16/fp16 inputs it uses these kernels; on anything else (CPU tensors, float32) it runs the same
+formula in plain torch (ops.gated_up_reference), so a converted model still works there.
 
 patch_model (python/blockfuse/patch.py) replaces, by class name (transformers is never imported
 here), every gated MLP of a Llama / Mistral / Qwen2 / Qwen3 / Phi-3 (SwiGLU) or Gemma-2 / Gemma-3
@@ -17,6 +18,7 @@ the decoder layers' residual adds and RMSNorms into add_rmsnorm calls.
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from . import ops
@@ -54,6 +56,14 @@ HF_ACTIVATIONS = {
     "gelu_tanh": "gelu_tanh",
     "gelu_new": "gelu_tanh",  # transformers' NewGELUActivation: the same tanh formula
 }
+
+
+# Rows up to which GatedMLP.gate_up runs cuBLAS's GEMV + swiglu instead of the fused GEMM: at decode
+# sizes the weights are read once either way, and on the H100 cuBLAS reads them faster — Llama-3 8B,
+# M = 1 / 4 / 16 / 32: F.linear + SiLU·mul 101 / 104 / 107 / 108 µs, gated_up 111 / 114 / 108 / 104;
+# 70B: 358-364 vs 374-381 µs (../shared/BENCHMARKING.md); a decode step's profile: 98 µs per layer
+# for gated_up against 82 µs for cuBLAS's two GEMVs (docs/pytorch.md).
+DECODE_ROWS = 16
 
 
 class GatedMLP(nn.Module):
@@ -94,10 +104,13 @@ class GatedMLP(nn.Module):
         self.down.reset_parameters()
 
     def gate_up(self, x):
-        """h = act(x·W_gateᵀ) ⊙ (x·W_upᵀ), [..., U]: the fused kernel for CUDA bf16/fp16 inputs of
-        the weight's dtype, the same formula in plain torch otherwise."""
+        """h = act(x·W_gateᵀ) ⊙ (x·W_upᵀ), [..., U]: for CUDA bf16/fp16 inputs of the weight's dtype
+        the fused kernel, or at decode sizes (≤ DECODE_ROWS rows) cuBLAS's GEMV over the same
+        interleaved weight followed by ops.swiglu; the same formula in plain torch otherwise."""
         w = self.w_gate_up
         if x.is_cuda and x.dtype is w.dtype and x.dtype in ops._FUSED_DTYPES:
+            if x.numel() <= DECODE_ROWS * x.shape[-1]:
+                return ops._SWIGLU(F.linear(x, w), self.activation, "interleaved")
             return ops._GATED_UP(x, w, self.activation)  # the registered op itself: checks in C++
         return ops.gated_up_reference(x, w, self.activation)
 

@@ -64,6 +64,25 @@ def test_from_hf_matches_hf_module(kind, dtype):
     assert rel(got, theirs) < (2e-2 if dtype == torch.bfloat16 else 3e-3)
 
 
+@pytest.mark.parametrize("rows", [1, bnn.DECODE_ROWS, bnn.DECODE_ROWS + 1])
+@pytest.mark.parametrize("kind", ["LlamaMLP", "Gemma2MLP"])
+def test_decode_rows_take_the_gemv_path_and_match(kind, rows):
+    """Up to DECODE_ROWS rows gate_up is cuBLAS's GEMV on w_gate_up + ops.swiglu (interleaved), past
+    it the fused kernel: both match the fp32 module as the fused path does."""
+    ref32 = hf_mlp(kind)
+    hf = copy.deepcopy(ref32).to(torch.bfloat16)
+    ours = bnn.GatedMLP.from_hf(hf)
+    x = torch.randn(rows, HIDDEN, device="cuda").to(torch.bfloat16)
+    with torch.no_grad():
+        want, got, theirs = ref32(x.float()), ours(x), hf(x)
+        h = ours.gate_up(x)
+    want_h = ops.swiglu(torch.nn.functional.linear(x, ours.w_gate_up), ours.activation, "interleaved") \
+        if rows <= bnn.DECODE_ROWS else ops.gated_up(x, ours.w_gate_up, ours.activation)
+    assert torch.equal(h, want_h)  # the path the rule names, bit for bit
+    e_ours, e_hf = rel(got, want), rel(theirs, want)
+    assert e_ours <= 1.25 * e_hf + 1e-3, f"rows {rows}: blockfuse {e_ours:.3e} vs Hugging Face {e_hf:.3e} (vs fp32)"
+
+
 def test_from_hf_weights_layout():
     hf = hf_mlp("LlamaMLP", torch.bfloat16)
     ours = bnn.GatedMLP.from_hf(hf)
