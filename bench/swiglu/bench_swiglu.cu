@@ -134,10 +134,11 @@ class SwigluBench final : public BenchCommand {
     o.choice("--layout", layout_, {"stacked", "interleaved"}, "gate/up layout of the input (the baseline reads stacked)");
     o.choice("--activation", act_, {"silu", "gelu_tanh"}, "activation");
     o.choice("--dtype", dtype_, {"bf16", "fp16"}, "element type");
-    o.choice("--row-rule", row_rule_, {"default", "two", "four", "four-next"},
+    o.choice("--row-rule", row_rule_, {"default", "two", "four", "four-next", "four3"},
              "dynamic FP8 row kernel shape (src/swiglu/config.h): two = 2 chunks per thread in registers (the "
              "first kernel); four = 4 chunks per thread staged in shared memory from U > 8192; four-next = four, "
-             "each block also copying its next row (persistent grid)");
+             "each block also copying its next row (persistent grid); four3 = four compiled for 3 blocks per SM "
+             "(<= 512 threads)");
   }
 
   void run(Bench& b) override {
@@ -148,6 +149,7 @@ class SwigluBench final : public BenchCommand {
     detail::set_swiglu_fp8_row_rule(row_rule_ == "two"         ? detail::SwigluRowRule::kTwoChunks
                                     : row_rule_ == "four"      ? detail::SwigluRowRule::kFourShared
                                     : row_rule_ == "four-next" ? detail::SwigluRowRule::kFourSharedNext
+                                    : row_rule_ == "four3"     ? detail::SwigluRowRule::kFourSharedThree
                                                                : detail::kSwigluDefaultRowRule);
     b.title("blockfuse bench swiglu — " + b.device().name + ", " + dtype_ + ", " + layout_name(layout) + ", " +
             activation_name(act) + "; median of " + std::to_string(b.reps()) +
@@ -208,7 +210,8 @@ class SwigluBench final : public BenchCommand {
         detail::swiglu_fp8_row_config(u / 8, detail::resolve_swiglu_fp8_row_rule(detail::swiglu_fp8_row_rule(), m, u / 8));
     const std::string kernel = o != Out::kFp8Dynamic ? "elementwise"
                                : "row v" + std::to_string(rc.v) + "x" + std::to_string(rc.threads) +
-                                     (rc.stage == 1 ? " smem" : rc.stage == 2 ? " smem+next" : "") + (rc.in_registers ? "" : " 2-pass");
+                                     (rc.stage == 1 ? " smem" : rc.stage == 2 ? " smem+next" : "") + (rc.min_blocks == 3 ? " x3" : "") +
+                                     (rc.in_registers ? "" : " 2-pass");
     auto r = b.row({std::to_string(u), std::to_string(m), out_name(o), kernel, fmt(tf.us(), 2), fmt(gbs, 0), b.pct_of_copy(gbs),
                     fmt(100 * gbs / cgbs, 1), fmt(te.us(), 2), fmt(egbs, 0), fmt(te.median_ms / tf.median_ms, 2),
                     method.is_graph() ? "graph/20" : "events"});

@@ -8,6 +8,8 @@
 namespace blockfuse::detail {
 
 constexpr int kSwigluRowMaxThreads = 1024;
+// kFourSharedThree's block-size bound: 3 blocks of <= 512 threads at <= 40 registers fit an SM's 64K.
+constexpr int kSwigluThreeBlockThreads = 512;
 // The dynamic shared memory a block may opt into on sm_90 (227 KB) less the row kernel's static 128 bytes.
 constexpr int kSwigluMaxDynamicSmem = 232448 - 1024;
 
@@ -21,9 +23,14 @@ constexpr int kSwigluMaxDynamicSmem = 232448 - 1024;
 //   kFourSharedNext   as kFourShared with two slot sets, each block also copying its next row while
 //                     it reduces and stores the current one; a persistent grid (the blocks resident
 //                     at once); where two sets exceed 227 KB (U > 28416), kFourShared
+//   kFourSharedThree  as kFourShared, compiled for 3 blocks per SM (<= 40 registers, the whole
+//                     shared-memory carveout) where a block has <= 512 threads (U <= 16384); wider
+//                     rows as kFourShared. Opt-in until measured: ncu found kFourShared at 2 blocks
+//                     per SM, bound by both its 44 registers and the carveout
+//                     (results/gpu/memory_bound_h100/next_row/call2/ncu_swiglu_16384_8192_four.txt)
 //   kAuto             the default: swiglu_fp8_auto_row_rule below picks per call
 // Process-wide override for the bench and the tests (set_swiglu_fp8_row_rule).
-enum class SwigluRowRule : int { kAuto = -1, kTwoChunks = 0, kFourShared = 1, kFourSharedNext = 2 };
+enum class SwigluRowRule : int { kAuto = -1, kTwoChunks = 0, kFourShared = 1, kFourSharedNext = 2, kFourSharedThree = 3 };
 constexpr SwigluRowRule kSwigluDefaultRowRule = SwigluRowRule::kAuto;
 
 // The rule kAuto picks for `rows` rows of `chunks` 16-byte output chunks. Measured on the H100 at
@@ -47,11 +54,13 @@ inline SwigluRowRule resolve_swiglu_fp8_row_rule(SwigluRowRule rule, int64_t row
 // computes it twice (amax pass, store pass) from global memory. stage: 0 registers, 1 shared, 2 shared
 // + next row (SwigluRowStage, kernels.cuh); smem_bytes: the dynamic shared memory it needs (one or two
 // sets of v x 2 x 16 bytes per thread).
+// min_blocks: the blocks per SM the kernel is compiled for (3: kFourSharedThree, <= 512 threads).
 struct SwigluRowConfig {
   int v, threads;
   bool in_registers;
   int stage = 0;
   int smem_bytes = 0;
+  int min_blocks = 1;
 };
 
 // One block of <= 1024 threads owns a row; __launch_bounds__(1024) caps a thread at 64 registers,
@@ -72,6 +81,7 @@ inline SwigluRowConfig swiglu_fp8_row_config(int64_t chunks, SwigluRowRule rule)
     const int set = v * 2 * 16 * threads;  // [v][gate, up][threads] 16-byte slots
     c.stage = rule == SwigluRowRule::kFourSharedNext && 2 * set <= kSwigluMaxDynamicSmem ? 2 : 1;
     c.smem_bytes = c.stage == 2 ? 2 * set : set;
+    if (rule == SwigluRowRule::kFourSharedThree && threads <= kSwigluThreeBlockThreads) c.min_blocks = 3;
   }
   return c;
 }

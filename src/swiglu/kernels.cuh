@@ -101,8 +101,10 @@ enum class SwigluRowStage : int { kRegisters = 0, kShared = 1, kSharedNext = 2 }
 // (results/gpu/experiments/swiglu_dynamic_cluster4.json); a persistent grid prefetching each
 // block's next row into registers, 71 / 81 % at U = 16384
 // (results/gpu/experiments/swiglu_dynamic_persistent_prefetch.json).
-template <class T, bool kInterleaved, int V, SwigluRowStage kStage>
-__global__ void __launch_bounds__(kRowMaxThreads) swiglu_fp8_rowwise_kernel(
+// kMinBlocks: 1, or 3 for kFourSharedThree's shapes (<= 512 threads: the bound caps registers at 40).
+template <class T, bool kInterleaved, int V, SwigluRowStage kStage, int kMinBlocks = 1>
+__global__ void __launch_bounds__(kMinBlocks > 1 ? detail::kSwigluThreeBlockThreads : kRowMaxThreads, kMinBlocks > 1 ? kMinBlocks : 0)
+swiglu_fp8_rowwise_kernel(
     const T* __restrict__ in, int64_t ldi, uint8_t* __restrict__ out, int64_t ldo, int64_t rows, int64_t u, int act,
     float* __restrict__ scale) {
   __shared__ float partial[32];

@@ -61,15 +61,19 @@ void launch_elementwise(const ConstMatrix& in, void* out, int64_t ldo, int64_t r
 
 // Row kernel: the shape swiglu_fp8_row_config picks (config.h); one block per row up to the rows
 // that are resident at once, times a few waves — or, staging the next row, the resident blocks only.
-template <class T, bool kIl, int V, swiglu_detail::SwigluRowStage kStage>
+template <class T, bool kIl, int V, swiglu_detail::SwigluRowStage kStage, int kMinBlocks = 1>
 void launch_rowwise_k(const ConstMatrix& in, const Fp8Matrix& out, float* scale, Activation act,
                       const detail::SwigluRowConfig& cfg, cudaStream_t stream) {
   using namespace swiglu_detail;
-  auto kernel = swiglu_fp8_rowwise_kernel<T, kIl, V, kStage>;
+  auto kernel = swiglu_fp8_rowwise_kernel<T, kIl, V, kStage, kMinBlocks>;
   if constexpr (kStage != SwigluRowStage::kRegisters) {
     // Up to kSwigluMaxDynamicSmem (config.h keeps every shape within it); set once per instantiation.
+    // Three blocks per SM need the whole carveout for shared memory (3 x 64 KB at U = 16384).
     static const bool opted_in = [&] {
       BF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, detail::kSwigluMaxDynamicSmem));
+      if (kMinBlocks > 1)
+        BF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                           cudaSharedmemCarveoutMaxShared));
       return true;
     }();
     (void)opted_in;
@@ -91,6 +95,8 @@ void launch_rowwise_l(const ConstMatrix& in, const Fp8Matrix& out, float* scale,
   using swiglu_detail::SwigluRowStage;
   if (cfg.v == 2)
     launch_rowwise_k<T, kIl, 2, SwigluRowStage::kRegisters>(in, out, scale, act, cfg, stream);
+  else if (cfg.stage == 1 && cfg.min_blocks == 3)
+    launch_rowwise_k<T, kIl, 4, SwigluRowStage::kShared, 3>(in, out, scale, act, cfg, stream);
   else if (cfg.stage == 2)
     launch_rowwise_k<T, kIl, 4, SwigluRowStage::kSharedNext>(in, out, scale, act, cfg, stream);
   else

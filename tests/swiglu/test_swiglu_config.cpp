@@ -15,7 +15,8 @@ namespace {
 using detail::SwigluRowRule;
 
 TEST(SwigluRowConfig, CoversEveryRowWidth) {
-  for (SwigluRowRule rule : {SwigluRowRule::kTwoChunks, SwigluRowRule::kFourShared, SwigluRowRule::kFourSharedNext})
+  for (SwigluRowRule rule : {SwigluRowRule::kTwoChunks, SwigluRowRule::kFourShared, SwigluRowRule::kFourSharedNext,
+                             SwigluRowRule::kFourSharedThree})
     for (int64_t n = 1; n <= 20000; ++n) {
       const detail::SwigluRowConfig c = detail::swiglu_fp8_row_config(n, rule);
       ASSERT_TRUE(c.v == 2 || c.v == 4) << "chunks " << n;
@@ -33,6 +34,10 @@ TEST(SwigluRowConfig, CoversEveryRowWidth) {
       const int set = 4 * 2 * 16 * c.threads;
       ASSERT_EQ(c.smem_bytes, !staged ? 0 : c.stage == 2 ? 2 * set : set) << "chunks " << n;
       ASSERT_LE(c.smem_bytes, detail::kSwigluMaxDynamicSmem) << "chunks " << n;
+      // Three blocks per SM exactly for kFourSharedThree's staged rows of <= 512 threads.
+      const bool three = rule == SwigluRowRule::kFourSharedThree && staged && c.threads <= detail::kSwigluThreeBlockThreads;
+      ASSERT_EQ(c.min_blocks, three ? 3 : 1) << "chunks " << n;
+      if (three) ASSERT_LE(3 * (c.smem_bytes + 1024), 233472) << "chunks " << n << ": three blocks' shared memory";
     }
 }
 

@@ -143,7 +143,7 @@ TEST_P(SwigluFp8Gpu, EveryRowRule) {
   SKIP_WITHOUT_GPU();
   if (std::get<3>(GetParam()) != Fp8ScaleMode::kDynamicPerRow) GTEST_SKIP() << "the rules shape the dynamic-scale kernel only";
   for (auto rule : {detail::SwigluRowRule::kTwoChunks, detail::SwigluRowRule::kFourShared,
-                    detail::SwigluRowRule::kFourSharedNext}) {
+                    detail::SwigluRowRule::kFourSharedNext, detail::SwigluRowRule::kFourSharedThree}) {
     detail::set_swiglu_fp8_row_rule(rule);
     for (int64_t u : {8200, 14336, 28672}) {
       Case c = base();
@@ -209,7 +209,8 @@ TEST(SwigluFp8Sanitizer, SmallShapes) {
 // next row's copies (400 rows of U = 8200 > the 396-block persistent grid: blocks walk two rows).
 TEST(SwigluFp8Sanitizer, SharedStagedRowKernel) {
   SKIP_WITHOUT_GPU();
-  for (auto rule : {detail::SwigluRowRule::kFourShared, detail::SwigluRowRule::kFourSharedNext}) {
+  for (auto rule : {detail::SwigluRowRule::kFourShared, detail::SwigluRowRule::kFourSharedNext,
+                    detail::SwigluRowRule::kFourSharedThree}) {
     detail::set_swiglu_fp8_row_rule(rule);
     for (auto layout : {GateUpLayout::kStacked, GateUpLayout::kInterleaved}) {
       Case c;
