@@ -4,6 +4,8 @@
 // reference is reference_fp8.cpp.
 #include "blockfuse/gated_up_fp8.h"
 
+#include "blockfuse/gated_up.h"
+
 #include "common/check.h"
 #include "common/device.h"
 #include "gated_up/params.h"
@@ -22,13 +24,8 @@ const char* fp8_input_scale_mode_name(Fp8InputScaleMode m) {
   return "unknown";
 }
 
-bool gated_up_fp8_has_sm90() {
-#if defined(BLOCKFUSE_HAS_SM90)
-  return true;
-#else
-  return false;
-#endif
-}
+// The FP8 kernels are compiled exactly when the 16-bit sm90a ones are (the same CMake switch).
+bool gated_up_fp8_has_sm90() { return gated_up_has_sm90(); }
 
 int gated_up_fp8_num_tile_configs() { return kNumSm90Fp8TileConfigs; }
 

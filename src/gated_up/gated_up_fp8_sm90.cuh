@@ -17,29 +17,10 @@
 
 namespace blockfuse::sm90 {
 
-template <class ElementOut_, int BM, int BN, int BK, int ClusterM, int ClusterN, bool Pingpong>
-struct GatedUpFp8Sm90 {
-  using ElementIn = cutlass::float_e4m3_t;
-  using Element = ElementOut_;                                            // bf16 or e4m3 output
-  using TileShape = Shape<Int<BM>, Int<BN>, Int<BK>>;                     // the interleaved GEMM's CTA tile
-  using ClusterShape = Shape<Int<ClusterM>, Int<ClusterN>, _1>;
-  using KernelSchedule = std::conditional_t<Pingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum,
-                                            cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum>;
-  using Epilogue = GatedEpilogue<Element, TileShape, /*kDequant=*/true>;
-  // A = x [M, K] row-major (K-major), B = w [2U, K] (K-major), 16-byte (16-element) aligned, fp32
-  // accumulation. Stages: as many as fit beside the epilogue's tile.
-  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-      ElementIn, cutlass::layout::RowMajor, 16,
-      ElementIn, cutlass::layout::ColumnMajor, 16,
-      float, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      KernelSchedule>::CollectiveOp;
-  using TiledMma = typename Mainloop::TiledMma;
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue,
-                                                      cutlass::gemm::PersistentScheduler>;
-  static_assert(accumulator_pairs_are_adjacent_columns<TiledMma>(), "see gated_up_sm90.cuh");
-};
+// e4m3 x and w, bf16 or e4m3 h: GatedUpSm90Gemm (gated_up_sm90.cuh) with the FP8 fast-accumulation
+// schedules and the dequantising epilogue.
+template <class ElementOut, int BM, int BN, int BK, int ClusterM, int ClusterN, bool Pingpong>
+using GatedUpFp8Sm90 = GatedUpSm90Gemm<cutlass::float_e4m3_t, ElementOut, true, BM, BN, BK, ClusterM, ClusterN, Pingpong>;
 
 template <class TOut, int I>
 using Sm90Fp8KernelFor =

@@ -470,20 +470,28 @@ class GatedEpilogue {
 // ---------------------------------------------------------------------------------------------
 // The kernel type for one tile configuration.
 // ---------------------------------------------------------------------------------------------
-template <class Element_, int BM, int BN, int BK, int ClusterM, int ClusterN, bool Pingpong>
-struct GatedUpSm90 {
-  using Element = Element_;
+template <class ElementIn_, class Element_, bool kFp8, int BM, int BN, int BK, int ClusterM, int ClusterN, bool Pingpong>
+struct GatedUpSm90Gemm {
+  using ElementIn = ElementIn_;                                           // x and w
+  using Element = Element_;                                               // the output h
   using TileShape = Shape<Int<BM>, Int<BN>, Int<BK>>;                     // the interleaved GEMM's CTA tile
   using ClusterShape = Shape<Int<ClusterM>, Int<ClusterN>, _1>;
-  using KernelSchedule = std::conditional_t<Pingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
-                                            cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
-  using Epilogue = GatedEpilogue<Element, TileShape>;
+  // FP8: wgmma's fast accumulation (no periodic promotion to fp32 registers), as cuBLASLt's fast mode.
+  using KernelSchedule = std::conditional_t<
+      kFp8,
+      std::conditional_t<Pingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum,
+                         cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum>,
+      std::conditional_t<Pingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                         cutlass::gemm::KernelTmaWarpSpecializedCooperative>>;
+  using Epilogue = GatedEpilogue<Element, TileShape, /*kDequant=*/kFp8>;
   // A = x [M, K] row-major (K-major), B = w [2U, K] (K-major: "column-major K x N"), both 16-byte
-  // (8-element) aligned, fp32 accumulation. Stages: as many as fit beside the epilogue's tile.
+  // aligned (8 16-bit or 16 e4m3 elements), fp32 accumulation. Stages: as many as fit beside the
+  // epilogue's tile.
+  static constexpr int kAlign = 16 / static_cast<int>(sizeof(ElementIn));
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-      Element, cutlass::layout::RowMajor, 8,
-      Element, cutlass::layout::ColumnMajor, 8,
+      ElementIn, cutlass::layout::RowMajor, kAlign,
+      ElementIn, cutlass::layout::ColumnMajor, kAlign,
       float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       KernelSchedule>::CollectiveOp;
@@ -493,6 +501,10 @@ struct GatedUpSm90 {
                                                       cutlass::gemm::PersistentScheduler>;
   static_assert(accumulator_pairs_are_adjacent_columns<TiledMma>(), "see the header comment");
 };
+
+// The 16-bit kernel (bf16 / fp16 in and out).
+template <class Element, int BM, int BN, int BK, int ClusterM, int ClusterN, bool Pingpong>
+using GatedUpSm90 = GatedUpSm90Gemm<Element, Element, false, BM, BN, BK, ClusterM, ClusterN, Pingpong>;
 
 template <class T, int I>
 using Sm90KernelFor = GatedUpSm90<T, kSm90TileConfigs[I].bm, kSm90TileConfigs[I].bn, kSm90TileConfigs[I].bk,
