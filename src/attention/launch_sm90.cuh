@@ -21,14 +21,18 @@ void launch(const AttnParams& a, cudaStream_t stream) {
   detail::opt_in_dynamic_smem_once(opted_in, kernel, kSmem);
 
   // TMA coordinates are int32; the validation keeps lengths below 2^30 and heads, batch below 2^16.
-  auto q = Traits::gmem_tensor(static_cast<const Element*>(a.q), a.seqlen_q, a.heads_q, a.batch, a.q_row_stride,
-                               a.q_head_stride, a.q_batch_stride);
-  auto k = Traits::gmem_tensor(static_cast<const Element*>(a.k), a.seqlen_k, a.heads_kv, a.batch, a.k_row_stride,
-                               a.k_head_stride, a.k_batch_stride);
-  auto v = Traits::gmem_tensor(static_cast<const Element*>(a.v), a.seqlen_k, a.heads_kv, a.batch, a.v_row_stride,
-                               a.v_head_stride, a.v_batch_stride);
-  auto o = Traits::gmem_tensor(static_cast<Element*>(a.out), a.seqlen_q, a.heads_q, a.batch, a.o_row_stride,
-                               a.o_head_stride, a.o_batch_stride);
+  // The validation allows any stride (a multiple of 8 elements) for a mode of extent 1, 0 included;
+  // such a mode is only ever addressed at 0, so a zero stride is replaced by 8 elements (16 bytes),
+  // which every TMA descriptor accepts.
+  auto st = [](int64_t s) { return s != 0 ? s : int64_t(8); };
+  auto q = Traits::gmem_tensor(static_cast<const Element*>(a.q), a.seqlen_q, a.heads_q, a.batch, st(a.q_row_stride),
+                               st(a.q_head_stride), st(a.q_batch_stride));
+  auto k = Traits::gmem_tensor(static_cast<const Element*>(a.k), a.seqlen_k, a.heads_kv, a.batch, st(a.k_row_stride),
+                               st(a.k_head_stride), st(a.k_batch_stride));
+  auto v = Traits::gmem_tensor(static_cast<const Element*>(a.v), a.seqlen_k, a.heads_kv, a.batch, st(a.v_row_stride),
+                               st(a.v_head_stride), st(a.v_batch_stride));
+  auto o = Traits::gmem_tensor(static_cast<Element*>(a.out), a.seqlen_q, a.heads_q, a.batch, st(a.o_row_stride),
+                               st(a.o_head_stride), st(a.o_batch_stride));
   Sm90Params<Traits> p{make_tma_copy(SM90_TMA_LOAD{}, q, typename Traits::SmemLayoutQSlice{}),
                        make_tma_copy(SM90_TMA_LOAD{}, k, typename Traits::SmemLayoutKStage{}),
                        make_tma_copy(SM90_TMA_LOAD{}, v, typename Traits::SmemLayoutKStage{}),
