@@ -1,5 +1,5 @@
 // Internal: the sm80 attention forward kernel (FlashAttention-2's algorithm, written with CuTe).
-// Runs on compute capability >= 8.0, Hopper included (mma.sync; the wgmma kernel is separate work).
+// Runs on compute capability >= 8.0, Hopper included (mma.sync; the wgmma kernel is attention_sm90.cuh).
 //
 // One block computes O for kBlockM query rows of one (batch, head):
 //   Q tile  -> shared memory once (cp.async, 16-byte vectors, swizzled layout: conflict-free ldmatrix)
