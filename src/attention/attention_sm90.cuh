@@ -191,6 +191,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   extern __shared__ __align__(1024) char smem_raw[];
   Storage& smem = *reinterpret_cast<Storage*>(smem_raw);
+  // TMA and wgmma swizzle absolute shared-memory addresses, CuTe's layouts (the epilogue's O
+  // stores) swizzle offsets: they agree only on a 1024-byte-aligned base. Fail loudly if not.
+  if (threadIdx.x == 0 && (cute::cast_smem_ptr_to_uint(smem_raw) & 1023u) != 0) __trap();
 
   const int warp_group = threadIdx.x / 128;
   const int warp_in_group = (threadIdx.x / 32) % 4;
