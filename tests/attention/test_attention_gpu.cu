@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -43,8 +44,12 @@ struct Case {
   AttentionKernel kernel = AttentionKernel::kAuto;
 };
 
-// The sm90a kernel runs only in a build that has it, on compute capability 9.0 exactly.
+// The sm90a kernel runs only in a build that has it, on compute capability 9.0 exactly. Until it has
+// passed on a GPU its tests also need BLOCKFUSE_TEST_SM90=1 in the environment: a pipeline bug hangs
+// rather than fails, and must not stall the whole suite (scripts/gpu-check).
 bool sm90_runnable() {
+  const char* opt_in = std::getenv("BLOCKFUSE_TEST_SM90");
+  if (opt_in == nullptr || std::string(opt_in) != "1") return false;
   if (!attention_has_sm90()) return false;
   int dev = 0, major = 0, minor = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return false;
@@ -54,8 +59,8 @@ bool sm90_runnable() {
 }
 #define BF_SKIP_WITHOUT_SM90(kernel)                                                           \
   if ((kernel) == AttentionKernel::kSm90 && !sm90_runnable())                                  \
-  GTEST_SKIP() << "the sm90a attention kernel needs a build with it (attention_has_sm90() = " \
-               << attention_has_sm90() << ") and a compute capability 9.0 device"
+  GTEST_SKIP() << "the sm90a attention kernel's tests need BLOCKFUSE_TEST_SM90=1, a build with it "  \
+               << "(attention_has_sm90() = " << attention_has_sm90() << ") and a compute capability 9.0 device"
 
 
 std::string describe(const Case& c) {
