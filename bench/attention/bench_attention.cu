@@ -54,11 +54,12 @@ class AttentionBench final : public BenchCommand {
   int batch_ = 2, hq_ = 32;
   bool all_configs_ = false;
   std::string dtype_ = "bf16";
+  std::string kernel_ = "sm80";
 
   Defaults defaults() const override { return {10, 10, 3}; }
 
   void options(Options& o) override {
-    o.about("TFLOP/s of blockfuse::attention (sm80 forward) on [B, S, H, D] prefill shapes, as a fraction of the "
+    o.about("TFLOP/s of blockfuse::attention (sm80 forward, or --kernel sm90) on [B, S, H, D] prefill shapes, as a fraction of the "
             "cuBLAS bf16 GEMM rate measured in this run. FLOPs = 4·B·Hq·S²·D, halved when causal. Each point is "
             "verified against the fp32 GPU reference (every S/256-th query row) before it is timed.");
     o.ints("--d", ds_, 64, 256, "head dims (64, 128, 256)", std::vector<int64_t>{128}, 64);
@@ -69,6 +70,9 @@ class AttentionBench final : public BenchCommand {
     o.integer("--hq", hq_, 1, 1 << 16, "query heads");
     o.flag("--all-configs", all_configs_, "time every compiled tile configuration, not only the heuristic's");
     o.choice("--dtype", dtype_, {"bf16", "fp16"}, "element type");
+    o.choice("--kernel", kernel_, {"sm80", "sm90"},
+             "sm80 (mma.sync; --all-configs applies) or sm90 (wgmma/TMA, Hopper; so far D = 128 non-causal only, "
+             "other points are skipped)");
   }
 
   void run(Bench& b) override {
@@ -104,29 +108,43 @@ class AttentionBench final : public BenchCommand {
           const AttnConstTensor v = make_attn_tensor(vb.data(), dt, B, s, hkv, d);
           const AttnTensor out = make_attn_tensor(ob.data(), dt, B, s, Hq, d);
           for (int64_t causal : causals_) {
+            const bool sm90 = kernel_ == "sm90";
+            if (sm90 && (d != 128 || causal != 0)) {
+              b.log("%s causal %d: skipped, the sm90 kernel handles D = 128 non-causal only", where.c_str(), int(causal));
+              continue;
+            }
             AttentionParams p;
             p.causal = causal != 0;
-            const int n_cfg = all_configs_ ? attention_num_configs(d) : 1;
+            p.kernel = sm90 ? AttentionKernel::kSm90 : AttentionKernel::kAuto;
+            const int n_cfg = !sm90 && all_configs_ ? attention_num_configs(d) : 1;
             for (int ci = 0; ci < n_cfg; ++ci) {
               const AttentionConfig cfg = attention_config(d, ci);
-              const std::string tile = std::to_string(cfg.block_m) + "x" + std::to_string(cfg.block_n) + "w" +
-                                       std::to_string(cfg.warps);
+              // The sm90 kernel has one tile (128 x 128, two consumer warpgroups) and no config overload.
+              const std::string tile = sm90 ? std::string("sm90 128x128")
+                                            : std::to_string(cfg.block_m) + "x" + std::to_string(cfg.block_n) + "w" +
+                                                  std::to_string(cfg.warps);
+              auto call = [&] {
+                if (sm90)
+                  attention(q, k, v, out, lse.data(), p, stream);
+                else
+                  attention(q, k, v, out, lse.data(), p, cfg, stream);
+              };
               const std::string point = where + " causal " + std::to_string(causal) + " tile " + tile;
               b.log("%s", point.c_str());
               // Verify first, on a poisoned output.
               testing::fill_bits(Matrix{ob.data(), dt, B * s * Hq, d, d}, testing::nan_bits(dt), stream);
-              attention(q, k, v, out, lse.data(), p, cfg, stream);
+              call();
               const int step = int(std::max<int64_t>(1, s / 256));
               const Check check = verify_point(q, k, v, out, p, step, stream);
               const bool ok = b.verify(point, check);
-              const Timing t = b.time([&](int) { attention(q, k, v, out, lse.data(), p, cfg, stream); }, Method::events());
+              const Timing t = b.time([&](int) { call(); }, Method::events());
               const double flops = 4.0 * B * Hq * double(s) * double(s) * d * (p.causal ? 0.5 : 1.0);
               const double tflops = flops / (t.median_ms * 1e-3) / 1e12;
               auto r = b.row({std::to_string(d), std::to_string(s), std::to_string(hkv), causal ? "yes" : "no", tile,
                               fmt(t.us(), 1), fmt(tflops, 1), b.pct_of_matrix(tflops) + (ceiling > 0 ? " %" : ""),
                               ok ? "ok (" + fmt(check.max_abs, 4) + ")" : "FAILED"});
               r.set("head_dim", d).set("seqlen", s).set("batch", B).set("heads_q", Hq).set("heads_kv", hkv);
-              r.set("causal", causal != 0).set("tile", tile).set("config_index", ci);
+              r.set("causal", causal != 0).set("tile", tile).set("config_index", ci).set("kernel", kernel_);
               r.set("median_us", t.us()).set("min_us", t.min_us()).set("tflops", tflops);
               if (ceiling > 0) r.set("fraction_of_cublas", tflops / ceiling);
               r.set("verified", ok).set("max_abs_diff", check.max_abs).set("checked_elements", check.count);
@@ -141,6 +159,6 @@ class AttentionBench final : public BenchCommand {
 }  // namespace
 
 BLOCKFUSE_COMMAND(AttentionBench, "bench attention",
-                  "TFLOP/s of the sm80 attention forward (--d, --s, --hkv, --causal, --all-configs, --json)");
+                  "TFLOP/s of the attention forward (--d, --s, --hkv, --causal, --kernel, --all-configs, --json)");
 
 }  // namespace blockfuse::bench

@@ -24,7 +24,7 @@
 // Supported: bf16 and fp16 (q, k, v, out of one dtype), D ∈ {64, 128, 256}, Hq % Hkv == 0
 // (MHA, GQA, MQA), any lengths >= 1 (0 launches nothing), lengths < 2^30. Deterministic: the same
 // inputs give the same bits (no atomics, fixed reduction order). Needs compute capability >= 8.0;
-// on Hopper the same sm80 kernel runs (mma.sync).
+// on Hopper the same sm80 kernel runs (mma.sync) unless params.kernel asks for the sm90a one.
 #pragma once
 
 #include <cstdint>
@@ -69,6 +69,19 @@ inline AttnTensor make_attn_tensor(void* data, DType dtype, int64_t batch, int64
 // can pass what it was given and get the library's error).
 enum class IndexType : int { kInt32 = 0, kInt64 = 1 };
 
+// Which forward kernel runs.
+enum class AttentionKernel : int {
+  kAuto = 0,  // the sm80 kernel (the sm90a kernel is not yet verified on a GPU, so it is opt-in)
+  kSm80 = 1,  // CuTe mma.sync m16n8k16 + cp.async; compute capability >= 8.0
+  kSm90 = 2,  // wgmma + TMA, warp-specialised; compute capability 9.0 only (sm_90a code), built when
+              // the library was (CMake BLOCKFUSE_SM90). Shapes so far: head_dim 128, batched (no
+              // cu_seqlens), no causal mask, window or soft-cap; anything else is an error naming
+              // params.kernel.
+};
+// Whether this build contains the sm90a attention kernel.
+bool attention_has_sm90();
+const char* kernel_name(AttentionKernel k);
+
 struct AttentionParams {
   float softmax_scale = 0.0f;  // <= 0: 1/√D
   bool causal = false;         // right = 0, aligned bottom-right
@@ -89,6 +102,8 @@ struct AttentionParams {
   int64_t max_seqlen_k = 0;
   const int32_t* host_cu_seqlens_q = nullptr;  // optional host copies, validated when given
   const int32_t* host_cu_seqlens_k = nullptr;
+
+  AttentionKernel kernel = AttentionKernel::kAuto;
 };
 
 // Tile configuration of the sm80 kernel (see src/attention/heuristic.cpp).
@@ -115,7 +130,8 @@ AttentionConfig attention_config(int64_t head_dim, int index);
 void attention(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnTensor out, float* lse,
                const AttentionParams& params, cudaStream_t stream = nullptr);
 
-// The same with an explicit configuration (one of attention_config(D, i)).
+// The same with an explicit configuration (one of attention_config(D, i)) of the sm80 kernel
+// (params.kernel must be kAuto or kSm80).
 void attention(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnTensor out, float* lse,
                const AttentionParams& params, AttentionConfig config, cudaStream_t stream = nullptr);
 

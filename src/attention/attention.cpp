@@ -1,5 +1,6 @@
-// attention: validation, configuration and launch of the sm80 attention kernel
-// (attention_sm80.cuh; tiles from heuristic.cpp). Every check runs before anything is launched.
+// attention: validation, kernel choice and launch of the sm80 attention kernel (attention_sm80.cuh;
+// tiles from heuristic.cpp) or, when asked for and built, the sm90a one (attention_sm90.cuh).
+// Every check runs before anything is launched.
 #include "blockfuse/attention.h"
 
 #include <algorithm>
@@ -8,6 +9,9 @@
 
 #include "attention/launch.h"
 #include "attention/params.h"
+#if defined(BLOCKFUSE_HAS_SM90)
+#include "attention/launch_sm90.h"
+#endif
 #include "common/device.h"
 #include "common/check.h"
 
@@ -60,6 +64,23 @@ void check_tensor(const char* arg, const AttnConstTensor& t, bool varlen) {
     throw_arg(kFn, arg, "has a null data pointer", "a valid device pointer for a non-empty tensor");
   if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0)
     throw_arg(kFn, arg, cat("pointer ", t.data, " is not 16-byte aligned"), "a 16-byte aligned data pointer");
+}
+
+// params.kernel: a known code, and kSm90 only where this build has it and for the shapes it handles.
+void check_kernel_choice(const AttnConstTensor& q, const AttentionParams& prm, bool varlen) {
+  const AttentionKernel k = prm.kernel;
+  if (k != AttentionKernel::kAuto && k != AttentionKernel::kSm80 && k != AttentionKernel::kSm90)
+    throw_arg(kFn, "params.kernel", cat("has code ", static_cast<int>(k)), "kAuto, kSm80 or kSm90");
+  if (k != AttentionKernel::kSm90) return;
+  if (!attention_has_sm90())
+    throw_arg(kFn, "params.kernel", "= kSm90, but this build has no sm90a attention kernel",
+              "a build with CMake BLOCKFUSE_SM90 (AUTO with 90 in BLOCKFUSE_CUDA_ARCHS, or ON), or kAuto/kSm80");
+  if (!attn::sm90_supports(q.head_dim, varlen, prm.causal, prm.window_left, prm.window_right, prm.softcap))
+    throw_arg(kFn, "params.kernel",
+              cat("= kSm90 with head_dim = ", q.head_dim, varlen ? ", varlen" : "", prm.causal ? ", causal" : "",
+                  ", window (", prm.window_left, ", ", prm.window_right, "), softcap = ", prm.softcap),
+              "for kSm90: head_dim 128, batched (no cu_seqlens), causal = false, window -1/-1, softcap 0 "
+              "(or kAuto/kSm80 for anything else)");
 }
 
 void check_host_cu_seqlens(const char* arg, const int32_t* cu, int64_t n, int64_t total, int64_t max_len,
@@ -144,6 +165,8 @@ Validated validate_host(const AttnConstTensor& q, const AttnConstTensor& k, cons
     throw_arg(kFn, "k", "has seqlen = 0 with q.seqlen > 0", "seqlen >= 1 (every query needs a key)");
   }
 
+  check_kernel_choice(q, prm, varlen);
+
   // Overlaps: out must not alias an input or the LSE (q, k, v may alias each other: fused QKV).
   const detail::Span so = span_of_tensor(out);
   detail::check_no_overlap(kFn, "out", so, "q", span_of_tensor(q));
@@ -184,9 +207,8 @@ void check_devices(const AttnConstTensor& q, const AttnConstTensor& k, const Att
   }
 }
 
-void run(const AttnConstTensor& q, const AttnConstTensor& k, const AttnConstTensor& v, const AttnTensor& out,
-         float* lse, const AttentionParams& prm, const Validated& val, const AttentionConfig& c, cudaStream_t stream) {
-  detail::check_compute_capability(kFn, 8, 0);
+attn::AttnParams make_params(const AttnConstTensor& q, const AttnConstTensor& k, const AttnConstTensor& v,
+                             const AttnTensor& out, float* lse, const AttentionParams& prm, const Validated& val) {
   attn::AttnParams p{};
   p.q = q.data;
   p.k = k.data;
@@ -227,7 +249,13 @@ void run(const AttnConstTensor& q, const AttnConstTensor& k, const AttnConstTens
   p.window_left = prm.window_left < 0 ? kUnbounded : static_cast<int>(std::min<int64_t>(prm.window_left, kUnbounded));
   const int64_t right = prm.causal ? 0 : prm.window_right;
   p.window_right = right < 0 ? kUnbounded : static_cast<int>(std::min<int64_t>(right, kUnbounded));
+  return p;
+}
 
+void run(const AttnConstTensor& q, const AttnConstTensor& k, const AttnConstTensor& v, const AttnTensor& out,
+         float* lse, const AttentionParams& prm, const Validated& val, const AttentionConfig& c, cudaStream_t stream) {
+  detail::check_compute_capability(kFn, 8, 0);
+  const attn::AttnParams p = make_params(q, k, v, out, lse, prm, val);
   const attn::TileConfig t{static_cast<int>(q.head_dim), c.block_m, c.block_n, c.warps};
   switch (t.head_dim) {
     case 64: attn::launch_sm80_d64(p, t, q.dtype, stream); break;
@@ -244,11 +272,55 @@ void check_smem(const AttentionConfig& c, int64_t head_dim) {
                     need, " bytes of shared memory; the current device allows ", have, " per block"));
 }
 
+// The sm90a kernel (check_kernel_choice has checked the build and the shape): compute capability
+// 9.0 exactly (sm_90a code is not forward compatible) and enough shared memory.
+void run_sm90(const AttnConstTensor& q, const AttnConstTensor& k, const AttnConstTensor& v, const AttnTensor& out,
+              float* lse, const AttentionParams& prm, const Validated& val, cudaStream_t stream) {
+#if defined(BLOCKFUSE_HAS_SM90)
+  const detail::DeviceSpec dev = detail::current_device_spec();
+  if (!(dev.cc_major == 9 && dev.cc_minor == 0))
+    throw_arg(kFn, "params.kernel", cat("= kSm90 on a device of compute capability ", dev.cc_major, ".", dev.cc_minor),
+              "compute capability 9.0 (Hopper) for kSm90; kAuto or kSm80 elsewhere");
+  const int need = attn::sm90::smem_bytes_d128();
+  if (need > dev.max_smem_per_block)
+    throw Error(cat("blockfuse::attention: the sm90a kernel needs ", need, " bytes of shared memory; the current device allows ",
+                    dev.max_smem_per_block, " per block"));
+  const attn::AttnParams p = make_params(q, k, v, out, lse, prm, val);
+  if (q.dtype == DType::kBF16)
+    attn::sm90::launch_d128_bf16(p, stream);
+  else
+    attn::sm90::launch_d128_fp16(p, stream);
+#else
+  (void)q, (void)k, (void)v, (void)out, (void)lse, (void)prm, (void)val, (void)stream;
+  throw_arg(kFn, "params.kernel", "= kSm90, but this build has no sm90a attention kernel", "kAuto or kSm80");
+#endif
+}
+
 }  // namespace
+
+bool attention_has_sm90() {
+#if defined(BLOCKFUSE_HAS_SM90)
+  return true;
+#else
+  return false;
+#endif
+}
+
+const char* kernel_name(AttentionKernel k) {
+  switch (k) {
+    case AttentionKernel::kAuto: return "auto";
+    case AttentionKernel::kSm80: return "sm80";
+    case AttentionKernel::kSm90: return "sm90";
+  }
+  return "unknown";
+}
 
 void attention(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnTensor out, float* lse,
                const AttentionParams& params, AttentionConfig config, cudaStream_t stream) {
   const Validated val = validate_host(q, k, v, out, lse, params);
+  if (params.kernel == AttentionKernel::kSm90)
+    throw_arg(kFn, "params.kernel", "= kSm90 with an explicit AttentionConfig",
+              "kAuto or kSm80 (the configurations are the sm80 kernel's); or the overload without a config");
   validate_config(q.head_dim, config);
   if (nothing_to_do(q, val)) return;
   check_devices(q, k, v, out, lse, params, val.varlen);
@@ -261,6 +333,11 @@ void attention(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnTens
   const Validated val = validate_host(q, k, v, out, lse, params);
   if (nothing_to_do(q, val)) return;
   check_devices(q, k, v, out, lse, params, val.varlen);
+  // kAuto stays on the sm80 kernel until the sm90a one has passed the GPU suite (plan, stage 2).
+  if (params.kernel == AttentionKernel::kSm90) {
+    run_sm90(q, k, v, out, lse, params, val, stream);
+    return;
+  }
   const detail::DeviceSpec spec = detail::current_device_spec();
   const AttentionConfig c = attention_heuristic(q.head_dim, params.causal, spec.cc_major, spec.cc_minor);
   check_smem(c, q.head_dim);

@@ -29,6 +29,13 @@ inline constexpr int kNumTileConfigs = sizeof(kTileConfigs) / sizeof(kTileConfig
 // staged through Q's buffer).
 constexpr int smem_bytes(const TileConfig& c) { return (c.block_m + 2 * c.block_n) * c.head_dim * 2; }
 
+// The shapes the sm90a kernel handles (stage 1 of docs/attention-hopper-plan.md): head_dim 128,
+// batched (no cu_seqlens), no causal mask, no window, no soft-cap. Host-only, a pure function.
+inline bool sm90_supports(int64_t head_dim, bool varlen, bool causal, int64_t window_left, int64_t window_right,
+                          float softcap) {
+  return head_dim == 128 && !varlen && !causal && window_left < 0 && window_right < 0 && softcap == 0.0f;
+}
+
 // What the kernel is launched with. Offsets are in elements (int64: tensors may exceed 2^31).
 struct AttnParams {
   const void* q;

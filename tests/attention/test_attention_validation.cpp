@@ -91,6 +91,32 @@ TEST(AttentionArgs, MaskAndScalars) {
   { Call c = valid(); c.use_config = true; c.cfg = AttentionConfig{96, 64, 4}; expect_arg_error(c, "config", "attention_config"); }
 }
 
+// params.kernel: a known code; kSm90 only in a build with the sm90a kernel, for the shapes it
+// handles, and without an explicit (sm80) AttentionConfig.
+TEST(AttentionArgs, KernelChoice) {
+  { Call c = valid(); c.p.kernel = static_cast<AttentionKernel>(7); expect_arg_error(c, "params.kernel", "kAuto, kSm80 or kSm90"); }
+  if (!attention_has_sm90()) {
+    Call c = valid();
+    c.p.kernel = AttentionKernel::kSm90;
+    expect_arg_error(c, "params.kernel", "BLOCKFUSE_SM90");
+    return;
+  }
+  auto sm90 = [] {
+    Call c = valid();
+    c.p.kernel = AttentionKernel::kSm90;
+    return c;
+  };
+  { Call c = sm90(); c.use_config = true; expect_arg_error(c, "params.kernel", "explicit AttentionConfig"); }
+  { Call c = sm90(); c.p.causal = true; expect_arg_error(c, "params.kernel", "head_dim 128"); }
+  { Call c = sm90(); c.p.window_left = 64; expect_arg_error(c, "params.kernel", "window -1/-1"); }
+  { Call c = sm90(); c.p.softcap = 30.0f; expect_arg_error(c, "params.kernel", "softcap 0"); }
+  {
+    Call c = sm90();
+    c.q.head_dim = c.k.head_dim = c.v.head_dim = c.out.head_dim = 64;
+    expect_arg_error(c, "params.kernel", "head_dim 128");
+  }
+}
+
 TEST(AttentionArgs, Varlen) {
   static const std::vector<int32_t> cq{0, 3, 3, 10}, ck{0, 5, 9, 12}, bad{0, 5, 4, 12}, nonzero{1, 5, 9, 12};
   auto varlen = [] {

@@ -1,0 +1,390 @@
+// Internal: the sm90a (Hopper) attention forward kernel: wgmma, TMA and warp specialisation
+// (docs/attention-hopper-plan.md; this is its stage 1).
+//
+// One CTA of 384 threads computes O for 128 query rows of one (batch, head):
+//   warpgroup 0, the producer: one elected thread loads Q once (two 64-row TMA boxes on one
+//     transaction barrier) and then K[n], V[n] for n from the last visible key block down, each
+//     into its own ring of kStages shared-memory stages (two mbarrier pipelines, so that a
+//     consumer waits for exactly the operand it is about to read);
+//   warpgroups 1 and 2, the consumers: each owns 64 query rows (one m64 wgmma atom) and per key
+//     block issues S = Q·Kᵀ (wgmma, both operands in shared memory), waits for it, applies the
+//     key-tail mask, updates the online softmax (softmax.cuh, the sm80 kernel's code), converts
+//     P to 16 bits in registers and issues O += P·V (wgmma, A = P from registers, B = Vᵀ read
+//     MN-major straight from V's stage, so no transposing copy).
+// `setmaxnreg` gives the producer 24 registers and each consumer thread 240.
+// Stage 1 has no overlap inside a warpgroup: a consumer waits for every wgmma before it touches
+// its results, and releases a K or V stage only after the wgmma that read it has retired (a stage
+// released earlier could be overwritten by TMA under a live wgmma). The two consumer
+// warpgroups run independently, so one's softmax hides under the other's GEMMs.
+//
+// P stays in registers. In the m64nN F32 accumulator layout (GMMA::CLayout_64xN,
+// ((4,8,4),(2,2,N/8)) : ((128,1,16),(64,8,512)) in m + 64·n) a thread holds, per 8-column block b,
+// columns 8b + 2·(lane % 4) + {0, 1} of rows r and r + 8. The RS A operand of the m64nDk16 wgmma
+// holds, per k16 slice, exactly those elements of two adjacent 8-column blocks in the same order,
+// so the score fragment ((2,2,N/8), 1, 1) re-read as ((2,2,2), 1, N/16) *is* P's A fragment
+// (`acc_as_a_sm90`); tests/attention/test_attention_layout_sm90.cu checks it for every thread.
+//
+// Epilogue, per consumer warpgroup: O /= row sum (0 for a row that saw no key, LSE −inf; NaN
+// propagates), O converted to 16 bits into the warpgroup's own retired 64-row slice of Q's buffer
+// (swizzled as TMA expects), then one TMA store of the slice, which clips rows >= seqlen_q.
+// TMA loads zero-fill rows past the sequence ends, so the key tail only needs the mask.
+//
+// No function call may be left in the kernel: a call makes ptxas serialise every wgmma (warning
+// C7510). Hence the reciprocal and the logarithm below are the approximate MUFU forms.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include <cute/tensor.hpp>
+#include <cute/atom/copy_atom.hpp>
+#include <cute/atom/mma_atom.hpp>
+
+#include "cutlass/arch/barrier.h"
+#include "cutlass/arch/reg_reconfig.h"
+#include "cutlass/cutlass.h"
+#include "cutlass/numeric_types.h"
+#include "cutlass/pipeline/pipeline.hpp"
+
+#include "attention/mask.cuh"
+#include "attention/softmax.cuh"
+
+namespace blockfuse::attn::sm90 {
+
+using namespace cute;
+
+// The fp32 accumulator of an m64 wgmma, ((2,2,N/8), 1, 1), viewed as (row, col) =
+// ((2, 1), (2, N/8)): rows r, r + 8; columns 2·(lane % 4) + {0, 1} + 8b. The column mode has the
+// (pair, 8-block) shape of the sm80 view, so VisibilityMask::apply and OnlineSoftmax work on it.
+template <class Layout>
+CUTE_HOST_DEVICE constexpr auto acc_rowcol_sm90(Layout acc) {
+  static_assert(decltype(rank<0>(acc))::value == 3, "an m64 GMMA accumulator: ((2,2,N/8), MMA_M, MMA_N)");
+  static_assert(decltype(size<1>(acc))::value == 1 && decltype(size<2>(acc))::value == 1,
+                "one m64 atom per warpgroup, the whole N in one atom");
+  return make_layout(make_layout(get<0, 1>(acc), get<1>(acc)), make_layout(get<0, 0>(acc), get<0, 2>(acc)));
+}
+
+// The score accumulator ((2,2,N/8), 1, 1) re-read as the A operand of P·V, ((2,2,2), 1, N/16):
+// two adjacent 8-column blocks form one k16 slice (see the header).
+template <class Layout>
+CUTE_HOST_DEVICE constexpr auto acc_as_a_sm90(Layout acc) {
+  auto v = get<0>(acc);
+  auto blocks = get<0>(logical_divide(get<2>(v), Shape<_2>{}));  // (2, N/16)
+  return make_layout(make_layout(get<0>(v), get<1>(v), get<0>(blocks)), get<1>(acc), get<1>(blocks));
+}
+
+// 1/s without IEEE division (whose slow path is a call, see the header): the approximate
+// reciprocal and one Newton step; NaN stays NaN.
+__device__ __forceinline__ float reciprocal_fast(float s) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(s));
+  return fmaf(r, fmaf(-s, r, 1.0f), r);
+}
+
+// The kernel's compile-time configuration for one (dtype, head dim, key block, stages).
+template <class Element_, int kHeadDim_, int kBlockN_, int kStages_>
+struct Sm90Traits {
+  using Element = Element_;  // cutlass::bfloat16_t or cutlass::half_t
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = 128;                   // two consumer warpgroups of 64 rows
+  static constexpr int kRowsPerWg = 64;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kStages = kStages_;
+  static constexpr int kConsumerWgs = 2;
+  static constexpr int kThreads = 128 * (1 + kConsumerWgs);
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = 240;
+  static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0, "whole SW128 atoms and k16 slices");
+
+  using D = Int<kHeadDim>;
+  using BN = Int<kBlockN>;
+  using WgM = Int<kRowsPerWg>;
+
+  // S = Q·Kᵀ per warpgroup: m64 n=BN k=D, Q and K both K-major in shared memory.
+  using TiledMmaQK = decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float, Shape<WgM, BN, D>>()));
+  // O += P·V per warpgroup: m64 n=D k=BN, P from registers, Vᵀ MN-major in shared memory.
+  using TiledMmaPV = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, Shape<WgM, D, BN>, GMMA::Major::K, GMMA::Major::MN>()));
+
+  // Shared memory: 128-byte-swizzled K-major tiles (what both TMA and wgmma read). Q is two
+  // 64-row slices, one per consumer warpgroup, each contiguous so that it is one TMA box and later
+  // the warpgroup's O staging buffer.
+  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<WgM, D, Int<kConsumerWgs>>{}));
+  using SmemLayoutQSlice = decltype(tile_to_shape(SmemAtom{}, Shape<WgM, D>{}));
+  using SmemLayoutK = decltype(tile_to_shape(SmemAtom{}, Shape<BN, D, Int<kStages>>{}));
+  using SmemLayoutKStage = decltype(tile_to_shape(SmemAtom{}, Shape<BN, D>{}));
+  using SmemLayoutV = SmemLayoutK;
+  // Vᵀ (D, BN, stages) over V's buffer: the B operand of P·V, MN-major (D contiguous).
+  using SmemLayoutVt = decltype(composition(
+      SmemLayoutV{}, make_ordered_layout(Shape<D, BN, Int<kStages>>{}, Step<_2, _1, _3>{})));
+
+  using PipelineK = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineV = cutlass::PipelineTmaAsync<kStages>;
+
+  struct SharedStorage {
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutK>, 1024> k;
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutV>, 1024> v;
+    typename PipelineK::SharedStorage pipe_k;
+    typename PipelineV::SharedStorage pipe_v;
+    uint64_t q_full;  // ClusterTransactionBarrier::ValueType
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kSmemBytes <= 227 * 1024, "Hopper allows 227 KB of shared memory per block");
+  static_assert(cosize_v<SmemLayoutQSlice> * int(sizeof(Element)) % 1024 == 0 &&
+                    cosize_v<SmemLayoutKStage> * int(sizeof(Element)) % 1024 == 0,
+                "every slice and stage starts on a 1024-byte swizzle-pattern boundary");
+
+  static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kKVStageBytes = kBlockN * kHeadDim * sizeof(Element);
+
+  // Global tensors as TMA sees them: (rows, D, heads, batch), strides in elements.
+  using GmemShape = Shape<int32_t, D, int32_t, int32_t>;
+  using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
+  template <class T>
+  static auto gmem_tensor(T* ptr, int32_t rows, int32_t heads, int32_t batch, int64_t row_stride,
+                          int64_t head_stride, int64_t batch_stride) {
+    return make_tensor(make_gmem_ptr(ptr), GmemShape{rows, D{}, heads, batch},
+                       GmemStride{row_stride, _1{}, head_stride, batch_stride});
+  }
+  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor(static_cast<const Element*>(nullptr), 0, 0, 0, 0, 0, 0),
+                                      SmemLayoutQSlice{}));
+  using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor(static_cast<const Element*>(nullptr), 0, 0, 0, 0, 0, 0),
+                                       SmemLayoutKStage{}));
+  using TmaO = decltype(make_tma_copy(SM90_TMA_STORE{}, gmem_tensor(static_cast<Element*>(nullptr), 0, 0, 0, 0, 0, 0),
+                                      SmemLayoutQSlice{}));
+};
+
+// What the kernel is launched with (a __grid_constant__ parameter: the TMA descriptors are read
+// from it by address).
+template <class Traits>
+struct Sm90Params {
+  typename Traits::TmaQ tma_q;
+  typename Traits::TmaKV tma_k;
+  typename Traits::TmaKV tma_v;
+  typename Traits::TmaO tma_o;
+  float* lse;  // nullptr: not written
+  int64_t lse_batch_stride, lse_head_stride;
+  int batch, heads_q, heads_kv, group;
+  int seqlen_q, seqlen_k;
+  float scale_log2, scale_lse;
+  int window_left, window_right;  // as AttnParams (the dispatcher passes unbounded values)
+};
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    attention_fwd_sm90(const __grid_constant__ Sm90Params<Traits> p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Element = typename Traits::Element;
+  using D = typename Traits::D;
+  using BN = typename Traits::BN;
+  using WgM = typename Traits::WgM;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  using PipelineK = typename Traits::PipelineK;
+  using PipelineV = typename Traits::PipelineV;
+  using PipeState = typename PipelineK::PipelineState;
+  using Storage = typename Traits::SharedStorage;
+
+  extern __shared__ __align__(1024) char smem_raw[];
+  Storage& smem = *reinterpret_cast<Storage*>(smem_raw);
+  // TMA and wgmma swizzle absolute shared-memory addresses, CuTe's layouts (the epilogue's O
+  // stores) swizzle offsets: they agree only on a 1024-byte-aligned base. Fail loudly if not.
+  if (threadIdx.x == 0 && (cute::cast_smem_ptr_to_uint(smem_raw) & 1023u) != 0) __trap();
+
+  const int warp_group = threadIdx.x / 128;
+  const int warp_in_group = (threadIdx.x / 32) % 4;
+  // Longest query blocks first, as the sm80 kernel (under a causal mask the last rows see the most keys).
+  const int m_block = int(gridDim.x) - 1 - int(blockIdx.x);
+  const int head = blockIdx.y;
+  const int b = blockIdx.z;
+  const int head_kv = head / p.group;
+
+  // The producer and the consumers derive the trip count from the same call, so they agree.
+  const VisibilityMask mask(p.seqlen_q, p.seqlen_k, p.window_left, p.window_right);
+  int n_min, n_max;
+  mask.template n_block_range<kBlockM, kBlockN>(m_block, n_min, n_max);
+
+  // Barriers: warp 0 initialises both pipelines (PipelineTmaAsync's constructor) and Q's barrier.
+  typename PipelineK::Params pk;
+  pk.transaction_bytes = Traits::kKVStageBytes;
+  pk.role = warp_group == 0 ? PipelineK::ThreadCategory::Producer : PipelineK::ThreadCategory::Consumer;
+  pk.is_leader = threadIdx.x == 0;
+  pk.num_consumers = 128 * Traits::kConsumerWgs;
+  PipelineK pipe_k(smem.pipe_k, pk, Shape<_1, _1, _1>{});
+  PipelineV pipe_v(smem.pipe_v, pk, Shape<_1, _1, _1>{});
+  using QBarrier = cutlass::arch::ClusterTransactionBarrier;
+  if (threadIdx.x == 0) {
+    QBarrier::init(&smem.q_full, 1);
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (warp_group == 0) {
+    // ---- producer ----
+    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
+    if (warp_in_group == 0 && threadIdx.x == 0) {
+      Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+      Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutK{});
+      Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutV{});
+      Tensor mQ = p.tma_q.get_tma_tensor(make_shape(p.seqlen_q, D{}, p.heads_q, p.batch));
+      Tensor mK = p.tma_k.get_tma_tensor(make_shape(p.seqlen_k, D{}, p.heads_kv, p.batch));
+      Tensor mV = p.tma_v.get_tma_tensor(make_shape(p.seqlen_k, D{}, p.heads_kv, p.batch));
+      Tensor gQ = local_tile(mQ(_, _, head, b), Shape<WgM, D>{}, make_coord(_, _0{}));  // (64, D, slices)
+      Tensor gK = local_tile(mK(_, _, head_kv, b), Shape<BN, D>{}, make_coord(_, _0{}));  // (BN, D, blocks)
+      Tensor gV = local_tile(mV(_, _, head_kv, b), Shape<BN, D>{}, make_coord(_, _0{}));
+      auto tma_q = p.tma_q.get_slice(_0{});
+      auto tma_k = p.tma_k.get_slice(_0{});
+      auto tma_v = p.tma_v.get_slice(_0{});
+      Tensor tQgQ = tma_q.partition_S(gQ);  // (TMA, 1, 1, slices)
+      Tensor tQsQ = tma_q.partition_D(sQ);  // (TMA, 1, 1, 2)
+      Tensor tKgK = tma_k.partition_S(gK);  // (TMA, 1, 1, blocks)
+      Tensor tKsK = tma_k.partition_D(sK);  // (TMA, 1, 1, stages)
+      Tensor tVgV = tma_v.partition_S(gV);
+      Tensor tVsV = tma_v.partition_D(sV);
+
+      // Q always, even for a tile without visible keys: the consumers wait for it before they
+      // reuse its buffer for O. Boxes past seqlen_q are zero-filled and still count their bytes.
+      QBarrier::arrive_and_expect_tx(&smem.q_full, Traits::kQBytes);
+      CUTE_UNROLL
+      for (int s = 0; s < Traits::kConsumerWgs; ++s)
+        copy(p.tma_q.with(smem.q_full), tQgQ(_, _, _, 2 * m_block + s), tQsQ(_, _, _, s));
+
+      PipeState st_k = cutlass::make_producer_start_state<PipelineK>();
+      PipeState st_v = cutlass::make_producer_start_state<PipelineV>();
+      for (int n = n_max - 1; n >= n_min; --n) {
+        pipe_k.producer_acquire(st_k);
+        copy(p.tma_k.with(*pipe_k.producer_get_barrier(st_k)), tKgK(_, _, _, n), tKsK(_, _, _, st_k.index()));
+        ++st_k;
+        pipe_v.producer_acquire(st_v);
+        copy(p.tma_v.with(*pipe_v.producer_get_barrier(st_v)), tVgV(_, _, _, n), tVsV(_, _, _, st_v.index()));
+        ++st_v;
+      }
+    }
+    return;
+  }
+
+  // ---- consumers ----
+  cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
+  const int wg = warp_group - 1;  // 0 or 1: this warpgroup's 64-row slice
+  const int t = threadIdx.x % 128;
+  const int lane = threadIdx.x % 32;
+
+  Tensor sQw = make_tensor(make_smem_ptr(smem.q.data() + wg * cosize_v<typename Traits::SmemLayoutQSlice>),
+                           typename Traits::SmemLayoutQSlice{});
+  Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutK{});
+  Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutVt{});
+
+  typename Traits::TiledMmaQK mma_qk;
+  typename Traits::TiledMmaPV mma_pv;
+  auto thr_qk = mma_qk.get_thread_slice(t);
+  auto thr_pv = mma_pv.get_thread_slice(t);
+  Tensor tSrQ = thr_qk.make_fragment_A(thr_qk.partition_A(sQw));  // descriptors (MMA, 1, D/16)
+  Tensor tSrK = thr_qk.make_fragment_B(thr_qk.partition_B(sK));   // (MMA, 1, D/16, stages)
+  Tensor tOrV = thr_pv.make_fragment_B(thr_pv.partition_B(sVt));  // (MMA, 1, BN/16, stages)
+  Tensor acc_o = partition_fragment_C(mma_pv, Shape<WgM, D>{});
+  Tensor acc_o_rc = make_tensor(acc_o.data(), acc_rowcol_sm90(acc_o.layout()));
+  clear(acc_o);
+
+  OnlineSoftmax<2> softmax;
+  CUTE_UNROLL
+  for (int i = 0; i < 2; ++i) softmax.row_max[i] = -INFINITY, softmax.row_sum[i] = 0.0f;
+
+  const int row0 = m_block * kBlockM + wg * Traits::kRowsPerWg + warp_in_group * 16 + lane / 4;
+  const int col_lane = (lane % 4) * 2;
+
+  QBarrier::wait(&smem.q_full, 0);
+
+  PipeState st_k, st_v;  // consumers start at phase 0
+  auto step = [&](int n_block, auto first) {
+    constexpr bool kFirst = decltype(first)::value;
+    Tensor acc_s = partition_fragment_C(mma_qk, Shape<WgM, BN>{});
+    pipe_k.consumer_wait(st_k);
+    warpgroup_fence_operand(acc_s);
+    warpgroup_arrive();
+    mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(tSrQ); ++k) {
+      cute::gemm(mma_qk, tSrQ(_, _, k), tSrK(_, _, k, st_k.index()), acc_s);
+      mma_qk.accumulate_ = GMMA::ScaleOut::One;
+    }
+    warpgroup_commit_batch();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(acc_s);
+    pipe_k.consumer_release(st_k);  // the wgmma that read K[n] has retired
+    ++st_k;
+
+    Tensor s = make_tensor(acc_s.data(), acc_rowcol_sm90(acc_s.layout()));
+    if (mask.template block_needs_mask<kBlockM, kBlockN>(m_block, n_block))
+      mask.apply(s, row0, n_block * kBlockN + col_lane, Traits::kRowsPerWg);
+    softmax.template update<kFirst>(s, acc_o_rc, p.scale_log2);
+
+    Tensor rP = convert_fragment<Element>(acc_s);
+    Tensor tOrP = make_tensor(rP.data(), acc_as_a_sm90(rP.layout()));
+    static_assert(decltype(size<2>(tOrP))::value == kBlockN / 16, "one k16 slice of P per 16 keys");
+    pipe_v.consumer_wait(st_v);
+    warpgroup_fence_operand(acc_o);
+    warpgroup_arrive();
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(tOrP); ++k) cute::gemm(mma_pv, tOrP(_, _, k), tOrV(_, _, k, st_v.index()), acc_o);
+    warpgroup_commit_batch();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(acc_o);
+    pipe_v.consumer_release(st_v);  // the wgmma that read V[n] has retired
+    ++st_v;
+  };
+  if (n_max > n_min) {
+    step(n_max - 1, std::true_type{});
+    for (int n = n_max - 2; n >= n_min; --n) step(n, std::false_type{});
+  }
+
+  // ---- epilogue ----
+  float lse[2];
+  CUTE_UNROLL
+  for (int mi = 0; mi < 2; ++mi) {
+    const float sum = quad_sum(softmax.row_sum[mi]);
+    // sum == 0: no visible key (out 0, LSE −inf); NaN stays NaN.
+    const float inv = sum == 0.0f ? 0.0f : reciprocal_fast(sum);
+    lse[mi] = sum == 0.0f ? -INFINITY : softmax.row_max[mi] * p.scale_lse + __logf(sum);
+    CUTE_UNROLL
+    for (int ni = 0; ni < size<1>(acc_o_rc); ++ni) acc_o_rc(mi, ni) *= inv;
+  }
+
+  // O -> this warpgroup's slice of Q's buffer: every wgmma that read it has retired (wait<0>
+  // above), and the other warpgroup never reads it.
+  Tensor rO = convert_fragment<Element>(acc_o);
+  Tensor tOsO = thr_pv.partition_C(sQw);
+  copy(rO, tOsO);
+  // Generic-proxy writes made visible to TMA (the async proxy) by each writer, then all 128
+  // writers done before the one thread stores.
+  cutlass::arch::fence_view_async_shared();
+  cutlass::arch::NamedBarrier::arrive_and_wait(128, wg);
+
+  if (t == 0) {
+    Tensor mO = p.tma_o.get_tma_tensor(make_shape(p.seqlen_q, D{}, p.heads_q, p.batch));
+    Tensor gO = local_tile(mO(_, _, head, b), Shape<WgM, D>{}, make_coord(2 * m_block + wg, _0{}));
+    auto tma_o = p.tma_o.get_slice(_0{});
+    copy(p.tma_o, tma_o.partition_S(sQw), tma_o.partition_D(gO));
+    tma_store_arrive();
+  }
+
+  if (p.lse != nullptr && lane % 4 == 0) {
+    const int64_t lse_off = int64_t(b) * p.lse_batch_stride + int64_t(head) * p.lse_head_stride;
+    CUTE_UNROLL
+    for (int mi = 0; mi < 2; ++mi) {
+      const int r = row0 + mi * 8;
+      if (r < p.seqlen_q) p.lse[lse_off + r] = lse[mi];
+    }
+  }
+  // The block's shared memory must outlive the TMA store's reads of it.
+  if (t == 0) tma_store_wait<0>();
+#else
+  // Compiled for a target without sm90a features: never launched (the dispatcher checks the device).
+  __trap();
+#endif
+}
+
+}  // namespace blockfuse::attn::sm90

@@ -1,0 +1,63 @@
+// Internal: host-side launch of the sm90a attention kernel for one (dtype, head dim, tile).
+// Per call the host encodes four TMA descriptors (q, k, v, out; cuTensorMapEncodeTiled, not a
+// stream operation, so graph capture is unaffected) into the __grid_constant__ parameters; the
+// shared-memory opt-in happens once per device. No workspace.
+#pragma once
+
+#include "attention/attention_sm90.cuh"
+#include "attention/launch_sm90.h"
+#include "common/check.h"
+#include "common/device.h"
+#include "common/launch.h"
+
+namespace blockfuse::attn::sm90 {
+
+template <class Traits>
+void launch(const AttnParams& a, cudaStream_t stream) {
+  using Element = typename Traits::Element;
+  auto kernel = attention_fwd_sm90<Traits>;
+  constexpr int kSmem = Traits::kSmemBytes;
+  static detail::PerDeviceCache<bool> opted_in;  // this kernel's
+  detail::opt_in_dynamic_smem_once(opted_in, kernel, kSmem);
+
+  // TMA coordinates are int32; the validation keeps lengths below 2^30 and heads, batch below 2^16.
+  // The validation allows any stride (a multiple of 8 elements) for a mode of extent 1, 0 included;
+  // such a mode is only ever addressed at 0, so a zero stride is replaced by 8 elements (16 bytes),
+  // which every TMA descriptor accepts.
+  auto st = [](int64_t s) { return s != 0 ? s : int64_t(8); };
+  auto q = Traits::gmem_tensor(static_cast<const Element*>(a.q), a.seqlen_q, a.heads_q, a.batch, st(a.q_row_stride),
+                               st(a.q_head_stride), st(a.q_batch_stride));
+  auto k = Traits::gmem_tensor(static_cast<const Element*>(a.k), a.seqlen_k, a.heads_kv, a.batch, st(a.k_row_stride),
+                               st(a.k_head_stride), st(a.k_batch_stride));
+  auto v = Traits::gmem_tensor(static_cast<const Element*>(a.v), a.seqlen_k, a.heads_kv, a.batch, st(a.v_row_stride),
+                               st(a.v_head_stride), st(a.v_batch_stride));
+  auto o = Traits::gmem_tensor(static_cast<Element*>(a.out), a.seqlen_q, a.heads_q, a.batch, st(a.o_row_stride),
+                               st(a.o_head_stride), st(a.o_batch_stride));
+  Sm90Params<Traits> p{make_tma_copy(SM90_TMA_LOAD{}, q, typename Traits::SmemLayoutQSlice{}),
+                       make_tma_copy(SM90_TMA_LOAD{}, k, typename Traits::SmemLayoutKStage{}),
+                       make_tma_copy(SM90_TMA_LOAD{}, v, typename Traits::SmemLayoutKStage{}),
+                       make_tma_copy(SM90_TMA_STORE{}, o, typename Traits::SmemLayoutQSlice{}),
+                       a.lse,
+                       a.lse_batch_stride,
+                       a.lse_head_stride,
+                       a.batch,
+                       a.heads_q,
+                       a.heads_kv,
+                       a.group,
+                       a.seqlen_q,
+                       a.seqlen_k,
+                       a.scale_log2,
+                       a.scale_lse,
+                       a.window_left,
+                       a.window_right};
+  const dim3 grid(static_cast<unsigned>((a.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM),
+                  static_cast<unsigned>(a.heads_q), static_cast<unsigned>(a.batch));
+  detail::launch_with_cluster(kernel, grid, dim3(Traits::kThreads, 1, 1), kSmem, stream, dim3(1, 1, 1), p);
+  BF_CHECK_LAUNCH();
+}
+
+// The D = 128 stage-1 configuration: 128 x 128 tiles, two K and two V stages (160 KB).
+template <class Element>
+using TraitsD128 = Sm90Traits<Element, 128, 128, 2>;
+
+}  // namespace blockfuse::attn::sm90
