@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_baselines import GRAPH_ROWS, sets_for, time_events  # noqa: E402
+from torch_baselines import GRAPH_ROWS, sets_for, time_events, time_graph  # noqa: E402
 
 EPS = 1e-6
 FP8 = torch.float8_e4m3fn
@@ -55,40 +55,13 @@ def time_batched(fn, n_sets, calls=20, batches=3):
     return sorted(times)[len(times) // 2]
 
 
-def time_graph_rotating(fn, n_sets, calls=20, reps=20):
-    """Per-call µs of a CUDA graph of `calls` calls cycling over n_sets input sets (no CPU overhead:
-    problems whose kernel is shorter than a torch call's dispatch)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for i in range(3):
-            fn(i % n_sets)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(calls):
-            fn(i % n_sets)
-    for _ in range(3):
-        g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / calls)
-    return sorted(times)[len(times) // 2]
-
-
 def time_op(fn, rows, n_sets):
     """Rows <= 32: 20 calls on one input set in a graph (the decode protocol of the C++ benchmarks);
     up to 256 rows: a graph cycling over the rotation sets; larger: batched events (kernels >= 25 µs)."""
     if rows <= GRAPH_ROWS:
-        return time_graph_rotating(fn, 1)
+        return time_graph(fn, 3, 20)
     if rows <= 256:
-        return time_graph_rotating(fn, n_sets, calls=max(20, n_sets))
+        return time_graph(fn, 3, 20, n_sets, calls=max(20, n_sets))
     return time_batched(fn, n_sets)
 
 

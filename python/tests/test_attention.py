@@ -13,6 +13,7 @@ from conftest import require_gpu
 
 torch, ops = require_gpu()
 import blockfuse.attention as A  # noqa: E402
+from tensor_utils import rel  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -271,10 +272,6 @@ except ImportError:
 # Before transformers 4.53 a custom backend always receives a 4-D mask, so every call falls back.
 needs_mask_interface = pytest.mark.skipif(not _HAS_MASK_INTERFACE,
                                           reason="transformers < 4.53: the fused path is never taken")
-
-
-def rel(a, b):
-    return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
 def _set_impl(model, name):

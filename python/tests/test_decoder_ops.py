@@ -6,6 +6,7 @@ CUDA-graph capture."""
 import pytest
 
 from conftest import require_gpu
+from tensor_utils import rel, rnd  # noqa: E402
 
 torch, ops = require_gpu()
 pytestmark = pytest.mark.gpu
@@ -23,16 +24,6 @@ def _no_tf32():
     torch.backends.cuda.matmul.allow_tf32 = False
     yield
     torch.backends.cuda.matmul.allow_tf32 = old
-
-
-def rnd(*shape, dtype=torch.float32, seed=0, scale=1.0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    return (torch.randn(*shape, device="cuda", generator=g) * scale).to(dtype)
-
-
-def rel(got, want):
-    got, want = got.float(), want.float()
-    return ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
 
 
 def poisoned_like(t):

@@ -10,6 +10,7 @@ from conftest import require_gpu
 torch, ops = require_gpu()
 from blockfuse import nn as bnn  # noqa: E402
 from blockfuse import fused_mlp as F  # noqa: E402
+from tensor_utils import rel, rnd  # noqa: E402
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not F._HAS_OP, reason="the loaded blockfuse library predates the fused-MLP ops")]
@@ -17,16 +18,6 @@ pytestmark = [pytest.mark.gpu,
 DTYPES = (torch.bfloat16, torch.float16)
 REL_TOL = {torch.bfloat16: 6e-3, torch.float16: 1.5e-3}  # one rounding of y, fp32 accumulation order
 K, U = 256, 512
-
-
-def rnd(*shape, dtype=torch.float32, seed=0, scale=1.0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    return (torch.randn(*shape, device="cuda", generator=g) * scale).to(dtype)
-
-
-def rel(got, want):
-    got, want = got.float(), want.float()
-    return ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
 
 
 def weights(dtype, k=K, u=U, seed=10):

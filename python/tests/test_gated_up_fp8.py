@@ -5,6 +5,7 @@ On a GPU other than Hopper the op must refuse, saying so."""
 import pytest
 
 from conftest import require_gpu
+from tensor_utils import rel, rnd  # noqa: E402
 
 torch, ops = require_gpu()
 pytestmark = [pytest.mark.gpu,
@@ -13,16 +14,6 @@ HOPPER = torch.cuda.get_device_capability() == (9, 0)
 needs_hopper = pytest.mark.skipif(not HOPPER, reason="the FP8 kernel is sm90a (Hopper) only")
 K, U = 512, 384
 FP8 = torch.float8_e4m3fn
-
-
-def rnd(*shape, seed=0, scale=1.0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    return torch.randn(*shape, device="cuda", generator=g) * scale
-
-
-def rel(got, want):
-    got, want = got.float(), want.float()
-    return ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
 
 
 def operands(lead, per_row_x, per_channel_w, seed=0):

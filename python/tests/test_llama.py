@@ -14,6 +14,7 @@ from conftest import require_gpu
 torch, ops = require_gpu()
 transformers = pytest.importorskip("transformers", reason="transformers is not installed: the Llama test needs it")
 import blockfuse  # noqa: E402
+from tensor_utils import rel  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -33,10 +34,6 @@ def models():
     patched = copy.deepcopy(ref)
     replaced = blockfuse.patch_model(patched)
     return ref, ref32, patched, replaced
-
-
-def rel(a, b):
-    return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
 @torch.no_grad()

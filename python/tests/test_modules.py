@@ -9,6 +9,7 @@ from conftest import require_gpu
 torch, ops = require_gpu()
 transformers = pytest.importorskip("transformers", reason="transformers is not installed: the module tests compare against it")
 from blockfuse import nn as bnn  # noqa: E402
+from tensor_utils import rel  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -34,10 +35,6 @@ def hf_mlp(kind, dtype=torch.float32, **cfg_kwargs):
         raise AssertionError(kind)
     torch.manual_seed(0)
     return cls(cfg).to(device="cuda", dtype=dtype).eval()
-
-
-def rel(a, b):
-    return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
 KINDS = ["LlamaMLP", "MistralMLP", "Qwen2MLP", "Gemma2MLP"]

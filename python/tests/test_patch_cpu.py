@@ -11,10 +11,7 @@ pytest.importorskip("transformers", reason="transformers is not installed")
 from blockfuse import nn as bnn  # noqa: E402
 from blockfuse import ops, patch  # noqa: E402
 from hf_models import FAMILIES, tiny_model  # noqa: E402
-
-
-def rel(a, b):
-    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+from tensor_utils import rel  # noqa: E402
 
 
 @pytest.fixture

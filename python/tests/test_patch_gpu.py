@@ -12,14 +12,11 @@ torch, ops = require_gpu()
 transformers = pytest.importorskip("transformers", reason="transformers is not installed")
 import blockfuse  # noqa: E402
 from hf_models import tiny_model  # noqa: E402
+from tensor_utils import rel  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
 FAMILIES = ("llama", "qwen3", "phi3", "gemma2", "gemma3")
-
-
-def rel(a, b):
-    return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
 def build(family):

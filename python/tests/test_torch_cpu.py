@@ -6,10 +6,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed: these tests need it (CPU is enough)")
 from blockfuse import nn as bnn  # noqa: E402
 from blockfuse import ops  # noqa: E402
-
-
-def rel(a, b):
-    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+from tensor_utils import rel  # noqa: E402
 
 
 @pytest.mark.parametrize("act", ops.ACTIVATIONS)

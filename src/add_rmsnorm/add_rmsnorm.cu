@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -77,20 +78,22 @@ void launch_shape(const AddRmsNormParams& p, const detail::AddRmsNormConfig& cfg
   }
   // One block per row; beyond 2^31 - 1 rows the blocks loop (grid-stride over rows).
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(p.rows, std::numeric_limits<int>::max()));
-  if (cfg.preload_w) {  // decode-sized: H <= 16384, so V <= 4 (config.h)
-    switch (cfg.v) {
-      case 1: add_rmsnorm_regs<T, 1, kOut, kOne, true><<<blocks, cfg.threads, 0, stream>>>(p); break;
-      case 2: add_rmsnorm_regs<T, 2, kOut, kOne, true><<<blocks, cfg.threads, 0, stream>>>(p); break;
-      default: add_rmsnorm_regs<T, 4, kOut, kOne, true><<<blocks, cfg.threads, 0, stream>>>(p); break;
+  // The weight preload is only chosen for H <= 16384, so V <= 4 (config.h: no V = 8 instance of it).
+  auto regs = [&](auto v) {
+    constexpr int V = decltype(v)::value;
+    if constexpr (V <= 4) {
+      if (cfg.preload_w) {
+        add_rmsnorm_regs<T, V, kOut, kOne, true><<<blocks, cfg.threads, 0, stream>>>(p);
+        return;
+      }
     }
-    BF_CHECK_LAUNCH();
-    return;
-  }
+    add_rmsnorm_regs<T, V, kOut, kOne><<<blocks, cfg.threads, 0, stream>>>(p);
+  };
   switch (cfg.v) {
-    case 1: add_rmsnorm_regs<T, 1, kOut, kOne><<<blocks, cfg.threads, 0, stream>>>(p); break;
-    case 2: add_rmsnorm_regs<T, 2, kOut, kOne><<<blocks, cfg.threads, 0, stream>>>(p); break;
-    case 4: add_rmsnorm_regs<T, 4, kOut, kOne><<<blocks, cfg.threads, 0, stream>>>(p); break;
-    case 8: add_rmsnorm_regs<T, 8, kOut, kOne><<<blocks, cfg.threads, 0, stream>>>(p); break;
+    case 1: regs(std::integral_constant<int, 1>{}); break;
+    case 2: regs(std::integral_constant<int, 2>{}); break;
+    case 4: regs(std::integral_constant<int, 4>{}); break;
+    case 8: regs(std::integral_constant<int, 8>{}); break;
     default: add_rmsnorm_loop<T, kOut><<<blocks, cfg.threads, 0, stream>>>(p); break;
   }
   BF_CHECK_LAUNCH();

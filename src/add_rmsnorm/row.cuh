@@ -128,18 +128,10 @@ __device__ __forceinline__ float row_amax(const uint4 (&r)[V], int len, Weight w
 // the row's inv > 0, so max |v| = inv · max |r · g| up to the rounding of the products (an ulp or
 // two of the scale, far below an e4m3 step): each thread's partial max |r · g| (finite products
 // only) can travel with its partial sum of squares, before inv is known.
+// (row_amax with inv = 1: the multiplication by 1 is exact, so the bits are those of max |r · g|.)
 template <class T, int V, class Weight>
 __device__ __forceinline__ float row_amax_unscaled(const uint4 (&r)[V], int len, Weight weight, bool gemma) {
-  const int tid = threadIdx.x, nt = blockDim.x;
-  float m = 0;
-#pragma unroll
-  for (int i = 0; i < V; ++i)
-    if (tid + i * nt < len) {
-      float v[8];
-      norm_chunk<T>(r[i], weight(i), 1.0f, gemma, v);
-      m = fmaxf(m, finite_abs_max8(v));
-    }
-  return m;
+  return row_amax<T, V>(r, len, weight, 1.0f, gemma);
 }
 // inv · (the row's max |r · g|) as the amax of the finite v: NaN (inv NaN: a NaN row, every v NaN)
 // gives 0 like the finite-only max over v; an overflow is clamped to the largest finite float.
