@@ -1,4 +1,4 @@
-// `blockfuse bench attention`: the sm80 attention forward kernel on the prefill shapes of the
+// `blockfuse bench attention`: the sm80 and sm90a attention forward kernels, side by side, on the prefill shapes of the
 // benchmarking plan: bf16, D = 128 (and 64), B = 2, Hq = 32, Hkv = 32 and 8, S = 512 .. 16384,
 // causal and not. FLOPs = 4·B·Hq·S²·D, halved when causal (the work a causal kernel must do).
 //
@@ -31,6 +31,15 @@ using testing::DeviceBuffer;
 // element |diff| <= 2u + 2u·|ref| with u the bf16 unit roundoff for both dtypes (|v| <= 1; P is
 // rounded to the input type before P·V and O once at the end). The relative L2 error is reported,
 // not bounded, as before the port.
+// Whether params.kernel = kSm90 can run head_dim d here (the library's own checks would throw).
+bool sm90_runs_here(int64_t d) {
+  int dev = 0, major = 0, minor = 0;
+  if (!attention_has_sm90() || (d != 64 && d != 128) || cudaGetDevice(&dev) != cudaSuccess) return false;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  return major == 9 && minor == 0;
+}
+
 Check verify_point(const AttnConstTensor& q, const AttnConstTensor& k, const AttnConstTensor& v, const AttnTensor& out,
                    const AttentionParams& p, int step, cudaStream_t stream) {
   const int64_t row = q.heads * q.head_dim, n = q.batch * q.seqlen * row;
@@ -54,12 +63,12 @@ class AttentionBench final : public BenchCommand {
   int batch_ = 2, hq_ = 32;
   bool all_configs_ = false;
   std::string dtype_ = "bf16";
-  std::string kernel_ = "sm80";
+  std::string kernel_ = "both";
 
   Defaults defaults() const override { return {10, 10, 3}; }
 
   void options(Options& o) override {
-    o.about("TFLOP/s of blockfuse::attention (sm80 forward, or --kernel sm90) on [B, S, H, D] prefill shapes, as a fraction of the "
+    o.about("TFLOP/s of blockfuse::attention (the sm80 and the sm90a forward kernels) on [B, S, H, D] prefill shapes, as a fraction of the "
             "cuBLAS bf16 GEMM rate measured in this run. FLOPs = 4·B·Hq·S²·D, halved when causal. Each point is "
             "verified against the fp32 GPU reference (every S/256-th query row) before it is timed.");
     o.ints("--d", ds_, 64, 256, "head dims (64, 128, 256)", std::vector<int64_t>{128}, 64);
@@ -70,9 +79,9 @@ class AttentionBench final : public BenchCommand {
     o.integer("--hq", hq_, 1, 1 << 16, "query heads");
     o.flag("--all-configs", all_configs_, "time every compiled tile configuration, not only the heuristic's");
     o.choice("--dtype", dtype_, {"bf16", "fp16"}, "element type");
-    o.choice("--kernel", kernel_, {"sm80", "sm90"},
-             "sm80 (mma.sync; --all-configs applies) or sm90 (wgmma/TMA, Hopper; so far D = 128 non-causal only, "
-             "other points are skipped)");
+    o.choice("--kernel", kernel_, {"both", "sm80", "sm90"},
+             "sm80 (mma.sync; --all-configs applies), sm90 (wgmma/TMA: Hopper, D = 64 and 128; other points are "
+             "skipped) or both, side by side");
   }
 
   void run(Bench& b) override {
@@ -107,15 +116,18 @@ class AttentionBench final : public BenchCommand {
           const AttnConstTensor k = make_attn_tensor(kb.data(), dt, B, s, hkv, d);
           const AttnConstTensor v = make_attn_tensor(vb.data(), dt, B, s, hkv, d);
           const AttnTensor out = make_attn_tensor(ob.data(), dt, B, s, Hq, d);
-          for (int64_t causal : causals_) {
-            const bool sm90 = kernel_ == "sm90";
-            if (sm90 && (d != 128 || causal != 0)) {
-              b.log("%s causal %d: skipped, the sm90 kernel handles D = 128 non-causal only", where.c_str(), int(causal));
+          for (int64_t causal : causals_)
+            for (const char* kernel : {"sm80", "sm90"}) {
+            if (kernel_ != "both" && kernel_ != kernel) continue;
+            const bool sm90 = std::string(kernel) == "sm90";
+            if (sm90 && !sm90_runs_here(d)) {
+              b.log("%s causal %d: sm90 skipped (it needs an sm90a build, a cc 9.0 device and D = 64 or 128)",
+                    where.c_str(), int(causal));
               continue;
             }
             AttentionParams p;
             p.causal = causal != 0;
-            p.kernel = sm90 ? AttentionKernel::kSm90 : AttentionKernel::kAuto;
+            p.kernel = sm90 ? AttentionKernel::kSm90 : AttentionKernel::kSm80;
             const int n_cfg = !sm90 && all_configs_ ? attention_num_configs(d) : 1;
             for (int ci = 0; ci < n_cfg; ++ci) {
               const AttentionConfig cfg = attention_config(d, ci);

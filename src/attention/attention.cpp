@@ -75,12 +75,9 @@ void check_kernel_choice(const AttnConstTensor& q, const AttentionParams& prm, b
   if (!attention_has_sm90())
     throw_arg(kFn, "params.kernel", "= kSm90, but this build has no sm90a attention kernel",
               "a build with CMake BLOCKFUSE_SM90 (AUTO with 90 in BLOCKFUSE_CUDA_ARCHS, or ON), or kAuto/kSm80");
-  if (!attn::sm90_supports(q.head_dim, varlen, prm.causal, prm.window_left, prm.window_right, prm.softcap))
-    throw_arg(kFn, "params.kernel",
-              cat("= kSm90 with head_dim = ", q.head_dim, varlen ? ", varlen" : "", prm.causal ? ", causal" : "",
-                  ", window (", prm.window_left, ", ", prm.window_right, "), softcap = ", prm.softcap),
-              "for kSm90: head_dim 128, batched (no cu_seqlens), causal = false, window -1/-1, softcap 0 "
-              "(or kAuto/kSm80 for anything else)");
+  if (!attn::sm90_supports(q.head_dim, varlen))
+    throw_arg(kFn, "params.kernel", cat("= kSm90 with head_dim = ", q.head_dim, varlen ? ", varlen (cu_seqlens)" : ""),
+              "for kSm90: head_dim 64 or 128, batched (no cu_seqlens); kAuto or kSm80 for anything else");
 }
 
 void check_host_cu_seqlens(const char* arg, const int32_t* cu, int64_t n, int64_t total, int64_t max_len,
@@ -272,26 +269,44 @@ void check_smem(const AttentionConfig& c, int64_t head_dim) {
                     need, " bytes of shared memory; the current device allows ", have, " per block"));
 }
 
-// The sm90a kernel (check_kernel_choice has checked the build and the shape): compute capability
-// 9.0 exactly (sm_90a code is not forward compatible) and enough shared memory.
-void run_sm90(const AttnConstTensor& q, const AttnConstTensor& k, const AttnConstTensor& v, const AttnTensor& out,
-              float* lse, const AttentionParams& prm, const Validated& val, cudaStream_t stream) {
 #if defined(BLOCKFUSE_HAS_SM90)
-  const detail::DeviceSpec dev = detail::current_device_spec();
+int sm90_smem_bytes(int64_t head_dim) {
+  return head_dim == 64 ? attn::sm90::smem_bytes_d64() : attn::sm90::smem_bytes_d128();
+}
+#endif
+
+// Whether kAuto runs the sm90a kernel here (attn::auto_uses_sm90 on this build and device).
+bool auto_picks_sm90(const AttnConstTensor& q, bool varlen, const detail::DeviceSpec& dev) {
+#if defined(BLOCKFUSE_HAS_SM90)
+  const int need = attn::sm90_supports(q.head_dim, varlen) ? sm90_smem_bytes(q.head_dim) : 0;
+  return attn::auto_uses_sm90(true, dev.cc_major, dev.cc_minor, q.head_dim, varlen, need, dev.max_smem_per_block);
+#else
+  (void)q, (void)varlen, (void)dev;
+  return false;
+#endif
+}
+
+// The sm90a kernel (check_kernel_choice or auto_picks_sm90 has checked the build and the shape):
+// compute capability 9.0 exactly (sm_90a code is not forward compatible) and enough shared memory.
+void run_sm90(const AttnConstTensor& q, const AttnConstTensor& k, const AttnConstTensor& v, const AttnTensor& out,
+              float* lse, const AttentionParams& prm, const Validated& val, const detail::DeviceSpec& dev,
+              cudaStream_t stream) {
+#if defined(BLOCKFUSE_HAS_SM90)
   if (!(dev.cc_major == 9 && dev.cc_minor == 0))
     throw_arg(kFn, "params.kernel", cat("= kSm90 on a device of compute capability ", dev.cc_major, ".", dev.cc_minor),
               "compute capability 9.0 (Hopper) for kSm90; kAuto or kSm80 elsewhere");
-  const int need = attn::sm90::smem_bytes_d128();
+  const int need = sm90_smem_bytes(q.head_dim);
   if (need > dev.max_smem_per_block)
     throw Error(cat("blockfuse::attention: the sm90a kernel needs ", need, " bytes of shared memory; the current device allows ",
                     dev.max_smem_per_block, " per block"));
   const attn::AttnParams p = make_params(q, k, v, out, lse, prm, val);
-  if (q.dtype == DType::kBF16)
-    attn::sm90::launch_d128_bf16(p, stream);
+  const bool bf16 = q.dtype == DType::kBF16;
+  if (q.head_dim == 64)
+    bf16 ? attn::sm90::launch_d64_bf16(p, stream) : attn::sm90::launch_d64_fp16(p, stream);
   else
-    attn::sm90::launch_d128_fp16(p, stream);
+    bf16 ? attn::sm90::launch_d128_bf16(p, stream) : attn::sm90::launch_d128_fp16(p, stream);
 #else
-  (void)q, (void)k, (void)v, (void)out, (void)lse, (void)prm, (void)val, (void)stream;
+  (void)q, (void)k, (void)v, (void)out, (void)lse, (void)prm, (void)val, (void)dev, (void)stream;
   throw_arg(kFn, "params.kernel", "= kSm90, but this build has no sm90a attention kernel", "kAuto or kSm80");
 #endif
 }
@@ -333,12 +348,12 @@ void attention(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnTens
   const Validated val = validate_host(q, k, v, out, lse, params);
   if (nothing_to_do(q, val)) return;
   check_devices(q, k, v, out, lse, params, val.varlen);
-  // kAuto stays on the sm80 kernel until the sm90a one has passed the GPU suite (plan, stage 2).
-  if (params.kernel == AttentionKernel::kSm90) {
-    run_sm90(q, k, v, out, lse, params, val, stream);
+  const detail::DeviceSpec spec = detail::current_device_spec();
+  if (params.kernel == AttentionKernel::kSm90 ||
+      (params.kernel == AttentionKernel::kAuto && auto_picks_sm90(q, val.varlen, spec))) {
+    run_sm90(q, k, v, out, lse, params, val, spec, stream);
     return;
   }
-  const detail::DeviceSpec spec = detail::current_device_spec();
   const AttentionConfig c = attention_heuristic(q.head_dim, params.causal, spec.cc_major, spec.cc_minor);
   check_smem(c, q.head_dim);
   run(q, k, v, out, lse, params, val, c, stream);

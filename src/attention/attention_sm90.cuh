@@ -171,7 +171,8 @@ struct Sm90Params {
   int batch, heads_q, heads_kv, group;
   int seqlen_q, seqlen_k;
   float scale_log2, scale_lse;
-  int window_left, window_right;  // as AttnParams (the dispatcher passes unbounded values)
+  float softcap_mul;              // as AttnParams: 0 off, else the tanh argument's factor
+  int window_left, window_right;  // as AttnParams (causal is window_right = 0)
 };
 
 template <class Traits>
@@ -205,6 +206,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   // The producer and the consumers derive the trip count from the same call, so they agree.
   const VisibilityMask mask(p.seqlen_q, p.seqlen_k, p.window_left, p.window_right);
+  const SoftCap softcap{p.softcap_mul};
   int n_min, n_max;
   mask.template n_block_range<kBlockM, kBlockN>(m_block, n_min, n_max);
 
@@ -318,6 +320,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     ++st_k;
 
     Tensor s = make_tensor(acc_s.data(), acc_rowcol_sm90(acc_s.layout()));
+    if (softcap.enabled()) softcap.apply(s);  // before the mask: tanh(−inf) would be −cap, not −inf
     if (mask.template block_needs_mask<kBlockM, kBlockN>(m_block, n_block))
       mask.apply(s, row0, n_block * kBlockN + col_lane, Traits::kRowsPerWg);
     softmax.template update<kFirst>(s, acc_o_rc, p.scale_log2);

@@ -48,6 +48,7 @@ void launch(const AttnParams& a, cudaStream_t stream) {
                        a.seqlen_k,
                        a.scale_log2,
                        a.scale_lse,
+                       a.softcap_mul,
                        a.window_left,
                        a.window_right};
   const dim3 grid(static_cast<unsigned>((a.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM),
@@ -56,8 +57,11 @@ void launch(const AttnParams& a, cudaStream_t stream) {
   BF_CHECK_LAUNCH();
 }
 
-// The D = 128 stage-1 configuration: 128 x 128 tiles, two K and two V stages (160 KB).
+// 128 x 128 tiles. D = 128: two K and two V stages (160 KB). D = 64: half the bytes per stage and
+// half the work per key block, so three stages (112 KB) to keep more loads in flight.
 template <class Element>
 using TraitsD128 = Sm90Traits<Element, 128, 128, 2>;
+template <class Element>
+using TraitsD64 = Sm90Traits<Element, 64, 128, 3>;
 
 }  // namespace blockfuse::attn::sm90

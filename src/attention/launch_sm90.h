@@ -10,12 +10,15 @@
 
 namespace blockfuse::attn::sm90 {
 
-// The stage-1 kernel: D = 128, tile 128 x 128, non-causal, no window or soft-cap, batched
-// (no cu_seqlens). One translation unit per dtype (launch_sm90_d128_{bf16,fp16}.cu).
+// Tile 128 x 128 for D = 64 and D = 128; any mask, window or soft-cap; batched (no cu_seqlens).
+// One translation unit per (head dim, dtype): launch_sm90_d{64,128}_{bf16,fp16}.cu.
+void launch_d64_bf16(const AttnParams& p, cudaStream_t stream);
+void launch_d64_fp16(const AttnParams& p, cudaStream_t stream);
 void launch_d128_bf16(const AttnParams& p, cudaStream_t stream);
 void launch_d128_fp16(const AttnParams& p, cudaStream_t stream);
-// Dynamic shared memory the D = 128 kernel uses (bytes; the same for both dtypes), for the
-// dispatcher's fits-the-device check.
+// Dynamic shared memory of the kernel for head_dim (64 or 128; bytes, the same for both dtypes),
+// for the dispatcher's fits-the-device check.
+int smem_bytes_d64();
 int smem_bytes_d128();
 
 }  // namespace blockfuse::attn::sm90

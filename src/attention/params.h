@@ -29,11 +29,18 @@ inline constexpr int kNumTileConfigs = sizeof(kTileConfigs) / sizeof(kTileConfig
 // staged through Q's buffer).
 constexpr int smem_bytes(const TileConfig& c) { return (c.block_m + 2 * c.block_n) * c.head_dim * 2; }
 
-// The shapes the sm90a kernel handles (stage 1 of docs/attention-hopper-plan.md): head_dim 128,
-// batched (no cu_seqlens), no causal mask, no window, no soft-cap. Host-only, a pure function.
-inline bool sm90_supports(int64_t head_dim, bool varlen, bool causal, int64_t window_left, int64_t window_right,
-                          float softcap) {
-  return head_dim == 128 && !varlen && !causal && window_left < 0 && window_right < 0 && softcap == 0.0f;
+// The shapes the sm90a kernel handles (docs/attention-hopper-plan.md, stage 2): head_dim 64 or 128,
+// batched (no cu_seqlens: a TMA box cannot stop at a packed sequence's end), with any mask, window
+// and soft-cap. Host-only, a pure function.
+inline bool sm90_supports(int64_t head_dim, bool varlen) { return (head_dim == 64 || head_dim == 128) && !varlen; }
+
+// Whether params.kernel = kAuto runs the sm90a kernel: the build has it, the device is compute
+// capability 9.0 exactly (sm_90a code is not forward compatible), the shape is one it handles and its
+// shared memory fits. It measured 1.9-2.2x the sm80 kernel at D = 128 (results/gpu/session4_h100/).
+// Host-only, a pure function (tests/attention/test_attention_heuristic.cpp).
+inline bool auto_uses_sm90(bool built, int cc_major, int cc_minor, int64_t head_dim, bool varlen, int smem_needed,
+                           int smem_limit) {
+  return built && cc_major == 9 && cc_minor == 0 && sm90_supports(head_dim, varlen) && smem_needed <= smem_limit;
 }
 
 // What the kernel is launched with. Offsets are in elements (int64: tensors may exceed 2^31).

@@ -3,9 +3,10 @@
 // Sq != Sk both ways, GQA ratios 1, 2, 4, 8 and MQA, causal / sliding window / soft-cap, varlen with
 // empty and length-1 sequences, fused-QKV strides, a NaN query row, bitwise determinism and CUDA
 // graph replay, both dtypes, D = 64, 128, 256. The AttentionSanitizer tests are the small set that
-// scripts/sanitize runs under compute-sanitizer. The *Sm90* tests run the same checks with
-// params.kernel = kSm90 on the shapes the sm90a kernel handles (they skip without an sm90a build or
-// a compute capability 9.0 device), plus its agreement with the sm80 kernel.
+// scripts/sanitize runs under compute-sanitizer. A case with params.kernel = kAuto runs twice: with
+// kSm80, and with kAuto where kAuto picks the sm90a kernel (an sm90a build on a compute capability
+// 9.0 device, D = 64 or 128, batched). The *Sm90* tests ask for kSm90 (they skip where it cannot run)
+// and add its agreement with the sm80 kernel.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -44,12 +45,8 @@ struct Case {
   AttentionKernel kernel = AttentionKernel::kAuto;
 };
 
-// The sm90a kernel runs only in a build that has it, on compute capability 9.0 exactly. Until it has
-// passed on a GPU its tests also need BLOCKFUSE_TEST_SM90=1 in the environment: a pipeline bug hangs
-// rather than fails, and must not stall the whole suite (scripts/gpu-check).
+// The sm90a kernel runs only in a build that has it, on compute capability 9.0 exactly.
 bool sm90_runnable() {
-  const char* opt_in = std::getenv("BLOCKFUSE_TEST_SM90");
-  if (opt_in == nullptr || std::string(opt_in) != "1") return false;
   if (!attention_has_sm90()) return false;
   int dev = 0, major = 0, minor = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return false;
@@ -57,11 +54,12 @@ bool sm90_runnable() {
   if (cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) return false;
   return major == 9 && minor == 0;
 }
-#define BF_SKIP_WITHOUT_SM90(kernel)                                                           \
-  if ((kernel) == AttentionKernel::kSm90 && !sm90_runnable())                                  \
-  GTEST_SKIP() << "the sm90a attention kernel's tests need BLOCKFUSE_TEST_SM90=1, a build with it "  \
-               << "(attention_has_sm90() = " << attention_has_sm90() << ") and a compute capability 9.0 device"
-
+// Whether params.kernel = kAuto runs the sm90a kernel for a batched case of head dim d here.
+bool auto_is_sm90(int64_t d) { return sm90_runnable() && (d == 64 || d == 128); }
+#define BF_SKIP_WITHOUT_SM90(kernel)                                                                  \
+  if ((kernel) == AttentionKernel::kSm90 && !sm90_runnable())                                         \
+  GTEST_SKIP() << "the sm90a attention kernel needs a build with it (attention_has_sm90() = "         \
+               << attention_has_sm90() << ") and a compute capability 9.0 device"
 
 std::string describe(const Case& c) {
   return "B" + std::to_string(c.b) + " Sq" + std::to_string(c.sq) + " Sk" + std::to_string(c.sk) + " Hq" +
@@ -222,9 +220,7 @@ int64_t check(const Problem& pr, const std::vector<float>& ref_o, const std::vec
   return so.violations + so.nonfinite + sl.violations + sl.nonfinite;
 }
 
-void run_case(const Case& c, bool gpu_ref) {
-  BF_SKIP_WITHOUT_GPU("attention");
-  BF_SKIP_WITHOUT_SM90(c.kernel);
+void run_one(const Case& c, bool gpu_ref) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(testing::seed_note(seed) + " " + describe(c));
   Problem pr;
@@ -235,6 +231,18 @@ void run_case(const Case& c, bool gpu_ref) {
   std::vector<float> ro, rl;
   reference(pr, gpu_ref, ro, rl);
   EXPECT_EQ(check(pr, ro, rl), 0);
+}
+
+// kAuto: the sm80 kernel explicitly, then kAuto itself where it picks the sm90a kernel (so both
+// kernels see every case on a Hopper GPU).
+void run_case(const Case& c, bool gpu_ref) {
+  BF_SKIP_WITHOUT_GPU("attention");
+  BF_SKIP_WITHOUT_SM90(c.kernel);
+  if (c.kernel != AttentionKernel::kAuto) return run_one(c, gpu_ref);
+  Case c80 = c;
+  c80.kernel = AttentionKernel::kSm80;
+  run_one(c80, gpu_ref);
+  if (auto_is_sm90(c.d)) run_one(c, gpu_ref);
 }
 
 class AttentionGpuSmall : public ::testing::TestWithParam<Case> {};
@@ -326,6 +334,7 @@ TEST(AttentionGpu, NanInOneQueryRowStaysInThatRow) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(testing::seed_note(seed));
   Case c{1, 200, 200, 4, 2, 128, true};
+  c.kernel = AttentionKernel::kSm80;  // the sm90a kernel: AttentionGpuSm90.*
   Problem pr;
   make_problem(pr, c, seed);
   const int64_t row = 77, head = 1;
@@ -342,6 +351,7 @@ TEST(AttentionGpu, NanInOneQueryRowStaysInThatRow) {
 TEST(AttentionGpu, BitwiseDeterministic) {
   BF_SKIP_WITHOUT_GPU("attention");
   Case c{2, 1000, 1000, 8, 2, 128, true};
+  c.kernel = AttentionKernel::kSm80;
   Problem pr;
   make_problem(pr, c, testing::fresh_seed());
   std::vector<uint16_t> o1, o2;
@@ -362,6 +372,7 @@ TEST(AttentionGpu, CudaGraphReplaySeesNewInputs) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(testing::seed_note(seed));
   Case c{1, 300, 300, 4, 2, 64, true, -1, -1, 0, DType::kFP16};
+  c.kernel = AttentionKernel::kSm80;
   Problem pr;
   make_problem(pr, c, seed);
   cudaStream_t s;
@@ -418,7 +429,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionSanitizer,
                          case_name);
 TEST(AttentionSanitizerVarlen, Small) { run_varlen(true, DType::kBF16, 64); }
 
-// ---- the sm90a kernel (params.kernel = kSm90): D = 128, batched, non-causal, no window or soft-cap ----
+// ---- the sm90a kernel (params.kernel = kSm90): D = 64 and 128, batched; the kAuto cases above also run it ----
 constexpr AttentionKernel kSm90 = AttentionKernel::kSm90;
 
 Case sm90(Case c) {
@@ -427,7 +438,8 @@ Case sm90(Case c) {
 }
 
 // Tails of Sq and Sk around the 128-row and 128-key tiles (1, 63/64/65, 127/128/129), Sq != Sk both
-// ways, GQA 1, 2, 4, 8 and MQA, both dtypes, fused QKV, a custom scale.
+// ways, GQA 1, 2, 4, 8 and MQA, both dtypes, fused QKV, a custom scale; causal (rows without keys
+// when Sq > Sk), windows, soft-cap, D = 64.
 class AttentionGpuSm90Small : public ::testing::TestWithParam<Case> {};
 TEST_P(AttentionGpuSm90Small, MatchesCpuReference) { run_case(GetParam(), false); }
 INSTANTIATE_TEST_SUITE_P(
@@ -438,7 +450,15 @@ INSTANTIATE_TEST_SUITE_P(
                       sm90(Case{1, 300, 127, 8, 1, 128}),
                       sm90(Case{1, 128, 128, 8, 8, 128, false, -1, -1, 0, DType::kFP16}),
                       sm90(Case{1, 129, 129, 8, 2, 128, false, -1, -1, 0, DType::kBF16, true}),
-                      sm90(Case{1, 257, 200, 4, 2, 128, false, -1, -1, 0, DType::kFP16, false, 0.3f})),
+                      sm90(Case{1, 257, 200, 4, 2, 128, false, -1, -1, 0, DType::kFP16, false, 0.3f}),
+                      sm90(Case{1, 1, 1, 1, 1, 128, true}), sm90(Case{2, 7, 7, 4, 1, 128, true}),
+                      sm90(Case{1, 127, 300, 4, 2, 128, true}), sm90(Case{1, 300, 127, 4, 4, 128, true}),
+                      sm90(Case{1, 257, 257, 4, 2, 128, false, 32, 16}),
+                      sm90(Case{1, 200, 260, 4, 2, 128, true, 0, -1}),  // only the diagonal key
+                      sm90(Case{1, 300, 300, 2, 2, 64, true, 64}),
+                      sm90(Case{1, 200, 200, 4, 2, 128, true, -1, -1, 2.0f}),
+                      sm90(Case{1, 150, 190, 4, 1, 64, false, 20, 5, 3.0f, DType::kFP16}),
+                      sm90(Case{2, 127, 300, 4, 4, 64}), sm90(Case{1, 65, 65, 2, 2, 64, false, -1, -1, 0, DType::kFP16, true})),
     case_name);
 
 class AttentionGpuSm90Large : public ::testing::TestWithParam<Case> {};
@@ -448,7 +468,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(sm90(Case{1, 1000, 1000, 32, 8, 128}),                                        // Llama GQA 4
                       sm90(Case{2, 1000, 4097, 8, 8, 128, false, -1, -1, 0, DType::kFP16}),         // chunked prefill
                       sm90(Case{1, 4097, 4097, 4, 1, 128}),                                         // MQA
-                      sm90(Case{1, 4096, 4096, 4, 2, 128, false, -1, -1, 0, DType::kBF16, true})),  // fused QKV
+                      sm90(Case{1, 4096, 4096, 4, 2, 128, false, -1, -1, 0, DType::kBF16, true}),  // fused QKV
+                      sm90(Case{1, 1000, 4097, 8, 8, 128, true}),                                   // causal chunk
+                      sm90(Case{1, 4097, 4097, 4, 1, 64, true, -1, -1, 0, DType::kFP16}),
+                      sm90(Case{1, 4097, 4097, 2, 2, 128, false, 1024, 0, 30.0f})),                 // window + cap
     case_name);
 
 TEST(AttentionGpuSm90, NanInOneQueryRowStaysInThatRow) {
@@ -456,7 +479,7 @@ TEST(AttentionGpuSm90, NanInOneQueryRowStaysInThatRow) {
   BF_SKIP_WITHOUT_SM90(kSm90);
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(testing::seed_note(seed));
-  Case c = sm90(Case{1, 200, 200, 4, 2, 128});
+  Case c = sm90(Case{1, 200, 200, 4, 2, 128, true});
   Problem pr;
   make_problem(pr, c, seed);
   const int64_t row = 77, head = 1;
@@ -473,7 +496,7 @@ TEST(AttentionGpuSm90, NanInOneQueryRowStaysInThatRow) {
 TEST(AttentionGpuSm90, BitwiseDeterministic) {
   BF_SKIP_WITHOUT_GPU("attention");
   BF_SKIP_WITHOUT_SM90(kSm90);
-  Case c = sm90(Case{2, 1000, 1000, 8, 2, 128});
+  Case c = sm90(Case{2, 1000, 1000, 8, 2, 128, true});
   Problem pr;
   make_problem(pr, c, testing::fresh_seed());
   std::vector<uint16_t> o1, o2;
@@ -529,8 +552,9 @@ TEST(AttentionGpuSm90, AgreesWithSm80) {
   BF_SKIP_WITHOUT_SM90(kSm90);
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(testing::seed_note(seed));
-  for (DType dt : {DType::kBF16, DType::kFP16}) {
-    Case c = sm90(Case{2, 777, 1031, 8, 2, 128, false, -1, -1, 0, dt});
+  for (DType dt : {DType::kBF16, DType::kFP16})
+    for (bool causal : {false, true}) {
+    Case c = sm90(Case{2, 777, 1031, 8, 2, 128, causal, -1, -1, 0, dt});
     Problem pr;
     make_problem(pr, c, seed);
     std::vector<uint16_t> o80, o90;
@@ -549,9 +573,9 @@ TEST(AttentionGpuSm90, AgreesWithSm80) {
     const auto l_of = [](const std::vector<float>& l) { return [&l](int64_t, int64_t i) { return double(l[size_t(i)]); }; };
     testing::expect_close(testing::compare_host(1, int64_t(o90.size()), o_of(o90), o_of(o80),
                                                 testing::tolerance(dt, 4, 4 * testing::unit_roundoff(dt) + 1e-4)),
-                          std::string("out: sm90 vs sm80, ") + dtype_name(dt));
+                          std::string("out: sm90 vs sm80, ") + dtype_name(dt) + (causal ? " causal" : ""));
     testing::expect_close(testing::compare_host(1, int64_t(l90.size()), l_of(l90), l_of(l80), testing::Tolerance{2e-3, 2e-4}),
-                          std::string("lse: sm90 vs sm80, ") + dtype_name(dt));
+                          std::string("lse: sm90 vs sm80, ") + dtype_name(dt) + (causal ? " causal" : ""));
   }
 }
 
@@ -559,7 +583,8 @@ TEST(AttentionGpuSm90, AgreesWithSm80) {
 class AttentionSanitizerSm90 : public ::testing::TestWithParam<Case> {};
 TEST_P(AttentionSanitizerSm90, Small) { run_case(GetParam(), false); }
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionSanitizerSm90,
-                         ::testing::Values(sm90(Case{1, 70, 45, 2, 1, 128}),
+                         ::testing::Values(sm90(Case{1, 70, 45, 2, 1, 128, true, 20, -1}),
+                                           sm90(Case{1, 33, 100, 2, 2, 64, false, -1, -1, 2.0f}),
                                            sm90(Case{1, 65, 65, 2, 2, 128, false, -1, -1, 0, DType::kFP16, true})),
                          case_name);
 

@@ -34,6 +34,23 @@ TEST(AttentionHeuristic, EveryHeadDimHasAConfigThatFitsTheSharedMemory) {
   EXPECT_EQ(attention_heuristic(64, true, 8, 0).block_n, 128);
 }
 
+// kAuto's kernel choice: the sm90a kernel exactly where it can run.
+TEST(AttentionHeuristic, AutoUsesSm90OnlyWhereItRuns) {
+  constexpr int kNeed = 164 * 1024, kH100 = 227 * 1024;
+  EXPECT_TRUE(attn::auto_uses_sm90(true, 9, 0, 128, false, kNeed, kH100));
+  EXPECT_TRUE(attn::auto_uses_sm90(true, 9, 0, 64, false, kNeed, kH100));
+  EXPECT_FALSE(attn::auto_uses_sm90(false, 9, 0, 128, false, kNeed, kH100));  // not built
+  EXPECT_FALSE(attn::auto_uses_sm90(true, 8, 0, 128, false, kNeed, kH100));   // Ampere
+  EXPECT_FALSE(attn::auto_uses_sm90(true, 8, 9, 128, false, kNeed, 99 * 1024));
+  EXPECT_FALSE(attn::auto_uses_sm90(true, 10, 0, 128, false, kNeed, kH100));  // sm_90a code is not forward compatible
+  EXPECT_FALSE(attn::auto_uses_sm90(true, 9, 0, 256, false, kNeed, kH100));   // head dim it lacks
+  EXPECT_FALSE(attn::auto_uses_sm90(true, 9, 0, 128, true, kNeed, kH100));    // varlen
+  EXPECT_FALSE(attn::auto_uses_sm90(true, 9, 0, 128, false, kNeed, kNeed - 1));
+  EXPECT_TRUE(attn::sm90_supports(64, false));
+  EXPECT_FALSE(attn::sm90_supports(256, false));
+  EXPECT_FALSE(attn::sm90_supports(128, true));
+}
+
 TEST(AttentionHeuristic, RejectsUnsupportedInput) {
   testing::expect_arg_error([] { attention_heuristic(96, false, 9, 0); }, "head_dim", "64, 128 or 256");
   testing::expect_arg_error([] { attention_heuristic(128, false, 7, 5); }, "cc_major");

@@ -107,13 +107,13 @@ TEST(AttentionArgs, KernelChoice) {
     return c;
   };
   { Call c = sm90(); c.use_config = true; expect_arg_error(c, "params.kernel", "explicit AttentionConfig"); }
-  { Call c = sm90(); c.p.causal = true; expect_arg_error(c, "params.kernel", "head_dim 128"); }
-  { Call c = sm90(); c.p.window_left = 64; expect_arg_error(c, "params.kernel", "window -1/-1"); }
-  { Call c = sm90(); c.p.softcap = 30.0f; expect_arg_error(c, "params.kernel", "softcap 0"); }
   {
     Call c = sm90();
-    c.q.head_dim = c.k.head_dim = c.v.head_dim = c.out.head_dim = 64;
-    expect_arg_error(c, "params.kernel", "head_dim 128");
+    c.q = make_attn_tensor(fake(1), DType::kBF16, 2, 100, 8, 256);
+    c.k = make_attn_tensor(fake(4), DType::kBF16, 2, 100, 2, 256);
+    c.v = make_attn_tensor(fake(5), DType::kBF16, 2, 100, 2, 256);
+    c.out = make_attn_tensor(fake(2), DType::kBF16, 2, 100, 8, 256);
+    expect_arg_error(c, "params.kernel", "head_dim 64 or 128");
   }
 }
 
@@ -144,6 +144,11 @@ TEST(AttentionArgs, Varlen) {
   { Call c = varlen(); c.p.num_seqs = 0; expect_arg_error(c, "num_seqs", "1 <= num_seqs"); }
   { Call c = varlen(); c.q.batch = 2; expect_arg_error(c, "q", "batch = 1"); }
   { Call c = varlen(); c.p.cu_seqlens_q = static_cast<char*>(fake(5)) + 2; expect_arg_error(c, "cu_seqlens_q", "4-byte"); }
+  if (attention_has_sm90()) {
+    Call c = varlen();
+    c.p.kernel = AttentionKernel::kSm90;
+    expect_arg_error(c, "params.kernel", "batched (no cu_seqlens)");
+  }
 }
 
 }  // namespace
