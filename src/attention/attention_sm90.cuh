@@ -12,10 +12,12 @@
 //     P to 16 bits in registers and issues O += P·V (wgmma, A = P from registers, B = Vᵀ read
 //     MN-major straight from V's stage, so no transposing copy).
 // `setmaxnreg` gives the producer 24 registers and each consumer thread 240.
-// Stage 1 has no overlap inside a warpgroup: a consumer waits for every wgmma before it touches
-// its results, and releases a K or V stage only after the wgmma that read it has retired (a stage
-// released earlier could be overwritten by TMA under a live wgmma). The two consumer
-// warpgroups run independently, so one's softmax hides under the other's GEMMs.
+// Overlap (FlashAttention-3's design, docs/attention-hopper-plan.md stage 3): inside a warpgroup,
+// step n issues S[n] = Q·K[n]ᵀ and O += P[n+1]·V[n+1] together and runs the softmax of S[n] while
+// the P·V runs (the O rescale it implies waits until no P·V is in flight); between the two
+// warpgroups, named barriers make them take turns issuing GEMMs (ping-pong), so one's softmax
+// hides under the other's GEMMs. A K or V stage is released only after the wgmma that read it has
+// retired (a stage released earlier could be overwritten by TMA under a live wgmma).
 //
 // P stays in registers. In the m64nN F32 accumulator layout (GMMA::CLayout_64xN,
 // ((4,8,4),(2,2,N/8)) : ((128,1,16),(64,8,512)) in m + 64·n) a thread holds, per 8-column block b,
@@ -301,47 +303,93 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   QBarrier::wait(&smem.q_full, 0);
 
   PipeState st_k, st_v;  // consumers start at phase 0
-  auto step = [&](int n_block, auto first) {
-    constexpr bool kFirst = decltype(first)::value;
-    Tensor acc_s = partition_fragment_C(mma_qk, Shape<WgM, BN>{});
-    pipe_k.consumer_wait(st_k);
+
+  // The GEMMs of one step, issued without waiting (each its own commit group, so that
+  // warpgroup_wait<1> means "S done, P·V may still run").
+  auto issue_qk = [&](auto& acc_s, int stage) {
     warpgroup_fence_operand(acc_s);
     warpgroup_arrive();
     mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
     CUTE_UNROLL
     for (int k = 0; k < size<2>(tSrQ); ++k) {
-      cute::gemm(mma_qk, tSrQ(_, _, k), tSrK(_, _, k, st_k.index()), acc_s);
+      cute::gemm(mma_qk, tSrQ(_, _, k), tSrK(_, _, k, stage), acc_s);
       mma_qk.accumulate_ = GMMA::ScaleOut::One;
     }
     warpgroup_commit_batch();
-    warpgroup_wait<0>();
     warpgroup_fence_operand(acc_s);
-    pipe_k.consumer_release(st_k);  // the wgmma that read K[n] has retired
-    ++st_k;
-
-    Tensor s = make_tensor(acc_s.data(), acc_rowcol_sm90(acc_s.layout()));
-    if (softcap.enabled()) softcap.apply(s);  // before the mask: tanh(−inf) would be −cap, not −inf
-    if (mask.template block_needs_mask<kBlockM, kBlockN>(m_block, n_block))
-      mask.apply(s, row0, n_block * kBlockN + col_lane, Traits::kRowsPerWg);
-    softmax.template update<kFirst>(s, acc_o_rc, p.scale_log2);
-
-    Tensor rP = convert_fragment<Element>(acc_s);
-    Tensor tOrP = make_tensor(rP.data(), acc_as_a_sm90(rP.layout()));
-    static_assert(decltype(size<2>(tOrP))::value == kBlockN / 16, "one k16 slice of P per 16 keys");
-    pipe_v.consumer_wait(st_v);
+  };
+  Tensor rP = make_tensor<Element>(partition_fragment_C(mma_qk, Shape<WgM, BN>{}).layout());
+  Tensor tOrP = make_tensor(rP.data(), acc_as_a_sm90(rP.layout()));
+  static_assert(decltype(size<2>(tOrP))::value == kBlockN / 16, "one k16 slice of P per 16 keys");
+  auto issue_pv = [&](int stage) {
     warpgroup_fence_operand(acc_o);
     warpgroup_arrive();
     CUTE_UNROLL
-    for (int k = 0; k < size<2>(tOrP); ++k) cute::gemm(mma_pv, tOrP(_, _, k), tOrV(_, _, k, st_v.index()), acc_o);
+    for (int k = 0; k < size<2>(tOrP); ++k) cute::gemm(mma_pv, tOrP(_, _, k), tOrV(_, _, k, stage), acc_o);
     warpgroup_commit_batch();
-    warpgroup_wait<0>();
     warpgroup_fence_operand(acc_o);
-    pipe_v.consumer_release(st_v);  // the wgmma that read V[n] has retired
-    ++st_v;
   };
+  // Soft-cap, then the mask where the block needs one (a tail, the diagonal, a window edge).
+  auto modify = [&](auto& s, int n_block) {
+    if (softcap.enabled()) softcap.apply(s);  // before the mask: tanh(−inf) would be −cap, not −inf
+    if (mask.template block_needs_mask<kBlockM, kBlockN>(m_block, n_block))
+      mask.apply(s, row0, n_block * kBlockN + col_lane, Traits::kRowsPerWg);
+  };
+  // Ping-pong between the two consumer warpgroups: a warpgroup issues its GEMMs only after the
+  // other has issued its own, so one's softmax runs under the other's GEMMs. Named barriers
+  // kSchedBarrier + wg (256 threads: this warpgroup's sync, the other's arrive); warpgroup 0 opens
+  // its own once. Both warpgroups run the same number of steps, so the arrivals match, but for the
+  // last one to warpgroup 0, which nobody waits for.
+  constexpr uint32_t kSchedBarrier = 2;  // 0 and 1: the epilogue's per-warpgroup barriers
+  auto sched_wait = [&] { cutlass::arch::NamedBarrier::arrive_and_wait(256, kSchedBarrier + wg); };
+  auto sched_pass = [&] { cutlass::arch::NamedBarrier::arrive(256, kSchedBarrier + (1 - wg)); };
+  float factor[2];
+
   if (n_max > n_min) {
-    step(n_max - 1, std::true_type{});
-    for (int n = n_max - 2; n >= n_min; --n) step(n, std::false_type{});
+    if (wg == 0) cutlass::arch::NamedBarrier::arrive(256, kSchedBarrier);
+    {  // the first (rightmost) key block: S, softmax, P; its P·V is issued in the next step
+      Tensor acc_s = partition_fragment_C(mma_qk, Shape<WgM, BN>{});
+      pipe_k.consumer_wait(st_k);
+      sched_wait();
+      issue_qk(acc_s, st_k.index());
+      sched_pass();
+      warpgroup_wait<0>();
+      pipe_k.consumer_release(st_k);  // the wgmma that read K[n] has retired
+      ++st_k;
+      Tensor s = make_tensor(acc_s.data(), acc_rowcol_sm90(acc_s.layout()));
+      modify(s, n_max - 1);
+      softmax.template update_scores<true>(s, p.scale_log2, factor);
+      convert_fragment_into(acc_s, rP);
+    }
+    // Step n: S[n] = Q·K[n]ᵀ and O += P[n+1]·V[n+1] in flight together; the softmax of S[n]
+    // overlaps the P·V; O is rescaled (by the factor of block n+1) only while no P·V runs.
+    for (int n = n_max - 2; n >= n_min; --n) {
+      Tensor acc_s = partition_fragment_C(mma_qk, Shape<WgM, BN>{});
+      pipe_k.consumer_wait(st_k);
+      sched_wait();
+      issue_qk(acc_s, st_k.index());
+      softmax.rescale(acc_o_rc, factor);
+      pipe_v.consumer_wait(st_v);
+      issue_pv(st_v.index());
+      sched_pass();
+      warpgroup_wait<1>();
+      pipe_k.consumer_release(st_k);
+      ++st_k;
+      Tensor s = make_tensor(acc_s.data(), acc_rowcol_sm90(acc_s.layout()));
+      modify(s, n);
+      softmax.template update_scores<false>(s, p.scale_log2, factor);
+      warpgroup_wait<0>();
+      pipe_v.consumer_release(st_v);  // the wgmma that read V[n+1] has retired
+      ++st_v;
+      convert_fragment_into(acc_s, rP);
+    }
+    // The last P·V.
+    softmax.rescale(acc_o_rc, factor);
+    pipe_v.consumer_wait(st_v);
+    issue_pv(st_v.index());
+    warpgroup_wait<0>();
+    pipe_v.consumer_release(st_v);
+    ++st_v;
   }
 
   // ---- epilogue ----

@@ -16,14 +16,23 @@ namespace blockfuse::attn {
 
 using namespace cute;
 
-// A register fragment converted element-wise (fp32 -> bf16/fp16, packed conversions), same layout.
-template <class To, class Engine, class Layout>
-__device__ auto convert_fragment(Tensor<Engine, Layout> const& t) {
+// A register fragment converted element-wise into `out` (fp32 -> bf16/fp16, packed conversions;
+// the same number of elements, in the same order).
+template <class Engine, class Layout, class OutEngine, class OutLayout>
+__device__ void convert_fragment_into(Tensor<Engine, Layout> const& t, Tensor<OutEngine, OutLayout>& out) {
   using From = typename Engine::value_type;
+  using To = typename OutEngine::value_type;
   constexpr int N = decltype(size(t))::value;
-  Tensor out = make_tensor<To>(t.layout());
+  static_assert(decltype(size(out))::value == N, "same element count");
   cutlass::NumericArrayConverter<To, From, N> op;
   *reinterpret_cast<cutlass::Array<To, N>*>(out.data()) = op(*reinterpret_cast<const cutlass::Array<From, N>*>(t.data()));
+}
+
+// The same into a new fragment of t's layout.
+template <class To, class Engine, class Layout>
+__device__ auto convert_fragment(Tensor<Engine, Layout> const& t) {
+  Tensor out = make_tensor<To>(t.layout());
+  convert_fragment_into(t, out);
   return out;
 }
 
@@ -54,6 +63,26 @@ struct OnlineSoftmax {
   // Folds the new score block (rowcol view, modified in place into P) into the state; rescales O.
   template <bool kFirst, class S, class O>
   __device__ void update(S& s, O& o, float scale_log2) {
+    float factor[kRows];
+    update_scores<kFirst>(s, scale_log2, factor);
+    if (!kFirst) rescale(o, factor);
+  }
+
+  // O *= factor, row by row (rowcol view).
+  template <class O>
+  __device__ static void rescale(O& o, const float (&factor)[kRows]) {
+    CUTE_UNROLL
+    for (int mi = 0; mi < kRows; ++mi) {
+      CUTE_UNROLL
+      for (int ni = 0; ni < size<1>(o); ++ni) o(mi, ni) *= factor[mi];
+    }
+  }
+
+  // update() without touching O: the factor O must be multiplied by before this block's P·V is
+  // added goes to `factor` (1 for the first block). The sm90a kernel applies it later, while the
+  // previous P·V no longer runs.
+  template <bool kFirst, class S>
+  __device__ void update_scores(S& s, float scale_log2, float (&factor)[kRows]) {
     CUTE_UNROLL
     for (int mi = 0; mi < kRows; ++mi) {
       float m = kFirst ? -INFINITY : row_max[mi];
@@ -62,12 +91,12 @@ struct OnlineSoftmax {
       m = quad_max(m);
       // A row with every score −inf so far: subtract 0, not −inf (exp2 would give NaN).
       const float m_scaled = m == -INFINITY ? 0.0f : m * scale_log2;
+      factor[mi] = 1.0f;
       if (!kFirst) {
         // Nothing accumulated yet (every earlier score −inf): the factor is 0, not exp2(0 − m).
         const float r = row_max[mi] == -INFINITY ? 0.0f : fast_exp2(row_max[mi] * scale_log2 - m_scaled);
         row_sum[mi] *= r;
-        CUTE_UNROLL
-        for (int ni = 0; ni < size<1>(o); ++ni) o(mi, ni) *= r;
+        factor[mi] = r;
       }
       row_max[mi] = m;
       float sum = kFirst ? 0.0f : row_sum[mi];
