@@ -1,16 +1,18 @@
 // Internal: the sm90a (Hopper) attention forward kernel: wgmma, TMA and warp specialisation
-// (docs/attention-hopper-plan.md; this is its stage 1).
+// (docs/attention-hopper-plan.md, stages 1-3).
 //
-// One CTA of 384 threads computes O for 128 query rows of one (batch, head):
-//   warpgroup 0, the producer: one elected thread loads Q once (two 64-row TMA boxes on one
-//     transaction barrier) and then K[n], V[n] for n from the last visible key block down, each
-//     into its own ring of kStages shared-memory stages (two mbarrier pipelines, so that a
-//     consumer waits for exactly the operand it is about to read);
+// A persistent grid (one CTA of 384 threads per SM) walks the tiles: 128 query rows of one
+// (batch, head). Per tile:
+//   warpgroup 0, the producer: one elected thread loads Q (two 64-row TMA boxes on one
+//     transaction barrier, once the consumers have released the previous tile's Q) and then
+//     K[n], V[n] for n from the last visible key block down, each into its own ring of kStages
+//     shared-memory stages (two mbarrier pipelines, so that a consumer waits for exactly the
+//     operand it is about to read); it runs ahead into the next tile while the consumers finish;
 //   warpgroups 1 and 2, the consumers: each owns 64 query rows (one m64 wgmma atom) and per key
-//     block issues S = Q·Kᵀ (wgmma, both operands in shared memory), waits for it, applies the
-//     key-tail mask, updates the online softmax (softmax.cuh, the sm80 kernel's code), converts
-//     P to 16 bits in registers and issues O += P·V (wgmma, A = P from registers, B = Vᵀ read
-//     MN-major straight from V's stage, so no transposing copy).
+//     block issues S = Q·Kᵀ (wgmma, both operands in shared memory), applies the soft-cap and the
+//     mask, updates the online softmax (softmax.cuh, shared with the sm80 kernel), converts P to
+//     16 bits in registers and issues O += P·V (wgmma, A = P from registers, B = Vᵀ read MN-major
+//     straight from V's stage, so no transposing copy).
 // `setmaxnreg` gives the producer 24 registers and each consumer thread 240.
 // Overlap (FlashAttention-3's design, docs/attention-hopper-plan.md stage 3): inside a warpgroup,
 // step n issues S[n] = Q·K[n]ᵀ and O += P[n+1]·V[n+1] together and runs the softmax of S[n] while
@@ -27,8 +29,9 @@
 // (`acc_as_a_sm90`); tests/attention/test_attention_layout_sm90.cu checks it for every thread.
 //
 // Epilogue, per consumer warpgroup: O /= row sum (0 for a row that saw no key, LSE −inf; NaN
-// propagates), O converted to 16 bits into the warpgroup's own retired 64-row slice of Q's buffer
-// (swizzled as TMA expects), then one TMA store of the slice, which clips rows >= seqlen_q.
+// propagates), O converted to 16 bits into the warpgroup's own 64-row O staging slice (swizzled as
+// TMA expects; the previous tile's store has read it by then), then one TMA store of the slice,
+// which clips rows >= seqlen_q and completes under the next tile's main loop.
 // TMA loads zero-fill rows past the sequence ends, so the key tail only needs the mask.
 //
 // No function call may be left in the kernel: a call makes ptxas serialise every wgmma (warning
@@ -128,11 +131,13 @@ struct Sm90Traits {
 
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> o;  // O staging, one slice per warpgroup
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutK>, 1024> k;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutV>, 1024> v;
     typename PipelineK::SharedStorage pipe_k;
     typename PipelineV::SharedStorage pipe_v;
-    uint64_t q_full;  // ClusterTransactionBarrier::ValueType
+    uint64_t q_full;   // ClusterTransactionBarrier::ValueType: Q of the current tile landed
+    uint64_t q_empty;  // ClusterBarrier::ValueType: both consumer warpgroups are done reading Q
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "Hopper allows 227 KB of shared memory per block");
@@ -172,6 +177,8 @@ struct Sm90Params {
   int64_t lse_batch_stride, lse_head_stride;
   int batch, heads_q, heads_kv, group;
   int seqlen_q, seqlen_k;
+  int m_blocks;       // ceil(seqlen_q / 128)
+  int64_t num_tiles;  // m_blocks · heads_q · batch
   float scale_log2, scale_lse;
   float softcap_mul;              // as AttnParams: 0 off, else the tanh argument's factor
   int window_left, window_right;  // as AttnParams (causal is window_right = 0)
@@ -200,19 +207,27 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   const int warp_group = threadIdx.x / 128;
   const int warp_in_group = (threadIdx.x / 32) % 4;
-  // Longest query blocks first, as the sm80 kernel (under a causal mask the last rows see the most keys).
-  const int m_block = int(gridDim.x) - 1 - int(blockIdx.x);
-  const int head = blockIdx.y;
-  const int b = blockIdx.z;
-  const int head_kv = head / p.group;
 
-  // The producer and the consumers derive the trip count from the same call, so they agree.
+  // Persistent: CTA i computes tiles i, i + gridDim.x, ... A tile is (m_block, head, b), m fastest
+  // and reversed: the CTAs running together share one head's K and V in L2, and under a causal
+  // mask the longest query blocks start first. The producer and the consumers derive a tile's
+  // key-block range from the same call, so they agree.
   const VisibilityMask mask(p.seqlen_q, p.seqlen_k, p.window_left, p.window_right);
   const SoftCap softcap{p.softcap_mul};
-  int n_min, n_max;
-  mask.template n_block_range<kBlockM, kBlockN>(m_block, n_min, n_max);
+  struct Tile {
+    int m_block, head, b, n_min, n_max;
+  };
+  auto tile_at = [&](int64_t t) {
+    Tile tl;
+    tl.m_block = p.m_blocks - 1 - int(t % p.m_blocks);
+    const int64_t hb = t / p.m_blocks;
+    tl.head = int(hb % p.heads_q);
+    tl.b = int(hb / p.heads_q);
+    mask.template n_block_range<kBlockM, kBlockN>(tl.m_block, tl.n_min, tl.n_max);
+    return tl;
+  };
 
-  // Barriers: warp 0 initialises both pipelines (PipelineTmaAsync's constructor) and Q's barrier.
+  // Barriers: warp 0 initialises both pipelines (PipelineTmaAsync's constructor) and Q's barriers.
   typename PipelineK::Params pk;
   pk.transaction_bytes = Traits::kKVStageBytes;
   pk.role = warp_group == 0 ? PipelineK::ThreadCategory::Producer : PipelineK::ThreadCategory::Consumer;
@@ -221,8 +236,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   PipelineK pipe_k(smem.pipe_k, pk, Shape<_1, _1, _1>{});
   PipelineV pipe_v(smem.pipe_v, pk, Shape<_1, _1, _1>{});
   using QBarrier = cutlass::arch::ClusterTransactionBarrier;
+  using QEmptyBarrier = cutlass::arch::ClusterBarrier;
   if (threadIdx.x == 0) {
     QBarrier::init(&smem.q_full, 1);
+    QEmptyBarrier::init(&smem.q_empty, 128 * Traits::kConsumerWgs);
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
@@ -237,35 +254,37 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       Tensor mQ = p.tma_q.get_tma_tensor(make_shape(p.seqlen_q, D{}, p.heads_q, p.batch));
       Tensor mK = p.tma_k.get_tma_tensor(make_shape(p.seqlen_k, D{}, p.heads_kv, p.batch));
       Tensor mV = p.tma_v.get_tma_tensor(make_shape(p.seqlen_k, D{}, p.heads_kv, p.batch));
-      Tensor gQ = local_tile(mQ(_, _, head, b), Shape<WgM, D>{}, make_coord(_, _0{}));  // (64, D, slices)
-      Tensor gK = local_tile(mK(_, _, head_kv, b), Shape<BN, D>{}, make_coord(_, _0{}));  // (BN, D, blocks)
-      Tensor gV = local_tile(mV(_, _, head_kv, b), Shape<BN, D>{}, make_coord(_, _0{}));
       auto tma_q = p.tma_q.get_slice(_0{});
       auto tma_k = p.tma_k.get_slice(_0{});
       auto tma_v = p.tma_v.get_slice(_0{});
-      Tensor tQgQ = tma_q.partition_S(gQ);  // (TMA, 1, 1, slices)
       Tensor tQsQ = tma_q.partition_D(sQ);  // (TMA, 1, 1, 2)
-      Tensor tKgK = tma_k.partition_S(gK);  // (TMA, 1, 1, blocks)
       Tensor tKsK = tma_k.partition_D(sK);  // (TMA, 1, 1, stages)
-      Tensor tVgV = tma_v.partition_S(gV);
       Tensor tVsV = tma_v.partition_D(sV);
-
-      // Q always, even for a tile without visible keys: the consumers wait for it before they
-      // reuse its buffer for O. Boxes past seqlen_q are zero-filled and still count their bytes.
-      QBarrier::arrive_and_expect_tx(&smem.q_full, Traits::kQBytes);
-      CUTE_UNROLL
-      for (int s = 0; s < Traits::kConsumerWgs; ++s)
-        copy(p.tma_q.with(smem.q_full), tQgQ(_, _, _, 2 * m_block + s), tQsQ(_, _, _, s));
-
       PipeState st_k = cutlass::make_producer_start_state<PipelineK>();
       PipeState st_v = cutlass::make_producer_start_state<PipelineV>();
-      for (int n = n_max - 1; n >= n_min; --n) {
-        pipe_k.producer_acquire(st_k);
-        copy(p.tma_k.with(*pipe_k.producer_get_barrier(st_k)), tKgK(_, _, _, n), tKsK(_, _, _, st_k.index()));
-        ++st_k;
-        pipe_v.producer_acquire(st_v);
-        copy(p.tma_v.with(*pipe_v.producer_get_barrier(st_v)), tVgV(_, _, _, n), tVsV(_, _, _, st_v.index()));
-        ++st_v;
+      int iter = 0;
+      for (int64_t t = blockIdx.x; t < p.num_tiles; t += gridDim.x, ++iter) {
+        const Tile tl = tile_at(t);
+        const int head_kv = tl.head / p.group;
+        Tensor tQgQ = tma_q.partition_S(local_tile(mQ(_, _, tl.head, tl.b), Shape<WgM, D>{}, make_coord(_, _0{})));
+        Tensor tKgK = tma_k.partition_S(local_tile(mK(_, _, head_kv, tl.b), Shape<BN, D>{}, make_coord(_, _0{})));
+        Tensor tVgV = tma_v.partition_S(local_tile(mV(_, _, head_kv, tl.b), Shape<BN, D>{}, make_coord(_, _0{})));
+        // Q always, even for a tile without visible keys (the consumers wait for it either way),
+        // once both consumer warpgroups are done with the previous tile's Q. Boxes past seqlen_q
+        // are zero-filled and still count their bytes.
+        if (iter > 0) QEmptyBarrier::wait(&smem.q_empty, (iter - 1) & 1);
+        QBarrier::arrive_and_expect_tx(&smem.q_full, Traits::kQBytes);
+        CUTE_UNROLL
+        for (int s = 0; s < Traits::kConsumerWgs; ++s)
+          copy(p.tma_q.with(smem.q_full), tQgQ(_, _, _, 2 * tl.m_block + s), tQsQ(_, _, _, s));
+        for (int n = tl.n_max - 1; n >= tl.n_min; --n) {
+          pipe_k.producer_acquire(st_k);
+          copy(p.tma_k.with(*pipe_k.producer_get_barrier(st_k)), tKgK(_, _, _, n), tKsK(_, _, _, st_k.index()));
+          ++st_k;
+          pipe_v.producer_acquire(st_v);
+          copy(p.tma_v.with(*pipe_v.producer_get_barrier(st_v)), tVgV(_, _, _, n), tVsV(_, _, _, st_v.index()));
+          ++st_v;
+        }
       }
     }
     return;
@@ -289,20 +308,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Tensor tSrQ = thr_qk.make_fragment_A(thr_qk.partition_A(sQw));  // descriptors (MMA, 1, D/16)
   Tensor tSrK = thr_qk.make_fragment_B(thr_qk.partition_B(sK));   // (MMA, 1, D/16, stages)
   Tensor tOrV = thr_pv.make_fragment_B(thr_pv.partition_B(sVt));  // (MMA, 1, BN/16, stages)
+  Tensor sOw = make_tensor(make_smem_ptr(smem.o.data() + wg * cosize_v<typename Traits::SmemLayoutQSlice>),
+                           typename Traits::SmemLayoutQSlice{});
   Tensor acc_o = partition_fragment_C(mma_pv, Shape<WgM, D>{});
   Tensor acc_o_rc = make_tensor(acc_o.data(), acc_rowcol_sm90(acc_o.layout()));
-  clear(acc_o);
-
-  OnlineSoftmax<2> softmax;
-  CUTE_UNROLL
-  for (int i = 0; i < 2; ++i) softmax.row_max[i] = -INFINITY, softmax.row_sum[i] = 0.0f;
-
-  const int row0 = m_block * kBlockM + wg * Traits::kRowsPerWg + warp_in_group * 16 + lane / 4;
   const int col_lane = (lane % 4) * 2;
-
-  QBarrier::wait(&smem.q_full, 0);
-
-  PipeState st_k, st_v;  // consumers start at phase 0
+  PipeState st_k, st_v;  // consumers start at phase 0; the states run on across tiles
 
   // The GEMMs of one step, issued without waiting (each its own commit group, so that
   // warpgroup_wait<1> means "S done, P·V may still run").
@@ -329,108 +340,124 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     warpgroup_commit_batch();
     warpgroup_fence_operand(acc_o);
   };
-  // Soft-cap, then the mask where the block needs one (a tail, the diagonal, a window edge).
-  auto modify = [&](auto& s, int n_block) {
-    if (softcap.enabled()) softcap.apply(s);  // before the mask: tanh(−inf) would be −cap, not −inf
-    if (mask.template block_needs_mask<kBlockM, kBlockN>(m_block, n_block))
-      mask.apply(s, row0, n_block * kBlockN + col_lane, Traits::kRowsPerWg);
-  };
   // Ping-pong between the two consumer warpgroups: a warpgroup issues its GEMMs only after the
   // other has issued its own, so one's softmax runs under the other's GEMMs. Named barriers
   // kSchedBarrier + wg (256 threads: this warpgroup's sync, the other's arrive); warpgroup 0 opens
-  // its own once. Both warpgroups run the same number of steps, so the arrivals match, but for the
-  // last one to warpgroup 0, which nobody waits for.
+  // its own once, at the start. Both warpgroups run the same tiles and steps, so the turns
+  // alternate across tiles; warpgroup 1's last arrival is never waited for.
   constexpr uint32_t kSchedBarrier = 2;  // 0 and 1: the epilogue's per-warpgroup barriers
   auto sched_wait = [&] { cutlass::arch::NamedBarrier::arrive_and_wait(256, kSchedBarrier + wg); };
   auto sched_pass = [&] { cutlass::arch::NamedBarrier::arrive(256, kSchedBarrier + (1 - wg)); };
-  float factor[2];
+  if (wg == 0) cutlass::arch::NamedBarrier::arrive(256, kSchedBarrier);
 
-  if (n_max > n_min) {
-    if (wg == 0) cutlass::arch::NamedBarrier::arrive(256, kSchedBarrier);
-    {  // the first (rightmost) key block: S, softmax, P; its P·V is issued in the next step
-      Tensor acc_s = partition_fragment_C(mma_qk, Shape<WgM, BN>{});
-      pipe_k.consumer_wait(st_k);
-      sched_wait();
-      issue_qk(acc_s, st_k.index());
-      sched_pass();
-      warpgroup_wait<0>();
-      pipe_k.consumer_release(st_k);  // the wgmma that read K[n] has retired
-      ++st_k;
-      Tensor s = make_tensor(acc_s.data(), acc_rowcol_sm90(acc_s.layout()));
-      modify(s, n_max - 1);
-      softmax.template update_scores<true>(s, p.scale_log2, factor);
-      convert_fragment_into(acc_s, rP);
-    }
-    // Step n: S[n] = Q·K[n]ᵀ and O += P[n+1]·V[n+1] in flight together; the softmax of S[n]
-    // overlaps the P·V; O is rescaled (by the factor of block n+1) only while no P·V runs.
-    for (int n = n_max - 2; n >= n_min; --n) {
-      Tensor acc_s = partition_fragment_C(mma_qk, Shape<WgM, BN>{});
-      pipe_k.consumer_wait(st_k);
-      sched_wait();
-      issue_qk(acc_s, st_k.index());
+  int iter = 0;
+  for (int64_t tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++iter) {
+    const Tile tl = tile_at(tile);
+    const int m_block = tl.m_block, n_min = tl.n_min, n_max = tl.n_max;
+    const int row0 = m_block * kBlockM + wg * Traits::kRowsPerWg + warp_in_group * 16 + lane / 4;
+    // Soft-cap, then the mask where the block needs one (a tail, the diagonal, a window edge).
+    auto modify = [&](auto& s, int n_block) {
+      if (softcap.enabled()) softcap.apply(s);  // before the mask: tanh(−inf) would be −cap, not −inf
+      if (mask.template block_needs_mask<kBlockM, kBlockN>(m_block, n_block))
+        mask.apply(s, row0, n_block * kBlockN + col_lane, Traits::kRowsPerWg);
+    };
+
+    clear(acc_o);
+    OnlineSoftmax<2> softmax;
+    CUTE_UNROLL
+    for (int i = 0; i < 2; ++i) softmax.row_max[i] = -INFINITY, softmax.row_sum[i] = 0.0f;
+    float factor[2];
+
+    QBarrier::wait(&smem.q_full, iter & 1);
+    if (n_max > n_min) {
+      {  // the first (rightmost) key block: S, softmax, P; its P·V is issued in the next step
+        Tensor acc_s = partition_fragment_C(mma_qk, Shape<WgM, BN>{});
+        pipe_k.consumer_wait(st_k);
+        sched_wait();
+        issue_qk(acc_s, st_k.index());
+        sched_pass();
+        warpgroup_wait<0>();
+        pipe_k.consumer_release(st_k);  // the wgmma that read K[n] has retired
+        ++st_k;
+        Tensor s = make_tensor(acc_s.data(), acc_rowcol_sm90(acc_s.layout()));
+        modify(s, n_max - 1);
+        softmax.template update_scores<true>(s, p.scale_log2, factor);
+        convert_fragment_into(acc_s, rP);
+      }
+      // Step n: S[n] = Q·K[n]ᵀ and O += P[n+1]·V[n+1] in flight together; the softmax of S[n]
+      // overlaps the P·V; O is rescaled (by the factor of block n+1) only while no P·V runs.
+      for (int n = n_max - 2; n >= n_min; --n) {
+        Tensor acc_s = partition_fragment_C(mma_qk, Shape<WgM, BN>{});
+        pipe_k.consumer_wait(st_k);
+        sched_wait();
+        issue_qk(acc_s, st_k.index());
+        softmax.rescale(acc_o_rc, factor);
+        pipe_v.consumer_wait(st_v);
+        issue_pv(st_v.index());
+        sched_pass();
+        warpgroup_wait<1>();
+        pipe_k.consumer_release(st_k);
+        ++st_k;
+        Tensor s = make_tensor(acc_s.data(), acc_rowcol_sm90(acc_s.layout()));
+        modify(s, n);
+        softmax.template update_scores<false>(s, p.scale_log2, factor);
+        warpgroup_wait<0>();
+        pipe_v.consumer_release(st_v);  // the wgmma that read V[n+1] has retired
+        ++st_v;
+        convert_fragment_into(acc_s, rP);
+      }
+      // The last P·V.
       softmax.rescale(acc_o_rc, factor);
       pipe_v.consumer_wait(st_v);
       issue_pv(st_v.index());
-      sched_pass();
-      warpgroup_wait<1>();
-      pipe_k.consumer_release(st_k);
-      ++st_k;
-      Tensor s = make_tensor(acc_s.data(), acc_rowcol_sm90(acc_s.layout()));
-      modify(s, n);
-      softmax.template update_scores<false>(s, p.scale_log2, factor);
       warpgroup_wait<0>();
-      pipe_v.consumer_release(st_v);  // the wgmma that read V[n+1] has retired
+      pipe_v.consumer_release(st_v);
       ++st_v;
-      convert_fragment_into(acc_s, rP);
     }
-    // The last P·V.
-    softmax.rescale(acc_o_rc, factor);
-    pipe_v.consumer_wait(st_v);
-    issue_pv(st_v.index());
-    warpgroup_wait<0>();
-    pipe_v.consumer_release(st_v);
-    ++st_v;
-  }
+    // Every wgmma that read Q has retired: the producer may load the next tile's Q.
+    QEmptyBarrier::arrive(&smem.q_empty);
 
-  // ---- epilogue ----
-  float lse[2];
-  CUTE_UNROLL
-  for (int mi = 0; mi < 2; ++mi) {
-    const float sum = quad_sum(softmax.row_sum[mi]);
-    // sum == 0: no visible key (out 0, LSE −inf); NaN stays NaN.
-    const float inv = sum == 0.0f ? 0.0f : reciprocal_fast(sum);
-    lse[mi] = sum == 0.0f ? -INFINITY : softmax.row_max[mi] * p.scale_lse + __logf(sum);
-    CUTE_UNROLL
-    for (int ni = 0; ni < size<1>(acc_o_rc); ++ni) acc_o_rc(mi, ni) *= inv;
-  }
-
-  // O -> this warpgroup's slice of Q's buffer: every wgmma that read it has retired (wait<0>
-  // above), and the other warpgroup never reads it.
-  Tensor rO = convert_fragment<Element>(acc_o);
-  Tensor tOsO = thr_pv.partition_C(sQw);
-  copy(rO, tOsO);
-  // Generic-proxy writes made visible to TMA (the async proxy) by each writer, then all 128
-  // writers done before the one thread stores.
-  cutlass::arch::fence_view_async_shared();
-  cutlass::arch::NamedBarrier::arrive_and_wait(128, wg);
-
-  if (t == 0) {
-    Tensor mO = p.tma_o.get_tma_tensor(make_shape(p.seqlen_q, D{}, p.heads_q, p.batch));
-    Tensor gO = local_tile(mO(_, _, head, b), Shape<WgM, D>{}, make_coord(2 * m_block + wg, _0{}));
-    auto tma_o = p.tma_o.get_slice(_0{});
-    copy(p.tma_o, tma_o.partition_S(sQw), tma_o.partition_D(gO));
-    tma_store_arrive();
-  }
-
-  if (p.lse != nullptr && lane % 4 == 0) {
-    const int64_t lse_off = int64_t(b) * p.lse_batch_stride + int64_t(head) * p.lse_head_stride;
+    // ---- epilogue ----
+    float lse[2];
     CUTE_UNROLL
     for (int mi = 0; mi < 2; ++mi) {
-      const int r = row0 + mi * 8;
-      if (r < p.seqlen_q) p.lse[lse_off + r] = lse[mi];
+      const float sum = quad_sum(softmax.row_sum[mi]);
+      // sum == 0: no visible key (out 0, LSE −inf); NaN stays NaN.
+      const float inv = sum == 0.0f ? 0.0f : reciprocal_fast(sum);
+      lse[mi] = sum == 0.0f ? -INFINITY : softmax.row_max[mi] * p.scale_lse + __logf(sum);
+      CUTE_UNROLL
+      for (int ni = 0; ni < size<1>(acc_o_rc); ++ni) acc_o_rc(mi, ni) *= inv;
+    }
+
+    // O -> this warpgroup's O slice, once the previous tile's TMA store has read it (it had a
+    // whole main loop to do so), then one TMA store, which clips rows >= seqlen_q.
+    if (t == 0) tma_store_wait<0>();
+    cutlass::arch::NamedBarrier::arrive_and_wait(128, wg);
+    Tensor rO = convert_fragment<Element>(acc_o);
+    Tensor tOsO = thr_pv.partition_C(sOw);
+    copy(rO, tOsO);
+    // Generic-proxy writes made visible to TMA (the async proxy) by each writer, then all 128
+    // writers done before the one thread stores.
+    cutlass::arch::fence_view_async_shared();
+    cutlass::arch::NamedBarrier::arrive_and_wait(128, wg);
+    if (t == 0) {
+      Tensor mO = p.tma_o.get_tma_tensor(make_shape(p.seqlen_q, D{}, p.heads_q, p.batch));
+      Tensor gO = local_tile(mO(_, _, tl.head, tl.b), Shape<WgM, D>{}, make_coord(2 * m_block + wg, _0{}));
+      auto tma_o = p.tma_o.get_slice(_0{});
+      copy(p.tma_o, tma_o.partition_S(sOw), tma_o.partition_D(gO));
+      tma_store_arrive();
+    }
+
+    if (p.lse != nullptr && lane % 4 == 0) {
+      const int64_t lse_off = int64_t(tl.b) * p.lse_batch_stride + int64_t(tl.head) * p.lse_head_stride;
+      CUTE_UNROLL
+      for (int mi = 0; mi < 2; ++mi) {
+        const int r = row0 + mi * 8;
+        if (r < p.seqlen_q) p.lse[lse_off + r] = lse[mi];
+      }
     }
   }
-  // The block's shared memory must outlive the TMA store's reads of it.
+  // The block's shared memory must outlive the last TMA store's reads of it.
   if (t == 0) tma_store_wait<0>();
 #else
   // Compiled for a target without sm90a features: never launched (the dispatcher checks the device).

@@ -4,6 +4,8 @@
 // shared-memory opt-in happens once per device. No workspace.
 #pragma once
 
+#include <algorithm>
+
 #include "attention/attention_sm90.cuh"
 #include "attention/launch_sm90.h"
 #include "common/check.h"
@@ -24,6 +26,8 @@ void launch(const AttnParams& a, cudaStream_t stream) {
   // The validation allows any stride (a multiple of 8 elements) for a mode of extent 1, 0 included;
   // such a mode is only ever addressed at 0, so a zero stride is replaced by 8 elements (16 bytes),
   // which every TMA descriptor accepts.
+  const int m_blocks = (a.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
+  const int64_t num_tiles = int64_t(m_blocks) * a.heads_q * a.batch;
   auto st = [](int64_t s) { return s != 0 ? s : int64_t(8); };
   auto q = Traits::gmem_tensor(static_cast<const Element*>(a.q), a.seqlen_q, a.heads_q, a.batch, st(a.q_row_stride),
                                st(a.q_head_stride), st(a.q_batch_stride));
@@ -46,19 +50,22 @@ void launch(const AttnParams& a, cudaStream_t stream) {
                        a.group,
                        a.seqlen_q,
                        a.seqlen_k,
+                       m_blocks,
+                       num_tiles,
                        a.scale_log2,
                        a.scale_lse,
                        a.softcap_mul,
                        a.window_left,
                        a.window_right};
-  const dim3 grid(static_cast<unsigned>((a.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM),
-                  static_cast<unsigned>(a.heads_q), static_cast<unsigned>(a.batch));
+  // Persistent: one CTA per SM (the shared memory allows no more), at most one per tile.
+  const int sms = detail::current_device_spec().sm_count;
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(num_tiles, sms)), 1, 1);
   detail::launch_with_cluster(kernel, grid, dim3(Traits::kThreads, 1, 1), kSmem, stream, dim3(1, 1, 1), p);
   BF_CHECK_LAUNCH();
 }
 
-// 128 x 128 tiles. D = 128: two K and two V stages (160 KB). D = 64: half the bytes per stage and
-// half the work per key block, so three stages (112 KB) to keep more loads in flight.
+// 128 x 128 tiles. D = 128: two K and two V stages (Q, O, K, V: 192 KB). D = 64: half the bytes
+// per stage and half the work per key block, so three stages (128 KB) to keep more loads in flight.
 template <class Element>
 using TraitsD128 = Sm90Traits<Element, 128, 128, 2>;
 template <class Element>
