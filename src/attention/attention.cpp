@@ -242,7 +242,7 @@ attn::AttnParams make_params(const AttnConstTensor& q, const AttnConstTensor& k,
     p.scale_log2 = static_cast<float>(scale * kLog2e);
     p.scale_lse = static_cast<float>(scale);
   }
-  constexpr int kUnbounded = 1 << 30;  // clamped per sequence in the kernel
+  constexpr int kUnbounded = attn::kWindowUnbounded;  // clamped per sequence in the kernel
   p.window_left = prm.window_left < 0 ? kUnbounded : static_cast<int>(std::min<int64_t>(prm.window_left, kUnbounded));
   const int64_t right = prm.causal ? 0 : prm.window_right;
   p.window_right = right < 0 ? kUnbounded : static_cast<int>(std::min<int64_t>(right, kUnbounded));

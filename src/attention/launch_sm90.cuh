@@ -4,8 +4,6 @@
 // shared-memory opt-in happens once per device. No workspace.
 #pragma once
 
-#include <algorithm>
-
 #include "attention/attention_sm90.cuh"
 #include "attention/launch_sm90.h"
 #include "common/check.h"
@@ -57,9 +55,11 @@ void launch(const AttnParams& a, cudaStream_t stream) {
                        a.softcap_mul,
                        a.window_left,
                        a.window_right};
-  // Persistent: one CTA per SM (the shared memory allows no more), at most one per tile.
+  // Persistent (one CTA per SM: the shared memory allows no more) unless a band makes the tiles
+  // uneven (sm90_grid_ctas).
+  const bool banded = a.window_left < kWindowUnbounded || a.window_right < kWindowUnbounded;
   const int sms = detail::current_device_spec().sm_count;
-  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(num_tiles, sms)), 1, 1);
+  const dim3 grid(static_cast<unsigned>(sm90_grid_ctas(num_tiles, sms, banded)), 1, 1);
   detail::launch_with_cluster(kernel, grid, dim3(Traits::kThreads, 1, 1), kSmem, stream, dim3(1, 1, 1), p);
   BF_CHECK_LAUNCH();
 }

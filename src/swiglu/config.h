@@ -25,8 +25,8 @@ constexpr int kSwigluMaxDynamicSmem = 232448 - 1024;
 //                     at once); where two sets exceed 227 KB (U > 28416), kFourShared
 //   kFourSharedThree  as kFourShared, compiled for 3 blocks per SM (<= 40 registers, the whole
 //                     shared-memory carveout) where a block has <= 512 threads (U <= 16384); wider
-//                     rows as kFourShared. Opt-in until measured: ncu found kFourShared at 2 blocks
-//                     per SM, bound by both its 44 registers and the carveout
+//                     rows as kFourShared. ncu had found kFourShared at 2 blocks per SM, bound by
+//                     both its 44 registers and the carveout
 //                     (results/gpu/memory_bound_h100/next_row/call2/ncu_swiglu_16384_8192_four.txt)
 //   kAuto             the default: swiglu_fp8_auto_row_rule below picks per call
 // Process-wide override for the bench and the tests (set_swiglu_fp8_row_rule).
@@ -40,8 +40,12 @@ constexpr SwigluRowRule kSwigluDefaultRowRule = SwigluRowRule::kAuto;
 // against 48 / 52 % and 7.3 against 11 us at 1-32 rows; but at 1-32 rows of U <= 16384 kTwoChunks
 // is faster (4.0-4.5 us against 5.3-5.6). kFourSharedNext won at some points and lost at others in
 // that one run, so it stays opt-in. Between 32 and 2048 rows nothing was measured: the threshold is
-// the measured 2048 halved.
+// the measured 2048 halved. kFourSharedThree against kFourShared in one run
+// (results/gpu/session4_h100/run1/swiglu_rule_*.json, U = 14336 / 16384): 94.6 / 95.7 % of copy
+// against 86.8 / 90.7 % at 8192 rows; at 2048 rows +2.1 / -1.3 points, at 256-1024 within 1.5
+// points. So it takes over from 4096 rows (the measured 8192 halved).
 inline SwigluRowRule swiglu_fp8_auto_row_rule(int64_t rows, int64_t chunks) {
+  if (rows >= 4096 && chunks > 1024) return SwigluRowRule::kFourSharedThree;
   return chunks > 2048 || rows >= 1024 ? SwigluRowRule::kFourShared : SwigluRowRule::kTwoChunks;
 }
 // The rule a call runs with: `rule`, or the automatic choice when it is kAuto.

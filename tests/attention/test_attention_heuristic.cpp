@@ -51,6 +51,14 @@ TEST(AttentionHeuristic, AutoUsesSm90OnlyWhereItRuns) {
   EXPECT_FALSE(attn::sm90_supports(128, true));
 }
 
+// The sm90a grid: persistent (at most one CTA per SM) for uniform tiles, one CTA per tile under a band.
+TEST(AttentionHeuristic, Sm90GridIsPersistentOnlyForUniformTiles) {
+  EXPECT_EQ(attn::sm90_grid_ctas(8192, 132, false), 132);
+  EXPECT_EQ(attn::sm90_grid_ctas(100, 132, false), 100);
+  EXPECT_EQ(attn::sm90_grid_ctas(8192, 132, true), 8192);
+  EXPECT_EQ(attn::sm90_grid_ctas(int64_t(1) << 40, 132, true), 132);  // beyond grid.x: persistent
+}
+
 TEST(AttentionHeuristic, RejectsUnsupportedInput) {
   testing::expect_arg_error([] { attention_heuristic(96, false, 9, 0); }, "head_dim", "64, 128 or 256");
   testing::expect_arg_error([] { attention_heuristic(128, false, 7, 5); }, "cc_major");

@@ -82,7 +82,12 @@ TEST(SwigluRowConfig, AutoRuleFollowsTheMeasuredCrossover) {
   EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 1, u16k), SwigluRowRule::kTwoChunks);
   EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 32, u14k), SwigluRowRule::kTwoChunks);
   EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 2048, u14k), SwigluRowRule::kFourShared);
-  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 8192, u16k), SwigluRowRule::kFourShared);
+  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 8192, u16k), SwigluRowRule::kFourSharedThree);
+  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 4095, u16k), SwigluRowRule::kFourShared);
+  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 4096, u28k), SwigluRowRule::kFourSharedThree);
+  // (wider than 512 threads: kFourSharedThree builds kFourShared's 2-block kernel)
+  EXPECT_EQ(detail::swiglu_fp8_row_config(u28k, SwigluRowRule::kFourSharedThree).min_blocks, 1);
+  EXPECT_EQ(detail::swiglu_fp8_row_config(u16k, SwigluRowRule::kFourSharedThree).min_blocks, 3);
   EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 1, u28k), SwigluRowRule::kFourShared);
   EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kTwoChunks, 8192, u28k), SwigluRowRule::kTwoChunks);
   EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kFourSharedNext, 1, u14k), SwigluRowRule::kFourSharedNext);
