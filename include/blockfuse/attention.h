@@ -23,8 +23,9 @@
 //
 // Supported: bf16 and fp16 (q, k, v, out of one dtype), D ∈ {64, 128, 256}, Hq % Hkv == 0
 // (MHA, GQA, MQA), any lengths >= 1 (0 launches nothing), lengths < 2^30. Deterministic: the same
-// inputs give the same bits (no atomics, fixed reduction order). Needs compute capability >= 8.0;
-// on Hopper the same sm80 kernel runs (mma.sync) unless params.kernel asks for the sm90a one.
+// inputs give the same bits (no atomics, fixed reduction order). Needs compute capability >= 8.0.
+// Two kernels: sm80 (mma.sync, every shape) and, in builds with it, sm90a (wgmma + TMA, warp-
+// specialised; Hopper, D = 64 / 128, batched), which params.kernel = kAuto picks where it runs.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
 // attention: validation, kernel choice and launch of the sm80 attention kernel (attention_sm80.cuh;
-// tiles from heuristic.cpp) or, when asked for and built, the sm90a one (attention_sm90.cuh).
+// tiles from heuristic.cpp) or, where built and runnable (attn::auto_uses_sm90) or asked for, the
+// sm90a one (attention_sm90.cuh).
 // Every check runs before anything is launched.
 #include "blockfuse/attention.h"
 
