@@ -82,7 +82,9 @@ def test_two_rank_tensor_parallel_model_patched(tmp_path):
     here = os.path.dirname(os.path.abspath(__file__))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([os.path.join(here, ".."), here, env.get("PYTHONPATH", "")])
-    env.pop("CUDA_VISIBLE_DEVICES", None)
+    # CPU ranks: on a machine with a GPU, transformers would otherwise set up NCCL for tp_plan="auto"
+    # (both ranks on one GPU, which NCCL refuses).
+    env["CUDA_VISIBLE_DEVICES"] = ""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            os.path.join(here, "tp_worker.py"), str(tmp_path), "cpu"]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
