@@ -156,7 +156,7 @@ class AttentionBench final : public BenchCommand {
                               fmt(t.us(), 1), fmt(tflops, 1), b.pct_of_matrix(tflops) + (ceiling > 0 ? " %" : ""),
                               ok ? "ok (" + fmt(check.max_abs, 4) + ")" : "FAILED"});
               r.set("head_dim", d).set("seqlen", s).set("batch", B).set("heads_q", Hq).set("heads_kv", hkv);
-              r.set("causal", causal != 0).set("tile", tile).set("config_index", ci).set("kernel", kernel_);
+              r.set("causal", causal != 0).set("tile", tile).set("config_index", ci).set("kernel", kernel);
               r.set("median_us", t.us()).set("min_us", t.min_us()).set("tflops", tflops);
               if (ceiling > 0) r.set("fraction_of_cublas", tflops / ceiling);
               r.set("verified", ok).set("max_abs_diff", check.max_abs).set("checked_elements", check.count);
