@@ -329,12 +329,12 @@ void run_varlen(bool causal, DType dt, int64_t D) {
 TEST(AttentionGpuVarlen, CausalBf16D128) { run_varlen(true, DType::kBF16, 128); }
 TEST(AttentionGpuVarlen, NonCausalFp16D64) { run_varlen(false, DType::kFP16, 64); }
 
-TEST(AttentionGpu, NanInOneQueryRowStaysInThatRow) {
+// A NaN in one query row of head 1 stays in that row (out and LSE), every other row as the reference.
+void check_nan_row_stays(Case c) {
   BF_SKIP_WITHOUT_GPU("attention");
+  BF_SKIP_WITHOUT_SM90(c.kernel);
   const uint64_t seed = testing::fresh_seed();
-  SCOPED_TRACE(testing::seed_note(seed));
-  Case c{1, 200, 200, 4, 2, 128, true};
-  c.kernel = AttentionKernel::kSm80;  // the sm90a kernel: AttentionGpuSm90.*
+  SCOPED_TRACE(testing::seed_note(seed) + " " + describe(c));
   Problem pr;
   make_problem(pr, c, seed);
   const int64_t row = 77, head = 1;
@@ -348,10 +348,11 @@ TEST(AttentionGpu, NanInOneQueryRowStaysInThatRow) {
   EXPECT_EQ(check(pr, ro, rl, {row * c.hq + head}), 0);
 }
 
-TEST(AttentionGpu, BitwiseDeterministic) {
+// Two calls on the same inputs give the same bits (out and LSE).
+void check_bitwise_deterministic(Case c) {
   BF_SKIP_WITHOUT_GPU("attention");
-  Case c{2, 1000, 1000, 8, 2, 128, true};
-  c.kernel = AttentionKernel::kSm80;
+  BF_SKIP_WITHOUT_SM90(c.kernel);
+  SCOPED_TRACE(describe(c));
   Problem pr;
   make_problem(pr, c, testing::fresh_seed());
   std::vector<uint16_t> o1, o2;
@@ -367,12 +368,13 @@ TEST(AttentionGpu, BitwiseDeterministic) {
   EXPECT_EQ(std::memcmp(l1.data(), l2.data(), l1.size() * 4), 0);
 }
 
-TEST(AttentionGpu, CudaGraphReplaySeesNewInputs) {
+// A captured call replayed after new inputs were written at the captured pointers sees them (the
+// sm90a kernel's TMA descriptors are encoded into its parameters at capture).
+void check_graph_replay(Case c) {
   BF_SKIP_WITHOUT_GPU("attention");
+  BF_SKIP_WITHOUT_SM90(c.kernel);
   const uint64_t seed = testing::fresh_seed();
-  SCOPED_TRACE(testing::seed_note(seed));
-  Case c{1, 300, 300, 4, 2, 64, true, -1, -1, 0, DType::kFP16};
-  c.kernel = AttentionKernel::kSm80;
+  SCOPED_TRACE(testing::seed_note(seed) + " " + describe(c));
   Problem pr;
   make_problem(pr, c, seed);
   cudaStream_t s;
@@ -397,6 +399,20 @@ TEST(AttentionGpu, CudaGraphReplaySeesNewInputs) {
   cudaGraphExecDestroy(ge);
   cudaGraphDestroy(g);
   cudaStreamDestroy(s);
+}
+
+// The sm80 kernel explicitly (kAuto would run the sm90a one on Hopper: AttentionGpuSm90.*).
+Case sm80(Case c) {
+  c.kernel = AttentionKernel::kSm80;
+  return c;
+}
+
+TEST(AttentionGpu, NanInOneQueryRowStaysInThatRow) { check_nan_row_stays(sm80(Case{1, 200, 200, 4, 2, 128, true})); }
+
+TEST(AttentionGpu, BitwiseDeterministic) { check_bitwise_deterministic(sm80(Case{2, 1000, 1000, 8, 2, 128, true})); }
+
+TEST(AttentionGpu, CudaGraphReplaySeesNewInputs) {
+  check_graph_replay(sm80(Case{1, 300, 300, 4, 2, 64, true, -1, -1, 0, DType::kFP16}));
 }
 
 // Every compiled tile configuration (not only the heuristic's) on a shape with tails.
@@ -474,75 +490,12 @@ INSTANTIATE_TEST_SUITE_P(
                       sm90(Case{1, 4097, 4097, 2, 2, 128, false, 1024, 0, 30.0f})),                 // window + cap
     case_name);
 
-TEST(AttentionGpuSm90, NanInOneQueryRowStaysInThatRow) {
-  BF_SKIP_WITHOUT_GPU("attention");
-  BF_SKIP_WITHOUT_SM90(kSm90);
-  const uint64_t seed = testing::fresh_seed();
-  SCOPED_TRACE(testing::seed_note(seed));
-  Case c = sm90(Case{1, 200, 200, 4, 2, 128, true});
-  Problem pr;
-  make_problem(pr, c, seed);
-  const int64_t row = 77, head = 1;
-  const uint16_t nan = testing::nan_bits(c.dt);
-  BF_CUDA_OK(cudaMemcpy(pr.qb.data() + (row * c.hq + head) * c.d + 5, &nan, 2, cudaMemcpyHostToDevice));
-  poison(pr);
-  attention(pr.q, pr.k, pr.v, pr.out, pr.lseb.data(), pr.p);
-  BF_CUDA_OK(cudaDeviceSynchronize());
-  std::vector<float> ro, rl;
-  reference(pr, false, ro, rl);
-  EXPECT_EQ(check(pr, ro, rl, {row * c.hq + head}), 0);
-}
+TEST(AttentionGpuSm90, NanInOneQueryRowStaysInThatRow) { check_nan_row_stays(sm90(Case{1, 200, 200, 4, 2, 128, true})); }
 
-TEST(AttentionGpuSm90, BitwiseDeterministic) {
-  BF_SKIP_WITHOUT_GPU("attention");
-  BF_SKIP_WITHOUT_SM90(kSm90);
-  Case c = sm90(Case{2, 1000, 1000, 8, 2, 128, true});
-  Problem pr;
-  make_problem(pr, c, testing::fresh_seed());
-  std::vector<uint16_t> o1, o2;
-  std::vector<float> l1(size_t(pr.lse_count)), l2(size_t(pr.lse_count));
-  for (auto* dst : {&o1, &o2}) {
-    poison(pr);
-    attention(pr.q, pr.k, pr.v, pr.out, pr.lseb.data(), pr.p);
-    BF_CUDA_OK(cudaDeviceSynchronize());
-    download(*dst, pr.ob);
-    BF_CUDA_OK(cudaMemcpy((dst == &o1 ? l1 : l2).data(), pr.lseb.data(), pr.lseb.bytes(), cudaMemcpyDeviceToHost));
-  }
-  EXPECT_EQ(std::memcmp(o1.data(), o2.data(), o1.size() * 2), 0);
-  EXPECT_EQ(std::memcmp(l1.data(), l2.data(), l1.size() * 4), 0);
-}
+TEST(AttentionGpuSm90, BitwiseDeterministic) { check_bitwise_deterministic(sm90(Case{2, 1000, 1000, 8, 2, 128, true})); }
 
-// The TMA descriptors are encoded into the kernel's parameters at capture, so a replay uses the
-// captured pointers; new contents at those pointers must be seen.
 TEST(AttentionGpuSm90, CudaGraphReplaySeesNewInputs) {
-  BF_SKIP_WITHOUT_GPU("attention");
-  BF_SKIP_WITHOUT_SM90(kSm90);
-  const uint64_t seed = testing::fresh_seed();
-  SCOPED_TRACE(testing::seed_note(seed));
-  Case c = sm90(Case{1, 300, 300, 4, 2, 128, false, -1, -1, 0, DType::kFP16});
-  Problem pr;
-  make_problem(pr, c, seed);
-  cudaStream_t s;
-  BF_CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  BF_CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  attention(pr.q, pr.k, pr.v, pr.out, pr.lseb.data(), pr.p, s);
-  BF_CUDA_OK(cudaStreamEndCapture(s, &g));
-  BF_CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
-  for (int rep = 0; rep < 2; ++rep) {
-    testing::fill_uniform(Matrix{pr.qb.data(), c.dt, c.sq * c.hq, c.d, c.d}, -2.0f, 2.0f, seed + 100 + rep);
-    poison(pr);
-    BF_CUDA_OK(cudaDeviceSynchronize());
-    BF_CUDA_OK(cudaGraphLaunch(ge, s));
-    BF_CUDA_OK(cudaStreamSynchronize(s));
-    std::vector<float> ro, rl;
-    reference(pr, false, ro, rl);
-    EXPECT_EQ(check(pr, ro, rl), 0) << "replay " << rep;
-  }
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  cudaStreamDestroy(s);
+  check_graph_replay(sm90(Case{1, 300, 300, 4, 2, 128, false, -1, -1, 0, DType::kFP16}));
 }
 
 // sm90 against sm80 on the same inputs: their summation orders differ, so not bitwise, but within
