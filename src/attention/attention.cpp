@@ -78,7 +78,7 @@ void check_kernel_choice(const AttnConstTensor& q, const AttentionParams& prm, b
               "a build with CMake BLOCKFUSE_SM90 (AUTO with 90 in BLOCKFUSE_CUDA_ARCHS, or ON), or kAuto/kSm80");
   if (!attn::sm90_supports(q.head_dim, varlen))
     throw_arg(kFn, "params.kernel", cat("= kSm90 with head_dim = ", q.head_dim, varlen ? ", varlen (cu_seqlens)" : ""),
-              "for kSm90: head_dim 64 or 128, batched (no cu_seqlens); kAuto or kSm80 for anything else");
+              "for kSm90: head_dim 64, 128 or 256, batched (no cu_seqlens); kAuto or kSm80 for anything else");
 }
 
 void check_host_cu_seqlens(const char* arg, const int32_t* cu, int64_t n, int64_t total, int64_t max_len,
@@ -272,7 +272,8 @@ void check_smem(const AttentionConfig& c, int64_t head_dim) {
 
 #if defined(BLOCKFUSE_HAS_SM90)
 int sm90_smem_bytes(int64_t head_dim) {
-  return head_dim == 64 ? attn::sm90::smem_bytes_d64() : attn::sm90::smem_bytes_d128();
+  return head_dim == 64 ? attn::sm90::smem_bytes_d64()
+                        : head_dim == 128 ? attn::sm90::smem_bytes_d128() : attn::sm90::smem_bytes_d256();
 }
 #endif
 
@@ -304,8 +305,10 @@ void run_sm90(const AttnConstTensor& q, const AttnConstTensor& k, const AttnCons
   const bool bf16 = q.dtype == DType::kBF16;
   if (q.head_dim == 64)
     bf16 ? attn::sm90::launch_d64_bf16(p, stream) : attn::sm90::launch_d64_fp16(p, stream);
-  else
+  else if (q.head_dim == 128)
     bf16 ? attn::sm90::launch_d128_bf16(p, stream) : attn::sm90::launch_d128_fp16(p, stream);
+  else
+    bf16 ? attn::sm90::launch_d256_bf16(p, stream) : attn::sm90::launch_d256_fp16(p, stream);
 #else
   (void)q, (void)k, (void)v, (void)out, (void)lse, (void)prm, (void)val, (void)dev, (void)stream;
   throw_arg(kFn, "params.kernel", "= kSm90, but this build has no sm90a attention kernel", "kAuto or kSm80");

@@ -89,7 +89,10 @@ __device__ __forceinline__ float reciprocal_fast(float s) {
 }
 
 // The kernel's compile-time configuration for one (dtype, head dim, key block, stages).
-template <class Element_, int kHeadDim_, int kBlockN_, int kStages_>
+// kStageO: O is staged in its own buffer (the producer may load the next tile's Q while the O store
+// still reads it); false: in Q's buffer, which the next Q waits for (D = 256, where a separate O
+// buffer does not fit beside two K and two V stages).
+template <class Element_, int kHeadDim_, int kBlockN_, int kStages_, bool kStageO_ = true>
 struct Sm90Traits {
   using Element = Element_;  // cutlass::bfloat16_t or cutlass::half_t
   static constexpr int kHeadDim = kHeadDim_;
@@ -97,6 +100,7 @@ struct Sm90Traits {
   static constexpr int kRowsPerWg = 64;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
+  static constexpr bool kStageO = kStageO_;
   static constexpr int kConsumerWgs = 2;
   static constexpr int kThreads = 128 * (1 + kConsumerWgs);
   static constexpr int kProducerRegs = 24;
@@ -131,7 +135,8 @@ struct Sm90Traits {
 
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
-    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> o;  // O staging, one slice per warpgroup
+    // O staging, one slice per warpgroup (a placeholder without kStageO: O then goes through Q's buffer)
+    alignas(1024) cute::array_aligned<Element, kStageO ? cosize_v<SmemLayoutQ> : 8, 1024> o;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutK>, 1024> k;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutV>, 1024> v;
     typename PipelineK::SharedStorage pipe_k;
@@ -308,7 +313,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Tensor tSrQ = thr_qk.make_fragment_A(thr_qk.partition_A(sQw));  // descriptors (MMA, 1, D/16)
   Tensor tSrK = thr_qk.make_fragment_B(thr_qk.partition_B(sK));   // (MMA, 1, D/16, stages)
   Tensor tOrV = thr_pv.make_fragment_B(thr_pv.partition_B(sVt));  // (MMA, 1, BN/16, stages)
-  Tensor sOw = make_tensor(make_smem_ptr(smem.o.data() + wg * cosize_v<typename Traits::SmemLayoutQSlice>),
+  Element* const o_base = Traits::kStageO ? smem.o.data() : smem.q.data();
+  Tensor sOw = make_tensor(make_smem_ptr(o_base + wg * cosize_v<typename Traits::SmemLayoutQSlice>),
                            typename Traits::SmemLayoutQSlice{});
   Tensor acc_o = partition_fragment_C(mma_pv, Shape<WgM, D>{});
   Tensor acc_o_rc = make_tensor(acc_o.data(), acc_rowcol_sm90(acc_o.layout()));
@@ -414,8 +420,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       pipe_v.consumer_release(st_v);
       ++st_v;
     }
-    // Every wgmma that read Q has retired: the producer may load the next tile's Q.
-    QEmptyBarrier::arrive(&smem.q_empty);
+    // Every wgmma that read Q has retired: the producer may load the next tile's Q, unless O is
+    // staged in Q's buffer: then the storing thread arrives once its store has read it (below).
+    if (Traits::kStageO || t != 0) QEmptyBarrier::arrive(&smem.q_empty);
 
     // ---- epilogue ----
     float lse[2];
@@ -446,6 +453,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       auto tma_o = p.tma_o.get_slice(_0{});
       copy(p.tma_o, tma_o.partition_S(sOw), tma_o.partition_D(gO));
       tma_store_arrive();
+      if (!Traits::kStageO) {
+        tma_store_wait<0>();
+        QEmptyBarrier::arrive(&smem.q_empty);
+      }
     }
 
     if (p.lse != nullptr && lane % 4 == 0) {

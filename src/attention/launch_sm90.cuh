@@ -70,5 +70,9 @@ template <class Element>
 using TraitsD128 = Sm90Traits<Element, 128, 128, 2>;
 template <class Element>
 using TraitsD64 = Sm90Traits<Element, 64, 128, 3>;
+// D = 256: 128 x 64 tiles (the O accumulator alone is 128 registers a thread), two K and two V
+// stages, O staged through Q's buffer (Q, K, V: 192 KB; a separate O would need 256 KB).
+template <class Element>
+using TraitsD256 = Sm90Traits<Element, 256, 64, 2, false>;
 
 }  // namespace blockfuse::attn::sm90
