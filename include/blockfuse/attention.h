@@ -76,9 +76,8 @@ enum class AttentionKernel : int {
               // or 128, batched), else the sm80 kernel
   kSm80 = 1,  // CuTe mma.sync m16n8k16 + cp.async; compute capability >= 8.0
   kSm90 = 2,  // wgmma + TMA, warp-specialised; compute capability 9.0 only (sm_90a code), built when
-              // the library was (CMake BLOCKFUSE_SM90). Shapes: head_dim 64, 128 or 256, batched (no
-              // cu_seqlens), any mask, window and soft-cap; anything else is an error naming
-              // params.kernel.
+              // the library was (CMake BLOCKFUSE_SM90). Every shape: head_dim 64, 128, 256, batched or
+              // varlen, any mask, window and soft-cap.
 };
 // Whether this build contains the sm90a attention kernel.
 bool attention_has_sm90();

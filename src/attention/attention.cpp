@@ -68,7 +68,7 @@ void check_tensor(const char* arg, const AttnConstTensor& t, bool varlen) {
 }
 
 // params.kernel: a known code, and kSm90 only where this build has it and for the shapes it handles.
-void check_kernel_choice(const AttnConstTensor& q, const AttentionParams& prm, bool varlen) {
+void check_kernel_choice(const AttnConstTensor& q, const AttentionParams& prm) {
   const AttentionKernel k = prm.kernel;
   if (k != AttentionKernel::kAuto && k != AttentionKernel::kSm80 && k != AttentionKernel::kSm90)
     throw_arg(kFn, "params.kernel", cat("has code ", static_cast<int>(k)), "kAuto, kSm80 or kSm90");
@@ -76,9 +76,9 @@ void check_kernel_choice(const AttnConstTensor& q, const AttentionParams& prm, b
   if (!attention_has_sm90())
     throw_arg(kFn, "params.kernel", "= kSm90, but this build has no sm90a attention kernel",
               "a build with CMake BLOCKFUSE_SM90 (AUTO with 90 in BLOCKFUSE_CUDA_ARCHS, or ON), or kAuto/kSm80");
-  if (!attn::sm90_supports(q.head_dim, varlen))
-    throw_arg(kFn, "params.kernel", cat("= kSm90 with head_dim = ", q.head_dim, varlen ? ", varlen (cu_seqlens)" : ""),
-              "for kSm90: head_dim 64, 128 or 256, batched (no cu_seqlens); kAuto or kSm80 for anything else");
+  if (!attn::sm90_supports(q.head_dim))
+    throw_arg(kFn, "params.kernel", cat("= kSm90 with head_dim = ", q.head_dim),
+              "for kSm90: head_dim 64, 128 or 256; kAuto or kSm80 for anything else");
 }
 
 void check_host_cu_seqlens(const char* arg, const int32_t* cu, int64_t n, int64_t total, int64_t max_len,
@@ -163,7 +163,7 @@ Validated validate_host(const AttnConstTensor& q, const AttnConstTensor& k, cons
     throw_arg(kFn, "k", "has seqlen = 0 with q.seqlen > 0", "seqlen >= 1 (every query needs a key)");
   }
 
-  check_kernel_choice(q, prm, varlen);
+  check_kernel_choice(q, prm);
 
   // Overlaps: out must not alias an input or the LSE (q, k, v may alias each other: fused QKV).
   const detail::Span so = span_of_tensor(out);
@@ -223,6 +223,8 @@ attn::AttnParams make_params(const AttnConstTensor& q, const AttnConstTensor& k,
   p.group = static_cast<int>(q.heads / k.heads);
   p.seqlen_q = static_cast<int>(val.seqlen_q);
   p.seqlen_k = static_cast<int>(val.seqlen_k);
+  p.total_q = static_cast<int>(q.seqlen);
+  p.total_k = static_cast<int>(k.seqlen);
   if (val.varlen) {
     p.cu_seqlens_q = static_cast<const int32_t*>(prm.cu_seqlens_q);
     p.cu_seqlens_k = static_cast<const int32_t*>(prm.cu_seqlens_k);
@@ -280,7 +282,7 @@ int sm90_smem_bytes(int64_t head_dim) {
 // Whether kAuto runs the sm90a kernel here (attn::auto_uses_sm90 on this build and device).
 bool auto_picks_sm90(const AttnConstTensor& q, bool varlen, const detail::DeviceSpec& dev) {
 #if defined(BLOCKFUSE_HAS_SM90)
-  const int need = attn::sm90_supports(q.head_dim, varlen) ? sm90_smem_bytes(q.head_dim) : 0;
+  const int need = attn::sm90_supports(q.head_dim) ? sm90_smem_bytes(q.head_dim) : 0;
   return attn::auto_uses_sm90(true, dev.cc_major, dev.cc_minor, q.head_dim, varlen, need, dev.max_smem_per_block);
 #else
   (void)q, (void)varlen, (void)dev;

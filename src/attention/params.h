@@ -30,20 +30,17 @@ inline constexpr int kNumTileConfigs = sizeof(kTileConfigs) / sizeof(kTileConfig
 constexpr int smem_bytes(const TileConfig& c) { return (c.block_m + 2 * c.block_n) * c.head_dim * 2; }
 
 // The shapes the sm90a kernel handles (docs/attention-hopper-plan.md): head_dim 64, 128 or 256,
-// batched (no cu_seqlens: a TMA box cannot stop at a packed sequence's end), with any mask, window
-// and soft-cap. Host-only, a pure function.
-inline bool sm90_supports(int64_t head_dim, bool varlen) {
-  return (head_dim == 64 || head_dim == 128 || head_dim == 256) && !varlen;
-}
+// batched or varlen, with any mask, window and soft-cap. Host-only, a pure function.
+inline bool sm90_supports(int64_t head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
 
 // Whether params.kernel = kAuto runs the sm90a kernel: the build has it, the device is compute
 // capability 9.0 exactly (sm_90a code is not forward compatible), the shape is one it handles and its
-// shared memory fits. At D = 64 / 128 it measured 1.6-2.3x the sm80 kernel on the H100
-// (results/gpu/session4_h100/run4, run5); D = 256 stays on sm80 until it has been measured.
-// Host-only, a pure function (tests/attention/test_attention_heuristic.cpp).
+// shared memory fits. At D = 64 / 128, batched, it measured 1.6-2.3x the sm80 kernel on the H100
+// (results/gpu/session4_h100/run4, run5); D = 256 and varlen stay on sm80 until they have been
+// measured. Host-only, a pure function (tests/attention/test_attention_heuristic.cpp).
 inline bool auto_uses_sm90(bool built, int cc_major, int cc_minor, int64_t head_dim, bool varlen, int smem_needed,
                            int smem_limit) {
-  return built && cc_major == 9 && cc_minor == 0 && head_dim != 256 && sm90_supports(head_dim, varlen) &&
+  return built && cc_major == 9 && cc_minor == 0 && head_dim != 256 && !varlen && sm90_supports(head_dim) &&
          smem_needed <= smem_limit;
 }
 
@@ -77,6 +74,7 @@ struct AttnParams {
   int64_t lse_batch_stride, lse_head_stride;  // batched: Hq·Sq, Sq; varlen: 0, total_q
   int batch, heads_q, heads_kv, group;        // group = Hq / Hkv
   int seqlen_q, seqlen_k;                     // batched lengths; varlen: the maxima
+  int total_q, total_k;                       // varlen: the packed tensors' rows (batched: unused)
   const int32_t* cu_seqlens_q;                // nullptr: batched
   const int32_t* cu_seqlens_k;
   float scale_log2;    // exp2 domain: softmax_scale·log2(e), or softcap·log2(e) with a soft-cap

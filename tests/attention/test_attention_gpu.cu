@@ -296,8 +296,9 @@ TEST(AttentionGpuReference, MatchesCpuReference) {
 
 // Varlen: q lengths 5, 0, 1, 130, 7, 1 and k lengths 9, 4, 1, 130, 0, 200 (an empty sequence, a
 // query without keys, length-1 sequences), causal and not, GQA 2.
-void run_varlen(bool causal, DType dt, int64_t D) {
+void run_varlen(bool causal, DType dt, int64_t D, AttentionKernel kernel = AttentionKernel::kAuto) {
   BF_SKIP_WITHOUT_GPU("attention (varlen)");
+  BF_SKIP_WITHOUT_SM90(kernel);
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(testing::seed_note(seed));
   const std::vector<int32_t> lq{5, 0, 1, 130, 7, 1}, lk{9, 4, 1, 130, 0, 200};
@@ -306,6 +307,7 @@ void run_varlen(bool causal, DType dt, int64_t D) {
   const int64_t tq = cq.back(), tk = ck.back(), hq = 4, hkv = 2;
   Case c{1, tq, tk, hq, hkv, D, causal};
   c.dt = dt;
+  c.kernel = kernel;
   Problem pr;
   make_problem(pr, c, seed);
   DeviceBuffer<int32_t> dq(cq.size()), dk(ck.size());
@@ -540,6 +542,13 @@ TEST(AttentionGpuSm90, AgreesWithSm80) {
                           std::string("lse: sm90 vs sm80, ") + dtype_name(dt) + (causal ? " causal" : "") + " D " + std::to_string(d));
   }
 }
+
+// Varlen on the sm90a kernel: per-sequence TMA offsets, tiles past a sequence's end skipped, O
+// stored by predicated vector stores (the sequences above: empty, key-less and length-1 ones).
+TEST(AttentionGpuSm90, VarlenCausalBf16D128) { run_varlen(true, DType::kBF16, 128, kSm90); }
+TEST(AttentionGpuSm90, VarlenNonCausalFp16D64) { run_varlen(false, DType::kFP16, 64, kSm90); }
+TEST(AttentionGpuSm90, VarlenCausalBf16D256) { run_varlen(true, DType::kBF16, 256, kSm90); }
+TEST(AttentionSanitizerSm90Varlen, Small) { run_varlen(true, DType::kBF16, 128, kSm90); }
 
 // The compute-sanitizer set for the sm90a kernel (scripts/sanitize runs '*Sanitizer*'), one case with
 // more tiles than a GPU has SMs.

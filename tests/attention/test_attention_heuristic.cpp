@@ -44,12 +44,11 @@ TEST(AttentionHeuristic, AutoUsesSm90OnlyWhereItRuns) {
   EXPECT_FALSE(attn::auto_uses_sm90(true, 8, 9, 128, false, kNeed, 99 * 1024));
   EXPECT_FALSE(attn::auto_uses_sm90(true, 10, 0, 128, false, kNeed, kH100));  // sm_90a code is not forward compatible
   EXPECT_FALSE(attn::auto_uses_sm90(true, 9, 0, 256, false, kNeed, kH100));   // D = 256: not measured yet
-  EXPECT_FALSE(attn::auto_uses_sm90(true, 9, 0, 128, true, kNeed, kH100));    // varlen
+  EXPECT_FALSE(attn::auto_uses_sm90(true, 9, 0, 128, true, kNeed, kH100));    // varlen: not measured yet
   EXPECT_FALSE(attn::auto_uses_sm90(true, 9, 0, 128, false, kNeed, kNeed - 1));
-  EXPECT_TRUE(attn::sm90_supports(64, false));
-  EXPECT_TRUE(attn::sm90_supports(256, false));
-  EXPECT_FALSE(attn::sm90_supports(96, false));
-  EXPECT_FALSE(attn::sm90_supports(128, true));
+  EXPECT_TRUE(attn::sm90_supports(64));
+  EXPECT_TRUE(attn::sm90_supports(256));
+  EXPECT_FALSE(attn::sm90_supports(96));
 }
 
 // The sm90a grid: persistent (at most one CTA per SM) for uniform tiles, one CTA per tile under a band.
