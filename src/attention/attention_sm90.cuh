@@ -1,8 +1,10 @@
 // Internal: the sm90a (Hopper) attention forward kernel: wgmma, TMA and warp specialisation
 // (docs/attention-hopper-plan.md, stages 1-3).
 //
-// A persistent grid (one CTA of 384 threads per SM) walks the tiles: 128 query rows of one
-// (batch, head). Per tile:
+// A CTA of 384 threads (one per SM: the shared memory allows no more) walks the tiles blockIdx.x,
+// + gridDim.x, ...: 128 query rows of one (batch, head). The grid is persistent (one CTA per SM)
+// where every tile does the same work and one CTA per tile under a causal mask or a window
+// (attn::sm90_grid_ctas in params.h, measured). Per tile:
 //   warpgroup 0, the producer: one elected thread loads Q (two 64-row TMA boxes on one
 //     transaction barrier, once the consumers have released the previous tile's Q) and then
 //     K[n], V[n] for n from the last visible key block down, each into its own ring of kStages
