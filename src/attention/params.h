@@ -38,8 +38,9 @@ inline bool sm90_supports(int64_t head_dim, bool varlen) {
 
 // Whether params.kernel = kAuto runs the sm90a kernel: the build has it, the device is compute
 // capability 9.0 exactly (sm_90a code is not forward compatible), the shape is one it handles and its
-// shared memory fits. At D = 64 / 128 it measured 1.6-2.3x the sm80 kernel on the H100
-// (results/gpu/session4_h100/run4, run5); D = 256 stays on sm80 until it has been measured.
+// shared memory fits. It measured 1.8-2.4x the sm80 kernel at D = 128
+// (results/gpu/session4_h100/run5/attn_both.json) and 2.0-2.5x at D = 64 (run4); D = 256 stays on
+// sm80 until it has been measured.
 // Host-only, a pure function (tests/attention/test_attention_heuristic.cpp).
 inline bool auto_uses_sm90(bool built, int cc_major, int cc_minor, int64_t head_dim, bool varlen, int smem_needed,
                            int smem_limit) {
