@@ -8,8 +8,9 @@
     model.set_attn_implementation("blockfuse")                       # or switch an existing model
 
 The ops are blockfuse::attention / blockfuse::attention_varlen (python/csrc/attention_op.cpp): the
-C++ launcher validates every argument (errors are ValueErrors naming the argument) and runs the
-FlashAttention-2 style kernel on the current stream; outputs come from the caching allocator, and
+C++ launcher validates every argument (errors are ValueErrors naming the argument) and runs, on the
+current stream, the Hopper wgmma/TMA kernel (FlashAttention-3's design; compute capability 9.0,
+builds with it, D 64/128, batched) or else the FlashAttention-2 style mma.sync kernel; outputs come from the caching allocator, and
 the fake implementations below let them trace under torch.compile(fullgraph=True) and be captured
 in CUDA graphs. Semantics (include/blockfuse/attention.h): scale default 1/sqrt(D); causal aligned
 bottom-right when Sq != Sk (FlashAttention's convention; the last query sees every key, which is
