@@ -78,7 +78,7 @@ enum class AttentionKernel : int {
   kSm90 = 2,  // wgmma + TMA, warp-specialised; compute capability 9.0 only (sm_90a code), built when
               // the library was (CMake BLOCKFUSE_SM90). Shapes: head_dim 64, 128 or 256, batched (no
               // cu_seqlens), any mask, window and soft-cap; anything else is an error naming
-              // params.kernel. An empty k (no rows) runs the sm80 kernel (no TMA view describes it).
+              // params.kernel.
 };
 // Whether this build contains the sm90a attention kernel.
 bool attention_has_sm90();
