@@ -77,8 +77,8 @@ enum class AttentionKernel : int {
   kSm80 = 1,  // CuTe mma.sync m16n8k16 + cp.async; compute capability >= 8.0
   kSm90 = 2,  // wgmma + TMA, warp-specialised; compute capability 9.0 only (sm_90a code), built when
               // the library was (CMake BLOCKFUSE_SM90). Every shape: head_dim 64, 128, 256, batched or
-              // varlen, any mask, window and soft-cap. An empty k (no rows) runs the sm80 kernel (no
-              // TMA view describes it).
+              // varlen, any mask, window and soft-cap; a varlen call whose k has no rows at all runs
+              // the sm80 kernel (no TMA view describes an empty tensor).
 };
 // Whether this build contains the sm90a attention kernel.
 bool attention_has_sm90();

@@ -355,10 +355,10 @@ void attention(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnTens
   if (nothing_to_do(q, val)) return;
   check_devices(q, k, v, out, lse, params, val.varlen);
   const detail::DeviceSpec spec = detail::current_device_spec();
-  // A key tensor without rows (Sk = 0, or no packed key rows) has no TMA view: the sm80 kernel
-  // writes its defined result (out 0, LSE −inf) whatever params.kernel asks for.
-  const bool no_keys = k.seqlen == 0;
-  if (!no_keys && (params.kernel == AttentionKernel::kSm90 ||
+  // A varlen k without rows (every sequence key-less; the validation rejects an empty k only for
+  // batched calls) has no TMA view: the sm80 kernel writes its defined result (out 0, LSE −inf).
+  const bool sm90_can = !(val.varlen && k.seqlen == 0);
+  if (sm90_can && (params.kernel == AttentionKernel::kSm90 ||
                    (params.kernel == AttentionKernel::kAuto && auto_picks_sm90(q, val.varlen, spec)))) {
     run_sm90(q, k, v, out, lse, params, val, spec, stream);
     return;
