@@ -315,15 +315,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) attention_fwd_sm80(const
 
   // Epilogue: O /= sum, LSE, O -> smem (Q's buffer) -> global in 16-byte vectors.
   float lse[kRows];
-  CUTE_UNROLL
-  for (int mi = 0; mi < kRows; ++mi) {
-    const float sum = quad_sum(softmax.row_sum[mi]);
-    // sum == 0: no visible key (out 0, LSE −inf); NaN stays NaN.
-    const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
-    lse[mi] = sum == 0.0f ? -INFINITY : softmax.row_max[mi] * p.scale_lse + logf(sum);
-    CUTE_UNROLL
-    for (int ni = 0; ni < size<1>(acc_o_rc); ++ni) acc_o_rc(mi, ni) *= inv;
-  }
+  softmax.template finalize<false>(acc_o_rc, p.scale_lse, lse);
 
   Tensor rO = convert_fragment<Element>(acc_o);
   Tensor sO = make_tensor(sQ.data(), typename Traits::SmemLayoutO{});

@@ -37,7 +37,8 @@
 // TMA loads zero-fill rows past the sequence ends, so the key tail only needs the mask.
 //
 // No function call may be left in the kernel: a call makes ptxas serialise every wgmma (warning
-// C7510). Hence the reciprocal and the logarithm below are the approximate MUFU forms.
+// C7510). Hence the epilogue's reciprocal and logarithm are the approximate MUFU forms
+// (OnlineSoftmax::finalize<true>).
 #pragma once
 
 #include <cmath>
@@ -80,14 +81,6 @@ CUTE_HOST_DEVICE constexpr auto acc_as_a_sm90(Layout acc) {
   auto v = get<0>(acc);
   auto blocks = get<0>(logical_divide(get<2>(v), Shape<_2>{}));  // (2, N/16)
   return make_layout(make_layout(get<0>(v), get<1>(v), get<0>(blocks)), get<1>(acc), get<1>(blocks));
-}
-
-// 1/s without IEEE division (whose slow path is a call, see the header): the approximate
-// reciprocal and one Newton step; NaN stays NaN.
-__device__ __forceinline__ float reciprocal_fast(float s) {
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(s));
-  return fmaf(r, fmaf(-s, r, 1.0f), r);
 }
 
 // The kernel's compile-time configuration for one (dtype, head dim, key block, stages).
@@ -220,7 +213,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int warp_group = threadIdx.x / 128;
   const int warp_in_group = (threadIdx.x / 32) % 4;
 
-  // Persistent: CTA i computes tiles i, i + gridDim.x, ... A tile is (m_block, head, b), m fastest
+  // CTA i computes tiles i, i + gridDim.x, ... (the grid rule: header). A tile is (m_block, head, b), m fastest
   // and reversed: the CTAs running together share one head's K and V in L2, and under a causal
   // mask the longest query blocks start first. The producer and the consumers derive a tile's
   // sequence, mask and key-block range from the same call, so they agree. Varlen: sequence b is
@@ -455,15 +448,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
     // ---- epilogue ----
     float lse[2];
-    CUTE_UNROLL
-    for (int mi = 0; mi < 2; ++mi) {
-      const float sum = quad_sum(softmax.row_sum[mi]);
-      // sum == 0: no visible key (out 0, LSE −inf); NaN stays NaN.
-      const float inv = sum == 0.0f ? 0.0f : reciprocal_fast(sum);
-      lse[mi] = sum == 0.0f ? -INFINITY : softmax.row_max[mi] * p.scale_lse + __logf(sum);
-      CUTE_UNROLL
-      for (int ni = 0; ni < size<1>(acc_o_rc); ++ni) acc_o_rc(mi, ni) *= inv;
-    }
+    softmax.template finalize<true>(acc_o_rc, p.scale_lse, lse);
 
     // O -> this warpgroup's O slice, once the previous tile's TMA store has read it (it had a
     // whole main loop to do so), then one TMA store, which clips rows >= seqlen_q.

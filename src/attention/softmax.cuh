@@ -44,6 +44,14 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// 1/s without IEEE division (whose slow path is a call, which makes ptxas serialise the sm90a
+// kernel's wgmmas): the approximate reciprocal and one Newton step; NaN stays NaN.
+__device__ __forceinline__ float reciprocal_fast(float s) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(s));
+  return fmaf(r, fmaf(-s, r, 1.0f), r);
+}
+
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
   return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
@@ -75,6 +83,21 @@ struct OnlineSoftmax {
     for (int mi = 0; mi < kRows; ++mi) {
       CUTE_UNROLL
       for (int ni = 0; ni < size<1>(o); ++ni) o(mi, ni) *= factor[mi];
+    }
+  }
+
+  // The end of the rows: O /= row sum, lse = the natural-log LSE. A row that saw no key gets O = 0
+  // and LSE −inf; NaN propagates. kNoCalls: the MUFU reciprocal and logarithm instead of the IEEE
+  // division and logf (the sm90a kernel, where a call would serialise its wgmmas).
+  template <bool kNoCalls, class O>
+  __device__ void finalize(O& o, float scale_lse, float (&lse)[kRows]) const {
+    CUTE_UNROLL
+    for (int mi = 0; mi < kRows; ++mi) {
+      const float sum = quad_sum(row_sum[mi]);
+      const float inv = sum == 0.0f ? 0.0f : (kNoCalls ? reciprocal_fast(sum) : 1.0f / sum);
+      lse[mi] = sum == 0.0f ? -INFINITY : row_max[mi] * scale_lse + (kNoCalls ? __logf(sum) : logf(sum));
+      CUTE_UNROLL
+      for (int ni = 0; ni < size<1>(o); ++ni) o(mi, ni) *= inv;
     }
   }
 
