@@ -53,8 +53,8 @@ constexpr int kWindowUnbounded = 1 << 30;
 // the producer load the next tile under the current epilogue. Under a band the work per tile varies,
 // and a static walk balanced worse than the hardware's block scheduler (one CTA per tile, longest
 // first): H100, results/gpu/session4_h100/run3 vs run4, D = 128, S = 16384 causal: persistent
-// 595 / 655 TFLOP/s at Hkv 32 / 8 against 685 / 662, while non-causal it gained 1-4 %
-// (S = 1024: 521 against 499). Host-only, a pure function.
+// 595 / 655 TFLOP/s at Hkv 32 / 8 against 685 / 662, while non-causal it gained 0.4-6 %
+// (S = 1024: 521 / 522 against 499 / 494). Host-only, a pure function.
 inline int64_t sm90_grid_ctas(int64_t num_tiles, int sm_count, bool banded) {
   constexpr int64_t kMaxGridX = (int64_t(1) << 31) - 1;
   if (banded && num_tiles <= kMaxGridX) return num_tiles;
