@@ -280,12 +280,12 @@ int sm90_smem_bytes(int64_t head_dim) {
 #endif
 
 // Whether kAuto runs the sm90a kernel here (attn::auto_uses_sm90 on this build and device).
-bool auto_picks_sm90(const AttnConstTensor& q, bool varlen, const detail::DeviceSpec& dev) {
+bool auto_picks_sm90(const AttnConstTensor& q, const detail::DeviceSpec& dev) {
 #if defined(BLOCKFUSE_HAS_SM90)
   const int need = attn::sm90_supports(q.head_dim) ? sm90_smem_bytes(q.head_dim) : 0;
-  return attn::auto_uses_sm90(true, dev.cc_major, dev.cc_minor, q.head_dim, varlen, need, dev.max_smem_per_block);
+  return attn::auto_uses_sm90(true, dev.cc_major, dev.cc_minor, q.head_dim, need, dev.max_smem_per_block);
 #else
-  (void)q, (void)varlen, (void)dev;
+  (void)q, (void)dev;
   return false;
 #endif
 }
@@ -359,7 +359,7 @@ void attention(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnTens
   // batched calls) has no TMA view: the sm80 kernel writes its defined result (out 0, LSE −inf).
   const bool sm90_can = !(val.varlen && k.seqlen == 0);
   if (sm90_can && (params.kernel == AttentionKernel::kSm90 ||
-                   (params.kernel == AttentionKernel::kAuto && auto_picks_sm90(q, val.varlen, spec)))) {
+                   (params.kernel == AttentionKernel::kAuto && auto_picks_sm90(q, spec)))) {
     run_sm90(q, k, v, out, lse, params, val, spec, stream);
     return;
   }

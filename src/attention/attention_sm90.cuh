@@ -372,6 +372,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // its own once, at the start. Both warpgroups run the same tiles and steps, so the turns
   // alternate across tiles; warpgroup 1's last arrival is never waited for.
   constexpr uint32_t kSchedBarrier = 2;  // 0 and 1: the epilogue's per-warpgroup barriers
+  constexpr uint32_t kZeroBarrier = 4;   // both consumers, after zeroing a varlen tail's V rows (below)
   auto sched_wait = [&] { cutlass::arch::NamedBarrier::arrive_and_wait(256, kSchedBarrier + wg); };
   auto sched_pass = [&] { cutlass::arch::NamedBarrier::arrive(256, kSchedBarrier + (1 - wg)); };
   if (wg == 0) cutlass::arch::NamedBarrier::arrive(256, kSchedBarrier);
@@ -397,6 +398,24 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     float factor[2];
 
     QBarrier::wait(&smem.q_full, iter & 1);
+    // Varlen: when a sequence's length is not a multiple of kBlockN, its rightmost key box holds the
+    // next sequence's first rows. Their P is 0, but 0 · NaN is NaN in the P·V, so a NaN/Inf in a
+    // neighbour's V would leak into this sequence: those V rows are zeroed first (K's need nothing,
+    // the mask overwrites their scores). Each consumer warpgroup zeroes half, then both meet.
+    if (varlen && n_max > n_min) {
+      const int valid = tl.len_k - (n_max - 1) * kBlockN;
+      if (valid < kBlockN && tl.offset_k + tl.len_k < p.rows_k) {
+        constexpr int kChunks = Traits::kHeadDim / 8;  // 16-byte chunks a row (contiguous under SW128)
+        Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutV{});
+        pipe_v.consumer_wait(st_v);
+        for (int i = wg * 128 + t; i < (kBlockN - valid) * kChunks; i += 256) {
+          const int r = valid + i / kChunks, c = (i % kChunks) * 8;
+          *reinterpret_cast<uint4*>(raw_pointer_cast(&sV(r, c, st_v.index()))) = make_uint4(0, 0, 0, 0);
+        }
+        cutlass::arch::fence_view_async_shared();  // generic-proxy writes seen by the wgmma
+        cutlass::arch::NamedBarrier::arrive_and_wait(256, kZeroBarrier);
+      }
+    }
     if (n_max > n_min) {
       {  // the first (rightmost) key block: S, softmax, P; its P·V is issued in the next step
         Tensor acc_s = partition_fragment_C(mma_qk, Shape<WgM, BN>{});

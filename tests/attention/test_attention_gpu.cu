@@ -295,7 +295,8 @@ TEST(AttentionGpuReference, MatchesCpuReference) {
 }
 
 // Varlen: q lengths 5, 0, 1, 130, 7, 1 and k lengths 9, 4, 1, 130, 0, 200 (an empty sequence, a
-// query without keys, length-1 sequences), causal and not, GQA 2.
+// query without keys, length-1 sequences), causal and not, GQA 2; a NaN in a V row that only a
+// neighbouring sequence's key box covers.
 void run_varlen(bool causal, DType dt, int64_t D, AttentionKernel kernel = AttentionKernel::kAuto) {
   BF_SKIP_WITHOUT_GPU("attention (varlen)");
   BF_SKIP_WITHOUT_SM90(kernel);
@@ -310,6 +311,10 @@ void run_varlen(bool causal, DType dt, int64_t D, AttentionKernel kernel = Atten
   c.kernel = kernel;
   Problem pr;
   make_problem(pr, c, seed);
+  // A NaN in V at the first key of sequence 1 (no queries, so no output reads it legitimately), row 9
+  // of the packed k: sequence 0's 9 keys are a partial key box that covers it. It must not leak.
+  const uint16_t nan = testing::nan_bits(dt);
+  BF_CUDA_OK(cudaMemcpy(pr.vb.data() + (int64_t(ck[1]) * hkv + 0) * D + 3, &nan, 2, cudaMemcpyHostToDevice));
   DeviceBuffer<int32_t> dq(cq.size()), dk(ck.size());
   BF_CUDA_OK(cudaMemcpy(dq.data(), cq.data(), dq.bytes(), cudaMemcpyHostToDevice));
   BF_CUDA_OK(cudaMemcpy(dk.data(), ck.data(), dk.bytes(), cudaMemcpyHostToDevice));
