@@ -34,7 +34,7 @@ using testing::DeviceBuffer;
 // Whether params.kernel = kSm90 can run head_dim d here (the library's own checks would throw).
 bool sm90_runs_here(int64_t d) {
   int dev = 0, major = 0, minor = 0;
-  if (!attention_has_sm90() || (d != 64 && d != 128) || cudaGetDevice(&dev) != cudaSuccess) return false;
+  if (!attention_has_sm90() || cudaGetDevice(&dev) != cudaSuccess) return false;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
   return major == 9 && minor == 0;
@@ -61,7 +61,7 @@ Check verify_point(const AttnConstTensor& q, const AttnConstTensor& k, const Att
 class AttentionBench final : public BenchCommand {
   std::vector<int64_t> ds_ = {128, 64}, ss_ = {512, 1024, 4096, 16384}, hkvs_ = {32, 8}, causals_ = {0, 1};
   int batch_ = 2, hq_ = 32;
-  bool all_configs_ = false;
+  bool all_configs_ = false, varlen_ = false;
   std::string dtype_ = "bf16";
   std::string kernel_ = "both";
 
@@ -78,9 +78,12 @@ class AttentionBench final : public BenchCommand {
     o.integer("--b", batch_, 1, 1 << 16, "batch");
     o.integer("--hq", hq_, 1, 1 << 16, "query heads");
     o.flag("--all-configs", all_configs_, "time every compiled tile configuration, not only the heuristic's");
+    o.flag("--varlen", varlen_,
+           "pass the B sequences as one packed varlen batch (cu_seqlens 0, S, 2S, ...): the same work and "
+           "result, through the varlen path");
     o.choice("--dtype", dtype_, {"bf16", "fp16"}, "element type");
     o.choice("--kernel", kernel_, {"both", "sm80", "sm90"},
-             "sm80 (mma.sync; --all-configs applies), sm90 (wgmma/TMA: Hopper, D = 64 and 128; other points are "
+             "sm80 (mma.sync; --all-configs applies), sm90 (wgmma/TMA: Hopper; other points are "
              "skipped) or both, side by side");
   }
 
@@ -116,27 +119,50 @@ class AttentionBench final : public BenchCommand {
           const AttnConstTensor k = make_attn_tensor(kb.data(), dt, B, s, hkv, d);
           const AttnConstTensor v = make_attn_tensor(vb.data(), dt, B, s, hkv, d);
           const AttnTensor out = make_attn_tensor(ob.data(), dt, B, s, Hq, d);
+          // --varlen: the same buffers as [1, B·S, H, D] packed tensors (a contiguous [B, S, H, D]
+          // tensor is its packed form), sequence i = rows [i·S, (i+1)·S).
+          const AttnConstTensor qp = make_attn_tensor(qb.data(), dt, 1, B * s, Hq, d);
+          const AttnConstTensor kp = make_attn_tensor(kb.data(), dt, 1, B * s, hkv, d);
+          const AttnConstTensor vp = make_attn_tensor(vb.data(), dt, 1, B * s, hkv, d);
+          const AttnTensor outp = make_attn_tensor(ob.data(), dt, 1, B * s, Hq, d);
+          std::vector<int32_t> cu_host(size_t(B + 1));
+          for (int64_t i = 0; i <= B; ++i) cu_host[size_t(i)] = int32_t(i * s);
+          DeviceBuffer<int32_t> cu(cu_host.size());
+          if (varlen_)
+            BENCH_CUDA(cudaMemcpy(cu.data(), cu_host.data(), cu.bytes(), cudaMemcpyHostToDevice));
           for (int64_t causal : causals_)
             for (const char* kernel : {"sm80", "sm90"}) {
             if (kernel_ != "both" && kernel_ != kernel) continue;
             const bool sm90 = std::string(kernel) == "sm90";
             if (sm90 && !sm90_runs_here(d)) {
-              b.log("%s causal %d: sm90 skipped (it needs an sm90a build, a cc 9.0 device and D = 64 or 128)",
+              b.log("%s causal %d: sm90 skipped (it needs an sm90a build and a cc 9.0 device)",
                     where.c_str(), int(causal));
               continue;
             }
             AttentionParams p;
             p.causal = causal != 0;
             p.kernel = sm90 ? AttentionKernel::kSm90 : AttentionKernel::kSm80;
+            AttentionParams pv = p;  // the varlen form of p (the reference takes the batched one)
+            if (varlen_) {
+              pv.cu_seqlens_q = pv.cu_seqlens_k = cu.data();
+              pv.num_seqs = B;
+              pv.max_seqlen_q = pv.max_seqlen_k = s;
+              pv.host_cu_seqlens_q = pv.host_cu_seqlens_k = cu_host.data();
+            }
             const int n_cfg = !sm90 && all_configs_ ? attention_num_configs(d) : 1;
             for (int ci = 0; ci < n_cfg; ++ci) {
               const AttentionConfig cfg = attention_config(d, ci);
               // The sm90 kernel has one tile (128 x 128, two consumer warpgroups) and no config overload.
-              const std::string tile = sm90 ? std::string("sm90 128x128")
-                                            : std::to_string(cfg.block_m) + "x" + std::to_string(cfg.block_n) + "w" +
-                                                  std::to_string(cfg.warps);
+              const std::string tile = (sm90 ? std::string("sm90 128x") + (d == 256 ? "64" : "128")
+                                             : std::to_string(cfg.block_m) + "x" + std::to_string(cfg.block_n) + "w" +
+                                                   std::to_string(cfg.warps)) +
+                                       (varlen_ ? " varlen" : "");
               auto call = [&] {
-                if (sm90)
+                if (varlen_ && sm90)
+                  attention(qp, kp, vp, outp, lse.data(), pv, stream);
+                else if (varlen_)
+                  attention(qp, kp, vp, outp, lse.data(), pv, cfg, stream);
+                else if (sm90)
                   attention(q, k, v, out, lse.data(), p, stream);
                 else
                   attention(q, k, v, out, lse.data(), p, cfg, stream);

@@ -72,13 +72,13 @@ enum class IndexType : int { kInt32 = 0, kInt64 = 1 };
 
 // Which forward kernel runs.
 enum class AttentionKernel : int {
-  kAuto = 0,  // the sm90a kernel where it runs (a build with it, compute capability 9.0, head_dim 64
-              // or 128, batched), else the sm80 kernel
+  kAuto = 0,  // the sm90a kernel where it runs (a build with it, compute capability 9.0), else the
+              // sm80 kernel
   kSm80 = 1,  // CuTe mma.sync m16n8k16 + cp.async; compute capability >= 8.0
   kSm90 = 2,  // wgmma + TMA, warp-specialised; compute capability 9.0 only (sm_90a code), built when
-              // the library was (CMake BLOCKFUSE_SM90). Shapes: head_dim 64 or 128, batched (no
-              // cu_seqlens), any mask, window and soft-cap; anything else is an error naming
-              // params.kernel.
+              // the library was (CMake BLOCKFUSE_SM90). Every shape: head_dim 64, 128, 256, batched or
+              // varlen, any mask, window and soft-cap; a varlen call whose k has no rows at all runs
+              // the sm80 kernel (no TMA view describes an empty tensor).
 };
 // Whether this build contains the sm90a attention kernel.
 bool attention_has_sm90();

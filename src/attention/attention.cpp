@@ -68,7 +68,7 @@ void check_tensor(const char* arg, const AttnConstTensor& t, bool varlen) {
 }
 
 // params.kernel: a known code, and kSm90 only where this build has it and for the shapes it handles.
-void check_kernel_choice(const AttnConstTensor& q, const AttentionParams& prm, bool varlen) {
+void check_kernel_choice(const AttnConstTensor& q, const AttentionParams& prm) {
   const AttentionKernel k = prm.kernel;
   if (k != AttentionKernel::kAuto && k != AttentionKernel::kSm80 && k != AttentionKernel::kSm90)
     throw_arg(kFn, "params.kernel", cat("has code ", static_cast<int>(k)), "kAuto, kSm80 or kSm90");
@@ -76,9 +76,9 @@ void check_kernel_choice(const AttnConstTensor& q, const AttentionParams& prm, b
   if (!attention_has_sm90())
     throw_arg(kFn, "params.kernel", "= kSm90, but this build has no sm90a attention kernel",
               "a build with CMake BLOCKFUSE_SM90 (AUTO with 90 in BLOCKFUSE_CUDA_ARCHS, or ON), or kAuto/kSm80");
-  if (!attn::sm90_supports(q.head_dim, varlen))
-    throw_arg(kFn, "params.kernel", cat("= kSm90 with head_dim = ", q.head_dim, varlen ? ", varlen (cu_seqlens)" : ""),
-              "for kSm90: head_dim 64 or 128, batched (no cu_seqlens); kAuto or kSm80 for anything else");
+  if (!attn::sm90_supports(q.head_dim))
+    throw_arg(kFn, "params.kernel", cat("= kSm90 with head_dim = ", q.head_dim),
+              "for kSm90: head_dim 64, 128 or 256; kAuto or kSm80 for anything else");
 }
 
 void check_host_cu_seqlens(const char* arg, const int32_t* cu, int64_t n, int64_t total, int64_t max_len,
@@ -163,7 +163,7 @@ Validated validate_host(const AttnConstTensor& q, const AttnConstTensor& k, cons
     throw_arg(kFn, "k", "has seqlen = 0 with q.seqlen > 0", "seqlen >= 1 (every query needs a key)");
   }
 
-  check_kernel_choice(q, prm, varlen);
+  check_kernel_choice(q, prm);
 
   // Overlaps: out must not alias an input or the LSE (q, k, v may alias each other: fused QKV).
   const detail::Span so = span_of_tensor(out);
@@ -223,6 +223,8 @@ attn::AttnParams make_params(const AttnConstTensor& q, const AttnConstTensor& k,
   p.group = static_cast<int>(q.heads / k.heads);
   p.seqlen_q = static_cast<int>(val.seqlen_q);
   p.seqlen_k = static_cast<int>(val.seqlen_k);
+  p.total_q = static_cast<int>(q.seqlen);
+  p.total_k = static_cast<int>(k.seqlen);
   if (val.varlen) {
     p.cu_seqlens_q = static_cast<const int32_t*>(prm.cu_seqlens_q);
     p.cu_seqlens_k = static_cast<const int32_t*>(prm.cu_seqlens_k);
@@ -272,17 +274,18 @@ void check_smem(const AttentionConfig& c, int64_t head_dim) {
 
 #if defined(BLOCKFUSE_HAS_SM90)
 int sm90_smem_bytes(int64_t head_dim) {
-  return head_dim == 64 ? attn::sm90::smem_bytes_d64() : attn::sm90::smem_bytes_d128();
+  return head_dim == 64 ? attn::sm90::smem_bytes_d64()
+                        : head_dim == 128 ? attn::sm90::smem_bytes_d128() : attn::sm90::smem_bytes_d256();
 }
 #endif
 
 // Whether kAuto runs the sm90a kernel here (attn::auto_uses_sm90 on this build and device).
-bool auto_picks_sm90(const AttnConstTensor& q, bool varlen, const detail::DeviceSpec& dev) {
+bool auto_picks_sm90(const AttnConstTensor& q, const detail::DeviceSpec& dev) {
 #if defined(BLOCKFUSE_HAS_SM90)
-  const int need = attn::sm90_supports(q.head_dim, varlen) ? sm90_smem_bytes(q.head_dim) : 0;
-  return attn::auto_uses_sm90(true, dev.cc_major, dev.cc_minor, q.head_dim, varlen, need, dev.max_smem_per_block);
+  const int need = attn::sm90_supports(q.head_dim) ? sm90_smem_bytes(q.head_dim) : 0;
+  return attn::auto_uses_sm90(true, dev.cc_major, dev.cc_minor, q.head_dim, need, dev.max_smem_per_block);
 #else
-  (void)q, (void)varlen, (void)dev;
+  (void)q, (void)dev;
   return false;
 #endif
 }
@@ -304,8 +307,10 @@ void run_sm90(const AttnConstTensor& q, const AttnConstTensor& k, const AttnCons
   const bool bf16 = q.dtype == DType::kBF16;
   if (q.head_dim == 64)
     bf16 ? attn::sm90::launch_d64_bf16(p, stream) : attn::sm90::launch_d64_fp16(p, stream);
-  else
+  else if (q.head_dim == 128)
     bf16 ? attn::sm90::launch_d128_bf16(p, stream) : attn::sm90::launch_d128_fp16(p, stream);
+  else
+    bf16 ? attn::sm90::launch_d256_bf16(p, stream) : attn::sm90::launch_d256_fp16(p, stream);
 #else
   (void)q, (void)k, (void)v, (void)out, (void)lse, (void)prm, (void)val, (void)dev, (void)stream;
   throw_arg(kFn, "params.kernel", "= kSm90, but this build has no sm90a attention kernel", "kAuto or kSm80");
@@ -350,8 +355,11 @@ void attention(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnTens
   if (nothing_to_do(q, val)) return;
   check_devices(q, k, v, out, lse, params, val.varlen);
   const detail::DeviceSpec spec = detail::current_device_spec();
-  if (params.kernel == AttentionKernel::kSm90 ||
-      (params.kernel == AttentionKernel::kAuto && auto_picks_sm90(q, val.varlen, spec))) {
+  // A varlen k without rows (every sequence key-less; the validation rejects an empty k only for
+  // batched calls) has no TMA view: the sm80 kernel writes its defined result (out 0, LSE −inf).
+  const bool sm90_can = !(val.varlen && k.seqlen == 0);
+  if (sm90_can && (params.kernel == AttentionKernel::kSm90 ||
+                   (params.kernel == AttentionKernel::kAuto && auto_picks_sm90(q, spec)))) {
     run_sm90(q, k, v, out, lse, params, val, spec, stream);
     return;
   }

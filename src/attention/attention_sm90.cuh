@@ -84,7 +84,10 @@ CUTE_HOST_DEVICE constexpr auto acc_as_a_sm90(Layout acc) {
 }
 
 // The kernel's compile-time configuration for one (dtype, head dim, key block, stages).
-template <class Element_, int kHeadDim_, int kBlockN_, int kStages_>
+// kStageO: O is staged in its own buffer (the producer may load the next tile's Q while the O store
+// still reads it); false: in Q's buffer, which the next Q waits for (D = 256, where a separate O
+// buffer does not fit beside two K and two V stages).
+template <class Element_, int kHeadDim_, int kBlockN_, int kStages_, bool kStageO_ = true>
 struct Sm90Traits {
   using Element = Element_;  // cutlass::bfloat16_t or cutlass::half_t
   static constexpr int kHeadDim = kHeadDim_;
@@ -92,6 +95,7 @@ struct Sm90Traits {
   static constexpr int kRowsPerWg = 64;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
+  static constexpr bool kStageO = kStageO_;
   static constexpr int kConsumerWgs = 2;
   static constexpr int kThreads = 128 * (1 + kConsumerWgs);
   static constexpr int kProducerRegs = 24;
@@ -126,7 +130,8 @@ struct Sm90Traits {
 
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
-    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> o;  // O staging, one slice per warpgroup
+    // O staging, one slice per warpgroup (a placeholder without kStageO: O then goes through Q's buffer)
+    alignas(1024) cute::array_aligned<Element, kStageO ? cosize_v<SmemLayoutQ> : 8, 1024> o;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutK>, 1024> k;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutV>, 1024> v;
     typename PipelineK::SharedStorage pipe_k;
@@ -168,15 +173,20 @@ struct Sm90Params {
   typename Traits::TmaKV tma_k;
   typename Traits::TmaKV tma_v;
   typename Traits::TmaO tma_o;
-  float* lse;  // nullptr: not written
-  int64_t lse_batch_stride, lse_head_stride;
-  int batch, heads_q, heads_kv, group;
-  int seqlen_q, seqlen_k;
-  int m_blocks;       // ceil(seqlen_q / 128)
-  int64_t num_tiles;  // m_blocks · heads_q · batch
-  float scale_log2, scale_lse;
-  float softcap_mul;              // as AttnParams: 0 off, else the tanh argument's factor
-  int window_left, window_right;  // as AttnParams (causal is window_right = 0)
+  typename Traits::Element* out = nullptr;  // varlen: O is stored by predicated vector stores, not by TMA
+  int64_t o_row_stride = 0, o_head_stride = 0;
+  float* lse = nullptr;  // nullptr: not written
+  int64_t lse_batch_stride = 0, lse_head_stride = 0;
+  const int32_t* cu_seqlens_q = nullptr;  // nullptr: batched; else num_seqs + 1 offsets (varlen)
+  const int32_t* cu_seqlens_k = nullptr;
+  int batch = 0, heads_q = 0, heads_kv = 0, group = 1;  // varlen: batch = num_seqs
+  int seqlen_q = 0, seqlen_k = 0;                       // varlen: the maxima
+  int rows_q = 0, rows_k = 0;     // rows of the TMA views: seqlen (batched) or total (varlen)
+  int m_blocks = 0;               // ceil(seqlen_q / 128)
+  int64_t num_tiles = 0;          // m_blocks · heads_q · batch
+  float scale_log2 = 0, scale_lse = 0;
+  float softcap_mul = 0;                  // as AttnParams: 0 off, else the tanh argument's factor
+  int window_left = 0, window_right = 0;  // as AttnParams (causal is window_right = 0)
 };
 
 template <class Traits>
@@ -206,21 +216,32 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // CTA i computes tiles i, i + gridDim.x, ... (the grid rule: header). A tile is (m_block, head, b), m fastest
   // and reversed: the CTAs running together share one head's K and V in L2, and under a causal
   // mask the longest query blocks start first. The producer and the consumers derive a tile's
-  // key-block range from the same call, so they agree.
-  const VisibilityMask mask(p.seqlen_q, p.seqlen_k, p.window_left, p.window_right);
+  // sequence, mask and key-block range from the same call, so they agree. Varlen: sequence b is
+  // rows [cu[b], cu[b+1]) of the packed tensors; a tile past its sequence's end is skipped by both.
+  const bool varlen = p.cu_seqlens_q != nullptr;
   const SoftCap softcap{p.softcap_mul};
   struct Tile {
     int m_block, head, b, n_min, n_max;
+    int offset_q, offset_k, len_q, len_k;  // batched: 0, 0, seqlen_q, seqlen_k
+    VisibilityMask mask;
   };
   auto tile_at = [&](int64_t t) {
-    Tile tl;
-    tl.m_block = p.m_blocks - 1 - int(t % p.m_blocks);
+    const int m_block = p.m_blocks - 1 - int(t % p.m_blocks);
     const int64_t hb = t / p.m_blocks;
-    tl.head = int(hb % p.heads_q);
-    tl.b = int(hb / p.heads_q);
-    mask.template n_block_range<kBlockM, kBlockN>(tl.m_block, tl.n_min, tl.n_max);
+    const int head = int(hb % p.heads_q), b = int(hb / p.heads_q);
+    int offset_q = 0, offset_k = 0, len_q = p.seqlen_q, len_k = p.seqlen_k;
+    if (varlen) {
+      offset_q = p.cu_seqlens_q[b];
+      len_q = p.cu_seqlens_q[b + 1] - offset_q;
+      offset_k = p.cu_seqlens_k[b];
+      len_k = p.cu_seqlens_k[b + 1] - offset_k;
+    }
+    Tile tl{m_block, head, b, 0, 0, offset_q, offset_k, len_q, len_k,
+            VisibilityMask(len_q, len_k, p.window_left, p.window_right)};
+    tl.mask.template n_block_range<kBlockM, kBlockN>(m_block, tl.n_min, tl.n_max);
     return tl;
   };
+  auto tile_is_empty = [](const Tile& tl) { return tl.m_block * kBlockM >= tl.len_q; };
 
   // Barriers: warp 0 initialises both pipelines (PipelineTmaAsync's constructor) and Q's barriers.
   typename PipelineK::Params pk;
@@ -246,9 +267,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
       Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutK{});
       Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutV{});
-      Tensor mQ = p.tma_q.get_tma_tensor(make_shape(p.seqlen_q, D{}, p.heads_q, p.batch));
-      Tensor mK = p.tma_k.get_tma_tensor(make_shape(p.seqlen_k, D{}, p.heads_kv, p.batch));
-      Tensor mV = p.tma_v.get_tma_tensor(make_shape(p.seqlen_k, D{}, p.heads_kv, p.batch));
+      const int views = varlen ? 1 : p.batch;
+      Tensor mQ = p.tma_q.get_tma_tensor(make_shape(p.rows_q, D{}, p.heads_q, views));
+      Tensor mK = p.tma_k.get_tma_tensor(make_shape(p.rows_k, D{}, p.heads_kv, views));
+      Tensor mV = p.tma_v.get_tma_tensor(make_shape(p.rows_k, D{}, p.heads_kv, views));
       auto tma_q = p.tma_q.get_slice(_0{});
       auto tma_k = p.tma_k.get_slice(_0{});
       auto tma_v = p.tma_v.get_slice(_0{});
@@ -257,13 +279,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       Tensor tVsV = tma_v.partition_D(sV);
       PipeState st_k = cutlass::make_producer_start_state<PipelineK>();
       PipeState st_v = cutlass::make_producer_start_state<PipelineV>();
-      int iter = 0;
-      for (int64_t t = blockIdx.x; t < p.num_tiles; t += gridDim.x, ++iter) {
+      int iter = 0;  // tiles processed (skipped ones not counted): the Q barriers' phase
+      for (int64_t t = blockIdx.x; t < p.num_tiles; t += gridDim.x) {
         const Tile tl = tile_at(t);
+        if (tile_is_empty(tl)) continue;
         const int head_kv = tl.head / p.group;
-        Tensor tQgQ = tma_q.partition_S(local_tile(mQ(_, _, tl.head, tl.b), Shape<WgM, D>{}, make_coord(_, _0{})));
-        Tensor tKgK = tma_k.partition_S(local_tile(mK(_, _, head_kv, tl.b), Shape<BN, D>{}, make_coord(_, _0{})));
-        Tensor tVgV = tma_v.partition_S(local_tile(mV(_, _, head_kv, tl.b), Shape<BN, D>{}, make_coord(_, _0{})));
+        const int view = varlen ? 0 : tl.b;
+        // Varlen: the sequence's rows start at its offset; boxes running past its end read the next
+        // sequence's rows (masked: keys by the mask, query rows never stored) or zeros past the tensor.
+        Tensor tQgQ = tma_q.partition_S(local_tile(domain_offset(make_coord(tl.offset_q, _0{}), mQ(_, _, tl.head, view)),
+                                                   Shape<WgM, D>{}, make_coord(_, _0{})));
+        Tensor tKgK = tma_k.partition_S(local_tile(domain_offset(make_coord(tl.offset_k, _0{}), mK(_, _, head_kv, view)),
+                                                   Shape<BN, D>{}, make_coord(_, _0{})));
+        Tensor tVgV = tma_v.partition_S(local_tile(domain_offset(make_coord(tl.offset_k, _0{}), mV(_, _, head_kv, view)),
+                                                   Shape<BN, D>{}, make_coord(_, _0{})));
         // Q always, even for a tile without visible keys (the consumers wait for it either way),
         // once both consumer warpgroups are done with the previous tile's Q. Boxes past seqlen_q
         // are zero-filled and still count their bytes.
@@ -280,6 +309,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           copy(p.tma_v.with(*pipe_v.producer_get_barrier(st_v)), tVgV(_, _, _, n), tVsV(_, _, _, st_v.index()));
           ++st_v;
         }
+        ++iter;
       }
     }
     return;
@@ -303,7 +333,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Tensor tSrQ = thr_qk.make_fragment_A(thr_qk.partition_A(sQw));  // descriptors (MMA, 1, D/16)
   Tensor tSrK = thr_qk.make_fragment_B(thr_qk.partition_B(sK));   // (MMA, 1, D/16, stages)
   Tensor tOrV = thr_pv.make_fragment_B(thr_pv.partition_B(sVt));  // (MMA, 1, BN/16, stages)
-  Tensor sOw = make_tensor(make_smem_ptr(smem.o.data() + wg * cosize_v<typename Traits::SmemLayoutQSlice>),
+  Element* const o_base = Traits::kStageO ? smem.o.data() : smem.q.data();
+  Tensor sOw = make_tensor(make_smem_ptr(o_base + wg * cosize_v<typename Traits::SmemLayoutQSlice>),
                            typename Traits::SmemLayoutQSlice{});
   Tensor acc_o = partition_fragment_C(mma_pv, Shape<WgM, D>{});
   Tensor acc_o_rc = make_tensor(acc_o.data(), acc_rowcol_sm90(acc_o.layout()));
@@ -341,13 +372,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // its own once, at the start. Both warpgroups run the same tiles and steps, so the turns
   // alternate across tiles; warpgroup 1's last arrival is never waited for.
   constexpr uint32_t kSchedBarrier = 2;  // 0 and 1: the epilogue's per-warpgroup barriers
+  constexpr uint32_t kZeroBarrier = 4;   // both consumers, after zeroing a varlen tail's V rows (below)
   auto sched_wait = [&] { cutlass::arch::NamedBarrier::arrive_and_wait(256, kSchedBarrier + wg); };
   auto sched_pass = [&] { cutlass::arch::NamedBarrier::arrive(256, kSchedBarrier + (1 - wg)); };
   if (wg == 0) cutlass::arch::NamedBarrier::arrive(256, kSchedBarrier);
 
-  int iter = 0;
-  for (int64_t tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++iter) {
+  int iter = 0;  // as the producer's
+  for (int64_t tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x) {
     const Tile tl = tile_at(tile);
+    if (tile_is_empty(tl)) continue;
+    const VisibilityMask& mask = tl.mask;
     const int m_block = tl.m_block, n_min = tl.n_min, n_max = tl.n_max;
     const int row0 = m_block * kBlockM + wg * Traits::kRowsPerWg + warp_in_group * 16 + lane / 4;
     // Soft-cap, then the mask where the block needs one (a tail, the diagonal, a window edge).
@@ -364,6 +398,24 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     float factor[2];
 
     QBarrier::wait(&smem.q_full, iter & 1);
+    // Varlen: when a sequence's length is not a multiple of kBlockN, its rightmost key box holds the
+    // next sequence's first rows. Their P is 0, but 0 · NaN is NaN in the P·V, so a NaN/Inf in a
+    // neighbour's V would leak into this sequence: those V rows are zeroed first (K's need nothing,
+    // the mask overwrites their scores). Each consumer warpgroup zeroes half, then both meet.
+    if (varlen && n_max > n_min) {
+      const int valid = tl.len_k - (n_max - 1) * kBlockN;
+      if (valid < kBlockN && tl.offset_k + tl.len_k < p.rows_k) {
+        constexpr int kChunks = Traits::kHeadDim / 8;  // 16-byte chunks a row (contiguous under SW128)
+        Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutV{});
+        pipe_v.consumer_wait(st_v);
+        for (int i = wg * 128 + t; i < (kBlockN - valid) * kChunks; i += 256) {
+          const int r = valid + i / kChunks, c = (i % kChunks) * 8;
+          *reinterpret_cast<uint4*>(raw_pointer_cast(&sV(r, c, st_v.index()))) = make_uint4(0, 0, 0, 0);
+        }
+        cutlass::arch::fence_view_async_shared();  // generic-proxy writes seen by the wgmma
+        cutlass::arch::NamedBarrier::arrive_and_wait(256, kZeroBarrier);
+      }
+    }
     if (n_max > n_min) {
       {  // the first (rightmost) key block: S, softmax, P; its P·V is issued in the next step
         Tensor acc_s = partition_fragment_C(mma_qk, Shape<WgM, BN>{});
@@ -409,8 +461,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       pipe_v.consumer_release(st_v);
       ++st_v;
     }
-    // Every wgmma that read Q has retired: the producer may load the next tile's Q.
-    QEmptyBarrier::arrive(&smem.q_empty);
+    // Every wgmma that read Q has retired: the producer may load the next tile's Q, unless O is
+    // staged in Q's buffer: then the storing thread arrives once its store has read it (below).
+    if (Traits::kStageO || t != 0) QEmptyBarrier::arrive(&smem.q_empty);
 
     // ---- epilogue ----
     float lse[2];
@@ -427,22 +480,46 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // writers done before the one thread stores.
     cutlass::arch::fence_view_async_shared();
     cutlass::arch::NamedBarrier::arrive_and_wait(128, wg);
-    if (t == 0) {
-      Tensor mO = p.tma_o.get_tma_tensor(make_shape(p.seqlen_q, D{}, p.heads_q, p.batch));
+    if (varlen) {
+      // A TMA box cannot stop at the sequence's end (the next sequence's rows follow), so each
+      // thread stores 16-byte chunks of the rows below len_q. The SW128 swizzle permutes whole
+      // 16-byte chunks, so a chunk is contiguous in shared memory too.
+      constexpr int kChunks = Traits::kHeadDim / 8;
+      const int rows_here = tl.len_q - (m_block * kBlockM + wg * Traits::kRowsPerWg);
+      for (int i = t; i < Traits::kRowsPerWg * kChunks; i += 128) {
+        const int r = i / kChunks, c = (i % kChunks) * 8;
+        if (r >= rows_here) break;  // i grows with r
+        const uint4 v = *reinterpret_cast<const uint4*>(raw_pointer_cast(&sOw(r, c)));
+        Element* dst = p.out + int64_t(tl.offset_q + m_block * kBlockM + wg * Traits::kRowsPerWg + r) * p.o_row_stride +
+                       int64_t(tl.head) * p.o_head_stride + c;
+        *reinterpret_cast<uint4*>(dst) = v;
+      }
+      if (!Traits::kStageO) {  // O went through Q's buffer: release it once every thread has read it
+        cutlass::arch::NamedBarrier::arrive_and_wait(128, wg);
+        if (t == 0) QEmptyBarrier::arrive(&smem.q_empty);
+      }
+    } else if (t == 0) {
+      Tensor mO = p.tma_o.get_tma_tensor(make_shape(p.rows_q, D{}, p.heads_q, p.batch));
       Tensor gO = local_tile(mO(_, _, tl.head, tl.b), Shape<WgM, D>{}, make_coord(2 * m_block + wg, _0{}));
       auto tma_o = p.tma_o.get_slice(_0{});
       copy(p.tma_o, tma_o.partition_S(sOw), tma_o.partition_D(gO));
       tma_store_arrive();
+      if (!Traits::kStageO) {
+        tma_store_wait<0>();
+        QEmptyBarrier::arrive(&smem.q_empty);
+      }
     }
 
     if (p.lse != nullptr && lane % 4 == 0) {
-      const int64_t lse_off = int64_t(tl.b) * p.lse_batch_stride + int64_t(tl.head) * p.lse_head_stride;
+      const int64_t lse_off =
+          int64_t(tl.b) * p.lse_batch_stride + int64_t(tl.head) * p.lse_head_stride + tl.offset_q;
       CUTE_UNROLL
       for (int mi = 0; mi < 2; ++mi) {
         const int r = row0 + mi * 8;
-        if (r < p.seqlen_q) p.lse[lse_off + r] = lse[mi];
+        if (r < tl.len_q) p.lse[lse_off + r] = lse[mi];
       }
     }
+    ++iter;
   }
   // The block's shared memory must outlive the last TMA store's reads of it.
   if (t == 0) tma_store_wait<0>();

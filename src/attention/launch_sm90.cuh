@@ -24,37 +24,48 @@ void launch(const AttnParams& a, cudaStream_t stream) {
   // The validation allows any stride (a multiple of 8 elements) for a mode of extent 1, 0 included;
   // such a mode is only ever addressed at 0, so a zero stride is replaced by 8 elements (16 bytes),
   // which every TMA descriptor accepts.
+  const bool varlen = a.cu_seqlens_q != nullptr;
   const int m_blocks = (a.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   const int64_t num_tiles = int64_t(m_blocks) * a.heads_q * a.batch;
+  // The TMA views: [batch][rows][heads][D]; varlen: one view of all `total` packed rows.
+  const int rows_q = varlen ? a.total_q : a.seqlen_q, rows_k = varlen ? a.total_k : a.seqlen_k;
+  const int views = varlen ? 1 : a.batch;
   auto st = [](int64_t s) { return s != 0 ? s : int64_t(8); };
-  auto q = Traits::gmem_tensor(static_cast<const Element*>(a.q), a.seqlen_q, a.heads_q, a.batch, st(a.q_row_stride),
+  auto q = Traits::gmem_tensor(static_cast<const Element*>(a.q), rows_q, a.heads_q, views, st(a.q_row_stride),
                                st(a.q_head_stride), st(a.q_batch_stride));
-  auto k = Traits::gmem_tensor(static_cast<const Element*>(a.k), a.seqlen_k, a.heads_kv, a.batch, st(a.k_row_stride),
+  auto k = Traits::gmem_tensor(static_cast<const Element*>(a.k), rows_k, a.heads_kv, views, st(a.k_row_stride),
                                st(a.k_head_stride), st(a.k_batch_stride));
-  auto v = Traits::gmem_tensor(static_cast<const Element*>(a.v), a.seqlen_k, a.heads_kv, a.batch, st(a.v_row_stride),
+  auto v = Traits::gmem_tensor(static_cast<const Element*>(a.v), rows_k, a.heads_kv, views, st(a.v_row_stride),
                                st(a.v_head_stride), st(a.v_batch_stride));
-  auto o = Traits::gmem_tensor(static_cast<Element*>(a.out), a.seqlen_q, a.heads_q, a.batch, st(a.o_row_stride),
+  auto o = Traits::gmem_tensor(static_cast<Element*>(a.out), rows_q, a.heads_q, views, st(a.o_row_stride),
                                st(a.o_head_stride), st(a.o_batch_stride));
   Sm90Params<Traits> p{make_tma_copy(SM90_TMA_LOAD{}, q, typename Traits::SmemLayoutQSlice{}),
                        make_tma_copy(SM90_TMA_LOAD{}, k, typename Traits::SmemLayoutKStage{}),
                        make_tma_copy(SM90_TMA_LOAD{}, v, typename Traits::SmemLayoutKStage{}),
-                       make_tma_copy(SM90_TMA_STORE{}, o, typename Traits::SmemLayoutQSlice{}),
-                       a.lse,
-                       a.lse_batch_stride,
-                       a.lse_head_stride,
-                       a.batch,
-                       a.heads_q,
-                       a.heads_kv,
-                       a.group,
-                       a.seqlen_q,
-                       a.seqlen_k,
-                       m_blocks,
-                       num_tiles,
-                       a.scale_log2,
-                       a.scale_lse,
-                       a.softcap_mul,
-                       a.window_left,
-                       a.window_right};
+                       make_tma_copy(SM90_TMA_STORE{}, o, typename Traits::SmemLayoutQSlice{})};
+  p.out = static_cast<Element*>(a.out);
+  p.o_row_stride = a.o_row_stride;
+  p.o_head_stride = a.o_head_stride;
+  p.lse = a.lse;
+  p.lse_batch_stride = a.lse_batch_stride;
+  p.lse_head_stride = a.lse_head_stride;
+  p.cu_seqlens_q = a.cu_seqlens_q;
+  p.cu_seqlens_k = a.cu_seqlens_k;
+  p.batch = a.batch;
+  p.heads_q = a.heads_q;
+  p.heads_kv = a.heads_kv;
+  p.group = a.group;
+  p.seqlen_q = a.seqlen_q;
+  p.seqlen_k = a.seqlen_k;
+  p.rows_q = rows_q;
+  p.rows_k = rows_k;
+  p.m_blocks = m_blocks;
+  p.num_tiles = num_tiles;
+  p.scale_log2 = a.scale_log2;
+  p.scale_lse = a.scale_lse;
+  p.softcap_mul = a.softcap_mul;
+  p.window_left = a.window_left;
+  p.window_right = a.window_right;
   // Persistent (one CTA per SM: the shared memory allows no more) unless a band makes the tiles
   // uneven (sm90_grid_ctas).
   const bool banded = a.window_left < kWindowUnbounded || a.window_right < kWindowUnbounded;
@@ -70,5 +81,9 @@ template <class Element>
 using TraitsD128 = Sm90Traits<Element, 128, 128, 2>;
 template <class Element>
 using TraitsD64 = Sm90Traits<Element, 64, 128, 3>;
+// D = 256: 128 x 64 tiles (the O accumulator alone is 128 registers a thread), two K and two V
+// stages, O staged through Q's buffer (Q, K, V: 192 KB; a separate O would need 256 KB).
+template <class Element>
+using TraitsD256 = Sm90Traits<Element, 256, 64, 2, false>;
 
 }  // namespace blockfuse::attn::sm90

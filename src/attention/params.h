@@ -29,19 +29,18 @@ inline constexpr int kNumTileConfigs = sizeof(kTileConfigs) / sizeof(kTileConfig
 // staged through Q's buffer).
 constexpr int smem_bytes(const TileConfig& c) { return (c.block_m + 2 * c.block_n) * c.head_dim * 2; }
 
-// The shapes the sm90a kernel handles (docs/attention-hopper-plan.md, stage 2): head_dim 64 or 128,
-// batched (no cu_seqlens: a TMA box cannot stop at a packed sequence's end), with any mask, window
-// and soft-cap. Host-only, a pure function.
-inline bool sm90_supports(int64_t head_dim, bool varlen) { return (head_dim == 64 || head_dim == 128) && !varlen; }
+// The shapes the sm90a kernel handles (docs/attention-hopper-plan.md): head_dim 64, 128 or 256,
+// batched or varlen, with any mask, window and soft-cap. Host-only, a pure function.
+inline bool sm90_supports(int64_t head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
 
 // Whether params.kernel = kAuto runs the sm90a kernel: the build has it, the device is compute
 // capability 9.0 exactly (sm_90a code is not forward compatible), the shape is one it handles and its
-// shared memory fits. It measured 1.8-2.4x the sm80 kernel at D = 128
-// (results/gpu/session4_h100/run5/attn_both.json) and 2.0-2.5x at D = 64 (run4).
-// Host-only, a pure function (tests/attention/test_attention_heuristic.cpp).
-inline bool auto_uses_sm90(bool built, int cc_major, int cc_minor, int64_t head_dim, bool varlen, int smem_needed,
-                           int smem_limit) {
-  return built && cc_major == 9 && cc_minor == 0 && sm90_supports(head_dim, varlen) && smem_needed <= smem_limit;
+// shared memory fits. On an H100 it measured 1.8-2.4x the sm80 kernel at D = 128
+// (results/gpu/session4_h100/run5/attn_both.json), 2.0-2.5x at D = 64 (run4), 1.9-2.4x at D = 256 and
+// 1.8-2.5x varlen at D = 128 (results/gpu/session5_h100/run1/attn_d256.json, attn_varlen.json), so
+// every shape it handles goes to it. Host-only, a pure function (tests/attention/test_attention_heuristic.cpp).
+inline bool auto_uses_sm90(bool built, int cc_major, int cc_minor, int64_t head_dim, int smem_needed, int smem_limit) {
+  return built && cc_major == 9 && cc_minor == 0 && sm90_supports(head_dim) && smem_needed <= smem_limit;
 }
 
 // Window bounds as AttnParams stores them: "unbounded" is a value beyond every row.
@@ -74,6 +73,7 @@ struct AttnParams {
   int64_t lse_batch_stride, lse_head_stride;  // batched: Hq·Sq, Sq; varlen: 0, total_q
   int batch, heads_q, heads_kv, group;        // group = Hq / Hkv
   int seqlen_q, seqlen_k;                     // batched lengths; varlen: the maxima
+  int total_q, total_k;                       // varlen: the packed tensors' rows (batched: unused)
   const int32_t* cu_seqlens_q;                // nullptr: batched
   const int32_t* cu_seqlens_k;
   float scale_log2;    // exp2 domain: softmax_scale·log2(e), or softcap·log2(e) with a soft-cap

@@ -295,9 +295,11 @@ TEST(AttentionGpuReference, MatchesCpuReference) {
 }
 
 // Varlen: q lengths 5, 0, 1, 130, 7, 1 and k lengths 9, 4, 1, 130, 0, 200 (an empty sequence, a
-// query without keys, length-1 sequences), causal and not, GQA 2.
-void run_varlen(bool causal, DType dt, int64_t D) {
+// query without keys, length-1 sequences), causal and not, GQA 2; a NaN in a V row that only a
+// neighbouring sequence's key box covers.
+void run_varlen(bool causal, DType dt, int64_t D, AttentionKernel kernel = AttentionKernel::kAuto) {
   BF_SKIP_WITHOUT_GPU("attention (varlen)");
+  BF_SKIP_WITHOUT_SM90(kernel);
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(testing::seed_note(seed));
   const std::vector<int32_t> lq{5, 0, 1, 130, 7, 1}, lk{9, 4, 1, 130, 0, 200};
@@ -306,8 +308,13 @@ void run_varlen(bool causal, DType dt, int64_t D) {
   const int64_t tq = cq.back(), tk = ck.back(), hq = 4, hkv = 2;
   Case c{1, tq, tk, hq, hkv, D, causal};
   c.dt = dt;
+  c.kernel = kernel;
   Problem pr;
   make_problem(pr, c, seed);
+  // A NaN in V at the first key of sequence 1 (no queries, so no output reads it legitimately), row 9
+  // of the packed k: sequence 0's 9 keys are a partial key box that covers it. It must not leak.
+  const uint16_t nan = testing::nan_bits(dt);
+  BF_CUDA_OK(cudaMemcpy(pr.vb.data() + (int64_t(ck[1]) * hkv + 0) * D + 3, &nan, 2, cudaMemcpyHostToDevice));
   DeviceBuffer<int32_t> dq(cq.size()), dk(ck.size());
   BF_CUDA_OK(cudaMemcpy(dq.data(), cq.data(), dq.bytes(), cudaMemcpyHostToDevice));
   BF_CUDA_OK(cudaMemcpy(dk.data(), ck.data(), dk.bytes(), cudaMemcpyHostToDevice));
@@ -445,7 +452,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionSanitizer,
                          case_name);
 TEST(AttentionSanitizerVarlen, Small) { run_varlen(true, DType::kBF16, 64); }
 
-// ---- the sm90a kernel (params.kernel = kSm90): D = 64 and 128, batched; the kAuto cases above also run it ----
+// ---- the sm90a kernel (params.kernel = kSm90): D = 64, 128, 256, batched; the kAuto cases above run it at D 64/128 ----
 constexpr AttentionKernel kSm90 = AttentionKernel::kSm90;
 
 Case sm90(Case c) {
@@ -474,7 +481,13 @@ INSTANTIATE_TEST_SUITE_P(
                       sm90(Case{1, 300, 300, 2, 2, 64, true, 64}),
                       sm90(Case{1, 200, 200, 4, 2, 128, true, -1, -1, 2.0f}),
                       sm90(Case{1, 150, 190, 4, 1, 64, false, 20, 5, 3.0f, DType::kFP16}),
-                      sm90(Case{2, 127, 300, 4, 4, 64}), sm90(Case{1, 65, 65, 2, 2, 64, false, -1, -1, 0, DType::kFP16, true})),
+                      sm90(Case{2, 127, 300, 4, 4, 64}), sm90(Case{1, 65, 65, 2, 2, 64, false, -1, -1, 0, DType::kFP16, true}),
+                      // D = 256 (128 x 64 tiles, O staged through Q's buffer)
+                      sm90(Case{1, 1, 1, 1, 1, 256}), sm90(Case{1, 65, 129, 4, 2, 256}),
+                      sm90(Case{2, 127, 300, 4, 4, 256, true}), sm90(Case{1, 300, 127, 4, 2, 256, true}),
+                      sm90(Case{1, 200, 200, 8, 4, 256, true, -1, -1, 50.0f}),
+                      sm90(Case{1, 257, 257, 4, 2, 256, false, 32, 16, 0, DType::kFP16}),
+                      sm90(Case{1, 65, 65, 2, 1, 256, false, -1, -1, 0, DType::kFP16, true})),
     case_name);
 
 class AttentionGpuSm90Large : public ::testing::TestWithParam<Case> {};
@@ -487,7 +500,9 @@ INSTANTIATE_TEST_SUITE_P(
                       sm90(Case{1, 4096, 4096, 4, 2, 128, false, -1, -1, 0, DType::kBF16, true}),  // fused QKV
                       sm90(Case{1, 1000, 4097, 8, 8, 128, true}),                                   // causal chunk
                       sm90(Case{1, 4097, 4097, 4, 1, 64, true, -1, -1, 0, DType::kFP16}),
-                      sm90(Case{1, 4097, 4097, 2, 2, 128, false, 1024, 0, 30.0f})),                 // window + cap
+                      sm90(Case{1, 4097, 4097, 2, 2, 128, false, 1024, 0, 30.0f}),                  // window + cap
+                      sm90(Case{1, 1000, 1000, 8, 4, 256, true, -1, -1, 50.0f}),                    // Gemma-2 9B-like
+                      sm90(Case{2, 1000, 1000, 80, 8, 256})),  // 2 x 8 x 80 tiles: CTAs walk several
     case_name);
 
 TEST(AttentionGpuSm90, NanInOneQueryRowStaysInThatRow) { check_nan_row_stays(sm90(Case{1, 200, 200, 4, 2, 128, true})); }
@@ -506,8 +521,9 @@ TEST(AttentionGpuSm90, AgreesWithSm80) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(testing::seed_note(seed));
   for (DType dt : {DType::kBF16, DType::kFP16})
-    for (bool causal : {false, true}) {
-    Case c = sm90(Case{2, 777, 1031, 8, 2, 128, causal, -1, -1, 0, dt});
+    for (bool causal : {false, true})
+    for (int64_t d : {128, 256}) {
+    Case c = sm90(Case{2, 777, 1031, 8, 2, d, causal, -1, -1, 0, dt});
     Problem pr;
     make_problem(pr, c, seed);
     std::vector<uint16_t> o80, o90;
@@ -526,11 +542,18 @@ TEST(AttentionGpuSm90, AgreesWithSm80) {
     const auto l_of = [](const std::vector<float>& l) { return [&l](int64_t, int64_t i) { return double(l[size_t(i)]); }; };
     testing::expect_close(testing::compare_host(1, int64_t(o90.size()), o_of(o90), o_of(o80),
                                                 testing::tolerance(dt, 4, 4 * testing::unit_roundoff(dt) + 1e-4)),
-                          std::string("out: sm90 vs sm80, ") + dtype_name(dt) + (causal ? " causal" : ""));
+                          std::string("out: sm90 vs sm80, ") + dtype_name(dt) + (causal ? " causal" : "") + " D " + std::to_string(d));
     testing::expect_close(testing::compare_host(1, int64_t(l90.size()), l_of(l90), l_of(l80), testing::Tolerance{2e-3, 2e-4}),
-                          std::string("lse: sm90 vs sm80, ") + dtype_name(dt) + (causal ? " causal" : ""));
+                          std::string("lse: sm90 vs sm80, ") + dtype_name(dt) + (causal ? " causal" : "") + " D " + std::to_string(d));
   }
 }
+
+// Varlen on the sm90a kernel: per-sequence TMA offsets, tiles past a sequence's end skipped, O
+// stored by predicated vector stores (the sequences above: empty, key-less and length-1 ones).
+TEST(AttentionGpuSm90, VarlenCausalBf16D128) { run_varlen(true, DType::kBF16, 128, kSm90); }
+TEST(AttentionGpuSm90, VarlenNonCausalFp16D64) { run_varlen(false, DType::kFP16, 64, kSm90); }
+TEST(AttentionGpuSm90, VarlenCausalBf16D256) { run_varlen(true, DType::kBF16, 256, kSm90); }
+TEST(AttentionSanitizerSm90Varlen, Small) { run_varlen(true, DType::kBF16, 128, kSm90); }
 
 // The compute-sanitizer set for the sm90a kernel (scripts/sanitize runs '*Sanitizer*'), one case with
 // more tiles than a GPU has SMs.
@@ -540,6 +563,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionSanitizerSm90,
                          ::testing::Values(sm90(Case{1, 70, 45, 2, 1, 128, true, 20, -1}),
                                            // 320 tiles: more than SMs, so each persistent CTA runs several
                                            sm90(Case{2, 130, 70, 80, 8, 64}),
+                                           sm90(Case{2, 130, 70, 80, 8, 256}),  // O through Q's buffer, persistent
                                            sm90(Case{1, 33, 100, 2, 2, 64, false, -1, -1, 2.0f}),
                                            sm90(Case{1, 65, 65, 2, 2, 128, false, -1, -1, 0, DType::kFP16, true})),
                          case_name);

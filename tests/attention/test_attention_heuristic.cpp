@@ -37,18 +37,18 @@ TEST(AttentionHeuristic, EveryHeadDimHasAConfigThatFitsTheSharedMemory) {
 // kAuto's kernel choice: the sm90a kernel exactly where it can run.
 TEST(AttentionHeuristic, AutoUsesSm90OnlyWhereItRuns) {
   constexpr int kNeed = 164 * 1024, kH100 = 227 * 1024;
-  EXPECT_TRUE(attn::auto_uses_sm90(true, 9, 0, 128, false, kNeed, kH100));
-  EXPECT_TRUE(attn::auto_uses_sm90(true, 9, 0, 64, false, kNeed, kH100));
-  EXPECT_FALSE(attn::auto_uses_sm90(false, 9, 0, 128, false, kNeed, kH100));  // not built
-  EXPECT_FALSE(attn::auto_uses_sm90(true, 8, 0, 128, false, kNeed, kH100));   // Ampere
-  EXPECT_FALSE(attn::auto_uses_sm90(true, 8, 9, 128, false, kNeed, 99 * 1024));
-  EXPECT_FALSE(attn::auto_uses_sm90(true, 10, 0, 128, false, kNeed, kH100));  // sm_90a code is not forward compatible
-  EXPECT_FALSE(attn::auto_uses_sm90(true, 9, 0, 256, false, kNeed, kH100));   // head dim it lacks
-  EXPECT_FALSE(attn::auto_uses_sm90(true, 9, 0, 128, true, kNeed, kH100));    // varlen
-  EXPECT_FALSE(attn::auto_uses_sm90(true, 9, 0, 128, false, kNeed, kNeed - 1));
-  EXPECT_TRUE(attn::sm90_supports(64, false));
-  EXPECT_FALSE(attn::sm90_supports(256, false));
-  EXPECT_FALSE(attn::sm90_supports(128, true));
+  EXPECT_TRUE(attn::auto_uses_sm90(true, 9, 0, 128, kNeed, kH100));
+  EXPECT_TRUE(attn::auto_uses_sm90(true, 9, 0, 64, kNeed, kH100));
+  EXPECT_TRUE(attn::auto_uses_sm90(true, 9, 0, 256, kNeed, kH100));
+  EXPECT_FALSE(attn::auto_uses_sm90(true, 9, 0, 96, kNeed, kH100));    // a head dim it has no kernel for
+  EXPECT_FALSE(attn::auto_uses_sm90(false, 9, 0, 128, kNeed, kH100));  // not built
+  EXPECT_FALSE(attn::auto_uses_sm90(true, 8, 0, 128, kNeed, kH100));   // Ampere
+  EXPECT_FALSE(attn::auto_uses_sm90(true, 8, 9, 128, kNeed, 99 * 1024));
+  EXPECT_FALSE(attn::auto_uses_sm90(true, 10, 0, 128, kNeed, kH100));  // sm_90a code is not forward compatible
+  EXPECT_FALSE(attn::auto_uses_sm90(true, 9, 0, 128, kNeed, kNeed - 1));
+  EXPECT_TRUE(attn::sm90_supports(64));
+  EXPECT_TRUE(attn::sm90_supports(256));
+  EXPECT_FALSE(attn::sm90_supports(96));
 }
 
 // The sm90a grid: persistent (at most one CTA per SM) for uniform tiles, one CTA per tile under a band.

@@ -112,6 +112,7 @@ void check_traits() {
 TEST(AttentionLayoutSm90, D128Bf16) { check_traits<attn::sm90::Sm90Traits<cutlass::bfloat16_t, 128, 128, 2>>(); }
 TEST(AttentionLayoutSm90, D128Fp16) { check_traits<attn::sm90::Sm90Traits<cutlass::half_t, 128, 128, 2>>(); }
 TEST(AttentionLayoutSm90, D64Bf16) { check_traits<attn::sm90::Sm90Traits<cutlass::bfloat16_t, 64, 128, 3>>(); }
+TEST(AttentionLayoutSm90, D256Bf16) { check_traits<attn::sm90::Sm90Traits<cutlass::bfloat16_t, 256, 64, 2, false>>(); }
 
 }  // namespace
 }  // namespace blockfuse

@@ -91,8 +91,8 @@ TEST(AttentionArgs, MaskAndScalars) {
   { Call c = valid(); c.use_config = true; c.cfg = AttentionConfig{96, 64, 4}; expect_arg_error(c, "config", "attention_config"); }
 }
 
-// params.kernel: a known code; kSm90 only in a build with the sm90a kernel, for the shapes it
-// handles, and without an explicit (sm80) AttentionConfig.
+// params.kernel: a known code; kSm90 only in a build with the sm90a kernel and without an explicit
+// (sm80) AttentionConfig.
 TEST(AttentionArgs, KernelChoice) {
   { Call c = valid(); c.p.kernel = static_cast<AttentionKernel>(7); expect_arg_error(c, "params.kernel", "kAuto, kSm80 or kSm90"); }
   if (!attention_has_sm90()) {
@@ -107,14 +107,6 @@ TEST(AttentionArgs, KernelChoice) {
     return c;
   };
   { Call c = sm90(); c.use_config = true; expect_arg_error(c, "params.kernel", "explicit AttentionConfig"); }
-  {
-    Call c = sm90();
-    c.q = make_attn_tensor(fake(1), DType::kBF16, 2, 100, 8, 256);
-    c.k = make_attn_tensor(fake(4), DType::kBF16, 2, 100, 2, 256);
-    c.v = make_attn_tensor(fake(5), DType::kBF16, 2, 100, 2, 256);
-    c.out = make_attn_tensor(fake(2), DType::kBF16, 2, 100, 8, 256);
-    expect_arg_error(c, "params.kernel", "head_dim 64 or 128");
-  }
 }
 
 TEST(AttentionArgs, Varlen) {
@@ -144,11 +136,6 @@ TEST(AttentionArgs, Varlen) {
   { Call c = varlen(); c.p.num_seqs = 0; expect_arg_error(c, "num_seqs", "1 <= num_seqs"); }
   { Call c = varlen(); c.q.batch = 2; expect_arg_error(c, "q", "batch = 1"); }
   { Call c = varlen(); c.p.cu_seqlens_q = static_cast<char*>(fake(5)) + 2; expect_arg_error(c, "cu_seqlens_q", "4-byte"); }
-  if (attention_has_sm90()) {
-    Call c = varlen();
-    c.p.kernel = AttentionKernel::kSm90;
-    expect_arg_error(c, "params.kernel", "batched (no cu_seqlens)");
-  }
 }
 
 }  // namespace
