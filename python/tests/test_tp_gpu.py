@@ -25,6 +25,9 @@ def test_patched_tensor_parallel_model_matches(family, tmp_path):
     # 4 query / 2 KV heads and U = 704: 2 / 1 heads and U = 352 per rank.
     tiny_model(family, hidden=256, inter=704, layers=3, vocab=512, initializer_range=0.08).save_pretrained(tmp_path)
     env = dict(os.environ)
+    # NVLink multicast off: on a shared host it can take every GPU out of service.
+    env.setdefault("NCCL_NVLS_ENABLE", "0")
+    env.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
     env["PYTHONPATH"] = os.pathsep.join([os.path.join(HERE, ".."), HERE, env.get("PYTHONPATH", "")])
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            os.path.join(HERE, "tp_worker.py"), str(tmp_path), "cuda"]

@@ -6,6 +6,7 @@
 # Device tool: run(kind="nvidia-h200-x2", command="OUT=$OUT results/gpu/tp_h200x2/run.sh", timeout_s=300,
 #   carry=[the .deps include folders of scripts/gpu-check's header])
 set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 cd "$(dirname "$0")/../../.."
 O=${OUT:-/tmp/tp_out}
 mkdir -p "$O"
