@@ -38,7 +38,13 @@ def main(model_dir, device):
     from blockfuse import nn as bnn
 
     load = transformers.AutoModelForCausalLM.from_pretrained
-    tp = load(model_dir, tp_plan="auto", dtype=torch.bfloat16 if cuda else torch.float32).eval()
+    # transformers >= 5.17 takes the plan in a DistributedConfig (passing tp_plan directly is
+    # deprecated, to be removed in 5.18); older releases only take tp_plan.
+    if hasattr(transformers, "DistributedConfig"):
+        tp_args = {"distributed_config": transformers.DistributedConfig(tp_plan="auto")}
+    else:
+        tp_args = {"tp_plan": "auto"}
+    tp = load(model_dir, dtype=torch.bfloat16 if cuda else torch.float32, **tp_args).eval()
     world, rank = dist.get_world_size(), dist.get_rank()
     m32 = load(model_dir, dtype=torch.float32).to(device).eval()
     cfg = m32.config
