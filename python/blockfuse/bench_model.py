@@ -10,6 +10,8 @@ from one fp32 model built on the GPU with a fixed seed:
   * logits error: ‖logits − logits_fp32‖ / ‖logits_fp32‖ over 256 tokens, for each bf16 model;
   * prefill: median ms of a forward over T tokens (batch 1, no cache, logits of the last token
     only), and its peak memory beyond the weights (max_memory_allocated delta);
+  * decode floor: the weights (all but the embedding table) over the measured copy bandwidth, the
+    least time a batch-1 step can take whatever its kernels;
   * decode: tokens/s of `steps` greedy-fed steps (DynamicCache, eager) after a 128-token prompt,
     at each batch size; with --graphs also batch 1 through generate() with a StaticCache, which
     transformers compiles (torch.compile, CUDA graphs) itself; --profile prints the kernels of a step.
@@ -168,6 +170,20 @@ def profile_decode(model, label, batch=1, prompt=128, steps=3):
     return {"gpu_ms_per_step": gpu, "wall_ms_per_step_profiled": wall, "top": top}
 
 
+@torch.no_grad()
+def decode_floor_ms(model):
+    """The least time a batch-1 decode step can take: every weight but the embedding table read once
+    from HBM at the device's copy bandwidth (bytes read + written of a 1 GiB copy, median of 10).
+    Returns (ms, weight bytes, bandwidth in bytes/s)."""
+    weight_bytes = sum(p.numel() * p.element_size() for n, p in model.named_parameters() if "embed_tokens" not in n)
+    a = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    ms = cuda_ms(lambda: b.copy_(a), 10)
+    del a, b
+    bw = 2 * (1 << 30) / (ms * 1e-3)
+    return 1e3 * weight_bytes / bw, weight_bytes, bw
+
+
 def run_model(args):
     import blockfuse
     rows = []
@@ -186,6 +202,10 @@ def run_model(args):
         print(f"# {name} ({args.layers} layers): built in {time.perf_counter() - t_build:.0f} s; logits vs fp32: "
               f"unpatched {err['unpatched']:.3e}, patched {err['patched']:.3e}", flush=True)
         row = {"model": name, "layers": args.layers, "logits_rel_err": err, "prefill": [], "decode": []}
+        floor, wbytes, bw = decode_floor_ms(ref)
+        row["decode_floor"] = {"ms": floor, "weight_bytes": wbytes, "copy_bytes_per_s": bw}
+        print(f"# decode floor (batch 1, weights read once): {wbytes / 1e9:.2f} GB at {bw / 1e12:.2f} TB/s = "
+              f"{floor:.2f} ms per step", flush=True)
         for t in args.prefill:
             (mu, pu), (mp, pp) = prefill(ref, t), prefill(pat, t)
             row["prefill"].append({"tokens": t, "ms": {"unpatched": mu, "patched": mp},
