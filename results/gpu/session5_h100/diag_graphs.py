@@ -34,7 +34,13 @@ def kernels(model, steps=8):
         print(f"#   cpu {e.self_cpu_time_total / 1e3:8.3f} ms x{e.count:5d}  {e.key[:100]}", flush=True)
 
 
-for label, kw in (("unpatched", None), ("patched", {}), ("mlp only", {"norm": False}), ("norms only", {"mlp": False})):
+ORDERS = {
+    "ablation": (("unpatched", None), ("patched", {}), ("mlp only", {"norm": False}), ("norms only", {"mlp": False})),
+    # run4: does the order matter? patched first, then alternating
+    "order": (("patched", {}), ("unpatched", None), ("patched", {}), ("unpatched", None)),
+}
+order = sys.argv[2] if len(sys.argv) > 2 else "ablation"
+for i, (label, kw) in enumerate(ORDERS[order]):
     m = copy.deepcopy(base)
     if kw is not None:
         blockfuse.patch_model(m, **kw)
@@ -44,7 +50,7 @@ for label, kw in (("unpatched", None), ("patched", {}), ("mlp only", {"norm": Fa
     g1 = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     print(f"| {label} | {ms:.2f} ms/step | compiled {compiled} | {g1 - g0} graphs | {time.perf_counter() - t0:.0f} s |",
           flush=True)
-    if label in ("unpatched", "patched"):
+    if order == "ablation" and label in ("unpatched", "patched"):
         kernels(m)
     torch._dynamo.reset()
     del m
