@@ -10,7 +10,7 @@
 The ops are blockfuse::attention / blockfuse::attention_varlen (python/csrc/attention_op.cpp): the
 C++ launcher validates every argument (errors are ValueErrors naming the argument) and runs, on the
 current stream, the Hopper wgmma/TMA kernel (FlashAttention-3's design; compute capability 9.0,
-builds with it, D 64/128, batched) or else the FlashAttention-2 style mma.sync kernel; outputs come from the caching allocator, and
+builds with it) or else the FlashAttention-2 style mma.sync kernel; outputs come from the caching allocator, and
 the fake implementations below let them trace under torch.compile(fullgraph=True) and be captured
 in CUDA graphs. Semantics (include/blockfuse/attention.h): scale default 1/sqrt(D); causal aligned
 bottom-right when Sq != Sk (FlashAttention's convention; the last query sees every key, which is
