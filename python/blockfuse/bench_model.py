@@ -148,7 +148,10 @@ def decode_replay_ms(model, prompt=128, reps=30, graph=True):
     import transformers as tf
     dev = next(model.parameters()).device
     ids = torch.randint(0, model.config.vocab_size, (1, prompt), device=dev)
-    cache = tf.StaticCache(config=model.config, max_cache_len=prompt + 8)
+    # transformers 5.17's StaticCache counts the tokens it has written on the device and ignores
+    # cache_position (5.23 writes at cache_position), so every replay takes the next slot: room for
+    # all of them (the warm-up steps, one check, the timed replays).
+    cache = tf.StaticCache(config=model.config, max_cache_len=prompt + reps + 16)
     out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1,
                 cache_position=torch.arange(prompt, device=dev))
     tok = out.logits[:, -1:].argmax(-1)
