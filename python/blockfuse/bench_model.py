@@ -14,7 +14,10 @@ from one fp32 model built on the GPU with a fixed seed:
     least time a batch-1 step can take whatever its kernels;
   * decode: tokens/s of `steps` greedy-fed steps (DynamicCache, eager) after a 128-token prompt,
     at each batch size; with --graphs also batch 1 through generate() with a StaticCache, which
-    transformers compiles (torch.compile, CUDA graphs) itself; --profile prints the kernels of a step.
+    transformers compiles (torch.compile, CUDA graphs) itself (medians of 5: the host loop between
+    replays makes single timings swing), and one StaticCache step captured in a CUDA graph by hand
+    and replayed back to back (the GPU time of the kernels, without the host); --profile prints the
+    kernels of a step.
 overhead: µs per call, host-side (a tight loop of 2000 calls, synchronised once), of each op on a
 tiny problem against torch.nn.functional.linear on one of the same size, eager, under no_grad —
 the cost a decode step pays per op when the kernels themselves take ~2-5 µs.
