@@ -24,6 +24,7 @@
 #include "blockfuse/blockfuse.h"
 #include "harness.h"
 #include "common/device.h"
+#include "gated_up/params.h"
 #include "gated_up/tile_configs_sm80.h"
 #include "gated_up/tile_configs_sm90.h"
 #include "testing/testing.h"
@@ -92,13 +93,14 @@ class GatedUpBench final : public BenchCommand {
     o.words("--models", models_, {"8b", "70b", "405b", "gemma27b"}, "models", std::vector<std::string>{"8b", "70b"});
     o.ints("--tokens", tokens_, 1, int64_t{1} << 30, "token counts M", std::vector<int64_t>{1024, 4096});
     o.choice("--dtype", dtype_, {"bf16", "fp16"}, "element type");
-    o.choice("--kernel", kernel_, {"auto", "sm80", "sm90"},
-             "which fused kernel (auto = sm90 on compute capability 9.0 when built, else sm80)");
+    o.choice("--kernel", kernel_, {"auto", "sm80", "sm90", "decode"},
+             "which fused kernel (auto = decode up to 32 rows, above sm90 on compute capability 9.0 when built, else sm80)");
     o.integer("--tile-config", tile_config_, -1, 1000, "force GatedUpOptions::tile_config (-1: the heuristic)");
   }
 
   void run(Bench& b) override {
     if (kernel_ == "sm90" && !gated_up_has_sm90()) throw Error("--kernel sm90: this build has no sm90a kernel");
+    if (kernel_ == "decode" && tile_config_ >= 0) throw Error("--tile-config: the decode kernel has no tile table (-1 only)");
     const int n_cfg = kernel_ == "sm90" ? kNumSm90TileConfigs : gated_up_num_tile_configs();
     if (tile_config_ >= n_cfg)
       throw Error("--tile-config " + std::to_string(tile_config_) + ": required -1 (heuristic) or 0.." + std::to_string(n_cfg - 1));
@@ -110,8 +112,9 @@ class GatedUpBench final : public BenchCommand {
     b.title("a = cuBLAS GEMM into [M, 2U]; b = a + blockfuse::swiglu; c = fused gated_up. act MiB = activation bytes each allocates.");
     if (matrix > 0)
       b.title("ceilings this run: cuBLAS 8192^3 bf16 " + fmt(matrix, 0) + " TFLOP/s, device copy " + fmt(copy, 0) +
-              " GB/s; c %ceil = c / matrix ceiling");
-    b.columns({"model", "M", "a cuBLAS", "b +swiglu", "c fused", "c/a", "c/b", "c %ceil", "act MiB a/b/c", "tile", "verified"});
+              " GB/s; c %ceil = c / matrix ceiling; c %copy = weight bytes / c's time / copy (the decode figure)");
+    b.columns({"model", "M", "a cuBLAS", "b +swiglu", "c fused", "c/a", "c/b", "c %ceil", "c us", "c %copy", "act MiB a/b/c", "tile",
+               "verified"});
     b.info()["dtype"] = dtype_;
     for (const auto& key : models_)
       for (const auto& md : kModels)
@@ -144,14 +147,23 @@ class GatedUpBench final : public BenchCommand {
       const std::string point = std::string(md.name) + " M=" + std::to_string(M);
       if (!b.fits(es * (size_t(sets) * x_elems + c_elems + 2 * h_elems) + sizeof(float) * 256 * 3 * size_t(U), point))
         continue;
-      // auto = what gated_up's kAuto runs: sm90 on compute capability 9.0 when built, else sm80.
-      const bool use90 = kernel_ == "sm90" || (kernel_ == "auto" && gated_up_has_sm90() && spec.cc_major == 9 && spec.cc_minor == 0);
-      const GatedUpKernel kern = use90 ? GatedUpKernel::kSm90 : GatedUpKernel::kSm80;
-      const int cfg = tile_config_ >= 0 ? tile_config_
-                      : use90           ? choose_gated_up_sm90_tile_config({M, K, U}, spec)
-                                        : choose_gated_up_sm80_tile_config({M, K, U}, spec);
+          // auto = what gated_up's kAuto runs (choose_gated_up_kernel): the decode kernel up to 32 rows,
+      // above sm90 on compute capability 9.0 when built, else sm80.
+      const GatedUpKernel kern = kernel_ == "sm80"     ? GatedUpKernel::kSm80
+                                 : kernel_ == "sm90"   ? GatedUpKernel::kSm90
+                                 : kernel_ == "decode" ? GatedUpKernel::kDecode
+                                                       : choose_gated_up_kernel(M, tile_config_, gated_up_has_sm90(), spec.cc_major, spec.cc_minor);
+      const bool use90 = kern == GatedUpKernel::kSm90, decode = kern == GatedUpKernel::kDecode;
+      if (decode && M > kDecodeGemmMaxM) {
+        b.log("%s: --kernel decode takes M <= %ld; skipped", point.c_str(), long(kDecodeGemmMaxM));
+        continue;
+      }
+      const int cfg = decode || tile_config_ >= 0 ? tile_config_
+                      : use90                     ? choose_gated_up_sm90_tile_config({M, K, U}, spec)
+                                                  : choose_gated_up_sm80_tile_config({M, K, U}, spec);
+      const std::string tile = decode ? "decode split 1" : tile_string(cfg, use90);
       b.log("%s K=%ld U=%ld %s tile %d (%s), %d x-copies: verifying...", point.c_str(), long(K), long(U),
-            activation_name(md.act), cfg, tile_string(cfg, use90).c_str(), sets);
+            activation_name(md.act), cfg, tile.c_str(), sets);
       std::vector<DeviceBuffer<uint16_t>> xs;
       for (int i = 0; i < sets; ++i) {
         xs.emplace_back(x_elems);
@@ -161,7 +173,7 @@ class GatedUpBench final : public BenchCommand {
       auto X = [&](int i) { return make_matrix(static_cast<const void*>(xs[size_t(i % sets)].data()), dt, M, K); };
       GatedUpOptions opt;
       opt.tile_config = tile_config_;
-      opt.kernel = kernel_ == "sm80" ? GatedUpKernel::kSm80 : kernel_ == "sm90" ? GatedUpKernel::kSm90 : GatedUpKernel::kAuto;
+      opt.kernel = kern;
       auto gemm = [&](int i) { b.linear(xs[size_t(i % sets)].data(), w_stacked.data(), c.data(), M, 2 * U, K, dt, dt == DType::kBF16 ? CUDA_R_16BF : CUDA_R_16F); };
       auto unfused = [&](int i) {
         gemm(i);
@@ -186,23 +198,27 @@ class GatedUpBench final : public BenchCommand {
                    tc = b.time(fused, Method::events());
       const double flops = 2.0 * double(M) * double(K) * 2.0 * double(U);
       auto tf = [&](const Timing& t) { return flops / (t.median_ms * 1e-3) / 1e12; };
+      // GB/s of the weight alone (read once per call): the figure that matters at decode sizes.
+      auto w_gbs = [&](const Timing& t) { return double(es * w_elems) / (t.median_ms * 1e-3) / 1e9; };
       const double bytes_a = double(es * c_elems), bytes_b = double(es * (c_elems + h_elems)), bytes_c = double(es * h_elems);
       const double matrix = b.matrix_tflops();
       b.log("%s: a %.1f  b %.1f  c %.1f TFLOP/s  c/a %.3f  c/b %.3f  %s", point.c_str(), tf(ta), tf(tb), tf(tc),
             ta.median_ms / tc.median_ms, tb.median_ms / tc.median_ms, ok ? "verified" : "VERIFY FAILED");
       auto r = b.row({md.name, std::to_string(M), fmt(tf(ta)), fmt(tf(tb)), fmt(tf(tc)), fmt(ta.median_ms / tc.median_ms, 3),
-                      fmt(tb.median_ms / tc.median_ms, 3), b.pct_of_matrix(tf(tc)),
+                      fmt(tb.median_ms / tc.median_ms, 3), b.pct_of_matrix(tf(tc)), fmt(tc.median_ms * 1e3, 1),
+                      fmt(100 * w_gbs(tc) / b.copy_gbs(), 1),
                       fmt(bytes_a / 1048576, 0) + "/" + fmt(bytes_b / 1048576, 0) + "/" + fmt(bytes_c / 1048576, 0),
-                      (use90 ? "sm90:" : "sm80:") + std::to_string(cfg), ok ? "yes" : "NO"});
+                      decode ? std::string("decode") : (use90 ? "sm90:" : "sm80:") + std::to_string(cfg), ok ? "yes" : "NO"});
       r.set("model", md.name).set("M", M).set("K", K).set("U", U).set("dtype", dtype_)
           .set("activation", activation_name(md.act))
           .set("kernel", std::string("blockfuse::gated_up ") + kernel_name(kern))
-          .set("tile_config", cfg).set("tile_config_forced", tile_config_ >= 0).set("tile", tile_string(cfg, use90))
+          .set("tile_config", cfg).set("tile_config_forced", tile_config_ >= 0).set("tile", tile)
           .set("baseline_gemm", "cublasGemmEx CUBLAS_COMPUTE_32F CUBLAS_GEMM_DEFAULT, 32 MiB workspace, stacked weight")
           .set("baseline_swiglu", "blockfuse::swiglu (stacked)")
           .set("flops", flops)
           .set("a_cublas_ms", ta.median_ms).set("b_unfused_ms", tb.median_ms).set("c_fused_ms", tc.median_ms)
           .set("a_cublas_min_ms", ta.min_ms).set("b_unfused_min_ms", tb.min_ms).set("c_fused_min_ms", tc.min_ms)
+          .set("c_fused_us", tc.median_ms * 1e3).set("c_weight_gbs", w_gbs(tc)).set("c_weight_frac_of_copy", w_gbs(tc) / b.copy_gbs())
           .set("a_cublas_tflops", tf(ta)).set("b_unfused_tflops", tf(tb)).set("c_fused_tflops", tf(tc))
           .set("c_over_a", ta.median_ms / tc.median_ms).set("c_over_b", tb.median_ms / tc.median_ms)
           .set("act_bytes_a", int64_t(bytes_a)).set("act_bytes_b", int64_t(bytes_b)).set("act_bytes_c", int64_t(bytes_c))

@@ -46,8 +46,10 @@ size_t decode_gemm_workspace_size(int64_t m, int64_t n, int64_t k, DecodeGemmCon
 // `device` (-1: the current device): the maximum over the configurations the heuristic picks for
 // M' = 1..m. Allocate it once (16-byte aligned, e.g. cudaMalloc), zero it once with cudaMemset
 // before the first call, and reuse it: the kernel returns its split-K counters to zero itself, so
-// calls need no memset and may be captured into CUDA graphs and replayed. One workspace serves
-// one stream at a time (two calls running concurrently must not share it).
+// calls need no memset and may be captured into CUDA graphs and replayed. The counters sit in a
+// fixed region at its start, so one workspace also serves calls of other shapes (and gated_up's
+// decode path) when it is large enough for each. One workspace serves one stream at a time (two
+// calls running concurrently must not share it).
 size_t decode_gemm_workspace_size(int64_t m, int64_t n, int64_t k, int device = -1);
 
 // y[M, N] = x[M, K] · w[N, K]ᵀ, configuration from decode_gemm_heuristic for the current device.
@@ -55,8 +57,8 @@ size_t decode_gemm_workspace_size(int64_t m, int64_t n, int64_t k, int device = 
 // of one dtype (bf16 or fp16), w.cols == x.cols == K, y is [M, N] with N == w.rows, K % 8 == 0,
 // x and w 16-byte aligned with ld % 8 == 0 (16-byte loads), y any ld >= N (2-byte stores), device
 // pointers on the current device, y overlapping neither x, w nor the workspace, and — when the
-// configuration splits K — a non-null, 16-byte aligned workspace of at least the size above,
-// zeroed before its first use. M == 0 or N == 0 launches nothing; K == 0 writes zeros.
+// configuration splits K — N <= 1048576, and a non-null, 16-byte aligned workspace of at least the
+// size above, zeroed before its first use. M == 0 or N == 0 launches nothing; K == 0 writes zeros.
 void decode_gemm(ConstMatrix x, ConstMatrix w, Matrix y, void* workspace, size_t workspace_bytes,
                  cudaStream_t stream = nullptr);
 

@@ -17,14 +17,20 @@
 
 namespace blockfuse {
 
-// Which kernel implementation runs. kAuto picks the sm90a kernel on compute capability 9.0 when the
-// build has it (gated_up_has_sm90()), the sm80 kernel everywhere else.
+// Which kernel implementation runs. kAuto picks the decode kernel for M <= 32 rows; above, the
+// sm90a kernel on compute capability 9.0 when the build has it (gated_up_has_sm90()), the sm80
+// kernel everywhere else.
 enum class GatedUpKernel : int {
   kAuto = 0,
   kSm80 = 1,  // CuTe mma.sync m16n8k16 + cp.async multistage; compute capability >= 8.0
   kSm90 = 2,  // wgmma + TMA, warp-specialised, persistent (CUTLASS collectives + blockfuse's gated
               // epilogue); compute capability 9.0 only (sm_90a code). Built by default when 90 is in
               // BLOCKFUSE_CUDA_ARCHS (CMake BLOCKFUSE_SM90=AUTO; ON/OFF force it).
+  kDecode = 3,  // M <= 32 only: decode_gemm's kernel (decode_gemm.h; mma.sync with the tokens on the
+                // n = 8 side, W streamed once, split-K through a workspace) with the gate applied to
+                // its fp32 sums; compute capability >= 8.0. At decode sizes a GEMM tiled for large M
+                // leaves most SMs idle: Llama-3 8B, M = 1, the sm90a kernel took 111 µs where cuBLAS's
+                // GEMV + SiLU·mul took 101 (../shared/BENCHMARKING.md).
 };
 // Whether this build contains the sm90a kernel.
 bool gated_up_has_sm90();
@@ -34,7 +40,7 @@ const char* kernel_name(GatedUpKernel k);
 struct GatedUpOptions {
   GatedUpKernel kernel = GatedUpKernel::kAuto;
   int tile_config = -1;  // index into the chosen kernel's tile table (sm80: gated_up_tile_config();
-                         // sm90: kSm90TileConfigs); -1 = heuristic
+                         // sm90: kSm90TileConfigs); -1 = heuristic (the only value kDecode takes)
 };
 
 // h = act(x · w_gateᵀ) ⊙ (x · w_upᵀ), with w interleaved as described above.
@@ -45,9 +51,25 @@ struct GatedUpOptions {
 //   all on the current CUDA device, compute capability >= 8.0; dtypes equal;
 //   K % 8 == 0 and U % 8 == 0, ld % 8 == 0 and every data pointer 16-byte aligned (the kernel
 //   moves 16-byte vectors); out must not overlap x or w. M may be any value >= 0 (M == 0 is a
-//   no-op). The call is asynchronous on `stream`.
+//   no-op); kDecode requires M <= 32. The call is asynchronous on `stream`.
+// Without a workspace the decode kernel (M <= 32) does not split K: it streams W at full rate when
+// N = 2U gives every SM about three 64-column blocks (2U >= ~25k on 132 SMs: Llama-3 8B and larger)
+// and from fewer warps below that. The overload with a workspace lets it split K.
 void gated_up(ConstMatrix x, ConstMatrix w, Matrix out, Activation act,
               cudaStream_t stream = nullptr, const GatedUpOptions& options = {});
+
+// The same with a workspace for the decode kernel's split-K, under decode_gemm.h's rules: allocate
+// gated_up_workspace_size bytes once (16-byte aligned), zero it once, reuse it on one stream (the
+// kernel leaves it zeroed, so calls can be captured in CUDA graphs); it may be shared with
+// decode_gemm. The split is decode_gemm_heuristic(M, 2U, K, SMs)'s; the workspace must hold what
+// that split needs (checked: gated_up_workspace_size). Unused above 32 rows; null = no split.
+void gated_up(ConstMatrix x, ConstMatrix w, Matrix out, Activation act, void* workspace, size_t workspace_bytes,
+              cudaStream_t stream = nullptr, const GatedUpOptions& options = {});
+
+// Workspace bytes that suffice for every gated_up call with x.rows <= m, x.cols == k, out.cols == u
+// on `device` (-1: the current device); 0 when none of them splits K. Requires m >= 0, k >= 0,
+// u >= 0, k % 8 == 0 (throws blockfuse::Error naming the argument otherwise).
+size_t gated_up_workspace_size(int64_t m, int64_t k, int64_t u, int device = -1);
 
 // The tile configurations the sm80 kernel is compiled for (GatedUpOptions::tile_config indexes
 // them; the heuristic that picks one is internal: src/gated_up/heuristic_sm80.cpp).

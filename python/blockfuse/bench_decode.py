@@ -6,7 +6,9 @@ user runs otherwise, in one process on one GPU:
 
 fused-mlp: y = down(silu(x·W_gateᵀ) ⊙ x·W_upᵀ) at decode sizes. torch = F.linear(gate), F.linear(up),
 silu·mul, F.linear(down); blockfuse dense = ops.fused_mlp; blockfuse sparse = ops.fused_mlp_sparse
-over one random list of 50 / 75 / 90 % inactive 32-neuron blocks. Each is captured in a CUDA graph of
+over one random list of 50 / 75 / 90 % inactive 32-neuron blocks. Also the gated up-projection alone
+(torch's two F.linear + silu·mul, F.linear over the interleaved weight + ops.swiglu, ops.gated_up) and
+ops.gated_up followed by F.linear (the MLP as blockfuse.nn.GatedMLP runs it). Each is captured in a CUDA graph of
 20 calls and timed by replays (median per call); the weights (hundreds of MB) exceed the L2, so
 every call reads them from DRAM. GB/s counts the weight rows read; % copy is of a 1 GiB device copy
 measured in the same run.
@@ -77,12 +79,25 @@ def run_fused_mlp(a):
             got = ops.fused_mlp(x, wgu, wdt)
             if not _rel(got, want) < 1e-2:
                 sys.exit(f"fused_mlp differs from the fp32 reference ({_rel(got, want):.3e}) at {name} M={m}")
+            h_want = ops.gated_up_reference(x, wgu, "silu", out_dtype=torch.float32)
+            if not _rel(ops.gated_up(x, wgu), h_want) < 1e-2:
+                sys.exit(f"gated_up differs from the fp32 reference ({_rel(ops.gated_up(x, wgu), h_want):.3e}) at {name} M={m}")
             t_torch = _graph_us(lambda: F.linear(F.silu(F.linear(x, wg)) * F.linear(x, wu), wd))
             t_dense = _graph_us(lambda: ops.fused_mlp(x, wgu, wdt))
+            # The gated up-projection alone: torch's two GEMVs + SiLU·mul; cuBLAS's GEMV over the
+            # interleaved weight + ops.swiglu; ops.gated_up (the decode kernel at these M). And the
+            # MLP as GatedMLP runs it: ops.gated_up, then F.linear for the down projection.
+            t_gu_torch = _graph_us(lambda: F.silu(F.linear(x, wg)) * F.linear(x, wu))
+            t_gu_gemv = _graph_us(lambda: ops.swiglu(F.linear(x, wgu), "silu", "interleaved"))
+            t_gu = _graph_us(lambda: ops.gated_up(x, wgu))
+            t_mlp = _graph_us(lambda: F.linear(ops.gated_up(x, wgu), wd))
             weight_bytes = 3 * u * k * 2
             row = dict(benchmark="fused-mlp-python", model=name, K=k, U=u, M=m, torch_us=t_torch, dense_us=t_dense,
                        dense_over_torch=t_torch / t_dense, dense_frac_of_copy=weight_bytes / (t_dense * 1e3) / copy,
-                       copy_gbs=copy)
+                       copy_gbs=copy, gate_up_torch_us=t_gu_torch, gate_up_gemv_swiglu_us=t_gu_gemv, gated_up_us=t_gu,
+                       gated_up_over_torch=t_gu_torch / t_gu, gated_up_over_gemv_swiglu=t_gu_gemv / t_gu,
+                       gated_up_frac_of_copy=2 * u * k * 2 / (t_gu * 1e3) / copy,
+                       gated_up_then_linear_us=t_mlp, gated_up_then_linear_over_torch=t_torch / t_mlp)
             for inactive in (50, 75, 90):
                 active = sorted(torch.randperm(nb, generator=torch.Generator().manual_seed(inactive))[
                     : nb * (100 - inactive) // 100].tolist())
@@ -104,6 +119,9 @@ def run_fused_mlp(a):
                   f"{100 * row['dense_frac_of_copy']:.0f}% copy)  sparse 50/75/90: "
                   + " ".join(f"{row[f'sparse{p}_us']:.1f} us (x{row[f'sparse{p}_over_dense']:.2f} dense)" for p in (50, 75, 90)),
                   flush=True)
+            print(f"{'':12s} gate/up: torch {t_gu_torch:.1f} us, GEMV+swiglu {t_gu_gemv:.1f} us, ops.gated_up {t_gu:.1f} us "
+                  f"(x{t_gu_torch / t_gu:.2f} torch, {100 * row['gated_up_frac_of_copy']:.0f}% copy); "
+                  f"gated_up + F.linear {t_mlp:.1f} us (x{t_torch / t_mlp:.2f} torch MLP)", flush=True)
     return rows_out
 
 

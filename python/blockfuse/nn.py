@@ -5,8 +5,8 @@
 
 GatedMLP computes down(act(x·W_gateᵀ) ⊙ (x·W_upᵀ)): the gate/up projection and the activation run
 as one blockfuse kernel (ops.gated_up) from the interleaved weight `w_gate_up` [2U, K] (row 2j =
-up_j, row 2j+1 = gate_j) — at decode sizes (≤ DECODE_ROWS rows) cuBLAS's GEMV over that weight and
-ops.swiglu, which measured faster there — then `down` is an ordinary nn.Linear (cuBLAS). On CUDA
+up_j, row 2j+1 = gate_j; up to 32 rows that op runs its decode kernel), then `down` is an ordinary
+nn.Linear (cuBLAS). On CUDA
 bf16/fp16 inputs it uses these kernels; on anything else (CPU tensors, float32) it runs the same
 formula in plain torch (ops.gated_up_reference), so a converted model still works there.
 
@@ -18,7 +18,6 @@ the decoder layers' residual adds and RMSNorms into add_rmsnorm calls.
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from . import ops
@@ -56,14 +55,6 @@ HF_ACTIVATIONS = {
     "gelu_tanh": "gelu_tanh",
     "gelu_new": "gelu_tanh",  # transformers' NewGELUActivation: the same tanh formula
 }
-
-
-# Rows up to which GatedMLP.gate_up runs cuBLAS's GEMV + swiglu instead of the fused GEMM: at decode
-# sizes the weights are read once either way, and on the H100 cuBLAS reads them faster — Llama-3 8B,
-# M = 1 / 4 / 16 / 32: F.linear + SiLU·mul 101 / 104 / 107 / 108 µs, gated_up 111 / 114 / 108 / 104;
-# 70B: 358-364 vs 374-381 µs (../shared/BENCHMARKING.md); a decode step's profile: 98 µs per layer
-# for gated_up against 82 µs for cuBLAS's two GEMVs (docs/pytorch.md).
-DECODE_ROWS = 16
 
 
 class GatedMLP(nn.Module):
@@ -105,12 +96,11 @@ class GatedMLP(nn.Module):
 
     def gate_up(self, x):
         """h = act(x·W_gateᵀ) ⊙ (x·W_upᵀ), [..., U]: for CUDA bf16/fp16 inputs of the weight's dtype
-        the fused kernel, or at decode sizes (≤ DECODE_ROWS rows) cuBLAS's GEMV over the same
-        interleaved weight followed by ops.swiglu; the same formula in plain torch otherwise."""
+        the fused kernel (ops.gated_up: its decode kernel up to 32 rows, which streams the weight
+        faster than cuBLAS's GEMV + swiglu — docs/pytorch.md), the same formula in plain torch
+        otherwise."""
         w = self.w_gate_up
         if x.is_cuda and x.dtype is w.dtype and x.dtype in ops._FUSED_DTYPES:
-            if x.numel() <= DECODE_ROWS * x.shape[-1]:
-                return ops._SWIGLU(F.linear(x, w), self.activation, "interleaved")
             return ops._GATED_UP(x, w, self.activation)  # the registered op itself: checks in C++
         return ops.gated_up_reference(x, w, self.activation)
 

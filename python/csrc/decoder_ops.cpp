@@ -258,17 +258,6 @@ std::tuple<at::Tensor, at::Tensor> swiglu_fp8_op(const at::Tensor& gate_up, cons
 
 // ---- decode_gemm ---------------------------------------------------------------------------------
 
-int sm_count(int device) { return at::cuda::getDeviceProperties(device)->multiProcessorCount; }
-
-size_t workspace_need(int64_t m, int64_t n, int64_t k, int device) {
-  if (m < 1 || m > blockfuse::kDecodeGemmMaxM || n < 1) return 0;  // the launcher reports bad M itself
-  size_t need = 0;
-  call_blockfuse([&] {
-    need = blockfuse::decode_gemm_workspace_size(m, n, k, blockfuse::decode_gemm_heuristic(m, n, k, sm_count(device)));
-  });
-  return need;
-}
-
 at::Tensor decode_gemm_op(const at::Tensor& x, const at::Tensor& w) {
   constexpr const char* fn = "decode_gemm";
   check_cuda(x, fn, "x");
@@ -286,7 +275,7 @@ at::Tensor decode_gemm_op(const at::Tensor& x, const at::Tensor& w) {
   const RowView yv{xv.rows, wv.rows, wv.rows};
   if (xv.rows == 0) return y;
   const cudaStream_t stream = current_stream(x);
-  const size_t need = workspace_need(xv.rows, wv.rows, xv.cols, device);
+  const size_t need = decode_workspace_need(xv.rows, wv.rows, xv.cols, device);
   size_t ws_bytes = 0;
   void* ws = need > 0 ? device_workspace(WorkspaceKind::kDecodeGemm, device, need, stream, &ws_bytes, fn,
                                          "blockfuse.ops.decode_gemm_reserve(w)")

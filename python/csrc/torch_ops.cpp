@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "binding.h"
+#include "workspace.h"
 
 namespace {
 
@@ -69,9 +70,18 @@ at::Tensor gated_up_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_v
   out_sizes.back() = U;
   at::Tensor out = at::empty(out_sizes, x.options());  // contiguous: row stride U
   const RowView ov{xv.rows, U, U};
+  // Up to 32 rows the decode kernel runs; where it splits K (2U too small to fill the SMs) it uses
+  // the binding's decode workspace, shared with decode_gemm (workspace.h: such a shape must have
+  // run once eagerly before it is captured).
+  const cudaStream_t stream = current_stream(x);
+  const bool sizes_ok = wv.cols >= 8 && wv.cols % 8 == 0 && U >= 8 && U % 8 == 0;
+  const size_t need = sizes_ok ? decode_workspace_need(xv.rows, 2 * U, wv.cols, x.device().index()) : 0;
+  size_t ws_bytes = 0;
+  void* ws = need > 0 ? device_workspace(WorkspaceKind::kDecodeGemm, x.device().index(), need, stream, &ws_bytes, fn,
+                                         "blockfuse.ops.decode_gemm_reserve(w)")
+                      : nullptr;
   call_blockfuse([&] {
-    blockfuse::gated_up(cview(x, xv, dt), cview(w, wv, dt), mview(out, ov, dt), act,
-                        current_stream(x));
+    blockfuse::gated_up(cview(x, xv, dt), cview(w, wv, dt), mview(out, ov, dt), act, ws, ws_bytes, stream);
   });
   return out;
 }

@@ -1,12 +1,15 @@
 // The binding's device workspaces (workspace.h).
 #include "workspace.h"
 
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "blockfuse/decode_gemm.h"
 
 namespace blockfuse_torch {
 
@@ -52,6 +55,12 @@ void* device_workspace(WorkspaceKind kind, int device, size_t need, cudaStream_t
   }
   *bytes = ws.bytes;
   return ws.ptr;
+}
+
+size_t decode_workspace_need(int64_t m, int64_t n, int64_t k, int device) {
+  if (m < 1 || m > blockfuse::kDecodeGemmMaxM || n < 1 || k < 0 || k % 8 != 0) return 0;
+  const int sms = at::cuda::getDeviceProperties(device)->multiProcessorCount;
+  return blockfuse::decode_gemm_workspace_size(m, n, k, blockfuse::decode_gemm_heuristic(m, n, k, sms));
 }
 
 }  // namespace blockfuse_torch

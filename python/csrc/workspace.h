@@ -1,4 +1,5 @@
-// Device workspaces the binding owns for ops whose kernels need one (decode_gemm's split-K counters,
+// Device workspaces the binding owns for ops whose kernels need one (the decode kernel's split-K
+// counters and partials, shared by decode_gemm and gated_up at <= 32 rows,
 // the fused MLP's accumulator, the router's scores): one buffer per (kind, device), zeroed when it
 // is allocated, grown (never shrunk, never freed while the process lives: a CUDA graph captured
 // earlier keeps using the buffer it was captured with) the first time a call needs more.
@@ -14,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace blockfuse_torch {
 
@@ -24,5 +26,11 @@ enum class WorkspaceKind : int { kDecodeGemm = 0, kFusedMlp = 1, kRouter = 2 };
 // the call that reserves the workspace outside a capture (both for the error message).
 void* device_workspace(WorkspaceKind kind, int device, size_t need, cudaStream_t stream, size_t* bytes,
                        const char* fn, const char* reserve_hint);
+
+// The bytes of the kDecodeGemm workspace one call of the decode kernel with x [m, k] and N = n
+// output columns needs under decode_gemm_heuristic's configuration (decode_gemm; gated_up's decode
+// path with n = 2U): 0 when it does not split K, and for arguments the launcher will reject (it
+// reports them itself, naming them).
+size_t decode_workspace_need(int64_t m, int64_t n, int64_t k, int device);
 
 }  // namespace blockfuse_torch

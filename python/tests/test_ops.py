@@ -279,3 +279,42 @@ def test_cuda_graph_capture():
         torch.cuda.synchronize()
         assert torch.equal(static_out, ops.gated_up(new_x, w, "silu"))
         check_close(static_out, new_x, w, "silu")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m", [1, 2, 9, 17, 32])
+@pytest.mark.parametrize("k, u", [(8192, 64), (4104, 1432), (4096, 14336)])
+def test_gated_up_decode_rows(m, k, u, dtype):
+    """Up to 32 rows gated_up runs the decode kernel: with 2U = 128 it splits K through the binding's
+    decode workspace (shared with decode_gemm), at Llama-3 8B's 2U it does not."""
+    x, w = make((m,), k, u, dtype, seed=m + k + u)
+    check_close(ops.gated_up(x, w, "silu"), x, w, "silu")
+
+
+def test_gated_up_decode_split_k_in_a_cuda_graph():
+    """A split-K decode shape, captured after one eager call (which grows the workspace), replayed
+    with new x; decode_gemm calls of another shape in the same graph share the workspace."""
+    x, w = make((4,), 8192, 64, torch.bfloat16)
+    wd = (torch.randn(4096, 8192, device="cuda") / 90).bfloat16()
+    static_x = x.clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            ops.gated_up(static_x, w, "silu")
+            ops.decode_gemm(static_x, wd)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        h = ops.gated_up(static_x, w, "silu")
+        y = ops.decode_gemm(static_x, wd)
+        h2 = ops.gated_up(static_x, w, "silu")
+    for seed in (1, 2, 3):
+        new_x, _ = make((4,), 8192, 64, torch.bfloat16, seed=seed)
+        static_x.copy_(new_x)
+        graph.replay()
+        torch.cuda.synchronize()
+        check_close(h, new_x, w, "silu")
+        assert torch.equal(h, h2)
+        ref = new_x.float() @ wd.float().t()
+        assert ((y.float() - ref).norm() / ref.norm()).item() < 6e-3

@@ -1,6 +1,6 @@
 // decode_gemm: validation, configuration and launch of the split-K decode kernel. Read in this
 // order: params.h (parameters and the geometry everything shares), heuristic.cpp (the pure split-K
-// cost model), decode_gemm_sm80.cuh (the kernel), this file, reference.cpp.
+// cost model), decode_gemm_sm80.cuh (the kernel), launch.h + this file, reference.cpp.
 #include "blockfuse/decode_gemm.h"
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 #include "common/check.h"
 #include "common/device.h"
 #include "decode_gemm/decode_gemm_sm80.cuh"
+#include "decode_gemm/launch.h"
 #include "decode_gemm/params.h"
 
 namespace blockfuse {
@@ -45,24 +46,6 @@ void validate_host(const ConstMatrix& x, const ConstMatrix& w, const Matrix& y) 
   detail::check_no_overlap(kFn, "y", y, "w", w);
 }
 
-void validate_workspace(const ConstMatrix& x, const ConstMatrix& w, const Matrix& y, void* ws, size_t bytes,
-                        DecodeGemmConfig c) {
-  const size_t need = decode::workspace_bytes(x.rows, w.rows, c);
-  if (need == 0) return;
-  if (ws == nullptr)
-    detail::throw_arg(kFn, "workspace", cat("is null with split_k = ", c.split_k),
-                      cat("a zero-initialised device buffer of >= ", need, " bytes (decode_gemm_workspace_size)"));
-  if (bytes < need)
-    detail::throw_arg(kFn, "workspace_bytes", cat("is ", bytes, " with split_k = ", c.split_k),
-                      cat(">= ", need, " (decode_gemm_workspace_size)"));
-  detail::check_pointer_alignment(kFn, "workspace", ws, 16);
-  // The workspace as a byte "matrix" for the overlap checks.
-  const ConstMatrix wsm{ws, DType::kBF16, 1, int64_t(need / 2), int64_t(need / 2)};
-  detail::check_no_overlap(kFn, "workspace", wsm, "y", y);
-  detail::check_no_overlap(kFn, "workspace", wsm, "x", x);
-  detail::check_no_overlap(kFn, "workspace", wsm, "w", w);
-}
-
 template <class T, int NT>
 void launch_nt(const decode::DecodeGemmParams& p, int warps, dim3 grid, cudaStream_t stream) {
   if (warps == 4)
@@ -72,7 +55,7 @@ void launch_nt(const decode::DecodeGemmParams& p, int warps, dim3 grid, cudaStre
 }
 
 template <class T>
-void launch(const decode::DecodeGemmParams& p, int warps, cudaStream_t stream) {
+void launch_typed(const decode::DecodeGemmParams& p, int warps, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(decode::n_blocks(p.n, warps)), static_cast<unsigned>(p.split));
   switch (decode::m_tiles(p.m)) {
     case 1: launch_nt<T, 1>(p, warps, grid, stream); break;
@@ -83,15 +66,39 @@ void launch(const decode::DecodeGemmParams& p, int warps, cudaStream_t stream) {
   BF_CHECK_LAUNCH();
 }
 
-// Launches after every check but the device's (the callers check the pointers first).
-void run(const ConstMatrix& x, const ConstMatrix& w, const Matrix& y, void* ws, DecodeGemmConfig c,
-         cudaStream_t stream) {
-  detail::check_compute_capability(kFn, 8, 0);
-  // gridDim.x holds the N blocks (< 2^31); rows * ld < 2^40 with ld >= 8 leaves one value over.
-  if (decode::n_blocks(w.rows, c.warps_per_block) > 0x7fffffff)
-    detail::throw_arg(kFn, "w", cat("has N = ", w.rows, " rows"),
-                      cat("ceil(N / ", decode::block_n(c.warps_per_block), ") < 2^31 (the grid's x dimension)"));
-  decode::DecodeGemmParams p{};
+}  // namespace
+
+namespace decode {
+
+void check_workspace(const char* fn, const ConstMatrix& x, const ConstMatrix& w, const ConstMatrix& y, void* ws,
+                     size_t bytes, DecodeGemmConfig c) {
+  const size_t need = workspace_bytes(x.rows, w.rows, c);
+  if (need == 0) return;
+  if (ws == nullptr)
+    detail::throw_arg(fn, "workspace", cat("is null with split_k = ", c.split_k),
+                      cat("a zero-initialised device buffer of >= ", need, " bytes (", fn, "_workspace_size)"));
+  if (bytes < need)
+    detail::throw_arg(fn, "workspace_bytes", cat("is ", bytes, " with split_k = ", c.split_k),
+                      cat(">= ", need, " (", fn, "_workspace_size)"));
+  detail::check_pointer_alignment(fn, "workspace", ws, 16);
+  // The workspace as a byte "matrix" for the overlap checks.
+  const ConstMatrix wsm{ws, DType::kBF16, 1, int64_t(need / 2), int64_t(need / 2)};
+  detail::check_no_overlap(fn, "workspace", wsm, "y", y);
+  detail::check_no_overlap(fn, "workspace", wsm, "x", x);
+  detail::check_no_overlap(fn, "workspace", wsm, "w", w);
+}
+
+void launch(const char* fn, const ConstMatrix& x, const ConstMatrix& w, const Matrix& y, void* ws, DecodeGemmConfig c,
+            Epilogue e, cudaStream_t stream) {
+  detail::check_compute_capability(fn, 8, 0);
+  // gridDim.x holds the N blocks (< 2^31); split-K counts them in a fixed region of kMaxCounters.
+  if (n_blocks(w.rows, c.warps_per_block) > 0x7fffffff)
+    detail::throw_arg(fn, "w", cat("has N = ", w.rows, " rows"),
+                      cat("ceil(N / ", block_n(c.warps_per_block), ") < 2^31 (the grid's x dimension)"));
+  if (c.split_k > 1 && n_blocks(w.rows, 4) > kMaxCounters)
+    detail::throw_arg(fn, "w", cat("has N = ", w.rows, " rows with split_k = ", c.split_k),
+                      cat("N <= ", kMaxCounters * kWarpN * 4, " when K is split (the workspace's counters), or split_k = 1"));
+  DecodeGemmParams p{};
   p.x = x.data;
   p.w = w.data;
   p.y = y.data;
@@ -101,19 +108,21 @@ void run(const ConstMatrix& x, const ConstMatrix& w, const Matrix& y, void* ws, 
   p.ldx = x.ld;
   p.ldw = w.ld;
   p.ldy = y.ld;
+  p.gated = e.gated ? 1 : 0;
+  p.act = e.act;
   p.split = c.split_k;
-  p.slice = decode::slice_k(std::max<int64_t>(p.k, 1), c.split_k);
+  p.slice = slice_k(std::max<int64_t>(p.k, 1), c.split_k);
   if (c.split_k > 1) {
     p.counters = static_cast<int*>(ws);
-    p.partials = reinterpret_cast<float*>(static_cast<char*>(ws) + decode::counter_bytes(p.n));
+    p.partials = reinterpret_cast<float*>(static_cast<char*>(ws) + kCounterBytes);
   }
   if (x.dtype == DType::kBF16)
-    launch<__nv_bfloat16>(p, c.warps_per_block, stream);
+    launch_typed<__nv_bfloat16>(p, c.warps_per_block, stream);
   else
-    launch<__half>(p, c.warps_per_block, stream);
+    launch_typed<__half>(p, c.warps_per_block, stream);
 }
 
-}  // namespace
+}  // namespace decode
 
 size_t decode_gemm_workspace_size(int64_t m, int64_t n, int64_t k, int device) {
   if (m < 0 || m > kDecodeGemmMaxM)
@@ -134,12 +143,12 @@ void decode_gemm(ConstMatrix x, ConstMatrix w, Matrix y, void* workspace, size_t
                  DecodeGemmConfig config, cudaStream_t stream) {
   validate_host(x, w, y);
   decode::check_config(kFn, x.cols, config);
-  validate_workspace(x, w, y, workspace, workspace_bytes, config);
+  decode::check_workspace(kFn, x, w, y, workspace, workspace_bytes, config);
   if (x.rows == 0 || w.rows == 0) return;
   detail::check_device_matrix(kFn, "x", x);
   detail::check_device_matrix(kFn, "w", w);
   detail::check_device_matrix(kFn, "y", y);
-  run(x, w, y, workspace, config, stream);
+  decode::launch(kFn, x, w, y, workspace, config, {}, stream);
 }
 
 void decode_gemm(ConstMatrix x, ConstMatrix w, Matrix y, void* workspace, size_t workspace_bytes,
@@ -152,8 +161,8 @@ void decode_gemm(ConstMatrix x, ConstMatrix w, Matrix y, void* workspace, size_t
   detail::check_device_matrix(kFn, "w", w);
   detail::check_device_matrix(kFn, "y", y);
   const DecodeGemmConfig c = decode_gemm_heuristic(x.rows, w.rows, x.cols, detail::current_device_spec().sm_count);
-  validate_workspace(x, w, y, workspace, workspace_bytes, c);
-  run(x, w, y, workspace, c, stream);
+  decode::check_workspace(kFn, x, w, y, workspace, workspace_bytes, c);
+  decode::launch(kFn, x, w, y, workspace, c, {}, stream);
 }
 
 }  // namespace blockfuse

@@ -23,6 +23,12 @@
 // itself in with an atomicAdd on its N tile's counter; the block that arrives last sums the split
 // slots in order s = 0..split-1 (a fixed order: deterministic) with L1-bypassing loads, writes y
 // and sets the counter back to 0, so the next call (or a graph replay) finds it zeroed.
+//
+// Gated epilogue (gated_up's decode path). With w the interleaved gate/up matrix (row 2j = up_j,
+// 2j + 1 = gate_j), a warp's 16 columns are 8 (up, gate) pairs, and lane g holds column n0 + g: the
+// even-g lanes hold up, the lane 4 above (g + 1) the gate of the same pair. One shuffle brings the
+// gate over and the even-g lanes write h[m][(n0 + g) / 2] = act(gate) · up from the fp32 sums, so
+// the [M, 2U] product is never stored.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +36,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "common/activation.cuh"
 #include "decode_gemm/params.h"
 
 namespace blockfuse::decode {
@@ -181,6 +188,20 @@ __global__ void __launch_bounds__(WARPS * 32, 16 / WARPS) decode_gemm_kernel(con
   }
 
   T* y = static_cast<T*>(p.y);
+  if (p.gated) {
+    // N is even (2U), so an up column nn < N always has its gate column nn + 1 < N.
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const int64_t m = 8 * j + 2 * t;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float gate = __shfl_down_sync(0xffffffffu, acc[j][e], 4);  // lane g + 1's column
+        const int64_t mm = m + (e & 1), nn = n0 + g + (e >> 1) * 8;
+        if ((g & 1) == 0 && mm < p.m && nn < p.n) store_y<T>(y + mm * p.ldy + nn / 2, gated_act(p.act, gate, acc[j][e]));
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     const int64_t m = 8 * j + 2 * t;

@@ -30,6 +30,7 @@
 
 #include "blockfuse/decode_gemm.h"
 #include "common/check.h"
+#include "decode_gemm/launch.h"
 #include "decode_gemm/params.h"
 
 namespace blockfuse {
@@ -81,13 +82,11 @@ void check_config(const char* fn, int64_t k, DecodeGemmConfig c) {
 }
 }  // namespace decode
 
-DecodeGemmConfig decode_gemm_heuristic(int64_t m, int64_t n, int64_t k, int sm_count) {
-  constexpr const char* kFn = "decode_gemm_heuristic";
-  check_mnk(kFn, m, n, k, 1);
-  if (sm_count < 1) detail::throw_arg(kFn, "sm_count", detail::cat("is ", sm_count), "sm_count >= 1");
-
-  const int max_split =
-      static_cast<int>(std::clamp<int64_t>(k / kMinSliceK, 1, int64_t(kDecodeGemmMaxSplitK)));
+namespace decode {
+DecodeGemmConfig choose_config(int64_t m, int64_t n, int64_t k, int sm_count, int split_cap) {
+  if (n_blocks(n, 4) > kMaxCounters) split_cap = 1;  // beyond the workspace's counters (params.h)
+  const int max_split = static_cast<int>(
+      std::clamp<int64_t>(k / kMinSliceK, 1, std::clamp<int64_t>(split_cap, 1, kDecodeGemmMaxSplitK)));
   struct Candidate {
     DecodeGemmConfig c;
     double t;
@@ -102,6 +101,14 @@ DecodeGemmConfig decode_gemm_heuristic(int64_t m, int64_t n, int64_t k, int sm_c
   for (const auto& c : cands)
     if (c.t <= best * kTieTolerance) return c.c;
   return cands.front().c;  // unreachable: the minimum itself is within the tolerance
+}
+}  // namespace decode
+
+DecodeGemmConfig decode_gemm_heuristic(int64_t m, int64_t n, int64_t k, int sm_count) {
+  constexpr const char* kFn = "decode_gemm_heuristic";
+  check_mnk(kFn, m, n, k, 1);
+  if (sm_count < 1) detail::throw_arg(kFn, "sm_count", detail::cat("is ", sm_count), "sm_count >= 1");
+  return decode::choose_config(m, n, k, sm_count, kDecodeGemmMaxSplitK);
 }
 
 size_t decode_gemm_workspace_size(int64_t m, int64_t n, int64_t k, DecodeGemmConfig config) {

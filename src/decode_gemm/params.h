@@ -12,7 +12,13 @@ namespace blockfuse::decode {
 constexpr int kWarpN = 16;    // output columns (W rows) per warp: the M = 16 side of m16n8k16
 constexpr int kTileM = 8;     // token rows per MMA: the n = 8 side; M <= 32 takes 1..4 of them
 constexpr int kChunkK = 32;   // k per 16-byte load of 4 lanes (two k16 MMA steps)
-constexpr int kCounterAlign = 256;  // partials start this far into the workspace
+// The counters take a fixed region at the start of every workspace, one int per N block of 4-warp
+// blocks (the most blocks): 16384 counters, N <= 16384 * 64 = 1048576 columns. Fixed, so that one
+// zeroed workspace serves calls of any shape: were the region sized by N, a call with a larger N
+// would find an earlier call's partials where its counters start (they are left behind, not
+// cleared) and miscount its splits.
+constexpr int64_t kMaxCounters = 16384;
+constexpr size_t kCounterBytes = size_t(kMaxCounters) * sizeof(int);  // partials start here
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -27,18 +33,13 @@ inline int64_t slice_k(int64_t k, int split) { return ceil_div(ceil_div(k, split
 inline bool split_is_valid(int64_t k, int split) {
   return split == 1 || (split >= 2 && split <= kDecodeGemmMaxSplitK && (split - 1) * slice_k(k, split) < k);
 }
-// The counters (one int per N block, sized for 4-warp blocks, the most blocks) come first so that
-// every configuration finds its counters at the same place, all zero between calls.
-inline size_t counter_bytes(int64_t n) {
-  return size_t(ceil_div(n_blocks(n, 4) * int64_t(sizeof(int)), kCounterAlign) * kCounterAlign);
-}
 // fp32 partials: per split, per block, per warp, per m-tile, 32 lanes x 4 accumulators.
 inline size_t partial_bytes(int64_t m, int64_t n, DecodeGemmConfig c) {
   return size_t(c.split_k) * size_t(n_blocks(n, c.warps_per_block)) * size_t(c.warps_per_block) *
          size_t(m_tiles(m)) * 32 * 4 * sizeof(float);
 }
 inline size_t workspace_bytes(int64_t m, int64_t n, DecodeGemmConfig c) {
-  return c.split_k == 1 ? 0 : counter_bytes(n) + partial_bytes(m, n, c);
+  return c.split_k == 1 ? 0 : kCounterBytes + partial_bytes(m, n, c);
 }
 // Throws (naming 'config') unless warps_per_block is 4 or 8 and split_k is valid for K
 // (heuristic.cpp; shared by decode_gemm and decode_gemm_workspace_size).
@@ -53,8 +54,10 @@ struct DecodeGemmParams {
   int64_t ldx, ldw, ldy;
   int64_t slice;     // K per split (slice_k)
   int split;         // gridDim.y
+  int gated;         // 0: y = x·wᵀ [m, n]; 1: w is gated_up's interleaved [2U, K] and y = h [m, n / 2]
+  int act;           // gated: the Activation code of act(gate)
   int* counters;     // workspace (split > 1)
-  float* partials;   // workspace + counter_bytes(n) (split > 1)
+  float* partials;   // workspace + kCounterBytes (split > 1)
 };
 
 }  // namespace blockfuse::decode

@@ -5,12 +5,16 @@
 //   tile_configs_sm90.h, heuristic_sm90.cpp   sm90a tile table, scheduler model, heuristic
 //   gated_up_sm80.cuh, launch_sm80*          the portable mma.sync kernel and its launch
 //   gated_up_sm90.cuh, launch_*sm90*         the Hopper wgmma/TMA kernel and its launch
+//   ../decode_gemm/launch.h          the decode kernel (M <= 32) with its gated epilogue
 //   this file                        validation, kernel choice, dispatch
 //   reference.cpp                    the CPU reference; weight_layout.cpp the weight interleaving
 #include "blockfuse/gated_up.h"
 
+#include <algorithm>
+
 #include "common/check.h"
 #include "common/device.h"
+#include "decode_gemm/launch.h"
 #include "gated_up/launch_sm80.h"
 #include "gated_up/params.h"
 #include "gated_up/tile_configs_sm80.h"
@@ -26,6 +30,7 @@ const char* kernel_name(GatedUpKernel k) {
     case GatedUpKernel::kAuto: return "auto";
     case GatedUpKernel::kSm80: return "sm80";
     case GatedUpKernel::kSm90: return "sm90";
+    case GatedUpKernel::kDecode: return "decode";
   }
   return "unknown";
 }
@@ -36,6 +41,11 @@ bool gated_up_has_sm90() {
 #else
   return false;
 #endif
+}
+
+GatedUpKernel choose_gated_up_kernel(int64_t m, int tile_config, bool has_sm90, int cc_major, int cc_minor) {
+  if (m <= kDecodeGemmMaxM && tile_config < 0) return GatedUpKernel::kDecode;
+  return has_sm90 && cc_major == 9 && cc_minor == 0 ? GatedUpKernel::kSm90 : GatedUpKernel::kSm80;
 }
 
 namespace {
@@ -49,12 +59,15 @@ void validate(const ConstMatrix& x, const ConstMatrix& w, const Matrix& out, Act
               const GatedUpOptions& opt) {
   if (act != Activation::kSiLU && act != Activation::kGeluTanh)
     throw_arg(kFn, "activation", cat("has code ", static_cast<int>(act)), "Activation::kSiLU or Activation::kGeluTanh");
-  if (opt.kernel != GatedUpKernel::kAuto && opt.kernel != GatedUpKernel::kSm80 && opt.kernel != GatedUpKernel::kSm90)
-    throw_arg(kFn, "options.kernel", cat("has code ", static_cast<int>(opt.kernel)), "kAuto, kSm80 or kSm90");
+  if (opt.kernel != GatedUpKernel::kAuto && opt.kernel != GatedUpKernel::kSm80 && opt.kernel != GatedUpKernel::kSm90 &&
+      opt.kernel != GatedUpKernel::kDecode)
+    throw_arg(kFn, "options.kernel", cat("has code ", static_cast<int>(opt.kernel)), "kAuto, kSm80, kSm90 or kDecode");
   if (opt.kernel == GatedUpKernel::kSm90 && !gated_up_has_sm90())
     throw_arg(kFn, "options.kernel", "= kSm90, but this build has no sm90a kernel",
               "a build with 90 in BLOCKFUSE_CUDA_ARCHS (BLOCKFUSE_SM90=AUTO, the default) or BLOCKFUSE_SM90=ON");
-  const int n_configs = opt.kernel == GatedUpKernel::kSm90 ? kNumSm90TileConfigs : kNumSm80TileConfigs;
+  const int n_configs = opt.kernel == GatedUpKernel::kSm90     ? kNumSm90TileConfigs
+                        : opt.kernel == GatedUpKernel::kDecode ? 0
+                                                               : kNumSm80TileConfigs;
   if (opt.tile_config < -1 || opt.tile_config >= n_configs)
     throw_arg(kFn, "options.tile_config", cat("= ", opt.tile_config),
               cat("-1 (heuristic) or 0 <= tile_config < ", n_configs, " for kernel ", kernel_name(opt.kernel)));
@@ -79,6 +92,9 @@ void validate(const ConstMatrix& x, const ConstMatrix& w, const Matrix& out, Act
     throw_arg(kFn, "out", cat("has cols U = ", U), "U >= 8 and U % 8 == 0 (16-byte vector stores)");
   if (M > (int64_t{1} << 31) - 1)
     throw_arg(kFn, "x", cat("has rows M = ", M), "M < 2^31");
+  if (opt.kernel == GatedUpKernel::kDecode && M > kDecodeGemmMaxM)
+    throw_arg(kFn, "x", cat("has rows M = ", M, " with options.kernel = kDecode"),
+              cat("M <= ", kDecodeGemmMaxM, " (the decode kernel; kAuto picks a GEMM kernel above)"));
   detail::check_alignment(kFn, "x", x, 16, 8);
   detail::check_alignment(kFn, "w", w, 16, 8);
   detail::check_alignment(kFn, "out", out, 16, 8);
@@ -95,10 +111,35 @@ void validate(const ConstMatrix& x, const ConstMatrix& w, const Matrix& out, Act
 
 void gated_up(ConstMatrix x, ConstMatrix w, Matrix out, Activation act, cudaStream_t stream,
               const GatedUpOptions& options) {
+  gated_up(x, w, out, act, nullptr, 0, stream, options);
+}
+
+size_t gated_up_workspace_size(int64_t m, int64_t k, int64_t u, int device) {
+  constexpr const char* fn = "gated_up_workspace_size";
+  if (m < 0) throw_arg(fn, "m", cat("is ", m), "m >= 0");
+  if (k < 0 || k % 8 != 0) throw_arg(fn, "k", cat("is ", k), "k >= 0 and k % 8 == 0");
+  if (u < 0) throw_arg(fn, "u", cat("is ", u), "u >= 0");
+  return decode_gemm_workspace_size(std::min<int64_t>(m, kDecodeGemmMaxM), 2 * u, k, device);
+}
+
+void gated_up(ConstMatrix x, ConstMatrix w, Matrix out, Activation act, void* workspace, size_t workspace_bytes,
+              cudaStream_t stream, const GatedUpOptions& options) {
   validate(x, w, out, act, options);
   if (x.rows == 0) return;
 
   const detail::DeviceSpec dev = detail::current_device_spec();
+  const GatedUpKernel kernel = options.kernel != GatedUpKernel::kAuto
+                                   ? options.kernel
+                                   : choose_gated_up_kernel(x.rows, options.tile_config, gated_up_has_sm90(),
+                                                            dev.cc_major, dev.cc_minor);
+  if (kernel == GatedUpKernel::kDecode) {
+    const DecodeGemmConfig c = decode::choose_config(x.rows, w.rows, x.cols, dev.sm_count,
+                                                     workspace != nullptr ? kDecodeGemmMaxSplitK : 1);
+    decode::check_workspace(kFn, x, w, out, workspace, workspace_bytes, c);
+    decode::launch(kFn, x, w, out, workspace, c, {true, static_cast<int>(act)}, stream);
+    return;
+  }
+
   const GatedUpProblem prob{x.rows, x.cols, out.cols};
   GatedUpParams params{};
   params.x = x.data;
@@ -111,11 +152,6 @@ void gated_up(ConstMatrix x, ConstMatrix w, Matrix out, Activation act, cudaStre
   params.ldw = w.ld;
   params.ldo = out.ld;
   params.act = static_cast<int>(act);
-  GatedUpKernel kernel = options.kernel;
-  // kAuto: the sm90a kernel on compute capability 9.0 when this build has it (wgmma/TMA code runs
-  // only on 9.0 exactly: sm_90a is not forward compatible), the sm80 kernel everywhere else.
-  if (kernel == GatedUpKernel::kAuto)
-    kernel = gated_up_has_sm90() && dev.cc_major == 9 && dev.cc_minor == 0 ? GatedUpKernel::kSm90 : GatedUpKernel::kSm80;
   if (kernel == GatedUpKernel::kSm90 && !(dev.cc_major == 9 && dev.cc_minor == 0))
     throw_arg(kFn, "options.kernel", cat("= kSm90 on a device of compute capability ", dev.cc_major, ".", dev.cc_minor),
               "compute capability 9.0 (sm_90a code: wgmma/TMA)");

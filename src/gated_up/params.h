@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "blockfuse/gated_up.h"
+
 namespace blockfuse {
 
 struct GatedUpParams {
@@ -34,6 +36,12 @@ struct GatedUpFp8Params {
   const float* out_scale;  // out_fp8: 1 float, the static per-tensor output scale
   int sm90_max_swizzle;
 };
+
+// What kAuto runs (gated_up.cpp; a pure function, CPU-tested): the decode kernel up to 32 rows —
+// W streamed once by every SM, where a GEMM tiled for large M leaves most SMs idle — unless a tile
+// config is forced (it indexes a GEMM kernel's table); above, the sm90a kernel on compute capability
+// 9.0 exactly when the build has it (sm_90a code is not forward compatible), else the sm80 kernel.
+GatedUpKernel choose_gated_up_kernel(int64_t m, int tile_config, bool has_sm90, int cc_major, int cc_minor);
 
 // The problem the tile heuristics see (both architectures).
 struct GatedUpProblem {

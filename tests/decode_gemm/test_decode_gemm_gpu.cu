@@ -250,6 +250,32 @@ TEST_P(DecodeGemmGpu, RepeatedCallsAndGraphReplay) {
   cudaStreamDestroy(s);
 }
 
+// One workspace shared by calls of different N (as the torch binding shares one per device): a call
+// with more N blocks must not find an earlier call's partials where its counters are. Here the
+// first call's partials would have started at byte 256, inside the second call's 128 counters, had
+// the counter region been sized by N (params.h).
+TEST_P(DecodeGemmGpu, OneWorkspaceServesEveryShape) {
+  SKIP_WITHOUT_GPU();
+  const DType dt = GetParam();
+  std::mt19937_64 rng(testing::fresh_seed());
+  Problem small(dt, 32, 40, 4104, 0, 0, rng), large(dt, 3, 8192, 8192, 0, 0, rng);
+  const DecodeGemmConfig c_small{5, 4}, c_large{4, 4};
+  Workspace ws(std::max(decode_gemm_workspace_size(32, 40, 4104, c_small), decode_gemm_workspace_size(3, 8192, 8192, c_large)));
+  for (int rep = 0; rep < 2; ++rep)
+    for (const Problem* pr : {&small, &large}) {
+      const DecodeGemmConfig c = pr == &small ? c_small : c_large;
+      SCOPED_TRACE("N=" + std::to_string(pr->w.rows) + " rep " + std::to_string(rep));
+      HostMatrix y(dt, pr->x.rows, pr->w.rows);
+      y.poison();
+      testing::DeviceMatrix dx(pr->x), dw(pr->w), dy(y);
+      decode_gemm(dx.cview(pr->x), dw.cview(pr->w), dy.view(y), ws.p, ws.bytes, c);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      dy.to_host(y);
+      check(*pr, y);
+      EXPECT_TRUE(ws.counters_are_zero(pr->w.rows));
+    }
+}
+
 // NaN and Inf in x reach exactly the outputs of their row, as in IEEE arithmetic (the reference):
 // a NaN row is all NaN, a row with one +Inf is ±Inf by the sign of w[n, k], other rows finite.
 TEST_P(DecodeGemmGpu, NanAndInfPropagate) {

@@ -114,20 +114,22 @@ TEST(DecodeGemmSplit, SlicesCoverKExactlyOnce) {
 TEST(DecodeGemmWorkspace, Sizes) {
   // split 1 needs nothing.
   EXPECT_EQ(decode_gemm_workspace_size(32, 28672, 4096, DecodeGemmConfig{1, 4}), 0u);
-  // Counters (ceil(2304 / 64) = 36 ints, padded to 256 bytes) + 11 splits x 36 blocks x 4 warps x
-  // 1 m-tile x 32 lanes x 4 floats.
-  EXPECT_EQ(decode_gemm_workspace_size(1, 2304, 16384, DecodeGemmConfig{11, 4}), 256u + 11u * 36 * 4 * 1 * 32 * 16);
+  // The fixed counter region (16384 ints) + 11 splits x 36 blocks x 4 warps x 1 m-tile x 32 lanes x
+  // 4 floats.
+  EXPECT_EQ(decode_gemm_workspace_size(1, 2304, 16384, DecodeGemmConfig{11, 4}), 65536u + 11u * 36 * 4 * 1 * 32 * 16);
   // M = 17 takes three m-tiles; 8-warp blocks: ceil(1000 / 128) = 8 blocks.
-  EXPECT_EQ(decode_gemm_workspace_size(17, 1000, 4104, DecodeGemmConfig{7, 8}), 256u + 7u * 8 * 8 * 3 * 32 * 16);
+  EXPECT_EQ(decode_gemm_workspace_size(17, 1000, 4104, DecodeGemmConfig{7, 8}), 65536u + 7u * 8 * 8 * 3 * 32 * 16);
   // Grows with M and split.
   EXPECT_LT(decode_gemm_workspace_size(8, 2304, 16384, DecodeGemmConfig{4, 4}),
             decode_gemm_workspace_size(9, 2304, 16384, DecodeGemmConfig{4, 4}));
   EXPECT_LT(decode_gemm_workspace_size(8, 2304, 16384, DecodeGemmConfig{4, 4}),
             decode_gemm_workspace_size(8, 2304, 16384, DecodeGemmConfig{5, 4}));
   EXPECT_EQ(decode_gemm_workspace_size(0, 2304, 16384, DecodeGemmConfig{4, 4}), 0u);
-  // The counters sit at the same place for 4- and 8-warp blocks (sized for 4).
-  EXPECT_EQ(decode::counter_bytes(2304), 256u);
-  EXPECT_EQ(decode::counter_bytes(64 * 65), 512u);
+  // The partials start at the same place for every N (the counter region is fixed): one workspace
+  // serves every shape it is large enough for.
+  EXPECT_EQ(decode_gemm_workspace_size(1, 64 * 16384, 64, DecodeGemmConfig{2, 4}) -
+                decode_gemm_workspace_size(1, 64 * 16384, 64, DecodeGemmConfig{1, 4}),
+            decode::kCounterBytes + 2u * 16384 * 4 * 32 * 16);
 }
 
 TEST(DecodeGemmWorkspace, Errors) {

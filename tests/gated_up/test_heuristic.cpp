@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "blockfuse/gated_up.h"
+#include "gated_up/params.h"
 #include "gated_up/tile_configs_sm80.h"
 #include "testing/gtest/gtest_util.h"
 
@@ -149,6 +150,21 @@ TEST(Heuristic, InvariantsOverASweep) {
         if (c == kLarge) ASSERT_GE(tiles(p, kLarge), d.spec.sm_count);
         if (m > 64 && tiles(p, kLarge) < d.spec.sm_count) ASSERT_GE(tiles(p, c), tiles(p, kLarge));
       }
+}
+
+// What kAuto runs (choose_gated_up_kernel): the decode kernel at 1..32 rows on every architecture
+// unless a tile config is forced; above, sm90a on compute capability 9.0 exactly when built.
+TEST(KernelChoice, DecodeUpTo32RowsThenTheGemmKernels) {
+  for (bool has90 : {false, true})
+    for (auto [major, minor] : {std::pair{8, 0}, std::pair{8, 9}, std::pair{9, 0}, std::pair{10, 0}, std::pair{12, 0}}) {
+      SCOPED_TRACE(::testing::Message() << "sm90 built " << has90 << ", cc " << major << "." << minor);
+      const GatedUpKernel gemm = has90 && major == 9 && minor == 0 ? GatedUpKernel::kSm90 : GatedUpKernel::kSm80;
+      for (int64_t m : {1, 2, 16, 31, 32}) {
+        EXPECT_EQ(choose_gated_up_kernel(m, -1, has90, major, minor), GatedUpKernel::kDecode) << "M=" << m;
+        EXPECT_EQ(choose_gated_up_kernel(m, 0, has90, major, minor), gemm) << "M=" << m << " with a forced tile";
+      }
+      for (int64_t m : {int64_t(33), int64_t(64), int64_t(4096), int64_t(1) << 30}) EXPECT_EQ(choose_gated_up_kernel(m, -1, has90, major, minor), gemm) << "M=" << m;
+    }
 }
 
 }  // namespace

@@ -77,6 +77,17 @@ TEST(GatedUpValidation, ActivationAndOptions) {
   { Call c; c.opt.tile_config = 99; expect_arg_error(c, "options.tile_config", "99"); }
   { Call c; c.opt.tile_config = -2; expect_arg_error(c, "options.tile_config", "-2"); }
   { Call c; c.opt.kernel = static_cast<GatedUpKernel>(9); expect_arg_error(c, "options.kernel", "9"); }
+  // The decode kernel takes no tile config and at most 32 rows.
+  { Call c; c.opt.kernel = GatedUpKernel::kDecode; c.opt.tile_config = 0; expect_arg_error(c, "options.tile_config", "0"); }
+  { Call c; c.opt.kernel = GatedUpKernel::kDecode; c.x.rows = c.out.rows = 33; expect_arg_error(c, "x", "33"); }
+}
+
+TEST(GatedUpValidation, WorkspaceSizeArguments) {
+  expect_arg_error([] { gated_up_workspace_size(-1, 64, 32); }, "m", "-1");
+  expect_arg_error([] { gated_up_workspace_size(1, 60, 32); }, "k", "60");
+  expect_arg_error([] { gated_up_workspace_size(1, -8, 32); }, "k", "-8");
+  expect_arg_error([] { gated_up_workspace_size(1, 64, -8); }, "u", "-8");
+  EXPECT_EQ(gated_up_workspace_size(0, 64, 32), 0u);  // no rows: no device query, nothing needed
 }
 
 // M == 0 is a no-op: nothing launched, no device needed, pointers not inspected.
