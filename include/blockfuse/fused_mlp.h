@@ -79,7 +79,8 @@ FusedMlpConfig fused_mlp_heuristic(int64_t m, int64_t k, int64_t groups, int sm_
 // block_size / 16; per-token lists: U / 16) under `config` (neurons_per_block 0 = the heuristic's
 // choice, taken on the current device). Allocate once (16-byte aligned), cudaMemset to zero once;
 // every call leaves it zeroed again, so calls can be captured into CUDA graphs and replayed. One
-// workspace serves one stream at a time.
+// workspace serves one stream at a time and one K: its regions sit at offsets that depend on K, and
+// a call of another K could find an earlier deterministic call's partials where it needs zeros.
 size_t fused_mlp_workspace_size(int64_t m, int64_t k, int64_t list_groups, FusedMlpConfig config = {});
 
 // Dense: y = down(act(x·W_gateᵀ) ⊙ x·W_upᵀ). Requirements (checked before anything is launched):

@@ -133,6 +133,31 @@ def time_cuda(fn, xs, warmup, reps_time, min_reps=10, max_reps=100):
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)), reps
 
 
+def copy_gbs():
+    """The device's copy bandwidth in GB/s, the ceiling the decode benchmarks divide by: bytes read +
+    written by a 1 GiB device-to-device copy, median time (time_cuda)."""
+    n = 1 << 30
+    src = torch.empty(n, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    return 2 * n / (time_cuda(lambda _: dst.copy_(src), [None], 3, 0.2)[0] * 1e6)
+
+
+def capture_graph(fn, calls=1):
+    """A CUDA graph of `calls` calls of fn(), captured after three warm-up calls on a side stream (the
+    allocations and one-time setup a capture must not see, as torch.cuda.graphs asks)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    return g
+
+
 def peak_activation_bytes(fn, x):
     """Peak bytes allocated during one call beyond what was allocated before it."""
     torch.cuda.synchronize()

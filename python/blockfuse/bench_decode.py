@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from . import ops
-from .bench import time_cuda
+from .bench import capture_graph, copy_gbs, time_cuda
 from .bench_model import rel as _rel
 
 SHAPES = {"8b": ("Llama-3 8B", 4096, 14336), "70b": ("Llama-3 70B", 8192, 28672)}
@@ -40,29 +40,14 @@ def _ms(fn, reps_time=0.2):
     return time_cuda(lambda _: fn(), [None], 3, reps_time)[0]
 
 
-def _copy_gbs():
-    n = 1 << 30
-    src, dst = torch.empty(n, dtype=torch.uint8, device="cuda"), torch.empty(n, dtype=torch.uint8, device="cuda")
-    return 2 * n / (_ms(lambda: dst.copy_(src)) * 1e6)
-
-
 def _graph_us(fn, calls=20):
     """Median µs per call of `calls` calls captured in one CUDA graph."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
+    g = capture_graph(fn, calls)
     return _ms(g.replay) * 1e3 / calls
 
 
 def run_fused_mlp(a):
-    copy = _copy_gbs()
+    copy = copy_gbs()
     rows_out = []
     for key in a.shapes:
         name, k, u = SHAPES[key]

@@ -32,6 +32,7 @@ import time
 import torch
 
 from . import ops
+from .bench import capture_graph, copy_gbs
 
 MODELS = {
     # name: (family, hidden, intermediate, heads, kv_heads, head_dim, vocab)
@@ -165,15 +166,7 @@ def decode_replay_ms(model, prompt=128, reps=30, graph=True):
 
     if not graph:  # (the CPU tests run the step eagerly)
         return step()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        step()
+    g = capture_graph(step)
     g.replay()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -222,13 +215,10 @@ def profile_decode(model, label, batch=1, prompt=128, steps=3):
 @torch.no_grad()
 def decode_floor_ms(model):
     """The least time a batch-1 decode step can take: every weight but the embedding table read once
-    from HBM at the device's copy bandwidth (bytes read + written of a 1 GiB copy, median of 10).
-    Returns (ms, weight bytes, bandwidth in bytes/s)."""
+    from HBM at the device's copy bandwidth (bench.copy_gbs). Returns (ms, weight bytes, bandwidth
+    in bytes/s)."""
     weight_bytes = sum(p.numel() * p.element_size() for n, p in model.named_parameters() if "embed_tokens" not in n)
-    a = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-    b = torch.empty_like(a)
-    ms = cuda_ms(lambda: b.copy_(a), 10)
-    bw = 2 * (1 << 30) / (ms * 1e-3)
+    bw = copy_gbs() * 1e9
     return 1e3 * weight_bytes / bw, weight_bytes, bw
 
 

@@ -78,9 +78,10 @@ size_t mlp_workspace_need(int64_t m, int64_t k, int64_t groups, bool determinist
   return need;
 }
 
-void* mlp_workspace(const at::Tensor& x, size_t need, size_t* bytes, const char* fn) {
-  return device_workspace(WorkspaceKind::kFusedMlp, x.device().index(), std::max<size_t>(need, 16),
-                          current_stream(x), bytes, fn, kReserveHint);
+// One buffer per K (workspace.h: the accumulator and the deterministic slots move with K).
+void* mlp_workspace(const at::Tensor& t, int64_t k, size_t need, size_t* bytes, const char* fn) {
+  return device_workspace(WorkspaceKind::kFusedMlp, t.device().index(), std::max<size_t>(need, 16),
+                          current_stream(t), bytes, fn, kReserveHint, k);
 }
 
 at::Tensor fused_mlp_op(const at::Tensor& x, const at::Tensor& w_gate_up, const at::Tensor& w_down_t,
@@ -94,7 +95,7 @@ at::Tensor fused_mlp_op(const at::Tensor& x, const at::Tensor& w_gate_up, const 
   const bool sizes_ok = a.xv.rows <= blockfuse::kFusedMlpMaxM && a.xv.cols % 8 == 0;
   const size_t need = sizes_ok ? mlp_workspace_need(a.xv.rows, a.xv.cols, a.dv.rows / 16, deterministic) : 0;
   size_t bytes = 0;
-  void* ws = sizes_ok ? mlp_workspace(x, need, &bytes, fn) : nullptr;
+  void* ws = sizes_ok ? mlp_workspace(x, a.xv.cols, need, &bytes, fn) : nullptr;
   call_blockfuse([&] {
     blockfuse::fused_mlp(cview(x, a.xv, a.dt), cview(w_gate_up, a.guv, a.dt), cview(w_down_t, a.dv, a.dt),
                          mview(a.y, a.yv, a.dt), act, ws, bytes, mlp_config(deterministic), current_stream(x));
@@ -136,7 +137,7 @@ at::Tensor fused_mlp_sparse_op(const at::Tensor& x, const at::Tensor& w_gate_up,
   const int64_t groups = per_token ? u / 16 : indices.size(0) * (block_size / 16);
   const size_t need = sizes_ok ? mlp_workspace_need(a.xv.rows, a.xv.cols, groups, deterministic) : 0;
   size_t bytes = 0;
-  void* ws = sizes_ok ? mlp_workspace(x, need, &bytes, fn) : nullptr;
+  void* ws = sizes_ok ? mlp_workspace(x, a.xv.cols, need, &bytes, fn) : nullptr;
   const auto* idx = indices.numel() > 0 ? indices.data_ptr<int32_t>() : nullptr;
   const auto* cnt = counts.data_ptr<int32_t>();
   call_blockfuse([&] {
@@ -207,7 +208,7 @@ int64_t fused_mlp_reserve_op(const at::Tensor& w_down_t, bool deterministic) {
   c10::cuda::CUDAGuard guard(w_down_t.device());
   const size_t need = mlp_workspace_need(blockfuse::kFusedMlpMaxM, k, u / 16, deterministic);
   size_t bytes = 0, router_bytes = 0;
-  mlp_workspace(w_down_t, need, &bytes, fn);
+  mlp_workspace(w_down_t, k, need, &bytes, fn);
   size_t router_need = 0;
   call_blockfuse([&] { router_need = blockfuse::router_workspace_size(blockfuse::kFusedMlpMaxM, std::min<int64_t>(u / 16, 8192)); });
   device_workspace(WorkspaceKind::kRouter, w_down_t.device().index(), router_need, current_stream(w_down_t),

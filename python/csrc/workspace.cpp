@@ -5,8 +5,10 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "blockfuse/decode_gemm.h"
@@ -21,20 +23,17 @@ struct Workspace {
   std::vector<void*> retired;  // replaced buffers: earlier graphs may still use them
 };
 
-constexpr int kKinds = 3;
 std::mutex g_mutex;
-std::vector<Workspace> g_ws;  // [device * kKinds + kind]
+std::map<std::tuple<int, int, int64_t>, Workspace> g_ws;  // (device, kind, key)
 
 std::string num(size_t v) { return std::to_string(v); }
 
 }  // namespace
 
 void* device_workspace(WorkspaceKind kind, int device, size_t need, cudaStream_t stream, size_t* bytes,
-                       const char* fn, const char* reserve_hint) {
+                       const char* fn, const char* reserve_hint, int64_t key) {
   std::lock_guard<std::mutex> lock(g_mutex);
-  const size_t slot = size_t(device) * kKinds + size_t(kind);
-  if (g_ws.size() <= slot) g_ws.resize(slot + 1);
-  Workspace& ws = g_ws[slot];
+  Workspace& ws = g_ws[{device, static_cast<int>(kind), key}];
   if (need > ws.bytes) {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     cudaStreamIsCapturing(stream, &status);

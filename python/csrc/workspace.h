@@ -1,7 +1,7 @@
 // Device workspaces the binding owns for ops whose kernels need one (the decode kernel's split-K
 // counters and partials, shared by decode_gemm and gated_up at <= 32 rows,
-// the fused MLP's accumulator, the router's scores): one buffer per (kind, device), zeroed when it
-// is allocated, grown (never shrunk, never freed while the process lives: a CUDA graph captured
+// the fused MLP's accumulator, the router's scores): one buffer per (kind, device, key), zeroed when
+// it is allocated, grown (never shrunk, never freed while the process lives: a CUDA graph captured
 // earlier keeps using the buffer it was captured with) the first time a call needs more.
 //
 // Growing needs cudaMalloc and a memset, which a stream capture forbids, so a shape must have run
@@ -24,8 +24,12 @@ enum class WorkspaceKind : int { kDecodeGemm = 0, kFusedMlp = 1, kRouter = 2 };
 // A zeroed buffer of at least `need` bytes (16-byte aligned) for `kind` on `device`; *bytes gets its
 // size. The memset of a new buffer is ordered on `stream`. `fn` names the op and `reserve_hint`
 // the call that reserves the workspace outside a capture (both for the error message).
+// `key` separates buffers of one kind whose layout depends on a shape: the fused MLP's regions move
+// with K (src/fused_mlp/params.h), so a call of another K could find an earlier call's deterministic
+// partials where its accumulator must be zero; its buffers are keyed by K. The decode kernel's
+// layout is the same for every shape (key 0).
 void* device_workspace(WorkspaceKind kind, int device, size_t need, cudaStream_t stream, size_t* bytes,
-                       const char* fn, const char* reserve_hint);
+                       const char* fn, const char* reserve_hint, int64_t key = 0);
 
 // The bytes of the kDecodeGemm workspace one call of the decode kernel with x [m, k] and N = n
 // output columns needs under decode_gemm_heuristic's configuration (decode_gemm; gated_up's decode

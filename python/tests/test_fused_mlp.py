@@ -45,6 +45,18 @@ def test_deterministic_is_bitwise_and_close_to_atomic():
     assert rel(ops.fused_mlp(x, wgu, wd), a) < REL_TOL[torch.bfloat16]
 
 
+def test_models_of_different_hidden_sizes_in_one_process():
+    """A deterministic call at K = 1024, then atomic calls at K = 2048 and back: the binding keeps a
+    workspace per K, since the regions move with K (an atomic accumulator at K = 2048 would otherwise
+    start on the K = 1024 call's deterministic partials)."""
+    small, large = weights(torch.bfloat16, k=1024, u=256), weights(torch.bfloat16, k=2048, u=256)
+    xs, xl = rnd(32, 1024, dtype=torch.bfloat16, seed=3), rnd(32, 2048, dtype=torch.bfloat16, seed=4)
+    for _ in range(2):
+        for x, (wgu, wd), det in ((xs, small, True), (xl, large, False), (xs, small, False), (xl, large, True)):
+            want = ops.fused_mlp_reference(x, wgu, wd, out_dtype=torch.float32)
+            assert rel(ops.fused_mlp(x, wgu, wd, deterministic=det), want) < REL_TOL[torch.bfloat16]
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("block_size", [16, 32, 64])
 def test_union_list(block_size, dtype):

@@ -36,7 +36,7 @@ inline bool sm90_supports(int64_t head_dim) { return head_dim == 64 || head_dim 
 // Whether params.kernel = kAuto runs the sm90a kernel: the build has it, the device is compute
 // capability 9.0 exactly (sm_90a code is not forward compatible), the shape is one it handles and its
 // shared memory fits. On an H100 it measured 1.8-2.4x the sm80 kernel at D = 128
-// (results/gpu/session4_h100/run5/attn_both.json), 2.0-2.5x at D = 64 (run4), 1.9-2.4x at D = 256 and
+// (results/gpu/session4_h100/run5/attn_both.json), 2.0-2.5x at D = 64 (run4), 1.9-2.5x at D = 256 and
 // 1.8-2.5x varlen at D = 128 (results/gpu/session5_h100/run1/attn_d256.json, attn_varlen.json), so
 // every shape it handles goes to it. Host-only, a pure function (tests/attention/test_attention_heuristic.cpp).
 inline bool auto_uses_sm90(bool built, int cc_major, int cc_minor, int64_t head_dim, int smem_needed, int smem_limit) {
