@@ -4,7 +4,6 @@
 #include "blockfuse/decode_gemm.h"
 
 #include <algorithm>
-#include <atomic>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -47,30 +46,12 @@ void validate_host(const ConstMatrix& x, const ConstMatrix& w, const Matrix& y) 
   detail::check_no_overlap(kFn, "y", y, "w", w);
 }
 
-// The kernel keeps x in L1 (every warp of a block re-reads the block's x slice), so it asks for the
-// largest L1, once per instantiation. Without the hint an SM keeps the carveout of the kernel before
-// it: after cuBLAS's split-K GEMV (a large shared-memory carveout) the kernel at M = 32 took 108 µs
-// where it takes 88 alone (Llama-3 8B gate/up; results/gpu/session6_h100/run2/diag_m32.log).
-// The attribute is per device: a bit per device that has it (devices past 63 set it every call).
-template <int WARPS, class T, int NT>
-void launch_warps(const decode::DecodeGemmParams& p, dim3 grid, cudaStream_t stream) {
-  static std::atomic<uint64_t> hinted{0};
-  const int dev = detail::current_device();
-  const uint64_t bit = dev < 64 ? uint64_t(1) << dev : 0;
-  if (bit == 0 || !(hinted.load(std::memory_order_relaxed) & bit)) {
-    BF_CUDA_CHECK(cudaFuncSetAttribute(decode::decode_gemm_kernel<T, NT, WARPS>,
-                                       cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxL1)));
-    hinted.fetch_or(bit, std::memory_order_relaxed);
-  }
-  decode::decode_gemm_kernel<T, NT, WARPS><<<grid, WARPS * 32, 0, stream>>>(p);
-}
-
 template <class T, int NT>
 void launch_nt(const decode::DecodeGemmParams& p, int warps, dim3 grid, cudaStream_t stream) {
   if (warps == 4)
-    launch_warps<4, T, NT>(p, grid, stream);
+    decode::decode_gemm_kernel<T, NT, 4><<<grid, 4 * 32, 0, stream>>>(p);
   else
-    launch_warps<8, T, NT>(p, grid, stream);
+    decode::decode_gemm_kernel<T, NT, 8><<<grid, 8 * 32, 0, stream>>>(p);
 }
 
 template <class T>
