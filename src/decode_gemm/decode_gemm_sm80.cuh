@@ -66,33 +66,9 @@ struct MmaType<__half> {
 
 // Predicated 16-byte loads (zeros where the guard is false), CUTLASS-style: the predicate lives
 // inside the asm, so the compiler emits straight-line predicated loads, not a branch around each.
-// W: streamed once — no L1 allocation, L2::256B asks for the whole 256-byte piece (a warp reads each
-// row's next chunks right after), and an L2 evict-first policy so the stream does not push out what
-// is reused. x: the read-only path, cached in L1 (every warp of the block re-reads the same x slice)
-// and kept in L2 with an evict-last policy: every block of the grid reads all of x, and when it fell
-// out of L2 (after a kernel that left the L2 full, e.g. cuBLAS's GEMV or a 128 MB elementwise op)
-// the kernel at M = 32 took 108-125 µs instead of 91 (results/gpu/session6_h100/run4/diag2_m32.log).
-__device__ __forceinline__ uint64_t l2_evict_first_policy() {
-  uint64_t pol;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
-  return pol;
-}
-__device__ __forceinline__ uint64_t l2_evict_last_policy() {
-  uint64_t pol;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(pol));
-  return pol;
-}
-__device__ __forceinline__ uint4 load_w(const void* p, bool guard, uint64_t policy) {
-  uint4 v;
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
-      " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
-      " @p ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4], %6;\n}\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p), "r"(int(guard)), "l"(policy));
-  return v;
-}
-// The same without a policy (the fused MLP's and the router's loops: measured that way).
+// W: streamed once — no L1 allocation, and L2::256B asks for the whole 256-byte piece (a warp
+// reads each row's next chunks right after). x: the read-only path, cached in L1 (every warp of
+// the block re-reads the same x slice).
 __device__ __forceinline__ uint4 load_w(const void* p, bool guard) {
   uint4 v;
   asm volatile(
@@ -111,16 +87,6 @@ __device__ __forceinline__ uint4 load_x(const void* p, bool guard) {
       " @p ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p), "r"(int(guard)));
-  return v;
-}
-__device__ __forceinline__ uint4 load_x(const void* p, bool guard, uint64_t policy) {
-  uint4 v;
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
-      " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
-      " @p ld.global.nc.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %6;\n}\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p), "r"(int(guard)), "l"(policy));
   return v;
 }
 
@@ -157,7 +123,6 @@ __global__ void __launch_bounds__(WARPS * 32, 16 / WARPS) decode_gemm_kernel(con
   float acc[NT][4];
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-  const uint64_t w_policy = l2_evict_first_policy(), x_policy = l2_evict_last_policy();
 
   for (int64_t kb = k_begin; kb < k_end; kb += U * kChunkK) {
     uint4 a0[U], a1[U], b[U][NT];
@@ -168,8 +133,8 @@ __global__ void __launch_bounds__(WARPS * 32, 16 / WARPS) decode_gemm_kernel(con
     for (int c = 0; c < U; ++c) {
       const int64_t kk = kb + c * kChunkK;
       const bool in = kk + 8 * t < k_end;
-      a0[c] = load_w(w0 + kk, in && w_ok0, w_policy);
-      a1[c] = load_w(w1 + kk, in && w_ok1, w_policy);
+      a0[c] = load_w(w0 + kk, in && w_ok0);
+      a1[c] = load_w(w1 + kk, in && w_ok1);
     }
 #pragma unroll
     for (int c = 0; c < U; ++c) {
@@ -177,7 +142,7 @@ __global__ void __launch_bounds__(WARPS * 32, 16 / WARPS) decode_gemm_kernel(con
       const bool in = kk + 8 * t < k_end;
 #pragma unroll
       for (int j = 0; j < NT; ++j)
-        b[c][j] = load_x(xr[j] + kk, in && x_ok[j], x_policy);
+        b[c][j] = load_x(xr[j] + kk, in && x_ok[j]);
     }
 #pragma unroll
     for (int c = 0; c < U; ++c) {
