@@ -4,6 +4,7 @@
     python -m blockfuse.bench overhead       # µs per call of each op vs F.linear (bench_model.py)
     python -m blockfuse.bench fused-mlp      # the fused decode MLP vs torch (bench_decode.py)
     python -m blockfuse.bench gated-up-fp8   # the FP8 gated up-projection vs torch._scaled_mm
+    python -m blockfuse.bench sparse-prefill # SparseGatedMLP at prefill sizes (bench_decode.py)
     python -m blockfuse.bench gated-up [--models 8b,70b,405b,gemma27b] [--tokens 512,1024,...]
                                        [--reps-time 0.3] [--out DIR] [--quick]
 
@@ -335,7 +336,7 @@ def main(argv=None):
     if argv and argv[0] in ("model", "overhead"):  # the end-to-end and per-call benchmarks
         from . import bench_model
         return bench_model.main(argv)
-    if argv and argv[0] in ("fused-mlp", "gated-up-fp8"):  # the decode MLP and the FP8 projection
+    if argv and argv[0] in ("fused-mlp", "gated-up-fp8", "sparse-prefill"):  # bench_decode.py
         from . import bench_decode
         return bench_decode.main(argv)
     p = argparse.ArgumentParser(prog="python -m blockfuse.bench", description=__doc__.split("\n\n")[0])

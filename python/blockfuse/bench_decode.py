@@ -3,6 +3,7 @@ user runs otherwise, in one process on one GPU:
 
     python -m blockfuse.bench fused-mlp [--shapes 8b,70b] [--rows 1,4,16,32] [--json FILE]
     python -m blockfuse.bench gated-up-fp8 [--shapes 8b,70b] [--tokens 1024,4096,16384] [--json FILE]
+    python -m blockfuse.bench sparse-prefill [--shapes 8b,70b] [--tokens 33,64,128,512,4096] [--json FILE]
 
 fused-mlp: y = down(silu(x·W_gateᵀ) ⊙ x·W_upᵀ) at decode sizes. torch = F.linear(gate), F.linear(up),
 silu·mul, F.linear(down); blockfuse dense = ops.fused_mlp; blockfuse sparse = ops.fused_mlp_sparse
@@ -110,6 +111,54 @@ def run_fused_mlp(a):
     return rows_out
 
 
+def run_sparse_prefill(a):
+    """SparseGatedMLP's prefill path (_gathered: the kept blocks' weights gathered once, two GEMMs)
+    against the decode kernel once per 32 rows (ops.fused_mlp_sparse, what the module ran before) and
+    the dense MLP (ops.gated_up + F.linear, GatedMLP's path), one list of 32-neuron blocks for all
+    rows; CUDA events, median (a host sync inside the gathered path: prefill, not graphed)."""
+    from .nn import SparseGatedMLP
+    rows_out = []
+    for key in a.shapes:
+        name, k, u = SHAPES[key]
+        g = torch.Generator(device="cuda").manual_seed(2)
+        m = SparseGatedMLP(k, u, block_size=32, dtype=torch.bfloat16, device="cuda")
+        with torch.no_grad():
+            m.w_gate_up.copy_((torch.randn(2 * u, k, device="cuda", generator=g) * k ** -0.5).bfloat16())
+            m.w_down_t.copy_((torch.randn(u, k, device="cuda", generator=g) * u ** -0.5).bfloat16())
+        wgu, wdt = m.w_gate_up, m.w_down_t
+        wd = wdt.t().contiguous()
+        nb = u // 32
+        for rows in a.tokens:
+            x = torch.randn(rows, k, device="cuda", generator=g).bfloat16()
+            t_dense = _ms(lambda: F.linear(ops.gated_up(x, wgu), wd))
+            row = dict(benchmark="sparse-prefill-python", model=name, K=k, U=u, M=rows, dense_ms=t_dense)
+            for inactive in (50, 75, 90):
+                active = sorted(torch.randperm(nb, generator=torch.Generator().manual_seed(inactive))[
+                    : nb * (100 - inactive) // 100].tolist())
+                keep = torch.zeros(rows, nb, dtype=torch.bool, device="cuda")
+                keep[:, active] = True
+                idx = torch.tensor(active, dtype=torch.int32, device="cuda")
+                cnt = torch.tensor([len(active)], dtype=torch.int32, device="cuda")
+                with torch.no_grad():
+                    got = m._gathered(x, keep)
+                ref = ops.fused_mlp_reference(x, wgu, wdt, neuron_mask=keep.repeat_interleave(32, -1),
+                                              out_dtype=torch.float32)
+                if not _rel(got, ref) < 1e-2:
+                    sys.exit(f"the gathered sparse MLP differs from the reference at {name} M={rows} {inactive}%")
+                with torch.no_grad():
+                    t_g = _ms(lambda: m._gathered(x, keep))
+                    t_c = _ms(lambda: [ops.fused_mlp_sparse(c, wgu, wdt, idx, cnt, 32) for c in x.split(32)])
+                row[f"gathered{inactive}_ms"], row[f"chunked{inactive}_ms"] = t_g, t_c
+                row[f"gathered{inactive}_over_dense"] = t_dense / t_g
+                row[f"gathered{inactive}_over_chunked"] = t_c / t_g
+            rows_out.append(row)
+            print(f"{name:12s} M={rows:5d}  dense {t_dense:.3f} ms  " + "  ".join(
+                f"{p}%: gathered {row[f'gathered{p}_ms']:.3f} (x{row[f'gathered{p}_over_dense']:.2f} dense, "
+                f"x{row[f'gathered{p}_over_chunked']:.2f} chunked {row[f'chunked{p}_ms']:.3f})" for p in (50, 75, 90)),
+                flush=True)
+    return rows_out
+
+
 def run_gated_up_fp8(a):
     if torch.cuda.get_device_capability() != (9, 0):
         sys.exit("gated-up-fp8: the FP8 kernel is sm90a (Hopper) only")
@@ -168,6 +217,10 @@ def main(argv):
     q.add_argument("--shapes", default="8b,70b")
     q.add_argument("--tokens", default="1024,4096,16384")
     q.add_argument("--json")
+    sp = sub.add_parser("sparse-prefill", help="SparseGatedMLP's gathered prefill path vs per-32-row and dense")
+    sp.add_argument("--shapes", default="8b,70b")
+    sp.add_argument("--tokens", default="33,64,128,512,4096")
+    sp.add_argument("--json")
     a = p.parse_args(argv)
     a.shapes = [s for s in a.shapes.split(",") if s]
     bad = [s for s in a.shapes if s not in SHAPES]
@@ -178,6 +231,9 @@ def main(argv):
         if any(not 1 <= r <= 32 for r in a.rows):
             p.error("--rows: each between 1 and 32 (the fused MLP's decode range)")
         rows = run_fused_mlp(a)
+    elif a.command == "sparse-prefill":
+        a.tokens = [int(t) for t in a.tokens.split(",") if t]
+        rows = run_sparse_prefill(a)
     else:
         a.tokens = [int(t) for t in a.tokens.split(",") if t]
         rows = run_gated_up_fp8(a)

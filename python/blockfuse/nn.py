@@ -230,6 +230,11 @@ class GatedMLP(nn.Module):
         return new
 
 
+# Rows from which SparseGatedMLP gathers the kept blocks' weights once and runs two GEMMs instead of
+# the fused decode kernel once per 32 rows (which reads every kept weight again for each chunk).
+SPARSE_PREFILL_ROWS = 64
+
+
 class SparseGatedMLP(nn.Module):
     """down(act(x·W_gateᵀ) ⊙ (x·W_upᵀ)) over the neuron blocks a router selects, for decode.
 
@@ -240,7 +245,10 @@ class SparseGatedMLP(nn.Module):
     the fused MLP over the kept blocks (ops.fused_mlp_sparse), which reads only those blocks' rows
     of the three weights. per_token=True gives every token its own blocks; per_token=False uses the
     union over the (up to 32) rows of each chunk, as a batch-level sparse FFN does (then a token's
-    output depends on what else is in its chunk). More than 32 rows run in chunks of 32. On other
+    output depends on what else is in its chunk). More than 32 rows run in chunks of 32; from
+    SPARSE_PREFILL_ROWS rows (prefill) the router runs in torch (ops.router_reference, the same
+    rule) and the kept blocks' weights are gathered once for two GEMMs (`_gathered`: one host
+    sync, the same chunk semantics). On other
     inputs (CPU, float32) the same formula runs in plain torch (ops.router_reference,
     ops.fused_mlp_reference). The router's weights are the caller's (e.g. trained to predict the
     active neurons); this module does not train them. Forward only.
@@ -282,6 +290,33 @@ class SparseGatedMLP(nn.Module):
     def _fused_ok(self, x):
         return x.is_cuda and x.dtype is self.w_gate_up.dtype and x.dtype in ops._FUSED_DTYPES
 
+    def _keep(self, x):
+        """The kept blocks per row, bool [M, n_blocks] (ops.router_reference), with per_token=False
+        widened to the union over each chunk of 32 rows, as the decode path chunks them."""
+        keep = ops.router_reference(x, self.router, self.mode, self.threshold, self.top_k)
+        if not self.per_token:
+            m, nb = keep.shape
+            pad = (-m) % 32
+            padded = torch.cat([keep, keep.new_zeros(pad, nb)]) if pad else keep
+            keep = padded.view(-1, 32, nb).any(1, keepdim=True).expand(-1, 32, nb).reshape(-1, nb)[:m]
+        return keep
+
+    def _gathered(self, x, keep):
+        """h and y over the blocks any row keeps, as two GEMMs on gathered copies of their weights:
+        ops.gated_up on their w_gate_up rows, h zeroed where a row does not keep a block (a select:
+        an unkept block's NaN never leaks), then h times their w_down_t rows. One host sync (which
+        blocks), so this is for prefill, not for a captured decode step."""
+        m, k = x.shape
+        nb, bs = keep.shape[1], self.block_size
+        blocks = keep.any(0).nonzero().squeeze(1)
+        if blocks.numel() == 0:
+            return x.new_zeros(m, k)
+        wgu = self.w_gate_up.view(nb, 2 * bs, k).index_select(0, blocks).reshape(-1, k)
+        wdt = self.w_down_t.view(nb, bs, k).index_select(0, blocks).reshape(-1, k)
+        h = ops.gated_up(x, wgu, self.activation).view(m, blocks.numel(), bs)
+        h = torch.where(keep.index_select(1, blocks).unsqueeze(-1), h, h.new_zeros(()))
+        return h.view(m, -1) @ wdt
+
     def _fused(self, x):
         ui, uc, ti, tc = ops.neuron_block_router(x, self.router, self.mode, self.threshold, self.top_k)
         idx, cnt = (ti, tc) if self.per_token else (ui, uc)
@@ -297,6 +332,8 @@ class SparseGatedMLP(nn.Module):
 
     def forward(self, x):
         rows = x.reshape(-1, self.hidden_size)
+        if self._fused_ok(x) and rows.shape[0] >= SPARSE_PREFILL_ROWS:
+            return self._gathered(rows, self._keep(rows)).reshape(x.shape)
         run = self._fused if self._fused_ok(x) else self._reference
         outs = [run(c) for c in rows.split(32)]
         if not outs:

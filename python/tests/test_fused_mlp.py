@@ -173,6 +173,36 @@ def test_sparse_module_matches_its_reference(per_token):
     assert rel(y, want) < REL_TOL[torch.bfloat16]
 
 
+@pytest.mark.parametrize("per_token", [True, False])
+@pytest.mark.parametrize("mode", ["topk", "threshold"])
+@pytest.mark.parametrize("rows", [bnn.SPARSE_PREFILL_ROWS, 301])
+def test_sparse_module_prefill_path(rows, mode, per_token):
+    """From SPARSE_PREFILL_ROWS rows the module gathers the kept blocks' weights for two GEMMs: the
+    same output as the per-32-row formula (chunk unions included), a NaN row confined to itself."""
+    m = sparse_module(per_token)
+    m.mode, m.threshold = mode, 0.5
+    x = rnd(rows, K, dtype=torch.bfloat16, seed=15)
+    x[7, 3] = float("nan")
+    with torch.no_grad():
+        y = m(x)
+        want = torch.cat([m._reference(c) for c in x.split(32)])
+    # Row 7's scores are NaN, so it keeps nothing itself (per_token: y = 0 there); with chunk unions
+    # it keeps its chunk's blocks and its y is NaN. Either way no other row sees the NaN.
+    nan_rows = torch.isnan(y).any(-1)
+    assert torch.equal(nan_rows, torch.isnan(want).any(-1))
+    assert not torch.cat([nan_rows[:7], nan_rows[8:]]).any()
+    ok = ~nan_rows
+    assert rel(y[ok], want[ok]) < REL_TOL[torch.bfloat16]
+
+
+def test_sparse_module_prefill_nothing_kept():
+    m = sparse_module()
+    m.top_k = 0
+    x = rnd(200, K, dtype=torch.bfloat16, seed=16)
+    with torch.no_grad():
+        assert torch.equal(m(x), torch.zeros_like(x))
+
+
 def test_sparse_module_cuda_graph_and_compile():
     m = sparse_module()
     ops.fused_mlp_reserve(m.w_down_t)

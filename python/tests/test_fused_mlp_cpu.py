@@ -73,6 +73,25 @@ def test_sparse_module_all_none_and_chunks():
         assert m(x[:0]).shape == (0, 35, 64)
 
 
+@pytest.mark.parametrize("per_token", [True, False])
+def test_prefill_keep_is_the_chunked_selection(per_token):
+    """The prefill path's selection (_keep): the router's per row, or with per_token=False the union
+    over each chunk of 32 rows (the last chunk short), as the decode path chunks them."""
+    m = bnn.SparseGatedMLP(64, 256, block_size=32, mode="topk", top_k=2, per_token=per_token)
+    with torch.no_grad():
+        m.router.copy_(rand(8, 64, seed=21))
+    x = rand(70, 64, seed=22)
+    keep = m._keep(x)
+    own = ops.router_reference(x, m.router, "topk", top_k=2)
+    if per_token:
+        assert torch.equal(keep, own)
+    else:
+        for c0 in range(0, 70, 32):
+            union = own[c0:c0 + 32].any(0)
+            assert torch.equal(keep[c0:c0 + 32], union.expand(min(32, 70 - c0), -1))
+        assert not torch.equal(keep, own)  # the unions do widen the selection here
+
+
 def test_sparse_module_errors():
     with pytest.raises(ValueError, match="block_size 48"):
         bnn.SparseGatedMLP(64, 96, block_size=48)
