@@ -332,7 +332,8 @@ class SparseGatedMLP(nn.Module):
 
     def forward(self, x):
         rows = x.reshape(-1, self.hidden_size)
-        if self._fused_ok(x) and rows.shape[0] >= SPARSE_PREFILL_ROWS:
+        # (Not while torch.compile traces: the gathered path's host sync would break the graph.)
+        if self._fused_ok(x) and rows.shape[0] >= SPARSE_PREFILL_ROWS and not torch.compiler.is_compiling():
             return self._gathered(rows, self._keep(rows)).reshape(x.shape)
         run = self._fused if self._fused_ok(x) else self._reference
         outs = [run(c) for c in rows.split(32)]
