@@ -231,8 +231,11 @@ class GatedMLP(nn.Module):
 
 
 # Rows from which SparseGatedMLP gathers the kept blocks' weights once and runs two GEMMs instead of
-# the fused decode kernel once per 32 rows (which reads every kept weight again for each chunk).
-SPARSE_PREFILL_ROWS = 64
+# the fused decode kernel once per 32 rows (which reads every kept weight again for each chunk): at
+# 128 rows the gathered path led at 50-90 % sparsity on both Llama-3 8B (1.26-1.42x) and 70B
+# (2.08-2.50x); at 64 rows 8B still favoured the chunks (0.59-0.85x)
+# (results/gpu/session6_h100/run7/sparse_prefill.json).
+SPARSE_PREFILL_ROWS = 128
 
 
 class SparseGatedMLP(nn.Module):

@@ -11,7 +11,7 @@
 namespace blockfuse::attn::sm90 {
 
 // Tiles 128 x 128 for D = 64 and D = 128, 128 x 64 for D = 256; any mask, window or soft-cap;
-// batched (no cu_seqlens). One translation unit per (head dim, dtype):
+// batched or varlen (cu_seqlens). One translation unit per (head dim, dtype):
 // launch_sm90_d{64,128,256}_{bf16,fp16}.cu.
 void launch_d64_bf16(const AttnParams& p, cudaStream_t stream);
 void launch_d64_fp16(const AttnParams& p, cudaStream_t stream);

@@ -4,18 +4,13 @@
 #include <cmath>
 #include <vector>
 
+#include "common/activation.cuh"
 #include "common/check.h"
 #include "common/host_float.h"
 
 namespace blockfuse::fmlp {
 
 namespace {
-
-double act_f64(Activation a, double g) {
-  if (a == Activation::kSiLU) return g / (1.0 + std::exp(-g));
-  const double kAlpha = 0.7978845608028654, kBeta = 0.044715;
-  return 0.5 * g * (1.0 + std::tanh(kAlpha * (g + kBeta * g * g * g)));
-}
 
 std::vector<double> row_f64(const ConstMatrix& a, int64_t r) {
   std::vector<double> v(size_t(a.cols));

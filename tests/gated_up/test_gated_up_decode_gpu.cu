@@ -27,6 +27,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "common/activation.cuh"
 #include "blockfuse/blockfuse.h"
 #include "common/check.h"
 #include "common/device.h"
@@ -40,11 +41,6 @@ namespace {
 using testing::HostMatrix;
 
 #define SKIP_WITHOUT_GPU() BF_SKIP_WITHOUT_GPU("gated_up's decode kernel")
-
-double act_f64(Activation a, double g) {
-  return a == Activation::kSiLU ? g / (1 + std::exp(-g))
-                                : 0.5 * g * (1 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
-}
 
 struct Case {
   int64_t m, k, u;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/activation.cuh"
 #include "blockfuse/blockfuse.h"
 #include "common/check.h"
 #include "common/device.h"
@@ -243,8 +244,7 @@ TEST(GatedUpGpu, ReferenceGpuMatchesCpu) {
               u += xv * wu;
               g += xv * wg;
             }
-            const double act_g = act == Activation::kSiLU ? g / (1 + std::exp(-g))
-                                                          : 0.5 * g * (1 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
+            const double act_g = act_f64(act, g);
             const double c = cpu[size_t(m * s.U + j)];
             const double tol = 1.13 * gamma * bg * (std::fabs(u) + gamma * bu) + (std::fabs(act_g) + 1.13 * gamma * bg) * gamma * bu +
                                1e-6 * std::fabs(c) + 1e-30;

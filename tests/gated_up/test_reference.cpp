@@ -14,6 +14,7 @@
 #include <cmath>
 #include <random>
 
+#include "common/activation.cuh"
 #include "blockfuse/weight_layout.h"
 #include "common/host_float.h"
 #include "gated_up/reference.h"
@@ -25,11 +26,6 @@ namespace {
 using testing::HostMatrix;
 
 constexpr double kU32 = 1.0 / (1 << 24);  // fp32 unit roundoff
-
-double act64(Activation a, double g) {
-  if (a == Activation::kSiLU) return g / (1.0 + std::exp(-g));
-  return 0.5 * g * (1.0 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
-}
 
 // The fp64 definition from separate gate/up weights, and the bound E on |fp32 result - it|.
 struct Naive {
@@ -50,7 +46,7 @@ Naive naive(const HostMatrix& x, const HostMatrix& gate, const HostMatrix& up, A
         sg += std::fabs(xv * gv);
         su += std::fabs(xv * uv);
       }
-      const double ag = act64(a, g), h = ag * u;
+      const double ag = act_f64(a, g), h = ag * u;
       const double dg = double(K) * kU32 * sg, du = double(K) * kU32 * su;  // fp32 accumulation
       // |act32(g32) - act(g)|: the slope times dg, plus the fp32 evaluation (expf/tanhf, a divide or
       // 1 + tanh whose absolute error is ~u·|g| where it cancels).

@@ -18,6 +18,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "common/activation.cuh"
 #include "blockfuse/swiglu.h"
 #include "testing/gtest/gtest_util.h"
 #include "testing/testing.h"
@@ -30,13 +31,6 @@ using testing::HostMatrix;
 #define SKIP_WITHOUT_GPU() BF_SKIP_WITHOUT_GPU("the swiglu kernel")
 
 #define CUDA_OK(expr) BF_CUDA_OK(expr)
-
-// The definitions, in fp64: silu(g) = g / (1 + e^-g); GELU with PyTorch's tanh approximation.
-double act_f64(Activation a, double g) {
-  if (a == Activation::kSiLU) return g / (1.0 + std::exp(-g));
-  const double kAlpha = 0.7978845608028654, kBeta = 0.044715;
-  return 0.5 * g * (1.0 + std::tanh(kAlpha * (g + kBeta * g * g * g)));
-}
 
 // Runs swiglu on device copies of `in` and checks every output against fp64 on the host.
 //   The kernel computes in fp32 and rounds once, so |out - ref| <= u·|ref| (u = half an ulp of the
