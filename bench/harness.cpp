@@ -486,6 +486,7 @@ int Bench::finish() {
     out["date"] = now_iso8601();
     out["reps"] = s_.reps;
     out["warmup"] = s_.warmup;
+    out["pdl"] = s_.pdl == "on";
     out["points"] = rows_.size();
     out["skipped"] = skipped_;
     out["all_verified"] = failures_ == 0;
@@ -518,12 +519,16 @@ void BenchCommand::declare(Options& o) {
   o.path("--json", s_.json, "write the run and its rows as JSON");
   o.app().add_flag_callback("--no-ceilings", [this] { s_.ceilings = false; },
                             "skip measuring the copy-bandwidth and cuBLAS ceilings");
+  o.choice("--pdl", s_.pdl, {"on", "off"},
+           "programmatic dependent launch of the memory-bound kernels (sm_90+; blockfuse/common.h): off times "
+           "them launched plainly");
   options(o);
 }
 
 int BenchCommand::execute(const std::string& name) {
   const std::string program = "blockfuse bench " + name;
   if (!require_gpu(program.c_str())) return 2;
+  set_programmatic_dependent_launch(s_.pdl == "on");
   Bench b(name, s_);
   run(b);
   return b.finish();

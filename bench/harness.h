@@ -33,7 +33,7 @@
 //   BLOCKFUSE_COMMAND(ScaleBench, "bench scale", "GB/s of my_scale vs the device copy");
 //   }  // namespace blockfuse::bench
 //
-// The harness adds --quick, --reps, --warmup, --json FILE and --no-ceilings to every BenchCommand,
+// The harness adds --quick, --reps, --warmup, --json FILE, --no-ceilings and --pdl on|off to every BenchCommand,
 // prints the table, writes {run info..., "rows": [...]} and exits 1 when a verification failed.
 #pragma once
 
@@ -156,6 +156,7 @@ struct BenchSettings {
   bool quick = false, ceilings = true;
   int reps = 50, warmup = 5;
   std::string json;
+  std::string pdl = "on";  // programmatic dependent launch (blockfuse/common.h), set for the whole run
 };
 
 // The context of one benchmark run.

@@ -4,21 +4,24 @@
                (fp32 math, one rounding), out in the dtype, FP8 e4m3 with a static per-tensor scale,
                or FP8 with a dynamic per-row scale (amax / 448):
                  blockfuse  torch.ops.blockfuse.add_rmsnorm / add_rmsnorm_fp8 (blockfuse.ops)
+                 blockfuse-nopdl  the same with programmatic dependent launch off
+                            (ops.set_programmatic_dependent_launch(False) for the point)
                  compile    torch.compile(fn, dynamic=False): one compiled graph per shape
                  liger      Liger-Kernel's fused_add_rms_norm_forward (dtype out; also writes rstd)
+                 quack      quack's rmsnorm_fwd(x, w, residual=...) (dtype out; CuTe DSL, staged on the
+                            device by ../shared/peers/stage: quack.rmsnorm.rmsnorm_fwd)
   swiglu       out = silu(gate) * up from a stacked [M, 2U] tensor (Liger: separate gate and up [M, U],
                its API), dtype out / FP8 static / FP8 dynamic:
-                 blockfuse  torch.ops.blockfuse.swiglu / swiglu_fp8
+                 blockfuse  torch.ops.blockfuse.swiglu / swiglu_fp8 (and blockfuse-nopdl, as above)
                  compile    torch.compile(fn, dynamic=False)
                  liger      Liger-Kernel's swiglu_forward (dtype out)
 Protocol: rows <= 32 timed per call from CUDA-graph replays of 20 calls (as the C++ benchmarks); 256 rows
 from a graph cycling over rotated input sets (a torch call's CPU dispatch is longer than these kernels);
 larger problems from 20 back-to-back calls between CUDA events, inputs rotated so L2 (50 MB) holds none.
 Bytes = the minimum traffic. frac_copy divides by a 1 GiB device copy, frac_same by a copy of the same
-bytes timed the same way. quack is not run here (its runtime is not staged on the device); its figures
-are in ../shared/BENCHMARKING.md.
+bytes timed the same way. An implementation that cannot be imported is reported and left out.
 Usage: python3 bench/memory_bound_baselines.py [--ops add-rmsnorm,swiglu] [--hidden 4096,16384]
-       [--rows 1,32,2048] [--impls blockfuse,compile,liger] [--outs bf16,fp8s,fp8d] [--json FILE]
+       [--rows 1,32,2048] [--impls blockfuse,blockfuse-nopdl,compile,liger,quack] [--outs bf16,fp8s,fp8d] [--json FILE]
 Writes the JSON after every point, so a run cut short keeps what it measured.
 """
 import argparse
@@ -129,6 +132,15 @@ def load_liger():
         return None, None
 
 
+def load_quack():
+    try:
+        from quack.rmsnorm import rmsnorm_fwd
+        return rmsnorm_fwd
+    except Exception as e:  # noqa: BLE001 — reported, the rest still runs
+        print(f"quack not available: {e!r}", file=sys.stderr)
+        return None
+
+
 def load_blockfuse():
     try:
         import blockfuse.ops as bo
@@ -147,7 +159,7 @@ def main(argv=None):
     ap.add_argument("--hidden", default="4096,8192,16384", help="H for add-rmsnorm")
     ap.add_argument("--u", default="4096,14336,16384,28672", help="U for swiglu")
     ap.add_argument("--rows", default="1,8,32,256,2048,8192,32768")
-    ap.add_argument("--impls", default="blockfuse,compile,liger")
+    ap.add_argument("--impls", default="blockfuse,blockfuse-nopdl,compile,liger,quack")
     ap.add_argument("--outs", default="bf16,fp8s,fp8d")
     ap.add_argument("--compile-rows", default="", help="rows for torch.compile (default: --rows)")
     ap.add_argument("--json")
@@ -165,8 +177,14 @@ def main(argv=None):
     bw = 2 * big.numel() * 2 / (time_events(lambda i: big2.copy_(big), 1, 3, 20) * 1e3)
     del big, big2
     res = {"device": dev, "torch": torch.__version__, "copy_gbs": bw, "rows": []}
-    bo = load_blockfuse() if "blockfuse" in impls else None
+    bo = load_blockfuse() if {"blockfuse", "blockfuse-nopdl"} & set(impls) else None
+    bf_impls = [i for i in ("blockfuse", "blockfuse-nopdl") if i in impls]
     liger_norm, liger_sw = load_liger() if "liger" in impls else (None, None)
+    quack_norm = load_quack() if "quack" in impls else None
+    if bo is not None and hasattr(bo, "set_programmatic_dependent_launch"):
+        res["pdl_default"] = bo.set_programmatic_dependent_launch(True)
+    elif "blockfuse-nopdl" in bf_impls:
+        bf_impls.remove("blockfuse-nopdl")  # a library without the switch
     bf = torch.bfloat16
     t0 = time.time()
 
@@ -182,11 +200,17 @@ def main(argv=None):
                 json.dump(res, f, indent=1)
 
     def run(op, shape, m, out, impl, nbytes, fn, n_sets, same):
+        nopdl = impl == "blockfuse-nopdl"
+        if nopdl:
+            bo.set_programmatic_dependent_launch(False)
         try:
             us = time_op(fn, m, n_sets)
         except Exception as e:  # noqa: BLE001 — one failing baseline must not end the sweep
             print(f"{op} {shape} {m} {out} {impl}: FAILED {e!r}", file=sys.stderr)
             return
+        finally:
+            if nopdl:
+                bo.set_programmatic_dependent_launch(True)
         record(op, shape, m, out, impl, nbytes, us, same)
 
     inv_scale = torch.tensor(448.0 / 2.5, device="cuda")
@@ -210,7 +234,8 @@ def main(argv=None):
                             f = lambda i: bo.add_rmsnorm_fp8(xs[i], rs[i], w, scale, EPS)  # noqa: E731
                         else:
                             f = lambda i: bo.add_rmsnorm_fp8(xs[i], rs[i], w, None, EPS)  # noqa: E731
-                        run("add-rmsnorm", sh, m, out, "blockfuse", nb, f, n_sets, same)
+                        for impl in bf_impls:
+                            run("add-rmsnorm", sh, m, out, impl, nb, f, n_sets, same)
                     if "compile" in impls and m in compile_rows:
                         if out == "bf16":
                             c = torch.compile(add_rmsnorm_bf16, dynamic=False)
@@ -225,6 +250,9 @@ def main(argv=None):
                     if liger_norm is not None and out == "bf16":
                         f = lambda i: liger_norm(xs[i], rs[i], w, EPS, 0.0, "llama")  # noqa: E731
                         run("add-rmsnorm", sh, m, out, "liger", nb, f, n_sets, same)
+                    if quack_norm is not None and out == "bf16":
+                        f = lambda i: quack_norm(xs[i], w, residual=rs[i], eps=EPS)  # noqa: E731
+                        run("add-rmsnorm", sh, m, out, "quack", nb, f, n_sets, same)
                     del xs, rs
                     torch.cuda.empty_cache()
     if "swiglu" in a.ops:
@@ -244,7 +272,8 @@ def main(argv=None):
                             f = lambda i: bo.swiglu_fp8(gus[i], scale)  # noqa: E731
                         else:
                             f = lambda i: bo.swiglu_fp8(gus[i], None)  # noqa: E731
-                        run("swiglu", sh, m, out, "blockfuse", nb, f, n_sets, same)
+                        for impl in bf_impls:
+                            run("swiglu", sh, m, out, impl, nb, f, n_sets, same)
                     if "compile" in impls and m in compile_rows:
                         if out == "bf16":
                             c = torch.compile(swiglu_bf16, dynamic=False)

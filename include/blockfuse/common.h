@@ -65,4 +65,17 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Programmatic dependent launch (PDL; Hopper and later). blockfuse launches its memory-bound kernels
+// (add_rmsnorm, rmsnorm, swiglu and their FP8 forms) with the programmatic-stream-serialization
+// attribute, so their blocks become resident while the kernel before them in the stream drains and
+// the launch gap overlaps it. Each such kernel waits for its predecessor to complete (and its writes
+// to be visible) before it touches memory, so results are the same with or without it; a kernel
+// after one of them may start launching early only if it was itself launched with the attribute,
+// and CUDA then requires it to wait likewise. On by default where the device is sm_90+ and the
+// library carries sm_90 code; BLOCKFUSE_PDL=0 in the environment, or
+// set_programmatic_dependent_launch(false), turns it off for the process. Returns the previous
+// setting. Works under CUDA-graph capture (the dependency is captured as a programmatic edge).
+bool set_programmatic_dependent_launch(bool enabled);
+bool programmatic_dependent_launch();
+
 }  // namespace blockfuse

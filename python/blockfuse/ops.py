@@ -85,6 +85,7 @@ _SWIGLU = _resolve("swiglu")
 _SWIGLU_FP8 = _resolve("swiglu_fp8")
 _DECODE_GEMM = _resolve("decode_gemm")
 _DECODE_GEMM_RESERVE = _resolve("decode_gemm_reserve")
+_SET_PDL = _resolve("set_programmatic_dependent_launch")
 
 
 # ---- the ops -----------------------------------------------------------------------------------
@@ -141,6 +142,15 @@ def decode_gemm(x, w):
     """y[..., N] = x·wᵀ for x [..., K] with 1..32 rows in all and w [N, K] (bf16/fp16, K % 8 == 0):
     every SM streams a slice of w (split-K), fp32 accumulation, deterministic reduction."""
     return _DECODE_GEMM(x, w)
+
+
+def set_programmatic_dependent_launch(enabled):
+    """Turns programmatic dependent launch of the memory-bound kernels (add_rmsnorm, rmsnorm, swiglu
+    and their FP8 forms; sm_90+) on or off for the process; returns the previous setting. On by
+    default (BLOCKFUSE_PDL=0 in the environment turns it off): each kernel's blocks become resident
+    while the kernel before it drains, and wait for it before touching memory, so results do not
+    change. Takes effect for launches made after the call (a captured graph keeps what it captured)."""
+    return _SET_PDL(bool(enabled))
 
 
 def decode_gemm_reserve(w):

@@ -306,10 +306,15 @@ int64_t decode_gemm_reserve_op(const at::Tensor& w) {
   return static_cast<int64_t>(bytes);
 }
 
+// The process-wide programmatic-dependent-launch switch (blockfuse/common.h); returns the previous
+// setting. No tensor arguments: registered with its function (a catch-all kernel), not per backend.
+bool set_pdl_op(bool enabled) { return blockfuse::set_programmatic_dependent_launch(enabled); }
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
   const std::vector<at::Tag> tags{at::Tag::pt2_compliant_tag};
+  m.def("set_programmatic_dependent_launch(bool enabled) -> bool", &set_pdl_op);
   m.def("rmsnorm(Tensor x, Tensor weight, float eps=1e-6, bool gemma=False) -> Tensor", tags);
   m.def("add_rmsnorm(Tensor x, Tensor residual, Tensor weight, float eps=1e-6, bool gemma=False) -> (Tensor, Tensor)",
         tags);

@@ -65,3 +65,12 @@ def test_layout_ops_run_on_cpu():
     stacked = torch.cat([gate, up])
     assert torch.equal(ops.interleave_stacked(stacked), w)
     assert torch.equal(ops.deinterleave_to_stacked(w), stacked)
+
+
+def test_programmatic_dependent_launch_switch_returns_the_previous_setting():
+    before = ops.set_programmatic_dependent_launch(False)
+    try:
+        assert ops.set_programmatic_dependent_launch(True) is False
+        assert ops.set_programmatic_dependent_launch(True) is True
+    finally:
+        ops.set_programmatic_dependent_launch(before)

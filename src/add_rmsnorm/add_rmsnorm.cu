@@ -40,12 +40,12 @@ using add_rmsnorm_detail::add_rmsnorm_regs;
 using Out = AddRmsNormOutput;
 
 template <class T, int V, Out kOut, bool kOne>
-void launch_cluster(const AddRmsNormParams& p, const detail::AddRmsNormConfig& cfg, cudaStream_t stream) {
+void launch_cluster(const AddRmsNormParams& p, const detail::AddRmsNormConfig& cfg, bool pdl, cudaStream_t stream) {
   // One cluster per row (grid-stride beyond 2^31 - 1 blocks).
   const int64_t clusters = std::min<int64_t>(p.rows, std::numeric_limits<int>::max() / cfg.cluster);
-  detail::launch_with_cluster(add_rmsnorm_cluster<T, V, kOut, kOne>, dim3(static_cast<unsigned>(clusters * cfg.cluster)),
-                              dim3(static_cast<unsigned>(cfg.threads)), 0, stream,
-                              dim3(static_cast<unsigned>(cfg.cluster), 1, 1), p);
+  detail::launch_kernel(add_rmsnorm_cluster<T, V, kOut, kOne>, dim3(static_cast<unsigned>(clusters * cfg.cluster)),
+                        dim3(static_cast<unsigned>(cfg.threads)), 0, stream, dim3(static_cast<unsigned>(cfg.cluster), 1, 1),
+                        pdl, p);
 }
 
 // Whether the current device runs the cluster kernels: compute capability >= 9.0 *and* the
@@ -62,17 +62,25 @@ bool cluster_path_available() {
   });
 }
 
+// Whether this device may launch the family's kernels with PDL (common/launch.h: pdl_launchable;
+// every kernel of the family is compiled for the same architectures, so one stands for all).
+bool pdl_path_available() {
+  static detail::PerDeviceCache<bool> cache;
+  return detail::pdl_launchable(cache, reinterpret_cast<const void*>(add_rmsnorm_loop<__nv_bfloat16, Out::kDtype>));
+}
+
 std::atomic<bool> g_clusters_enabled{true};
 std::atomic<int> g_rule{int(detail::kAddRmsNormDefaultRule)};
 std::atomic<bool> g_one_exchange{true};
 
 template <class T, Out kOut, bool kOne>
 void launch_shape(const AddRmsNormParams& p, const detail::AddRmsNormConfig& cfg, cudaStream_t stream) {
+  const bool pdl = pdl_path_available();
   if (cfg.cluster > 1) {
     if (cfg.v == 2)
-      launch_cluster<T, 2, kOut, kOne>(p, cfg, stream);
+      launch_cluster<T, 2, kOut, kOne>(p, cfg, pdl, stream);
     else
-      launch_cluster<T, 4, kOut, kOne>(p, cfg, stream);
+      launch_cluster<T, 4, kOut, kOne>(p, cfg, pdl, stream);
     BF_CHECK_LAUNCH();
     return;
   }
@@ -83,18 +91,22 @@ void launch_shape(const AddRmsNormParams& p, const detail::AddRmsNormConfig& cfg
     constexpr int V = decltype(v)::value;
     if constexpr (V <= 4) {
       if (cfg.preload_w) {
-        add_rmsnorm_regs<T, V, kOut, kOne, true><<<blocks, cfg.threads, 0, stream>>>(p);
+        detail::launch_kernel(add_rmsnorm_regs<T, V, kOut, kOne, true>, dim3(blocks), dim3(cfg.threads), 0, stream,
+                              dim3(1, 1, 1), pdl, p);
         return;
       }
     }
-    add_rmsnorm_regs<T, V, kOut, kOne><<<blocks, cfg.threads, 0, stream>>>(p);
+    detail::launch_kernel(add_rmsnorm_regs<T, V, kOut, kOne>, dim3(blocks), dim3(cfg.threads), 0, stream, dim3(1, 1, 1),
+                          pdl, p);
   };
   switch (cfg.v) {
     case 1: regs(std::integral_constant<int, 1>{}); break;
     case 2: regs(std::integral_constant<int, 2>{}); break;
     case 4: regs(std::integral_constant<int, 4>{}); break;
     case 8: regs(std::integral_constant<int, 8>{}); break;
-    default: add_rmsnorm_loop<T, kOut><<<blocks, cfg.threads, 0, stream>>>(p); break;
+    default:
+      detail::launch_kernel(add_rmsnorm_loop<T, kOut>, dim3(blocks), dim3(cfg.threads), 0, stream, dim3(1, 1, 1), pdl, p);
+      break;
   }
   BF_CHECK_LAUNCH();
 }

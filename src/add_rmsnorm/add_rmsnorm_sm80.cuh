@@ -16,6 +16,7 @@
 
 #include "add_rmsnorm/params.h"
 #include "add_rmsnorm/row.cuh"
+#include "common/pdl.cuh"
 #include "common/reduce.cuh"
 
 namespace blockfuse::add_rmsnorm_detail {
@@ -41,6 +42,7 @@ __device__ __forceinline__ void prefetch_weight(const T* w, int nchunks) {
 // config.h: add_rmsnorm_preload_weight) instead of read after the reduction.
 template <class T, int V, AddRmsNormOutput kOut, bool kOneExchange = true, bool kPreloadW = false>
 __global__ void __launch_bounds__(512) add_rmsnorm_regs(const AddRmsNormParams p) {
+  detail::pdl_enter();  // before any global access (common/pdl.cuh)
   __shared__ float red[2][32];
   const int nchunks = p.h >> 3;
   const int tid = threadIdx.x, nt = blockDim.x;
@@ -94,6 +96,7 @@ __global__ void __launch_bounds__(512) add_rmsnorm_regs(const AddRmsNormParams p
 // Loop path (H > 32768): the row does not fit the registers of one block, so it is read again.
 template <class T, AddRmsNormOutput kOut>
 __global__ void __launch_bounds__(512) add_rmsnorm_loop(const AddRmsNormParams p) {
+  detail::pdl_enter();  // before any global access (common/pdl.cuh)
   __shared__ float red[2][32];
   const int nchunks = p.h >> 3;
   const uint4* w = static_cast<const uint4*>(p.w);  // read-only path: shared by every row, stays in L2

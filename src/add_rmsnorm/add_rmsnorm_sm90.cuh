@@ -17,6 +17,7 @@
 
 #include "add_rmsnorm/params.h"
 #include "add_rmsnorm/row.cuh"
+#include "common/pdl.cuh"
 #include "common/reduce.cuh"
 
 namespace blockfuse::add_rmsnorm_detail {
@@ -56,6 +57,7 @@ __device__ __forceinline__ void keep_packed(uint4 (&wv)[V]) {
 template <class T, int V, AddRmsNormOutput kOut, bool kOneExchange = true>
 __global__ void __launch_bounds__(512) add_rmsnorm_cluster(const AddRmsNormParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  detail::pdl_enter();  // before any global access (common/pdl.cuh)
   namespace cg = cooperative_groups;
   using detail::block_reduce;
   using detail::MaxOp;

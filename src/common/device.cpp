@@ -2,6 +2,13 @@
 #include "common/device.h"
 
 #include "common/check.h"
+#include "common/launch.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "blockfuse/common.h"
 
 namespace blockfuse::detail {
 
@@ -25,4 +32,36 @@ DeviceSpec device_spec(int device) {
 
 DeviceSpec current_device_spec() { return device_spec(current_device()); }
 
+namespace {
+// On unless BLOCKFUSE_PDL=0 is in the environment when the switch is first consulted (the first
+// launch of a PDL-capable kernel, or a call of the functions below).
+std::atomic<bool>& pdl_switch() {
+  static std::atomic<bool> on{[] {
+    const char* e = std::getenv("BLOCKFUSE_PDL");
+    return !(e && std::strcmp(e, "0") == 0);
+  }()};
+  return on;
+}
+}  // namespace
+
+bool pdl_launchable(PerDeviceCache<bool>& cache, const void* fn) {
+  if (!pdl_switch().load(std::memory_order_relaxed)) return false;
+  return cache.get([fn](int dev) {
+    if (device_spec(dev).cc_major < 9) return false;
+    cudaFuncAttributes a{};
+    BF_CUDA_CHECK(cudaFuncGetAttributes(&a, fn));
+    return a.ptxVersion >= 90;
+  });
+}
+
 }  // namespace blockfuse::detail
+
+namespace blockfuse {
+
+bool set_programmatic_dependent_launch(bool enabled) {
+  return detail::pdl_switch().exchange(enabled, std::memory_order_relaxed);
+}
+
+bool programmatic_dependent_launch() { return detail::pdl_switch().load(std::memory_order_relaxed); }
+
+}  // namespace blockfuse

@@ -10,9 +10,47 @@
 
 namespace blockfuse::detail {
 
-// Launches `kernel` with thread-block clusters of `cluster` CTAs (sm_90+; grid a multiple of it),
-// through cudaLaunchKernelEx with the cluster shape as a launch attribute, so no compile-time
-// __cluster_dims__ is needed and one kernel serves every cluster size.
+// Whether a launch of the kernel `fn` may carry the programmatic-dependent-launch attribute on the
+// current device: the process-wide switch (blockfuse/common.h) is on, the device is sm_90+, and the
+// code loaded for `fn` was compiled for sm_90+ (a build for sm_80 only runs on a Hopper through its
+// compute_80 PTX, where pdl_wait() compiled to nothing: launched with the attribute, that kernel
+// could read its predecessor's output early). Callers cache the last part per device per family
+// (`cache`, a function-local static beside the launcher), as cluster_path_available does.
+bool pdl_launchable(PerDeviceCache<bool>& cache, const void* fn);
+
+// Launches `kernel` through cudaLaunchKernelEx: with thread-block clusters of `cluster` CTAs when
+// cluster.x * cluster.y * cluster.z > 1 (sm_90+; grid a multiple of it, no compile-time
+// __cluster_dims__ needed, so one kernel serves every cluster size), and with programmatic stream
+// serialization when `pdl` (the kernel must begin with pdl_enter(): common/pdl.cuh).
+template <class... Params, class... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
+                   dim3 cluster, bool pdl, Args&&... args) {
+  cudaLaunchConfig_t lc{};
+  lc.gridDim = grid;
+  lc.blockDim = block;
+  lc.dynamicSmemBytes = smem_bytes;
+  lc.stream = stream;
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
+  if (cluster.x * cluster.y * cluster.z > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = cluster.x;
+    attr[n].val.clusterDim.y = cluster.y;
+    attr[n].val.clusterDim.z = cluster.z;
+    ++n;
+  }
+  if (pdl) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  lc.attrs = attr;
+  lc.numAttrs = n;
+  BF_CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, std::forward<Args>(args)...));
+}
+
+// Launches `kernel` as clusters of `cluster` CTAs (sm_90+), always with the cluster attribute (also
+// for 1 x 1 x 1: the sm90a GEMM and attention kernels are written for a cluster launch).
 template <class... Params, class... Args>
 void launch_with_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
                          dim3 cluster, Args&&... args) {

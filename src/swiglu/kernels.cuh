@@ -13,6 +13,7 @@
 #include "common/activation.cuh"
 #include "common/cp_async.cuh"
 #include "common/fp8_device.cuh"
+#include "common/pdl.cuh"
 #include "common/reduce.cuh"
 #include "common/vec.cuh"
 #include "swiglu/config.h"
@@ -41,6 +42,7 @@ template <class T, bool kInterleaved, SwigluElementwiseOutput kOut, int kChunks>
 __global__ void __launch_bounds__(kElementwiseThreads) swiglu_elementwise_kernel(
     const T* __restrict__ in, int64_t ldi, void* __restrict__ out, int64_t ldo, int64_t rows, int64_t u, int act,
     const float* __restrict__ scale) {
+  detail::pdl_enter();  // before any global access (common/pdl.cuh)
   const int64_t chunks_per_row = u / 8;
   const int64_t total = rows * chunks_per_row;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
@@ -107,6 +109,7 @@ __global__ void __launch_bounds__(kMinBlocks > 1 ? detail::kSwigluThreeBlockThre
 swiglu_fp8_rowwise_kernel(
     const T* __restrict__ in, int64_t ldi, uint8_t* __restrict__ out, int64_t ldo, int64_t rows, int64_t u, int act,
     float* __restrict__ scale) {
+  detail::pdl_enter();  // before any global access (common/pdl.cuh)
   __shared__ float partial[32];
   extern __shared__ uint4 staged[];  // kShared: [V][2][blockDim.x]; kSharedNext: two of those
   const int64_t chunks = u / 8;

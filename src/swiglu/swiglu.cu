@@ -12,6 +12,7 @@
 
 #include "common/check.h"
 #include "common/device.h"
+#include "common/launch.h"
 #include "swiglu/config.h"
 #include "swiglu/kernels.cuh"
 #include "swiglu/validate.h"
@@ -30,6 +31,15 @@ namespace {
 
 using swiglu_detail::SwigluElementwiseOutput;
 
+// Whether this device may launch the family's kernels with PDL (common/launch.h: pdl_launchable;
+// every kernel of the family is compiled for the same architectures, so one stands for all).
+bool pdl_path_available() {
+  static detail::PerDeviceCache<bool> cache;
+  return detail::pdl_launchable(
+      cache, reinterpret_cast<const void*>(
+                 swiglu_detail::swiglu_elementwise_kernel<__nv_bfloat16, false, SwigluElementwiseOutput::k16Bit, 1>));
+}
+
 // Elementwise kernel grid: for large problems enough 256-thread blocks for kChunksPerThread chunks
 // per thread, at most 8 waves of the resident blocks (then the grid-stride loop takes over); for
 // decode-sized problems (<= 512 chunks per SM) one chunk per thread in 128-thread blocks, so the
@@ -42,19 +52,24 @@ void launch_elementwise(const ConstMatrix& in, void* out, int64_t ldo, int64_t r
   const int sms = detail::current_device_spec().sm_count;  // cached per device
   auto* ip = static_cast<const T*>(in.data);
   const bool il = layout == GateUpLayout::kInterleaved;
+  const bool pdl = pdl_path_available();
+  auto go = [&](auto kernel, unsigned blocks, int threads) {
+    detail::launch_kernel(kernel, dim3(blocks), dim3(threads), 0, stream, dim3(1, 1, 1), pdl, ip, in.ld, out, ldo, rows,
+                          u, int(act), scale);
+  };
   if (total <= int64_t(sms) * kSmallProblemChunksPerSm) {
     const unsigned blocks = unsigned((total + kSmallBlockThreads - 1) / kSmallBlockThreads);
     if (il)
-      swiglu_elementwise_kernel<T, true, kOut, 1><<<blocks, kSmallBlockThreads, 0, stream>>>(ip, in.ld, out, ldo, rows, u, int(act), scale);
+      go(swiglu_elementwise_kernel<T, true, kOut, 1>, blocks, kSmallBlockThreads);
     else
-      swiglu_elementwise_kernel<T, false, kOut, 1><<<blocks, kSmallBlockThreads, 0, stream>>>(ip, in.ld, out, ldo, rows, u, int(act), scale);
+      go(swiglu_elementwise_kernel<T, false, kOut, 1>, blocks, kSmallBlockThreads);
   } else {
     const int64_t per_block = int64_t(kElementwiseThreads) * kChunksPerThread;
     const unsigned blocks = unsigned(std::min<int64_t>((total + per_block - 1) / per_block, int64_t(sms) * 64));
     if (il)
-      swiglu_elementwise_kernel<T, true, kOut, kChunksPerThread><<<blocks, kElementwiseThreads, 0, stream>>>(ip, in.ld, out, ldo, rows, u, int(act), scale);
+      go(swiglu_elementwise_kernel<T, true, kOut, kChunksPerThread>, blocks, kElementwiseThreads);
     else
-      swiglu_elementwise_kernel<T, false, kOut, kChunksPerThread><<<blocks, kElementwiseThreads, 0, stream>>>(ip, in.ld, out, ldo, rows, u, int(act), scale);
+      go(swiglu_elementwise_kernel<T, false, kOut, kChunksPerThread>, blocks, kElementwiseThreads);
   }
   BF_CHECK_LAUNCH();
 }
@@ -83,9 +98,9 @@ void launch_rowwise_k(const ConstMatrix& in, const Fp8Matrix& out, float* scale,
                            ? int64_t(sms) * detail::swiglu_row_blocks_per_sm(cfg.threads, cfg.smem_bytes)
                            : int64_t(sms) * std::max(1, 2048 / cfg.threads) * 8;
   const int64_t blocks = std::min<int64_t>(out.rows, grid);
-  kernel<<<unsigned(blocks), cfg.threads, cfg.smem_bytes, stream>>>(static_cast<const T*>(in.data), in.ld,
-                                                                    static_cast<uint8_t*>(out.data), out.ld, out.rows,
-                                                                    out.cols, int(act), scale);
+  detail::launch_kernel(kernel, dim3(unsigned(blocks)), dim3(cfg.threads), cfg.smem_bytes, stream, dim3(1, 1, 1),
+                        pdl_path_available(), static_cast<const T*>(in.data), in.ld, static_cast<uint8_t*>(out.data),
+                        out.ld, out.rows, out.cols, int(act), scale);
   BF_CHECK_LAUNCH();
 }
 
