@@ -66,9 +66,10 @@ class Error : public std::runtime_error {
 };
 
 // Programmatic dependent launch (PDL; Hopper and later). blockfuse launches its memory-bound kernels
-// (add_rmsnorm, rmsnorm, swiglu and their FP8 forms) with the programmatic-stream-serialization
-// attribute, so their blocks become resident while the kernel before them in the stream drains and
-// the launch gap overlaps it. Each such kernel waits for its predecessor to complete (and its writes
+// (add_rmsnorm, rmsnorm, swiglu and their FP8 forms) for up to 32 rows with the
+// programmatic-stream-serialization attribute, so their blocks become resident while the kernel
+// before them in the stream drains and the launch gap overlaps it (0.15-0.6 µs of a 1.5-5 µs call
+// on an H100; larger calls gain nothing and are launched plainly). Each such kernel waits for its predecessor to complete (and its writes
 // to be visible) before it touches memory, so results are the same with or without it; a kernel
 // after one of them may start launching early only if it was itself launched with the attribute,
 // and CUDA then requires it to wait likewise. On by default where the device is sm_90+ and the

@@ -146,8 +146,8 @@ def decode_gemm(x, w):
 
 def set_programmatic_dependent_launch(enabled):
     """Turns programmatic dependent launch of the memory-bound kernels (add_rmsnorm, rmsnorm, swiglu
-    and their FP8 forms; sm_90+) on or off for the process; returns the previous setting. On by
-    default (BLOCKFUSE_PDL=0 in the environment turns it off): each kernel's blocks become resident
+    and their FP8 forms, at up to 32 rows; sm_90+) on or off for the process; returns the previous
+    setting. On by default (BLOCKFUSE_PDL=0 in the environment turns it off): each kernel's blocks become resident
     while the kernel before it drains, and wait for it before touching memory, so results do not
     change. Takes effect for launches made after the call (a captured graph keeps what it captured)."""
     return _SET_PDL(bool(enabled))

@@ -75,7 +75,7 @@ std::atomic<bool> g_one_exchange{true};
 
 template <class T, Out kOut, bool kOne>
 void launch_shape(const AddRmsNormParams& p, const detail::AddRmsNormConfig& cfg, cudaStream_t stream) {
-  const bool pdl = pdl_path_available();
+  const bool pdl = detail::pdl_rows(p.rows) && pdl_path_available();
   if (cfg.cluster > 1) {
     if (cfg.v == 2)
       launch_cluster<T, 2, kOut, kOne>(p, cfg, pdl, stream);

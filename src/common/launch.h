@@ -1,6 +1,7 @@
 // Internal: host-side launch helpers shared by the families' launchers.
 #pragma once
 
+#include <cstdint>
 #include <utility>
 
 #include <cuda_runtime.h>
@@ -17,6 +18,14 @@ namespace blockfuse::detail {
 // could read its predecessor's output early). Callers cache the last part per device per family
 // (`cache`, a function-local static beside the launcher), as cluster_path_available does.
 bool pdl_launchable(PerDeviceCache<bool>& cache, const void* fn);
+
+// The row counts whose launches carry the PDL attribute: decode-sized calls, where the launch gap is a
+// large part of a 1.5-5 µs kernel. Measured on the H100 (results/gpu/session7_h100/run4, run6: C++
+// and torch benchmarks, PDL on vs off in one process): at 1-32 rows every add_rmsnorm and swiglu
+// point 0.15-0.6 µs faster; at 256 rows up to 1.7 µs slower (add_rmsnorm H = 4096: 9.4 vs 7.7 µs),
+// from 2048 rows within 1 %. Pure, CPU-tested.
+inline constexpr int64_t kPdlMaxRows = 32;
+constexpr bool pdl_rows(int64_t rows) { return rows <= kPdlMaxRows; }
 
 // Launches `kernel` through cudaLaunchKernelEx: with thread-block clusters of `cluster` CTAs when
 // cluster.x * cluster.y * cluster.z > 1 (sm_90+; grid a multiple of it, no compile-time

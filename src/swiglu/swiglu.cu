@@ -52,7 +52,7 @@ void launch_elementwise(const ConstMatrix& in, void* out, int64_t ldo, int64_t r
   const int sms = detail::current_device_spec().sm_count;  // cached per device
   auto* ip = static_cast<const T*>(in.data);
   const bool il = layout == GateUpLayout::kInterleaved;
-  const bool pdl = pdl_path_available();
+  const bool pdl = detail::pdl_rows(rows) && pdl_path_available();
   auto go = [&](auto kernel, unsigned blocks, int threads) {
     detail::launch_kernel(kernel, dim3(blocks), dim3(threads), 0, stream, dim3(1, 1, 1), pdl, ip, in.ld, out, ldo, rows,
                           u, int(act), scale);
@@ -99,7 +99,7 @@ void launch_rowwise_k(const ConstMatrix& in, const Fp8Matrix& out, float* scale,
                            : int64_t(sms) * std::max(1, 2048 / cfg.threads) * 8;
   const int64_t blocks = std::min<int64_t>(out.rows, grid);
   detail::launch_kernel(kernel, dim3(unsigned(blocks)), dim3(cfg.threads), cfg.smem_bytes, stream, dim3(1, 1, 1),
-                        pdl_path_available(), static_cast<const T*>(in.data), in.ld, static_cast<uint8_t*>(out.data),
+                        detail::pdl_rows(out.rows) && pdl_path_available(), static_cast<const T*>(in.data), in.ld, static_cast<uint8_t*>(out.data),
                         out.ld, out.rows, out.cols, int(act), scale);
   BF_CHECK_LAUNCH();
 }

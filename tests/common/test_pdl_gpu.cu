@@ -1,9 +1,9 @@
 // GPU tests of programmatic dependent launch (blockfuse/common.h: set_programmatic_dependent_launch;
 // common/pdl.cuh, common/launch.h). The memory-bound families (add_rmsnorm, swiglu) launch with the
-// programmatic-stream-serialization attribute on sm_90+, and every such kernel waits for its
-// predecessor before touching memory. What must hold:
-//   - with the switch on (and sm_90 code in the library), a captured chain of those ops has
-//     programmatic edges between its kernel nodes; with it off, none;
+// programmatic-stream-serialization attribute on sm_90+ for up to 32 rows (common/launch.h:
+// pdl_rows), and every such kernel waits for its predecessor before touching memory. What must hold:
+//   - with the switch on (and sm_90 code in the library), a captured chain of those ops at 32 rows
+//     has programmatic edges between its kernel nodes; with it off, or at 33 rows, none;
 //   - a dependent chain (add_rmsnorm -> swiglu -> add_rmsnorm_fp8 -> ..., each reading the previous
 //     op's output, every intermediate poisoned with NaN beforehand) gives bit-identical results with
 //     PDL on and off, eagerly on a stream and replayed from a graph, and they match the CPU
@@ -16,6 +16,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -165,9 +166,9 @@ Chain::Result run_chain(Chain& c, bool graph) {
 TEST(PdlGpu, CapturedChainHasProgrammaticEdgesOnlyWhenOn) {
   BF_SKIP_WITHOUT_GPU("the PDL launches");
   if (!pdl_expected()) GTEST_SKIP() << "PDL needs an sm_90+ device and a build with sm_90 code: nothing to check here";
-  Chain c(64, 512, testing::fresh_seed());
-  for (bool on : {true, false}) {
-    SCOPED_TRACE(on ? "PDL on" : "PDL off");
+  for (auto [rows, on] : {std::pair<int64_t, bool>{32, true}, {32, false}, {33, true}}) {
+    SCOPED_TRACE(std::string(on ? "PDL on, " : "PDL off, ") + std::to_string(rows) + " rows");
+    Chain c(rows, 512, testing::fresh_seed());
     PdlSwitch guard(on);
     cudaStream_t s = nullptr;
     BF_CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -183,7 +184,7 @@ TEST(PdlGpu, CapturedChainHasProgrammaticEdgesOnlyWhenOn) {
     int programmatic = 0;
     for (const cudaGraphEdgeData& e : data) programmatic += e.type == cudaGraphDependencyTypeProgrammatic ? 1 : 0;
     EXPECT_EQ(n, 4u) << "five kernels in a row: four edges";
-    EXPECT_EQ(programmatic, on ? 4 : 0);
+    EXPECT_EQ(programmatic, on && detail::pdl_rows(rows) ? 4 : 0);
     cudaGraphDestroy(g);
     cudaStreamDestroy(s);
   }
@@ -195,9 +196,9 @@ TEST(PdlGpu, DependentChainIsUnchangedByPdl) {
   BF_SKIP_WITHOUT_GPU("the PDL launches");
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(testing::seed_note(seed));
-  // 2048 rows of 2U = 8192: the first kernel runs several waves, so a successor launched early would
-  // find rows of the last wave still poisoned.
-  Chain c(2048, 4096, seed);
+  // 32 rows (the most that carry the attribute) of 2U = 32768: each kernel runs a few µs, so a
+  // successor that read before its predecessor finished would find poison or an older value.
+  Chain c(32, 16384, seed);
   Chain::Result off;
   {
     PdlSwitch guard(false);
