@@ -99,12 +99,9 @@ __device__ __forceinline__ void store_y<__half>(__half* y, float v) { *y = __flo
 
 template <class T, int NT, int WARPS>
 __global__ void __launch_bounds__(WARPS * 32, 16 / WARPS) decode_gemm_kernel(const DecodeGemmParams p) {
-  // 32-k chunks per step: 2·U W loads in flight per lane. x is loaded chunk by chunk right before
-  // its MMAs (L1 hits: every warp of the block reads the same slice), so only NT x vectors are live
-  // and the W loads get the registers. UNMEASURED (branch decode-x-late): U = 6 at NT = 3 fits 128
-  // registers without spills; at NT = 4, U = 4 still spills 28 bytes (ptxas), so it stays at 3
-  // (82 % of copy at M = 32 on Llama-3 8B, session6 run1).
-  constexpr int U = NT == 1 ? 8 : NT == 2 ? 4 : NT == 3 ? 6 : 3;
+  // 32-k chunks per step: 2·U W loads in flight per lane, as many as 128 registers allow beside
+  // NT·U x vectors (U = 4 at NT = 4 spilled).
+  constexpr int U = NT == 1 ? 8 : NT == 4 ? 3 : 4;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int64_t n0 = (int64_t(blockIdx.x) * WARPS + warp) * kWarpN;
@@ -128,7 +125,7 @@ __global__ void __launch_bounds__(WARPS * 32, 16 / WARPS) decode_gemm_kernel(con
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
 
   for (int64_t kb = k_begin; kb < k_end; kb += U * kChunkK) {
-    uint4 a0[U], a1[U];
+    uint4 a0[U], a1[U], b[U][NT];
     // K % 8 == 0, so a lane's 8 elements are all in the slice or all out (then zeros in W and x
     // both: 0 · 0, never 0 · Inf, fills the gap). A row of W past N is zeros too; its 0 · Inf
     // (Inf in x) is a NaN in a column that is never stored.
@@ -143,15 +140,18 @@ __global__ void __launch_bounds__(WARPS * 32, 16 / WARPS) decode_gemm_kernel(con
     for (int c = 0; c < U; ++c) {
       const int64_t kk = kb + c * kChunkK;
       const bool in = kk + 8 * t < k_end;
-      uint4 b[NT];
 #pragma unroll
-      for (int j = 0; j < NT; ++j) b[j] = load_x(xr[j] + kk, in && x_ok[j]);
+      for (int j = 0; j < NT; ++j)
+        b[c][j] = load_x(xr[j] + kk, in && x_ok[j]);
+    }
+#pragma unroll
+    for (int c = 0; c < U; ++c) {
       const uint32_t f0[4] = {a0[c].x, a1[c].x, a0[c].y, a1[c].y};  // k16 step 0
       const uint32_t f1[4] = {a0[c].z, a1[c].z, a0[c].w, a1[c].w};  // k16 step 1
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
-        MmaType<T>::mma(acc[j], f0, b[j].x, b[j].y);
-        MmaType<T>::mma(acc[j], f1, b[j].z, b[j].w);
+        MmaType<T>::mma(acc[j], f0, b[c][j].x, b[c][j].y);
+        MmaType<T>::mma(acc[j], f1, b[c][j].z, b[c][j].w);
       }
     }
   }
