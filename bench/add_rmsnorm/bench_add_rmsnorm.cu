@@ -225,9 +225,10 @@ class AddRmsNormBench final : public BenchCommand {
              std::string("none,dynamic"));
     o.integer("--graph-calls", graph_calls_, 1, 100000, "calls per captured graph for rows <= 32");
     o.choice("--clusters", clusters_, {"on", "off"}, "sm_90 cluster kernels; off times the one-block-per-row kernels");
-    o.choice("--rule", rule_, {"default", "v8", "v4wide"},
-             "one-block shape for 8192 < H <= 16384 (src/add_rmsnorm/config.h): v8 = 8 chunks x 256 threads, "
-             "v4wide = 4 chunks x 512 threads");
+    o.choice("--rule", rule_, {"default", "v8", "v4wide", "wide"},
+             "one-block shape (src/add_rmsnorm/config.h): v8 = 8 chunks x 256 threads for 8192 < H <= 16384, "
+             "v4wide = 4 chunks x 512 threads there, wide = up to 512 threads at every H <= 16384 (v1 x 512 at "
+             "H = 4096, v2 x 512 at 8192)");
     o.choice("--exchange", exchange_, {"one", "two"},
              "dynamic FP8: amax reduced with the sum of squares (one, the default) or in a second "
              "reduction/cluster exchange (two, the first kernel)");
@@ -241,6 +242,7 @@ class AddRmsNormBench final : public BenchCommand {
     detail::set_add_rmsnorm_clusters_enabled(clusters_ == "on");
     detail::set_add_rmsnorm_rule(rule_ == "v8" ? detail::AddRmsNormRule::kV8
                                  : rule_ == "v4wide" ? detail::AddRmsNormRule::kV4Wide
+                                 : rule_ == "wide"   ? detail::AddRmsNormRule::kWide
                                                      : detail::kAddRmsNormDefaultRule);
     detail::set_add_rmsnorm_one_exchange(exchange_ == "one");
     const DType dt = dtype_ == "bf16" ? DType::kBF16 : DType::kFP16;

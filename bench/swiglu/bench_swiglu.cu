@@ -124,6 +124,7 @@ class SwigluBench final : public BenchCommand {
   std::vector<int64_t> rows_ = {1, 8, 32, 256, 2048, 8192, 32768}, hidden_ = {4096, 16384};
   std::vector<std::string> outs_ = {"16-bit", "fp8-static", "fp8-dynamic"};
   std::string layout_ = "stacked", act_ = "silu", dtype_ = "bf16", row_rule_ = "default";
+  int small_chunks_per_sm_ = int(detail::kSwigluSmallChunksPerSm);
 
   void options(Options& o) override {
     o.about("µs and GB/s of blockfuse::swiglu / swiglu_fp8 ([M, 2U] -> [M, U]) vs an eager one-kernel-per-op "
@@ -139,9 +140,14 @@ class SwigluBench final : public BenchCommand {
              "first kernel); four = 4 chunks per thread staged in shared memory from U > 8192; four-next = four, "
              "each block also copying its next row (persistent grid); four3 = four compiled for 3 blocks per SM "
              "(<= 512 threads)");
+    o.integer("--small-chunks-per-sm", small_chunks_per_sm_, 0, 1 << 30,
+              "16-bit / static FP8: problems of at most this many 8-column chunks per SM take the decode-sized grid "
+              "(one chunk per thread, 128-thread blocks; src/swiglu/config.h)");
   }
 
   void run(Bench& b) override {
+    detail::set_swiglu_small_chunks_per_sm(small_chunks_per_sm_);
+    b.info()["small_chunks_per_sm"] = small_chunks_per_sm_;
     const GateUpLayout layout = layout_ == "stacked" ? GateUpLayout::kStacked : GateUpLayout::kInterleaved;
     const Activation act = act_ == "silu" ? Activation::kSiLU : Activation::kGeluTanh;
     const DType dt = dtype_ == "bf16" ? DType::kBF16 : DType::kFP16;
@@ -208,7 +214,10 @@ class SwigluBench final : public BenchCommand {
     const double cgbs = double(2 * copy_bytes) / (tc.median_ms * 1e6);
     const detail::SwigluRowConfig rc =
         detail::swiglu_fp8_row_config(u / 8, detail::resolve_swiglu_fp8_row_rule(detail::swiglu_fp8_row_rule(), m, u / 8));
-    const std::string kernel = o != Out::kFp8Dynamic ? "elementwise"
+    const detail::SwigluElementwiseConfig ec =
+        detail::swiglu_elementwise_config(m * (u / 8), b.device().sms, detail::swiglu_small_chunks_per_sm());
+    const std::string kernel = o != Out::kFp8Dynamic ? "elementwise c" + std::to_string(ec.chunks_per_thread) + "x" +
+                                                           std::to_string(ec.threads) + " b" + std::to_string(ec.blocks)
                                : "row v" + std::to_string(rc.v) + "x" + std::to_string(rc.threads) +
                                      (rc.stage == 1 ? " smem" : rc.stage == 2 ? " smem+next" : "") + (rc.min_blocks == 3 ? " x3" : "") +
                                      (rc.in_registers ? "" : " 2-pass");

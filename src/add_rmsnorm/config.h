@@ -33,7 +33,9 @@ struct AddRmsNormConfig {
 // add_rmsnorm_v8_two.json vs add_rmsnorm_v4wide_one.json), H = 16384, % of copy at 2048 / 8192 /
 // 32768 rows: bf16 out 81.8 / 84.3 / 85.6 -> 91.4 / 96.7 / 97.9, FP8 static 78.6 / 82.7 / 84.4 ->
 // 90.0 / 96.8 / 98.6. Process-wide override for the bench and the tests (set_add_rmsnorm_rule).
-enum class AddRmsNormRule : int { kV8 = 0, kV4Wide = 1 };
+//   kWide:    the kV4Wide idea at every H: v = 1 up to 512 chunks, 2 up to 1024, 4 up to 2048, each
+//             x <= 512 threads (H = 4096 -> v1 x 512, 8192 -> v2 x 512); an experiment (session 7).
+enum class AddRmsNormRule : int { kV8 = 0, kV4Wide = 1, kWide = 2 };
 constexpr AddRmsNormRule kAddRmsNormDefaultRule = AddRmsNormRule::kV4Wide;
 
 // sm_80 path, one block per row. The smallest v whose block (<= 128, 256, 256 (512 for kV4Wide),
@@ -43,9 +45,13 @@ constexpr AddRmsNormRule kAddRmsNormDefaultRule = AddRmsNormRule::kV4Wide;
 // 16384 -> 8 x 256 (kV8) or 4 x 512 (kV4Wide).
 inline AddRmsNormConfig add_rmsnorm_config(int nchunks, AddRmsNormRule rule = kAddRmsNormDefaultRule) {
   auto threads_for = [&](int v) { return std::max(32, (nchunks + v - 1) / v + 31) / 32 * 32; };
+  if (rule == AddRmsNormRule::kWide && nchunks <= 2048) {
+    const int v = nchunks <= 512 ? 1 : nchunks <= 1024 ? 2 : 4;
+    return {v, threads_for(v)};
+  }
   if (nchunks <= 128) return {1, threads_for(1)};
   if (nchunks <= 512) return {2, threads_for(2)};
-  if (nchunks <= (rule == AddRmsNormRule::kV4Wide ? 2048 : 1024)) return {4, threads_for(4)};
+  if (nchunks <= (rule == AddRmsNormRule::kV8 ? 1024 : 2048)) return {4, threads_for(4)};
   if (nchunks <= kAddRmsNormMaxRegisterChunks) return {8, threads_for(8)};
   return {0, kAddRmsNormLoopThreads};
 }

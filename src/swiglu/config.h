@@ -101,4 +101,36 @@ inline int swiglu_row_blocks_per_sm(int threads, int smem_bytes) {
 SwigluRowRule swiglu_fp8_row_rule();
 void set_swiglu_fp8_row_rule(SwigluRowRule rule);
 
+// ---- the elementwise kernel (16-bit and static-scale FP8 outputs) -------------------------------
+// Large problems: kSwigluChunksPerThread chunks (8 columns each) per thread in 256-thread blocks,
+// both chunks' loads issued before any math, at most 64 blocks per SM (a grid-stride loop beyond).
+// Decode-sized problems, at most `small_chunks_per_sm` chunks per SM: one chunk per thread in
+// 128-thread blocks, so the few chunks spread over as many SMs as possible (and a grid of
+// 2-chunk blocks that does not divide evenly over the SMs is avoided).
+constexpr int kSwigluChunksPerThread = 2;
+constexpr int kSwigluElementwiseThreads = 256;
+constexpr int kSwigluSmallBlockThreads = 128;
+constexpr int64_t kSwigluSmallChunksPerSm = 512;
+
+struct SwigluElementwiseConfig {
+  int64_t blocks;
+  int threads;
+  int chunks_per_thread;  // 1 or kSwigluChunksPerThread
+};
+
+inline SwigluElementwiseConfig swiglu_elementwise_config(int64_t total_chunks, int sms, int64_t small_chunks_per_sm) {
+  constexpr int64_t kMaxGrid = 2147483647;  // beyond it the grid-stride loop covers the rest
+  if (total_chunks <= int64_t(sms) * small_chunks_per_sm)
+    return {std::min<int64_t>((total_chunks + kSwigluSmallBlockThreads - 1) / kSwigluSmallBlockThreads, kMaxGrid),
+            kSwigluSmallBlockThreads, 1};
+  const int64_t per_block = int64_t(kSwigluElementwiseThreads) * kSwigluChunksPerThread;
+  return {std::min<int64_t>((total_chunks + per_block - 1) / per_block, int64_t(sms) * 64), kSwigluElementwiseThreads,
+          kSwigluChunksPerThread};
+}
+
+// Process-wide override of small_chunks_per_sm for the bench and the tests (default
+// kSwigluSmallChunksPerSm).
+int64_t swiglu_small_chunks_per_sm();
+void set_swiglu_small_chunks_per_sm(int64_t chunks);
+
 }  // namespace blockfuse::detail

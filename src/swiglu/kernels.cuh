@@ -21,13 +21,9 @@
 
 namespace blockfuse::swiglu_detail {
 
-// Chunks (8 columns) per thread of the elementwise kernel: both chunks' 16-byte loads are issued
-// before any math, 64 bytes in flight per thread; more would cost registers.
-constexpr int kChunksPerThread = 2;
-constexpr int kElementwiseThreads = 256;
-// Problems of at most this many chunks use one chunk per thread in 128-thread blocks (decode rows).
-constexpr int64_t kSmallProblemChunksPerSm = 512;
-constexpr int kSmallBlockThreads = 128;
+// The elementwise kernel's shapes (config.h: swiglu_elementwise_config).
+constexpr int kChunksPerThread = detail::kSwigluChunksPerThread;
+constexpr int kElementwiseThreads = detail::kSwigluElementwiseThreads;
 constexpr int kRowMaxThreads = detail::kSwigluRowMaxThreads;
 
 // What the elementwise kernel writes (the dynamic FP8 scale needs the row kernel below).

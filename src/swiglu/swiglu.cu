@@ -40,16 +40,14 @@ bool pdl_path_available() {
                  swiglu_detail::swiglu_elementwise_kernel<__nv_bfloat16, false, SwigluElementwiseOutput::k16Bit, 1>));
 }
 
-// Elementwise kernel grid: for large problems enough 256-thread blocks for kChunksPerThread chunks
-// per thread, at most 8 waves of the resident blocks (then the grid-stride loop takes over); for
-// decode-sized problems (<= 512 chunks per SM) one chunk per thread in 128-thread blocks, so the
-// row is spread over as many SMs as it can be.
+// Elementwise kernel: the grid config.h's swiglu_elementwise_config picks.
 template <class T, SwigluElementwiseOutput kOut>
 void launch_elementwise(const ConstMatrix& in, void* out, int64_t ldo, int64_t rows, int64_t u, Activation act,
                         GateUpLayout layout, const float* scale, cudaStream_t stream) {
   using namespace swiglu_detail;
-  const int64_t total = rows * (u / 8);
   const int sms = detail::current_device_spec().sm_count;  // cached per device
+  const detail::SwigluElementwiseConfig cfg =
+      detail::swiglu_elementwise_config(rows * (u / 8), sms, detail::swiglu_small_chunks_per_sm());
   auto* ip = static_cast<const T*>(in.data);
   const bool il = layout == GateUpLayout::kInterleaved;
   const bool pdl = detail::pdl_rows(rows) && pdl_path_available();
@@ -57,19 +55,17 @@ void launch_elementwise(const ConstMatrix& in, void* out, int64_t ldo, int64_t r
     detail::launch_kernel(kernel, dim3(blocks), dim3(threads), 0, stream, dim3(1, 1, 1), pdl, ip, in.ld, out, ldo, rows,
                           u, int(act), scale);
   };
-  if (total <= int64_t(sms) * kSmallProblemChunksPerSm) {
-    const unsigned blocks = unsigned((total + kSmallBlockThreads - 1) / kSmallBlockThreads);
+  const unsigned blocks = unsigned(cfg.blocks);
+  if (cfg.chunks_per_thread == 1) {
     if (il)
-      go(swiglu_elementwise_kernel<T, true, kOut, 1>, blocks, kSmallBlockThreads);
+      go(swiglu_elementwise_kernel<T, true, kOut, 1>, blocks, cfg.threads);
     else
-      go(swiglu_elementwise_kernel<T, false, kOut, 1>, blocks, kSmallBlockThreads);
+      go(swiglu_elementwise_kernel<T, false, kOut, 1>, blocks, cfg.threads);
   } else {
-    const int64_t per_block = int64_t(kElementwiseThreads) * kChunksPerThread;
-    const unsigned blocks = unsigned(std::min<int64_t>((total + per_block - 1) / per_block, int64_t(sms) * 64));
     if (il)
-      go(swiglu_elementwise_kernel<T, true, kOut, kChunksPerThread>, blocks, kElementwiseThreads);
+      go(swiglu_elementwise_kernel<T, true, kOut, kChunksPerThread>, blocks, cfg.threads);
     else
-      go(swiglu_elementwise_kernel<T, false, kOut, kChunksPerThread>, blocks, kElementwiseThreads);
+      go(swiglu_elementwise_kernel<T, false, kOut, kChunksPerThread>, blocks, cfg.threads);
   }
   BF_CHECK_LAUNCH();
 }
@@ -132,6 +128,7 @@ void launch_rowwise(const ConstMatrix& in, const Fp8Matrix& out, float* scale, A
 }
 
 std::atomic<int> g_row_rule{int(detail::kSwigluDefaultRowRule)};
+std::atomic<int64_t> g_small_chunks_per_sm{detail::kSwigluSmallChunksPerSm};
 
 }  // namespace
 
@@ -139,6 +136,8 @@ namespace detail {
 
 SwigluRowRule swiglu_fp8_row_rule() { return SwigluRowRule(g_row_rule.load(std::memory_order_relaxed)); }
 void set_swiglu_fp8_row_rule(SwigluRowRule rule) { g_row_rule.store(int(rule), std::memory_order_relaxed); }
+int64_t swiglu_small_chunks_per_sm() { return g_small_chunks_per_sm.load(std::memory_order_relaxed); }
+void set_swiglu_small_chunks_per_sm(int64_t chunks) { g_small_chunks_per_sm.store(chunks, std::memory_order_relaxed); }
 
 void check_swiglu_codes_and_input(const char* fn, const ConstMatrix& gate_up, Activation act, GateUpLayout layout) {
   if (act != Activation::kSiLU && act != Activation::kGeluTanh)

@@ -12,7 +12,7 @@ namespace blockfuse {
 namespace {
 
 TEST(AddRmsNormConfig, CoversEveryRowLength) {
-  for (auto rule : {detail::AddRmsNormRule::kV8, detail::AddRmsNormRule::kV4Wide})
+  for (auto rule : {detail::AddRmsNormRule::kV8, detail::AddRmsNormRule::kV4Wide, detail::AddRmsNormRule::kWide})
   for (int n = 1; n <= detail::kAddRmsNormMaxRegisterChunks; ++n) {
     const detail::AddRmsNormConfig c = detail::add_rmsnorm_config(n, rule);
     ASSERT_TRUE(c.v == 1 || c.v == 2 || c.v == 4 || c.v == 8) << "chunks " << n;

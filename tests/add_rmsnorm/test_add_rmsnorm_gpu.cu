@@ -355,7 +355,8 @@ TEST_P(AddRmsNormGpu, OneBlockPerRowKernelsEverywhere) {
     }
 }
 
-// Both shapes of 8192 < H <= 16384 (v = 8 x 256, v = 4 x 512) and both dynamic FP8 amax schemes
+// Every shape rule (v = 8 x 256 or 4 x 512 at 8192 < H <= 16384; kWide's 512-thread shapes at every
+// H) and both dynamic FP8 amax schemes
 // (a second reduction / cluster exchange, or the amax travelling with the sum of squares), through
 // the process-wide switches of config.h.
 struct KernelSwitches {
@@ -371,7 +372,7 @@ struct KernelSwitches {
 
 TEST_P(AddRmsNormGpu, BothShapeRulesAndExchanges) {
   SKIP_WITHOUT_GPU();
-  for (auto rule : {detail::AddRmsNormRule::kV8, detail::AddRmsNormRule::kV4Wide})
+  for (auto rule : {detail::AddRmsNormRule::kV8, detail::AddRmsNormRule::kV4Wide, detail::AddRmsNormRule::kWide})
     for (bool one : {true, false}) {
       KernelSwitches sw(rule, one);
       for (bool clusters : {true, false}) {
