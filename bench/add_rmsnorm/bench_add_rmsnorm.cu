@@ -226,7 +226,8 @@ class AddRmsNormBench final : public BenchCommand {
     o.integer("--graph-calls", graph_calls_, 1, 100000, "calls per captured graph for rows <= 32");
     o.choice("--clusters", clusters_, {"on", "off"}, "sm_90 cluster kernels; off times the one-block-per-row kernels");
     o.choice("--rule", rule_, {"default", "v8", "v4wide", "wide"},
-             "one-block shape (src/add_rmsnorm/config.h): v8 = 8 chunks x 256 threads for 8192 < H <= 16384, "
+             "one-block shape (src/add_rmsnorm/config.h): default = per call (kAuto: wide where measured faster, else "
+             "v4wide), v8 = 8 chunks x 256 threads for 8192 < H <= 16384, "
              "v4wide = 4 chunks x 512 threads there, wide = up to 512 threads at every H <= 16384 (v1 x 512 at "
              "H = 4096, v2 x 512 at 8192)");
     o.choice("--exchange", exchange_, {"one", "two"},

@@ -157,9 +157,11 @@ AddRmsNormParams make_params(const ConstMatrix& x, const ConstMatrix& residual, 
 
 namespace detail {
 AddRmsNormConfig add_rmsnorm_launch_config(int nchunks, int64_t rows, bool dynamic_fp8) {
-  const auto rule = AddRmsNormRule(g_rule.load(std::memory_order_relaxed));
+  const auto chosen = AddRmsNormRule(g_rule.load(std::memory_order_relaxed));
   const bool clusters = g_clusters_enabled.load(std::memory_order_relaxed) && cluster_path_available();
-  if (add_rmsnorm_preload_weight(rows, nchunks, dynamic_fp8, clusters)) {
+  const bool preload = add_rmsnorm_preload_weight(rows, nchunks, dynamic_fp8, clusters);
+  const AddRmsNormRule rule = chosen == AddRmsNormRule::kAuto ? add_rmsnorm_auto_rule(nchunks, preload) : chosen;
+  if (preload) {
     AddRmsNormConfig c = add_rmsnorm_config(nchunks, rule);
     c.preload_w = c.v >= 1 && c.v <= 4;  // the kV8 rule's v = 8 (bench and tests only) keeps the weight read late
     return c;

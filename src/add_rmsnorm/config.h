@@ -34,9 +34,24 @@ struct AddRmsNormConfig {
 // 32768 rows: bf16 out 81.8 / 84.3 / 85.6 -> 91.4 / 96.7 / 97.9, FP8 static 78.6 / 82.7 / 84.4 ->
 // 90.0 / 96.8 / 98.6. Process-wide override for the bench and the tests (set_add_rmsnorm_rule).
 //   kWide:    the kV4Wide idea at every H: v = 1 up to 512 chunks, 2 up to 1024, 4 up to 2048, each
-//             x <= 512 threads (H = 4096 -> v1 x 512, 8192 -> v2 x 512); an experiment (session 7).
-enum class AddRmsNormRule : int { kV8 = 0, kV4Wide = 1, kWide = 2 };
-constexpr AddRmsNormRule kAddRmsNormDefaultRule = AddRmsNormRule::kV4Wide;
+//             x <= 512 threads (H = 4096 -> v1 x 512, 8192 -> v2 x 512).
+//   kAuto:    the default, per call (add_rmsnorm_auto_rule below): kWide where it measured faster,
+//             kV4Wide elsewhere. add_rmsnorm_config reads an unresolved kAuto as kV4Wide.
+enum class AddRmsNormRule : int { kAuto = -1, kV8 = 0, kV4Wide = 1, kWide = 2 };
+constexpr AddRmsNormRule kAddRmsNormDefaultRule = AddRmsNormRule::kAuto;
+
+// kAuto's choice. kWide against kV4Wide on the H100, one call each side by side
+// (results/gpu/session7_h100/run9 for 2048-32768 rows, run10 for 1-256 rows, C++ bench, every output):
+//   decode-sized calls (the weight preloaded, <= 32 rows): H = 4096 v1 x 512 is 0.1-0.2 µs faster
+//     (bf16, 1 row: 2.05 -> 1.93 µs), H = 8192 v2 x 512 0.08-0.15 µs slower;
+//   more rows: H = 8192 v2 x 512 is faster (256 rows 11.70 -> 10.78 µs; % of copy at 2048 / 8192 /
+//     32768 rows, bf16 out, 83.0 / 93.6 / 94.9 -> 87.4 / 95.5 / 97.9), H = 4096 v1 x 512 is slower
+//     at 256 rows (8.13 -> 11.39 µs) and within +-1.5 points from 2048 rows.
+// H = 16384 is v4 x 512 under both.
+inline AddRmsNormRule add_rmsnorm_auto_rule(int nchunks, bool preload_w) {
+  if (preload_w) return nchunks <= 512 ? AddRmsNormRule::kWide : AddRmsNormRule::kV4Wide;
+  return nchunks > 512 && nchunks <= 1024 ? AddRmsNormRule::kWide : AddRmsNormRule::kV4Wide;
+}
 
 // sm_80 path, one block per row. The smallest v whose block (<= 128, 256, 256 (512 for kV4Wide),
 // 512 threads for v = 1, 2, 4, 8) covers the row: short rows get few registers per thread, long

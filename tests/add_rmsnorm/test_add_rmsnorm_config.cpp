@@ -12,7 +12,8 @@ namespace blockfuse {
 namespace {
 
 TEST(AddRmsNormConfig, CoversEveryRowLength) {
-  for (auto rule : {detail::AddRmsNormRule::kV8, detail::AddRmsNormRule::kV4Wide, detail::AddRmsNormRule::kWide})
+  for (auto rule : {detail::AddRmsNormRule::kAuto, detail::AddRmsNormRule::kV8, detail::AddRmsNormRule::kV4Wide,
+                    detail::AddRmsNormRule::kWide})
   for (int n = 1; n <= detail::kAddRmsNormMaxRegisterChunks; ++n) {
     const detail::AddRmsNormConfig c = detail::add_rmsnorm_config(n, rule);
     ASSERT_TRUE(c.v == 1 || c.v == 2 || c.v == 4 || c.v == 8) << "chunks " << n;
@@ -37,15 +38,41 @@ TEST(AddRmsNormConfig, CommonHiddenSizes) {
     EXPECT_EQ(c.v, w.v) << "H " << w.h;
     EXPECT_EQ(c.threads, w.threads) << "H " << w.h;
   }
-  // The default is kV4Wide (measured faster at H = 16384, config.h).
-  EXPECT_EQ(detail::kAddRmsNormDefaultRule, detail::AddRmsNormRule::kV4Wide);
+  // The default is kAuto, resolved per call (next test); unresolved it reads as kV4Wide (measured
+  // faster than kV8 at H = 16384, config.h).
+  EXPECT_EQ(detail::kAddRmsNormDefaultRule, detail::AddRmsNormRule::kAuto);
   EXPECT_EQ(detail::add_rmsnorm_config(16384 / 8).v, 4);
+  EXPECT_EQ(detail::add_rmsnorm_config(8192 / 8).threads, 256);
+  // kWide: up to 512 threads at every H.
+  for (const Want w : {Want{4096, 1, 512}, Want{8192, 2, 512}, Want{5120, 2, 320}, Want{16384, 4, 512}, Want{1024, 1, 128}}) {
+    const detail::AddRmsNormConfig c = detail::add_rmsnorm_config(w.h / 8, detail::AddRmsNormRule::kWide);
+    EXPECT_EQ(c.v, w.v) << "H " << w.h;
+    EXPECT_EQ(c.threads, w.threads) << "H " << w.h;
+  }
   // kV8, the first rule: v = 8 from H > 8192.
   for (const Want w : {Want{8192, 4, 256}, Want{12288, 8, 192}, Want{16384, 8, 256}}) {
     const detail::AddRmsNormConfig c = detail::add_rmsnorm_config(w.h / 8, detail::AddRmsNormRule::kV8);
     EXPECT_EQ(c.v, w.v) << "H " << w.h;
     EXPECT_EQ(c.threads, w.threads) << "H " << w.h;
   }
+}
+
+// kAuto follows session 7's measurement (config.h): the wide shape for decode-sized calls of
+// H <= 4096 and for larger calls of 4096 < H <= 8192, kV4Wide's everywhere else.
+TEST(AddRmsNormConfig, AutoRuleFollowsTheMeasurement) {
+  using detail::AddRmsNormRule;
+  using detail::add_rmsnorm_auto_rule;
+  EXPECT_EQ(add_rmsnorm_auto_rule(4096 / 8, true), AddRmsNormRule::kWide);
+  EXPECT_EQ(add_rmsnorm_auto_rule(4096 / 8, false), AddRmsNormRule::kV4Wide);
+  EXPECT_EQ(add_rmsnorm_auto_rule(8192 / 8, true), AddRmsNormRule::kV4Wide);
+  EXPECT_EQ(add_rmsnorm_auto_rule(8192 / 8, false), AddRmsNormRule::kWide);
+  EXPECT_EQ(add_rmsnorm_auto_rule(16384 / 8, false), AddRmsNormRule::kV4Wide);
+  EXPECT_EQ(add_rmsnorm_auto_rule(16384 / 8, true), AddRmsNormRule::kV4Wide);
+  // The launched shapes: H = 4096 decode v1 x 512, else v2 x 256; H = 8192 decode v4 x 256, else v2 x 512.
+  EXPECT_EQ(detail::add_rmsnorm_config(512, add_rmsnorm_auto_rule(512, true)).threads, 512);
+  EXPECT_EQ(detail::add_rmsnorm_config(512, add_rmsnorm_auto_rule(512, false)).v, 2);
+  EXPECT_EQ(detail::add_rmsnorm_config(1024, add_rmsnorm_auto_rule(1024, true)).v, 4);
+  EXPECT_EQ(detail::add_rmsnorm_config(1024, add_rmsnorm_auto_rule(1024, false)).threads, 512);
 }
 
 TEST(AddRmsNormConfig, ClusterSlicesCoverEveryRowLength) {
