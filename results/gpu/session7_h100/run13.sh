@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# session 7 run13 (H100; run12 = run5 again, run11 = the final gpu-check whose build this reuses): the peers installed (part 2), then
-# bench/memory_bound_baselines.py with run4's build-gpu/_C.so: blockfuse (PDL on and off), torch.compile
-# with static shapes, Liger and quack in one process. bf16 outputs first (the peers' only output),
-# then the FP8 outputs against torch.compile, each sweep cut off by its own timeout.
+# session 7 run13 (H100; run11 = the final gpu-check, whose build-gpu/_C.so this reuses; run12 = run5
+# again): the peers installed (part 2), then bench/memory_bound_baselines.py on add_rmsnorm, bf16 out:
+# blockfuse (PDL on and off), torch.compile with static shapes, Liger and quack in one process.
 set -uo pipefail
 O=${OUT:-/tmp/run13}; mkdir -p "$O"
 T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
