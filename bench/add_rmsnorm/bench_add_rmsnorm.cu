@@ -211,6 +211,7 @@ class AddRmsNormBench final : public BenchCommand {
   std::vector<int64_t> rows_ = {1, 8, 32, 256, 2048, 8192, 32768}, hidden_ = {4096, 16384};
   std::string dtype_ = "bf16", fp8_ = "all", clusters_ = "on", rule_ = "default", exchange_ = "one";
   int graph_calls_ = 20;
+  int graph_rows_ = 256, preload_rows_ = int(detail::kAddRmsNormDecodeRows);
   int skew_mb_ = 0;
   Defaults defaults() const override { return {100, 30, 10}; }
 
@@ -223,7 +224,12 @@ class AddRmsNormBench final : public BenchCommand {
     o.choice("--dtype", dtype_, {"bf16", "fp16"}, "element type");
     o.choice("--fp8", fp8_, {"none", "static", "dynamic", "all"}, "output kind (all: each shape three times)",
              std::string("none,dynamic"));
-    o.integer("--graph-calls", graph_calls_, 1, 100000, "calls per captured graph for rows <= 32");
+    o.integer("--graph-calls", graph_calls_, 1, 100000, "calls per captured graph (rows <= --graph-rows)");
+    o.integer("--graph-rows", graph_rows_, 0, 1 << 30,
+              "rows timed as CUDA-graph replays: up to 32 on one input set, above that cycling over rotated sets "
+              "(as bench/memory_bound_baselines.py); more rows with events per call");
+    o.integer("--preload-rows", preload_rows_, 0, 1 << 30,
+              "the most rows whose call loads the weight with the row (src/add_rmsnorm/config.h: kAddRmsNormDecodeRows)");
     o.choice("--clusters", clusters_, {"on", "off"}, "sm_90 cluster kernels; off times the one-block-per-row kernels");
     o.choice("--rule", rule_, {"default", "v8", "v4wide", "wide"},
              "one-block shape (src/add_rmsnorm/config.h): default = per call (kAuto: wide where measured faster, else "
@@ -246,6 +252,9 @@ class AddRmsNormBench final : public BenchCommand {
                                  : rule_ == "wide"   ? detail::AddRmsNormRule::kWide
                                                      : detail::kAddRmsNormDefaultRule);
     detail::set_add_rmsnorm_one_exchange(exchange_ == "one");
+    detail::set_add_rmsnorm_preload_rows(preload_rows_);
+    b.info()["preload_rows"] = preload_rows_;
+    b.info()["graph_rows"] = graph_rows_;
     const DType dt = dtype_ == "bf16" ? DType::kBF16 : DType::kFP16;
     std::vector<Mode> modes;
     const bool all = fp8_ == "all", pair = fp8_ == "none,dynamic";  // the pair: --quick's
@@ -260,7 +269,8 @@ class AddRmsNormBench final : public BenchCommand {
     b.title("%same-copy = of a cudaMemcpyAsync D2D of bytes/2 timed the same way ('copy µs'); kernel cN: = a cluster of N "
             "CTAs per row;");
     b.title("base = one kernel per op; rows <= 32 timed as " + std::to_string(graph_calls_) +
-            " calls per CUDA graph, larger with inputs rotated over 'rot' copies.");
+            " calls per CUDA graph on one input set, up to " + std::to_string(graph_rows_) +
+            " rows as a graph cycling over 'rot' input copies, larger with events per call and inputs rotated.");
     b.columns({"H", "rows", "fp8", "kernel", "µs", "GB/s", "%copy", "%same-copy", "copy µs", "base µs", "base GB/s", "speedup", "timing", "verified"});
     b.info()["dtype"] = dtype_;
     b.info()["copy_bandwidth_gbs"] = copy;
@@ -286,8 +296,8 @@ class AddRmsNormBench final : public BenchCommand {
     const size_t out_bytes = mode == Mode::kNone ? mat : elems;
     const size_t scale_bytes = mode == Mode::kDynamic ? 4 * size_t(M) : mode == Mode::kStatic ? 4 : 0;
     const double bytes = 3.0 * double(mat) + double(es * H) + double(out_bytes) + double(scale_bytes);  // the op's minimum
-    const Method method = M <= 32 ? Method::graph(graph_calls_) : Method::events();
-    const int sets = method.is_graph() ? 1 : rotation_sets(int64_t(bytes), 16);
+    const int sets = M <= 32 ? 1 : rotation_sets(int64_t(bytes), 16);
+    const Method method = M <= graph_rows_ ? Method::graph(std::max(graph_calls_, sets)) : Method::events();
     const size_t copy_bytes = size_t(bytes / 2) / 16 * 16;  // the same-size copy (16-byte multiple)
     const size_t per_set = 3 * mat + out_bytes + 8 * size_t(M) + (mode == Mode::kDynamic ? mat : 0) + 2 * copy_bytes;
     const std::string point = "H=" + std::to_string(H) + " rows=" + std::to_string(M) + " fp8=" + mode_name(mode);
@@ -376,7 +386,7 @@ class AddRmsNormBench final : public BenchCommand {
     const double cgbs = 2.0 * double(copy_bytes) / (tc.median_ms * 1e-3) / 1e9;  // read + written
     b.log("%s: %.2f µs %.0f GB/s (%s%% of copy, %.1f%% of the same-size copy %.2f µs), baseline %.2f µs, x%.2f %s",
           point.c_str(), us, gbs, b.pct_of_copy(gbs).c_str(), 100 * gbs / cgbs, cus, bus, bus / us, ok ? "verified" : "VERIFY FAILED");
-    const std::string timing = method.is_graph() ? method.label() : "rot " + std::to_string(sets);
+    const std::string timing = (method.is_graph() ? method.label() + " " : std::string()) + "rot " + std::to_string(sets);
     const detail::AddRmsNormConfig kc = detail::add_rmsnorm_launch_config(int(H / 8), M, mode == Mode::kDynamic);
     const std::string kernel = (kc.cluster > 1 ? "c" + std::to_string(kc.cluster) + ":" : std::string()) +
                                (kc.v ? "v" + std::to_string(kc.v) + "x" + std::to_string(kc.threads) : "loop x" + std::to_string(kc.threads)) +
@@ -397,7 +407,7 @@ class AddRmsNormBench final : public BenchCommand {
         .set("baseline", "one kernel per op: add; row sum of squares; normalise (+ per-row quantise for dynamic fp8)")
         .set("baseline_us", bus).set("baseline_min_us", tb.min_us()).set("baseline_gbs", bgbs).set("speedup", bus / us)
         .set("timing", method.is_graph() ? "time_graph_per_call" : "time_it")
-        .set("graph_calls", method.is_graph() ? graph_calls_ : 0).set("rotation_sets", sets)
+        .set("graph_calls", method.graph_calls).set("rotation_sets", sets)
         .set("reps", b.reps()).set("warmup", b.warmup()).set("copy_bandwidth_gbs", b.copy_gbs()).set("verified", ok);
     if (!ok) r.set("verify_error", vf.what + vb.what);
   }

@@ -111,8 +111,9 @@ inline bool add_rmsnorm_clusters_pay(int64_t rows, int cluster, int sm_count) {
 // At 256 rows the preload is up to 7 % slower (H = 16384), so it stops at kAddRmsNormDecodeRows; rows
 // past 2048 chunks (H > 16384) were not measured with it.
 constexpr int64_t kAddRmsNormDecodeRows = 32;
-inline bool add_rmsnorm_preload_weight(int64_t rows, int nchunks, bool dynamic_fp8, bool clusters_available) {
-  if (rows > kAddRmsNormDecodeRows || nchunks > 2048) return false;
+inline bool add_rmsnorm_preload_weight(int64_t rows, int nchunks, bool dynamic_fp8, bool clusters_available,
+                                       int64_t preload_rows = kAddRmsNormDecodeRows) {
+  if (rows > preload_rows || nchunks > 2048) return false;
   return !(clusters_available && dynamic_fp8 && nchunks > 1024 && rows <= 8);
 }
 
@@ -128,6 +129,8 @@ void set_add_rmsnorm_clusters_enabled(bool enabled);
 // and whether the dynamic FP8 scale's amax shares the sum of squares' reduction and cluster exchange
 // (true, default) or takes a second one (false: the first kernel, kept for the side-by-side bench).
 void set_add_rmsnorm_rule(AddRmsNormRule rule);
+// Bench only (process-wide): the most rows that preload the weight (default kAddRmsNormDecodeRows).
+void set_add_rmsnorm_preload_rows(int64_t rows);
 void set_add_rmsnorm_one_exchange(bool one);
 bool add_rmsnorm_one_exchange();
 
