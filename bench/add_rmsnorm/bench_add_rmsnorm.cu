@@ -211,7 +211,7 @@ class AddRmsNormBench final : public BenchCommand {
   std::vector<int64_t> rows_ = {1, 8, 32, 256, 2048, 8192, 32768}, hidden_ = {4096, 16384};
   std::string dtype_ = "bf16", fp8_ = "all", clusters_ = "on", rule_ = "default", exchange_ = "one";
   int graph_calls_ = 20;
-  int graph_rows_ = 256, preload_rows_ = int(detail::kAddRmsNormDecodeRows);
+  int graph_rows_ = 256, preload_chunks_ = int(detail::kAddRmsNormPreloadChunks);
   int skew_mb_ = 0;
   Defaults defaults() const override { return {100, 30, 10}; }
 
@@ -228,8 +228,9 @@ class AddRmsNormBench final : public BenchCommand {
     o.integer("--graph-rows", graph_rows_, 0, 1 << 30,
               "rows timed as CUDA-graph replays: up to 32 on one input set, above that cycling over rotated sets "
               "(as bench/memory_bound_baselines.py); more rows with events per call");
-    o.integer("--preload-rows", preload_rows_, 0, 1 << 30,
-              "the most rows whose call loads the weight with the row (src/add_rmsnorm/config.h: kAddRmsNormDecodeRows)");
+    o.integer("--preload-chunks", preload_chunks_, 0, 1 << 30,
+              "the most rows x H/8 whose call loads the weight with the row (src/add_rmsnorm/config.h: "
+              "kAddRmsNormPreloadChunks; 32 x H/8 was the rule before session 7)");
     o.choice("--clusters", clusters_, {"on", "off"}, "sm_90 cluster kernels; off times the one-block-per-row kernels");
     o.choice("--rule", rule_, {"default", "v8", "v4wide", "wide"},
              "one-block shape (src/add_rmsnorm/config.h): default = per call (kAuto: wide where measured faster, else "
@@ -252,8 +253,8 @@ class AddRmsNormBench final : public BenchCommand {
                                  : rule_ == "wide"   ? detail::AddRmsNormRule::kWide
                                                      : detail::kAddRmsNormDefaultRule);
     detail::set_add_rmsnorm_one_exchange(exchange_ == "one");
-    detail::set_add_rmsnorm_preload_rows(preload_rows_);
-    b.info()["preload_rows"] = preload_rows_;
+    detail::set_add_rmsnorm_preload_chunks(preload_chunks_);
+    b.info()["preload_chunks"] = preload_chunks_;
     b.info()["graph_rows"] = graph_rows_;
     const DType dt = dtype_ == "bf16" ? DType::kBF16 : DType::kFP16;
     std::vector<Mode> modes;

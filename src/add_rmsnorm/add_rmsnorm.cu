@@ -72,7 +72,7 @@ bool pdl_path_available() {
 std::atomic<bool> g_clusters_enabled{true};
 std::atomic<int> g_rule{int(detail::kAddRmsNormDefaultRule)};
 std::atomic<bool> g_one_exchange{true};
-std::atomic<int64_t> g_preload_rows{detail::kAddRmsNormDecodeRows};
+std::atomic<int64_t> g_preload_chunks{detail::kAddRmsNormPreloadChunks};
 
 template <class T, Out kOut, bool kOne>
 void launch_shape(const AddRmsNormParams& p, const detail::AddRmsNormConfig& cfg, cudaStream_t stream) {
@@ -161,7 +161,7 @@ AddRmsNormConfig add_rmsnorm_launch_config(int nchunks, int64_t rows, bool dynam
   const auto chosen = AddRmsNormRule(g_rule.load(std::memory_order_relaxed));
   const bool clusters = g_clusters_enabled.load(std::memory_order_relaxed) && cluster_path_available();
   const bool preload =
-      add_rmsnorm_preload_weight(rows, nchunks, dynamic_fp8, clusters, g_preload_rows.load(std::memory_order_relaxed));
+      add_rmsnorm_preload_weight(rows, nchunks, dynamic_fp8, clusters, g_preload_chunks.load(std::memory_order_relaxed));
   const AddRmsNormRule rule = chosen == AddRmsNormRule::kAuto ? add_rmsnorm_auto_rule(nchunks, preload) : chosen;
   if (preload) {
     AddRmsNormConfig c = add_rmsnorm_config(nchunks, rule);
@@ -176,7 +176,7 @@ AddRmsNormConfig add_rmsnorm_launch_config(int nchunks, int64_t rows, bool dynam
 }
 void set_add_rmsnorm_clusters_enabled(bool enabled) { g_clusters_enabled.store(enabled, std::memory_order_relaxed); }
 void set_add_rmsnorm_rule(AddRmsNormRule rule) { g_rule.store(int(rule), std::memory_order_relaxed); }
-void set_add_rmsnorm_preload_rows(int64_t rows) { g_preload_rows.store(rows, std::memory_order_relaxed); }
+void set_add_rmsnorm_preload_chunks(int64_t chunks) { g_preload_chunks.store(chunks, std::memory_order_relaxed); }
 void set_add_rmsnorm_one_exchange(bool one) { g_one_exchange.store(one, std::memory_order_relaxed); }
 bool add_rmsnorm_one_exchange() { return g_one_exchange.load(std::memory_order_relaxed); }
 }  // namespace detail

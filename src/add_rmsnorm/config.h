@@ -42,9 +42,9 @@ constexpr AddRmsNormRule kAddRmsNormDefaultRule = AddRmsNormRule::kAuto;
 
 // kAuto's choice. kWide against kV4Wide on the H100, one call each side by side
 // (results/gpu/session7_h100/run9 for 2048-32768 rows, run10 for 1-256 rows, C++ bench, every output):
-//   decode-sized calls (the weight preloaded, <= 32 rows): H = 4096 v1 x 512 is 0.1-0.2 µs faster
+//   calls that preload the weight (measured at 1-32 rows): H = 4096 v1 x 512 is 0.1-0.2 µs faster
 //     (bf16, 1 row: 2.05 -> 1.93 µs), H = 8192 v2 x 512 0.08-0.15 µs slower;
-//   more rows: H = 8192 v2 x 512 is faster (256 rows 11.70 -> 10.78 µs; % of copy at 2048 / 8192 /
+//   the others: H = 8192 v2 x 512 is faster (256 rows 11.70 -> 10.78 µs; % of copy at 2048 / 8192 /
 //     32768 rows, bf16 out, 83.0 / 93.6 / 94.9 -> 87.4 / 95.5 / 97.9), H = 4096 v1 x 512 is slower
 //     at 256 rows (8.13 -> 11.39 µs) and within +-1.5 points from 2048 rows.
 // H = 16384 is v4 x 512 under both.
@@ -108,12 +108,19 @@ inline bool add_rmsnorm_clusters_pay(int64_t rows, int cluster, int sm_count) {
 //   H = 8192   (was the 4-CTA cluster) bf16 3.28 / 3.31 / 3.78 -> 2.52 / 2.65 / 2.93; dynamic 3.61 / 3.80 / 4.15 -> 2.98 / 3.09 / 3.22
 //   H = 16384  (vs the cluster) bf16 3.70 / 3.74 / 4.49 -> 3.53 / 3.80 / 4.14; static 3.89 / 3.94 / 4.63 -> 3.51 / 3.75 / 3.95;
 //              dynamic 4.05 / 4.09 / 4.81 -> 4.20 / 4.43 / 4.67: the cluster kernel stays for dynamic FP8 at <= 8 rows.
-// At 256 rows the preload is up to 7 % slower (H = 16384), so it stops at kAddRmsNormDecodeRows; rows
-// past 2048 chunks (H > 16384) were not measured with it.
-constexpr int64_t kAddRmsNormDecodeRows = 32;
+// Beyond decode sizes (session 7, results/gpu/session7_h100/run14: every point up to 512 rows timed as
+// CUDA-graph replays over rotated inputs, preload vs not in one call, µs, bf16 / static FP8 out):
+//   H = 4096   faster with it at 64-512 rows (256: 5.20 / 5.41 -> 4.88 / 4.68; 512: 8.66 / 8.40 -> 7.40 / 7.43)
+//   H = 8192   faster at 64-256 (64: 5.02 -> 3.86, against the cluster; 256: 7.82 / 8.01 -> 7.76 / 7.19),
+//              slower at 512 (12.87 -> 14.44)
+//   H = 16384  faster at 64-128 (128: 9.18 -> 8.18), slower at 256 (13.56 -> 14.88)
+// i.e. while the call holds at most 2^18 chunks (4 MiB of x): rows * chunks <= kAddRmsNormPreloadChunks.
+// (Until session 7 it stopped at 32 rows, from an events-per-call measurement at 256 rows that carried
+// a launch per call.) Rows past 2048 chunks (H > 16384) were not measured with it.
+constexpr int64_t kAddRmsNormPreloadChunks = int64_t{1} << 18;
 inline bool add_rmsnorm_preload_weight(int64_t rows, int nchunks, bool dynamic_fp8, bool clusters_available,
-                                       int64_t preload_rows = kAddRmsNormDecodeRows) {
-  if (rows > preload_rows || nchunks > 2048) return false;
+                                       int64_t preload_chunks = kAddRmsNormPreloadChunks) {
+  if (nchunks > 2048 || rows * nchunks > preload_chunks) return false;
   return !(clusters_available && dynamic_fp8 && nchunks > 1024 && rows <= 8);
 }
 
@@ -129,8 +136,9 @@ void set_add_rmsnorm_clusters_enabled(bool enabled);
 // and whether the dynamic FP8 scale's amax shares the sum of squares' reduction and cluster exchange
 // (true, default) or takes a second one (false: the first kernel, kept for the side-by-side bench).
 void set_add_rmsnorm_rule(AddRmsNormRule rule);
-// Bench only (process-wide): the most rows that preload the weight (default kAddRmsNormDecodeRows).
-void set_add_rmsnorm_preload_rows(int64_t rows);
+// Bench only (process-wide): the most rows x chunks that preload the weight (default
+// kAddRmsNormPreloadChunks).
+void set_add_rmsnorm_preload_chunks(int64_t chunks);
 void set_add_rmsnorm_one_exchange(bool one);
 bool add_rmsnorm_one_exchange();
 

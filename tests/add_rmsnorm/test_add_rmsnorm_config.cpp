@@ -109,8 +109,9 @@ TEST(AddRmsNormConfig, ClusterCommonHiddenSizes) {
   }
 }
 
-// Decode-sized calls (<= 32 rows, H <= 16384) preload the weight in the one-block kernel, except the
-// dynamic-FP8 output of H > 8192 at <= 8 rows where the cluster kernel measured faster (config.h).
+// Calls of at most 2^18 chunks (H <= 16384: 512 rows at H = 4096, 256 at 8192, 128 at 16384) preload
+// the weight in the one-block kernel, except the dynamic-FP8 output of H > 8192 at <= 8 rows where the
+// cluster kernel measured faster (config.h).
 TEST(AddRmsNormConfig, WeightPreloadForDecodeSizedCalls) {
   using detail::add_rmsnorm_preload_weight;
   for (int h : {8, 4096, 8192, 12288, 16384})
@@ -120,7 +121,12 @@ TEST(AddRmsNormConfig, WeightPreloadForDecodeSizedCalls) {
       EXPECT_EQ(add_rmsnorm_preload_weight(rows, h / 8, true, true), h <= 8192 || rows > 8) << "H " << h << " rows " << rows;
     }
   for (bool dyn : {false, true}) {
-    EXPECT_FALSE(add_rmsnorm_preload_weight(33, 4096 / 8, dyn, true));
+    EXPECT_TRUE(add_rmsnorm_preload_weight(512, 4096 / 8, dyn, true));
+    EXPECT_FALSE(add_rmsnorm_preload_weight(513, 4096 / 8, dyn, true));
+    EXPECT_TRUE(add_rmsnorm_preload_weight(256, 8192 / 8, dyn, true));
+    EXPECT_FALSE(add_rmsnorm_preload_weight(257, 8192 / 8, dyn, true));
+    EXPECT_TRUE(add_rmsnorm_preload_weight(128, 16384 / 8, dyn, true));
+    EXPECT_FALSE(add_rmsnorm_preload_weight(129, 16384 / 8, dyn, false));
     EXPECT_FALSE(add_rmsnorm_preload_weight(8192, 4096 / 8, dyn, false));
     EXPECT_FALSE(add_rmsnorm_preload_weight(1, 16392 / 8, dyn, false));
     EXPECT_FALSE(add_rmsnorm_preload_weight(1, 32768 / 8, dyn, true));

@@ -456,9 +456,9 @@ TEST(AddRmsNormSanitizer, OneBlockPerRowKernelsAndWideClustersSmall) {
   for (int64_t h : {2048, 5120, 16392, 32776})
     for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
       Case c;
-      // Past the decode-sized rows the register kernels read the weight after the reduction
-      // (config.h: add_rmsnorm_preload_weight); at <= 32 rows they preload it.
-      c.rows = h <= 5120 ? detail::kAddRmsNormDecodeRows + 1 : 3;
+      // Past 2^18 chunks per call the register kernels read the weight after the reduction
+      // (config.h: add_rmsnorm_preload_weight); below it they preload it.
+      c.rows = h <= 5120 ? detail::kAddRmsNormPreloadChunks / (h / 8) + 1 : 3;
       c.h = h;
       c.fp8 = f;
       c.in_place = h == 5120;
