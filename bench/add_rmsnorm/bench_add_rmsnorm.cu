@@ -9,8 +9,10 @@
 // Both are charged the same minimum bytes (read x, residual, weight; write residual_out, out, the
 // dynamic scales; read the static scale), so GB/s is an effective rate and the speedup is the
 // time ratio. Rows <= 32 are latency-bound decode steps: timed as 20 calls captured in one CUDA
-// graph (time_graph_per_call), the way a model's decode graph runs them. Larger row counts: CUDA
-// events around each call, inputs and outputs rotated over enough copies to span 3x L2. Out of
+// graph (time_graph_per_call), the way a model's decode graph runs them. Up to --graph-rows (256):
+// a graph cycling over input copies rotated to span 3x L2 (a launch per call would dominate these
+// few-µs kernels; as bench/memory_bound_baselines.py). Larger row counts: CUDA events around each
+// call, inputs and outputs rotated likewise. Out of
 // place (residual_out separate), so every repetition sees the same data.
 // Small problems cannot reach the 1 GiB copy's bandwidth (launch latency, a partly filled GPU), so
 // each point also times a device-to-device cudaMemcpyAsync of bytes/2 (bytes/2 read + bytes/2
@@ -218,7 +220,7 @@ class AddRmsNormBench final : public BenchCommand {
   void options(Options& o) override {
     o.about("Fused add + RMSNorm (blockfuse::add_rmsnorm[_fp8]) vs one kernel per op (add; sum of squares; normalise "
             "[; per-row quantise]): µs, effective GB/s, fraction of the measured device-copy bandwidth, speedup. "
-            "Rows <= 32 are timed inside a CUDA graph.");
+            "Rows <= 32 are timed inside a CUDA graph, up to --graph-rows in a graph over rotated inputs.");
     o.ints("--rows", rows_, 1, (int64_t{1} << 31) - 1, "rows", std::vector<int64_t>{8, 2048});
     o.ints("--hidden", hidden_, 8, int64_t{1} << 20, "H", std::nullopt, 8);
     o.choice("--dtype", dtype_, {"bf16", "fp16"}, "element type");
