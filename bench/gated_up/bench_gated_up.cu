@@ -180,7 +180,16 @@ class GatedUpBench final : public BenchCommand {
         swiglu(make_matrix(static_cast<const void*>(c.data()), dt, M, 2 * U), make_matrix(hb.data(), dt, M, U), md.act,
                GateUpLayout::kStacked, s);
       };
-      auto fused = [&](int i) { gated_up(X(i), W, make_matrix(hf.data(), dt, M, U), md.act, s, opt); };
+      // A workspace where the call takes one (an sm90 stream-K row forced with --tile-config).
+      const size_t ws_bytes = kern == GatedUpKernel::kSm90 ? gated_up_workspace_size(M, K, U, -1, opt) : 0;
+      DeviceBuffer<unsigned char> ws(ws_bytes > 0 ? ws_bytes : 16);
+      if (ws_bytes > 0) BENCH_CUDA(cudaMemsetAsync(ws.data(), 0, ws_bytes, s));
+      auto fused = [&](int i) {
+        if (ws_bytes > 0)
+          gated_up(X(i), W, make_matrix(hf.data(), dt, M, U), md.act, ws.data(), ws_bytes, s, opt);
+        else
+          gated_up(X(i), W, make_matrix(hf.data(), dt, M, U), md.act, s, opt);
+      };
 
       // Verify both pipelines first, outputs poisoned with NaN so an unwritten element shows.
       testing::fill_bits(make_matrix(hf.data(), dt, M, U), testing::nan_bits(dt), s);

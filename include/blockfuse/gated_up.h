@@ -71,6 +71,13 @@ void gated_up(ConstMatrix x, ConstMatrix w, Matrix out, Activation act, void* wo
 // u >= 0, k % 8 == 0 (throws blockfuse::Error naming the argument otherwise).
 size_t gated_up_workspace_size(int64_t m, int64_t k, int64_t u, int device = -1);
 
+// The same for calls made with `options`: also covers an sm90 stream-K tile config forced through
+// options.tile_config (row 3 of src/gated_up/tile_configs_sm90.h, opt-in; its partial-tile
+// accumulators and flags sit after the decode kernel's region, which therefore stays zeroed, and
+// the kernel initialises them itself on the call's stream). Throws as above, and for an sm90 tile
+// config where the library has no sm90a kernels.
+size_t gated_up_workspace_size(int64_t m, int64_t k, int64_t u, int device, const GatedUpOptions& options);
+
 // The tile configurations the sm80 kernel is compiled for (GatedUpOptions::tile_config indexes
 // them; the heuristic that picks one is internal: src/gated_up/heuristic_sm80.cpp).
 struct GatedUpTileConfig {

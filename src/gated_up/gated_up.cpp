@@ -11,6 +11,7 @@
 #include "blockfuse/gated_up.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "common/check.h"
 #include "common/device.h"
@@ -122,6 +123,49 @@ size_t gated_up_workspace_size(int64_t m, int64_t k, int64_t u, int device) {
   return decode_gemm_workspace_size(std::min<int64_t>(m, kDecodeGemmMaxM), 2 * u, k, device);
 }
 
+namespace {
+
+// Where an sm90 stream-K row's workspace starts: after the decode kernel's region (256-byte aligned),
+// so a workspace shared with the decode path keeps the zeroed counters that path relies on.
+size_t sm90_workspace_offset(int64_t k, int64_t u, int device) {
+  const size_t decode = decode_gemm_workspace_size(kDecodeGemmMaxM, 2 * u, k, device);
+  return (decode + 255) / 256 * 256;
+}
+
+#if defined(BLOCKFUSE_HAS_SM90)
+GatedUpParams sm90_shape_params(int64_t m, int64_t k, int64_t u, int config) {
+  GatedUpParams p{};
+  p.m = m;
+  p.k = k;
+  p.u = u;
+  p.ldx = k;
+  p.ldw = k;
+  p.ldo = u;
+  p.sm90_max_swizzle = sm90_choose_swizzle(m, u, kSm90TileConfigs[config]);
+  return p;
+}
+#endif
+
+}  // namespace
+
+size_t gated_up_workspace_size(int64_t m, int64_t k, int64_t u, int device, const GatedUpOptions& options) {
+  constexpr const char* fn = "gated_up_workspace_size";
+  const size_t base = gated_up_workspace_size(m, k, u, device);
+  const bool sm90_row = options.kernel == GatedUpKernel::kSm90 && options.tile_config >= 0;
+  if (!sm90_row) return base;
+  if (options.tile_config >= kNumSm90TileConfigs)
+    throw_arg(fn, "options.tile_config", cat("= ", options.tile_config),
+              cat("0 <= tile_config < ", kNumSm90TileConfigs, " for kernel sm90"));
+  if (!kSm90TileConfigs[options.tile_config].stream_k || m == 0) return base;
+#if defined(BLOCKFUSE_HAS_SM90)
+  const size_t need = sm90::workspace_bytes(options.tile_config, sm90_shape_params(m, k, u, options.tile_config));
+  return std::max(base, sm90_workspace_offset(k, u, device) + need);
+#else
+  throw_arg(fn, "options.kernel", "= kSm90 in a library built without the sm90a kernels",
+            "a build with BLOCKFUSE_SM90 (architecture 90 in BLOCKFUSE_CUDA_ARCHS)");
+#endif
+}
+
 void gated_up(ConstMatrix x, ConstMatrix w, Matrix out, Activation act, void* workspace, size_t workspace_bytes,
               cudaStream_t stream, const GatedUpOptions& options) {
   validate(x, w, out, act, options);
@@ -163,6 +207,18 @@ void gated_up(ConstMatrix x, ConstMatrix w, Matrix out, Activation act, void* wo
                 cat("a config that fits this device's ", dev.max_smem_per_block, " bytes per block"));
     // The scheduler's max swizzle: the largest that adds no padding tiles.
     params.sm90_max_swizzle = sm90_choose_swizzle(x.rows, out.cols, kSm90TileConfigs[c90]);
+    const size_t need = sm90::workspace_bytes(c90, params);
+    if (need > 0) {  // a stream-K row: its region after the decode kernel's
+      const size_t offset = sm90_workspace_offset(x.cols, out.cols, -1), total = offset + need;
+      if (workspace == nullptr || workspace_bytes < total)
+        throw_arg(kFn, "workspace", cat("is ", workspace == nullptr ? "null" : cat(workspace_bytes, " bytes")),
+                  cat(total, " bytes for sm90 tile config ", c90, " (stream-K) at M = ", x.rows,
+                      ": gated_up_workspace_size(m, k, u, device, options)"));
+      if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0)
+        throw_arg(kFn, "workspace", cat("is at address ", workspace), "a 16-byte-aligned pointer");
+      params.sm90_workspace = static_cast<char*>(workspace) + offset;
+      params.sm90_workspace_bytes = need;
+    }
     sm90::launch_gated_up(x.dtype, c90, params, stream);
     return;
   }

@@ -470,7 +470,8 @@ class GatedEpilogue {
 // ---------------------------------------------------------------------------------------------
 // The kernel type for one tile configuration.
 // ---------------------------------------------------------------------------------------------
-template <class ElementIn_, class Element_, bool kFp8, int BM, int BN, int BK, int ClusterM, int ClusterN, bool Pingpong>
+template <class ElementIn_, class Element_, bool kFp8, int BM, int BN, int BK, int ClusterM, int ClusterN, bool Pingpong,
+          bool StreamK = false>
 struct GatedUpSm90Gemm {
   using ElementIn = ElementIn_;                                           // x and w
   using Element = Element_;                                               // the output h
@@ -496,19 +497,20 @@ struct GatedUpSm90Gemm {
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       KernelSchedule>::CollectiveOp;
   using TiledMma = typename Mainloop::TiledMma;
-  // Problem (M, N = 2U, K, L = 1); persistent scheduler with swizzled rasterisation.
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue,
-                                                      cutlass::gemm::PersistentScheduler>;
+  // Problem (M, N = 2U, K, L = 1); persistent scheduler with swizzled rasterisation, or stream-K
+  // (partial tiles reduced through the workspace before the epilogue, which sees whole tiles).
+  using Scheduler = std::conditional_t<StreamK, cutlass::gemm::StreamKScheduler, cutlass::gemm::PersistentScheduler>;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue, Scheduler>;
   static_assert(accumulator_pairs_are_adjacent_columns<TiledMma>(), "see the header comment");
 };
 
 // The 16-bit kernel (bf16 / fp16 in and out).
-template <class Element, int BM, int BN, int BK, int ClusterM, int ClusterN, bool Pingpong>
-using GatedUpSm90 = GatedUpSm90Gemm<Element, Element, false, BM, BN, BK, ClusterM, ClusterN, Pingpong>;
+template <class Element, int BM, int BN, int BK, int ClusterM, int ClusterN, bool Pingpong, bool StreamK = false>
+using GatedUpSm90 = GatedUpSm90Gemm<Element, Element, false, BM, BN, BK, ClusterM, ClusterN, Pingpong, StreamK>;
 
 template <class T, int I>
 using Sm90KernelFor = GatedUpSm90<T, kSm90TileConfigs[I].bm, kSm90TileConfigs[I].bn, kSm90TileConfigs[I].bk,
                                   kSm90TileConfigs[I].cluster_m, kSm90TileConfigs[I].cluster_n,
-                                  kSm90TileConfigs[I].pingpong>;
+                                  kSm90TileConfigs[I].pingpong, kSm90TileConfigs[I].stream_k>;
 
 }  // namespace blockfuse::sm90

@@ -27,20 +27,21 @@ int sm90_cheapest_tile_config(const Sm90TileConfigRow* table, int rows, const Ga
                               const detail::DeviceSpec& dev) {
   const long long sms = dev.sm_count > 0 ? dev.sm_count : 1;
   const long long m = p.m < 1 ? 1 : p.m, u = p.u < 1 ? 1 : p.u;
-  int best = 0;
+  int best = -1;
   double best_cost = 0;
   for (int c = 0; c < rows; ++c) {
     const Sm90TileConfigRow& r = table[c];
+    if (r.stream_k) continue;  // opt-in until measured (tile_configs_sm90.h, row 3)
     const long long tiles = sm90_num_tiles(m, u, r);
     const long long waves = (tiles + sms - 1) / sms;
     const double rate = p.k <= 4096 ? r.rel_rate : r.rel_rate_large_k;
     const double cost = double(waves) * double(r.bm) * double(r.bn) / rate;
-    if (c == 0 || cost < best_cost * (1 - 1e-9)) {
+    if (best < 0 || cost < best_cost * (1 - 1e-9)) {
       best = c;
       best_cost = cost;
     }
   }
-  return best;
+  return best < 0 ? 0 : best;
 }
 
 int choose_gated_up_sm90_tile_config(const GatedUpProblem& p, const detail::DeviceSpec& dev) {

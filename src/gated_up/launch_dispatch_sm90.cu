@@ -16,6 +16,11 @@ template <DType D, std::size_t... I>
 constexpr std::array<Launcher, sizeof...(I)> launchers(std::index_sequence<I...>) {
   return {&launch_instance<D, static_cast<int>(I)>...};
 }
+using WorkspaceFn = size_t (*)(const GatedUpParams&);
+template <std::size_t... I>
+constexpr std::array<WorkspaceFn, sizeof...(I)> workspace_fns(std::index_sequence<I...>) {
+  return {&workspace_bytes_instance<DType::kBF16, static_cast<int>(I)>...};
+}
 template <std::size_t... I>
 std::array<int, sizeof...(I)> smem_sizes(std::index_sequence<I...>) {
   return {smem_bytes_instance<static_cast<int>(I)>()...};
@@ -36,6 +41,12 @@ void launch_gated_up(DType dtype, int config, const GatedUpParams& p, cudaStream
   static constexpr auto kFp16 = launchers<DType::kFP16>(Configs{});
   check_config(config);
   (dtype == DType::kBF16 ? kBf16 : kFp16)[static_cast<std::size_t>(config)](p, stream);
+}
+
+size_t workspace_bytes(int config, const GatedUpParams& p) {
+  static constexpr auto kFns = workspace_fns(Configs{});
+  check_config(config);
+  return kFns[static_cast<std::size_t>(config)](p);
 }
 
 int smem_bytes(int config) {

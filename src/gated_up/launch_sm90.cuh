@@ -29,6 +29,11 @@ void launch_instance(const GatedUpParams& p, cudaStream_t stream) {
   launch_config<Sm90KernelFor<ElementFor<D>, Config>>(p, stream);
 }
 
+template <DType D, int Config>
+size_t workspace_bytes_instance(const GatedUpParams& p) {
+  return gemm_workspace_bytes<Sm90KernelFor<ElementFor<D>, Config>>(p);
+}
+
 // The shared storage does not depend on which 16-bit dtype it holds.
 template <int Config>
 int smem_bytes_instance() {

@@ -2,6 +2,7 @@
 // strides, no framework types (FlashAttention's flash.h style).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "blockfuse/gated_up.h"
@@ -18,6 +19,8 @@ struct GatedUpParams {
   // Launch choices, one per kernel (the dispatcher, gated_up.cpp, sets the one it launches):
   int sm80_raster_group;  // sm80: CTAs are numbered down groups of this many m-tiles (gated_up_sm80.cuh)
   int sm90_max_swizzle;   // sm90: the persistent scheduler's max_swizzle_size (sm90_choose_swizzle)
+  void* sm90_workspace;   // sm90 stream-K rows: the scheduler's workspace (sm90::workspace_bytes), else unused
+  size_t sm90_workspace_bytes;
 };
 
 // The FP8 kernel's parameters (gated_up_fp8): e4m3 x and w, the dequantisation scales, a bf16 or
@@ -35,6 +38,8 @@ struct GatedUpFp8Params {
   bool out_fp8;            // e4m3 output
   const float* out_scale;  // out_fp8: 1 float, the static per-tensor output scale
   int sm90_max_swizzle;
+  void* sm90_workspace;  // unused by the FP8 rows (none is stream-K)
+  size_t sm90_workspace_bytes;
 };
 
 // What kAuto runs (gated_up.cpp; a pure function, CPU-tested): the decode kernel up to 32 rows —

@@ -16,6 +16,11 @@
 //      8B: 738 vs 677 TFLOP/s), loses where K is large (its L2 traffic per flop is 1.5x row 0's).
 //   2  ping-pong 128x128, cluster 1x2: for one M tile (<= 128 tokens, decode-sized M), where a 2x1
 //      cluster pads the single M tile to two; multicasts the activation tile along N instead.
+//   3  row 0 under CUTLASS's stream-K scheduler (issue 16: the last wave's quantisation, e.g. 8B at
+//      4096 tokens = 27.2 waves of row 0 -> 28). Partial tiles reduce through a workspace the
+//      caller passes (gated_up's workspace overload; gated_up_workspace_size with the options),
+//      before the gating epilogue, which is unchanged. Opt-in (options.tile_config = 3) until it is
+//      measured: the heuristic skips stream-K rows.
 // No cluster-less rows: without the multicast the tiles are L2-bound, e.g. 128x128 at 250-330
 // TFLOP/s for 405B (docs/perf-notes.md, which lists what was measured and dropped).
 #pragma once
@@ -31,6 +36,7 @@ struct Sm90TileConfigRow {
   bool pingpong;             // KernelTmaWarpSpecializedPingpong instead of ...Cooperative
   float rel_rate;            // heuristic: sustained rate of a full wave relative to row 0, K <= 4096
   float rel_rate_large_k;    //            the same for K > 4096 (more L2 traffic per tile)
+  bool stream_k = false;     // CUTLASS's StreamKScheduler (needs a workspace) instead of the persistent one
 };
 
 inline constexpr Sm90TileConfigRow kSm90TileConfigs[] = {
@@ -38,6 +44,7 @@ inline constexpr Sm90TileConfigRow kSm90TileConfigs[] = {
     {128, 256, 64, 2, 1, false, 1.00f, 1.00f},  // 0: 512+ tokens
     {128, 128, 64, 2, 1, true, 0.95f, 0.80f},   // 1: 512-token chunks at small K
     {128, 128, 64, 1, 2, true, 0.90f, 0.75f},   // 2: one M tile (<= 128 tokens)
+    {128, 256, 64, 2, 1, false, 1.00f, 1.00f, true},  // 3: row 0, stream-K (opt-in, not measured yet)
 };
 inline constexpr int kNumSm90TileConfigs = sizeof(kSm90TileConfigs) / sizeof(kSm90TileConfigs[0]);
 

@@ -60,7 +60,18 @@ RunResult run_case(Shape s, DType dt, Activation act, int tile_config, int64_t x
   GatedUpOptions opt;
   opt.tile_config = tile_config;
   opt.kernel = kernel;
-  gated_up(X, W, O, act, nullptr, opt);
+  // A forced sm90 stream-K row takes a workspace (gated_up_workspace_size with the options); the
+  // other configs run without one, as before.
+  const size_t ws_bytes = kernel == GatedUpKernel::kSm90 && tile_config >= 0 && kSm90TileConfigs[tile_config].stream_k
+                              ? gated_up_workspace_size(s.M, s.K, s.U, -1, opt)
+                              : 0;
+  DevBuf ws(std::max<size_t>(ws_bytes, 16));
+  if (ws_bytes > 0) {
+    BF_CUDA_CHECK(cudaMemset(ws.data(), 0, ws_bytes));
+    gated_up(X, W, O, act, ws.data(), ws_bytes, nullptr, opt);
+  } else {
+    gated_up(X, W, O, act, nullptr, opt);
+  }
   BF_CUDA_CHECK(cudaDeviceSynchronize());
   testing::gated_up_reference_gpu(X, W, reinterpret_cast<float*>(ref.data()), s.U, act);
   RunResult r;
@@ -329,6 +340,40 @@ TEST(GatedUpGpu, EmptyAndErrorsWithDeviceMemory) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("'w'"), std::string::npos) << e.what();
   }
+}
+
+// The sm90 stream-K row (opt-in) refuses to run without its workspace, naming it, and leaves a
+// workspace shared with the decode kernel's region zeroed there.
+TEST(GatedUpGpu, Sm90StreamKWorkspace) {
+  BF_SKIP_WITHOUT_GPU("gated_up");
+  if (!(gated_up_has_sm90() && detail::current_device_spec().cc_major == 9))
+    GTEST_SKIP() << "no sm90a kernels on this build or device: the stream-K row cannot run here";
+  int sk = -1;
+  for (int c = 0; c < kNumSm90TileConfigs; ++c)
+    if (kSm90TileConfigs[c].stream_k) sk = c;
+  ASSERT_GE(sk, 0) << "the table has a stream-K row";
+  const Shape s{4096, 4096, 14336};
+  GatedUpOptions opt;
+  opt.kernel = GatedUpKernel::kSm90;
+  opt.tile_config = sk;
+  const size_t need = gated_up_workspace_size(s.M, s.K, s.U, -1, opt);
+  const size_t decode_region = gated_up_workspace_size(s.M, s.K, s.U, -1);
+  ASSERT_GT(need, decode_region) << "the stream-K region comes after the decode kernel's";
+  DevBuf x(2 * size_t(s.M * s.K)), w(2 * size_t(2 * s.U * s.K)), out(2 * size_t(s.M * s.U)), ws(need);
+  const Matrix X{x.data(), DType::kBF16, s.M, s.K, s.K}, W{w.data(), DType::kBF16, 2 * s.U, s.K, s.K},
+      O{out.data(), DType::kBF16, s.M, s.U, s.U};
+  testing::fill_uniform(X, -1.f, 1.f, testing::fresh_seed());
+  testing::fill_uniform(W, -0.02f, 0.02f, testing::fresh_seed());
+  testing::expect_arg_error([&] { gated_up(X, W, O, Activation::kSiLU, nullptr, opt); }, "workspace");
+  testing::expect_arg_error([&] { gated_up(X, W, O, Activation::kSiLU, ws.data(), need - 1, nullptr, opt); }, "workspace");
+  BF_CUDA_CHECK(cudaMemset(ws.data(), 0, need));
+  for (int rep = 0; rep < 2; ++rep) gated_up(X, W, O, Activation::kSiLU, ws.data(), need, nullptr, opt);
+  BF_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<unsigned char> head(decode_region);
+  BF_CUDA_CHECK(cudaMemcpy(head.data(), ws.data(), head.size(), cudaMemcpyDeviceToHost));
+  size_t nonzero = 0;
+  for (unsigned char b : head) nonzero += b != 0;
+  EXPECT_EQ(nonzero, 0u) << "the decode kernel's region of a shared workspace was written";
 }
 
 // ---- the small set for compute-sanitizer: tails in M, K and U, every tile config ----

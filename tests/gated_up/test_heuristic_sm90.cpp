@@ -112,6 +112,7 @@ TEST(HeuristicSm90, InvariantsOverASweep) {
         ASSERT_GE(c, 0);
         ASSERT_LT(c, kNumSm90TileConfigs);
         ASSERT_EQ(c, choose_gated_up_sm90_tile_config(p, dev)) << "not pure";
+        ASSERT_FALSE(kSm90TileConfigs[c].stream_k) << "stream-K rows are opt-in until measured";
       }
     }
   }
