@@ -4,7 +4,7 @@
 // (CI builds every row). The kernel lives in gated_up_sm90.cuh; launch_sm90.cuh maps a row index
 // to its template.
 //
-// Why these three rows (measured on the H100, bench gated-up --kernel sm90 --tile-config N;
+// Why these rows (measured on the H100, bench gated-up --kernel sm90 --tile-config N;
 // TFLOP/s beside cuBLAS in the same run: docs/perf-notes.md, "Tile configs measured"):
 //   0  cooperative 128x256, cluster 2x1: two consumer warpgroups share every 256-wide weight tile
 //      and the cluster multicasts that tile to the two M-neighbours, so each SM pulls 32 KB from L2
