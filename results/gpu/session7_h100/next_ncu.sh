@@ -4,7 +4,8 @@
 # (0.97-0.98x) — under ncu, blockfuse's kernel and quack's in one call. Three back-to-back calls
 # (each within 30 s of the last, so the machine and its build-ncu stay):
 #   1. `bash results/gpu/session7_h100/next_ncu.sh build`, carrying the CUTLASS include folders
-#      (.deps/cutlass/cutlass_library/source/include and .../tools/util/include, cli11, nlohmann);
+#      (.deps/cutlass/cutlass_library/source/include and .../tools/util/include) and .deps/googletest,
+#      .deps/cli11/include, .deps/nlohmann/include (scripts/deps wants them all);
 #   2. `cp .deps/peers/part1/cu13.tar.xz.00 /tmp/`, carrying .deps/peers/part1 (run5.sh);
 #   3. `bash results/gpu/session7_h100/next_ncu.sh`, carrying .deps/peers/part2 only (64 MiB limit).
 set -uo pipefail
