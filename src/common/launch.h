@@ -27,35 +27,45 @@ bool pdl_launchable(PerDeviceCache<bool>& cache, const void* fn);
 inline constexpr int64_t kPdlMaxRows = 32;
 constexpr bool pdl_rows(int64_t rows) { return rows <= kPdlMaxRows; }
 
-// Launches `kernel` through cudaLaunchKernelEx: with thread-block clusters of `cluster` CTAs when
-// cluster.x * cluster.y * cluster.z > 1 (sm_90+; grid a multiple of it, no compile-time
-// __cluster_dims__ needed, so one kernel serves every cluster size), and with programmatic stream
-// serialization when `pdl` (the kernel must begin with pdl_enter(): common/pdl.cuh).
+// Launches `kernel` through cudaLaunchKernelEx with the given attributes (at most two).
 template <class... Params, class... Args>
-void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
-                   dim3 cluster, bool pdl, Args&&... args) {
+void launch_with_attributes(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
+                            cudaLaunchAttribute* attrs, unsigned num_attrs, Args&&... args) {
   cudaLaunchConfig_t lc{};
   lc.gridDim = grid;
   lc.blockDim = block;
   lc.dynamicSmemBytes = smem_bytes;
   lc.stream = stream;
+  lc.attrs = attrs;
+  lc.numAttrs = num_attrs;
+  BF_CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, std::forward<Args>(args)...));
+}
+
+inline cudaLaunchAttribute cluster_attribute(dim3 cluster) {
+  cudaLaunchAttribute a{};
+  a.id = cudaLaunchAttributeClusterDimension;
+  a.val.clusterDim.x = cluster.x;
+  a.val.clusterDim.y = cluster.y;
+  a.val.clusterDim.z = cluster.z;
+  return a;
+}
+
+// Launches `kernel` with thread-block clusters of `cluster` CTAs when cluster.x * cluster.y *
+// cluster.z > 1 (sm_90+; grid a multiple of it, no compile-time __cluster_dims__ needed, so one
+// kernel serves every cluster size), and with programmatic stream serialization when `pdl` (the
+// kernel must begin with pdl_enter(): common/pdl.cuh).
+template <class... Params, class... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
+                   dim3 cluster, bool pdl, Args&&... args) {
   cudaLaunchAttribute attr[2];
   unsigned n = 0;
-  if (cluster.x * cluster.y * cluster.z > 1) {
-    attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n].val.clusterDim.x = cluster.x;
-    attr[n].val.clusterDim.y = cluster.y;
-    attr[n].val.clusterDim.z = cluster.z;
-    ++n;
-  }
+  if (cluster.x * cluster.y * cluster.z > 1) attr[n++] = cluster_attribute(cluster);
   if (pdl) {
     attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[n].val.programmaticStreamSerializationAllowed = 1;
     ++n;
   }
-  lc.attrs = attr;
-  lc.numAttrs = n;
-  BF_CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, std::forward<Args>(args)...));
+  launch_with_attributes(kernel, grid, block, smem_bytes, stream, attr, n, std::forward<Args>(args)...);
 }
 
 // Launches `kernel` as clusters of `cluster` CTAs (sm_90+), always with the cluster attribute (also
@@ -63,19 +73,8 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
 template <class... Params, class... Args>
 void launch_with_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
                          dim3 cluster, Args&&... args) {
-  cudaLaunchConfig_t lc{};
-  lc.gridDim = grid;
-  lc.blockDim = block;
-  lc.dynamicSmemBytes = smem_bytes;
-  lc.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = cluster.x;
-  attr[0].val.clusterDim.y = cluster.y;
-  attr[0].val.clusterDim.z = cluster.z;
-  lc.attrs = attr;
-  lc.numAttrs = 1;
-  BF_CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, std::forward<Args>(args)...));
+  cudaLaunchAttribute attr[1] = {cluster_attribute(cluster)};
+  launch_with_attributes(kernel, grid, block, smem_bytes, stream, attr, 1, std::forward<Args>(args)...);
 }
 
 // Lets `kernel` use `bytes` (> 48 KB) of dynamic shared memory, once per device: `once` is the
