@@ -52,22 +52,17 @@ void launch_cluster(const AddRmsNormParams& p, const detail::AddRmsNormConfig& c
 // library carries code for them compiled for sm_90+ (a build for sm_80 only runs on a Hopper
 // through its compute_80 PTX, where the cluster kernel's body is a trap; ptxVersion is the
 // virtual architecture the loaded code was compiled for). Cached per device.
-bool cluster_path_available() {
+// One answer per device serves both that and PDL (every kernel of the family is compiled for the
+// same architectures, so the cluster kernel stands for all).
+detail::PerDeviceCache<bool>& sm90_code_cache() {
   static detail::PerDeviceCache<bool> cache;
-  return cache.get([](int dev) {
-    if (detail::device_spec(dev).cc_major < 9) return false;
-    cudaFuncAttributes a{};
-    BF_CUDA_CHECK(cudaFuncGetAttributes(&a, add_rmsnorm_cluster<__nv_bfloat16, 2, Out::kDtype>));
-    return a.ptxVersion >= 90;
-  });
+  return cache;
 }
+const void* sm90_probe() { return reinterpret_cast<const void*>(add_rmsnorm_cluster<__nv_bfloat16, 2, Out::kDtype>); }
+bool cluster_path_available() { return detail::sm90_code_loaded(sm90_code_cache(), sm90_probe()); }
 
-// Whether this device may launch the family's kernels with PDL (common/launch.h: pdl_launchable;
-// every kernel of the family is compiled for the same architectures, so one stands for all).
-bool pdl_path_available() {
-  static detail::PerDeviceCache<bool> cache;
-  return detail::pdl_launchable(cache, reinterpret_cast<const void*>(add_rmsnorm_loop<__nv_bfloat16, Out::kDtype>));
-}
+// Whether this device may launch the family's kernels with PDL (common/launch.h: pdl_launchable).
+bool pdl_path_available() { return detail::pdl_launchable(sm90_code_cache(), sm90_probe()); }
 
 std::atomic<bool> g_clusters_enabled{true};
 std::atomic<int> g_rule{int(detail::kAddRmsNormDefaultRule)};

@@ -45,7 +45,10 @@ std::atomic<bool>& pdl_switch() {
 }  // namespace
 
 bool pdl_launchable(PerDeviceCache<bool>& cache, const void* fn) {
-  if (!pdl_switch().load(std::memory_order_relaxed)) return false;
+  return pdl_switch().load(std::memory_order_relaxed) && sm90_code_loaded(cache, fn);
+}
+
+bool sm90_code_loaded(PerDeviceCache<bool>& cache, const void* fn) {
   return cache.get([fn](int dev) {
     if (device_spec(dev).cc_major < 9) return false;
     cudaFuncAttributes a{};

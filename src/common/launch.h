@@ -19,6 +19,10 @@ namespace blockfuse::detail {
 // (`cache`, a function-local static beside the launcher), as cluster_path_available does.
 bool pdl_launchable(PerDeviceCache<bool>& cache, const void* fn);
 
+// Whether the device is sm_90+ and the code loaded for `fn` was compiled for sm_90+ (cached in
+// `cache` per device): the test behind pdl_launchable and add_rmsnorm's cluster path.
+bool sm90_code_loaded(PerDeviceCache<bool>& cache, const void* fn);
+
 // The row counts whose launches carry the PDL attribute: decode-sized calls, where the launch gap is a
 // large part of a 1.5-5 µs kernel. Measured on the H100 (results/gpu/session7_h100/run4, run6: C++
 // and torch benchmarks, PDL on vs off in one process): at 1-32 rows every add_rmsnorm and swiglu
