@@ -70,8 +70,8 @@ def time_op(fn, rows, n_sets):
 
 def copy_us(nbytes, rows, n_sets):
     """A device copy of nbytes / 2 (read + written = nbytes), timed like the op."""
-    n = max(8, nbytes // 4) // 2 * 2
-    srcs = [torch.empty(n // 2, dtype=torch.int16, device="cuda") for _ in range(n_sets)]
+    n = max(4, nbytes // 4)  # int16 elements: 2 bytes each, so 2n bytes read and 2n written
+    srcs = [torch.empty(n, dtype=torch.int16, device="cuda") for _ in range(n_sets)]
     dsts = [torch.empty_like(s) for s in srcs]
     return time_op(lambda i: dsts[i].copy_(srcs[i]), rows, n_sets)
 
