@@ -143,8 +143,9 @@ class SwigluBench final : public BenchCommand {
              "each block also copying its next row (persistent grid); four3 = four compiled for 3 blocks per SM "
              "(<= 512 threads)");
     o.integer("--small-chunks-per-sm", small_chunks_per_sm_, 0, 1 << 30,
-              "16-bit / static FP8: problems of at most this many 8-column chunks per SM take the decode-sized grid "
-              "(one chunk per thread, 128-thread blocks; src/swiglu/config.h)");
+              "16-bit / static FP8: problems of at most this many 8-column chunks per SM take the one-chunk grid "
+              "(one chunk per thread, 128-thread blocks; default: every problem), larger ones the two-chunk grid "
+              "(src/swiglu/config.h)");
   }
 
   void run(Bench& b) override {

@@ -102,15 +102,20 @@ SwigluRowRule swiglu_fp8_row_rule();
 void set_swiglu_fp8_row_rule(SwigluRowRule rule);
 
 // ---- the elementwise kernel (16-bit and static-scale FP8 outputs) -------------------------------
-// Large problems: kSwigluChunksPerThread chunks (8 columns each) per thread in 256-thread blocks,
-// both chunks' loads issued before any math, at most 64 blocks per SM (a grid-stride loop beyond).
-// Decode-sized problems, at most `small_chunks_per_sm` chunks per SM: one chunk per thread in
-// 128-thread blocks, so the few chunks spread over as many SMs as possible (and a grid of
-// 2-chunk blocks that does not divide evenly over the SMs is avoided).
+// Problems of at most `small_chunks_per_sm` chunks per SM (by default every problem): one chunk
+// (8 columns) per thread in 128-thread blocks, ceil(chunks / 128) blocks. Beyond it (a bench override
+// only, --small-chunks-per-sm): kSwigluChunksPerThread chunks per thread in 256-thread blocks, both
+// chunks' loads issued before any math, at most 64 blocks per SM and a grid-stride loop beyond —
+// until session 8 the grid of every problem above 512 chunks per SM. With the fast activation, the
+// one-chunk grid against it on the H100 (results/gpu/session8_h100/exp3, µs): U = 14336 16-bit
+// 64 / 256 / 8192 / 32768 rows 3.43 / 9.46 / 237.5 / 960.3 -> 3.31 / 9.28 / 234.0 / 923.0 (32768 rows:
+// 3053 GB/s), static FP8 3.03 / 8.63 / 195.2 / 774.2 -> 2.76 / 8.22 / 192.5 / 756.2; U = 28672 16-bit
+// 8192 / 32768 rows 477.7 / 1930.7 -> 464.1 / 1844.1. Faster or equal at every point of 1-32768 rows
+// but one, 32 rows of U = 28672 16-bit (2.27 -> 2.34 µs; static FP8 there 2.64 -> 2.43).
 constexpr int kSwigluChunksPerThread = 2;
 constexpr int kSwigluElementwiseThreads = 256;
 constexpr int kSwigluSmallBlockThreads = 128;
-constexpr int64_t kSwigluSmallChunksPerSm = 512;
+constexpr int64_t kSwigluSmallChunksPerSm = int64_t{1} << 30;  // 2^30 chunks per SM: every problem
 
 struct SwigluElementwiseConfig {
   int64_t blocks;

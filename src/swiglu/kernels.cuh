@@ -1,7 +1,8 @@
 // Internal: the swiglu kernels (included by swiglu.cu only).
 //
-// Both are memory-bound on the H100 only while the per-element math stays small: act() costs an
-// expf and an IEEE division, the FP8 path a multiply and half a cvt more. A division per element
+// Both are memory-bound on the H100 only while the per-element math stays small, so act() is
+// gated_act_fast (common/activation.cuh: the special-function unit's ex2 and rcp, not an accurate
+// expf and an IEEE division); the FP8 path adds a multiply and half a cvt. A division per element
 // and 4 chunks per thread (spilling under a 64-register cap) held the FP8 output at 40-62 % of copy
 // bandwidth (results/gpu/experiments/swiglu_v1_division_spills.json; docs/decoder-kernels.md).
 #pragma once
@@ -44,15 +45,25 @@ __global__ void __launch_bounds__(kElementwiseThreads) swiglu_elementwise_kernel
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   float inv_scale = 1.0f;
   if constexpr (kOut == SwigluElementwiseOutput::kFp8StaticScale) inv_scale = 1.0f / __ldg(scale);
+  // Chunk index -> (row, column) in 32-bit arithmetic while every index fits (below 2^31 chunks,
+  // 16 G elements): a 64-bit division is a subroutine of some 60 instructions per chunk.
+  const bool idx32 = total <= int64_t(INT32_MAX);
   for (int64_t base = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; base < total; base += stride * kChunks) {
     uint4 raw[kChunks][2];
     int64_t r[kChunks], c[kChunks];
 #pragma unroll
     for (int i = 0; i < kChunks; ++i) {
       const int64_t idx = base + i * stride;
-      r[i] = idx / chunks_per_row;
-      c[i] = (idx - r[i] * chunks_per_row) * 8;
-      if (idx < total) load_gate_up_raw<T, kInterleaved>(in + r[i] * ldi, u, c[i], raw[i]);
+      if (idx >= total) continue;
+      if (idx32) {
+        const uint32_t q = uint32_t(idx) / uint32_t(chunks_per_row);
+        r[i] = q;
+        c[i] = int64_t(uint32_t(idx) - q * uint32_t(chunks_per_row)) * 8;
+      } else {
+        r[i] = idx / chunks_per_row;
+        c[i] = (idx - r[i] * chunks_per_row) * 8;
+      }
+      load_gate_up_raw<T, kInterleaved>(in + r[i] * ldi, u, c[i], raw[i]);
     }
 #pragma unroll
     for (int i = 0; i < kChunks; ++i) {
@@ -60,7 +71,7 @@ __global__ void __launch_bounds__(kElementwiseThreads) swiglu_elementwise_kernel
       float g[8], up[8], v[8];
       unpack_gate_up<T, kInterleaved>(raw[i], g, up);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = gated_act(act, g[j], up[j]);
+      for (int j = 0; j < 8; ++j) v[j] = gated_act_fast(act, g[j], up[j]);
       if constexpr (kOut == SwigluElementwiseOutput::k16Bit) {
         *reinterpret_cast<uint4*>(static_cast<T*>(out) + r[i] * ldo + c[i]) = detail::Vec8<T>::pack(v);
       } else {
@@ -75,7 +86,7 @@ __device__ __forceinline__ void chunk_values(const T* row, int64_t u, int64_t c,
   float g[8], up[8];
   load_gate_up_chunk<T, kInterleaved>(row, u, c, g, up);
 #pragma unroll
-  for (int j = 0; j < 8; ++j) v[j] = gated_act(act, g[j], up[j]);
+  for (int j = 0; j < 8; ++j) v[j] = gated_act_fast(act, g[j], up[j]);
 }
 
 // How the row kernel keeps a row on chip (config.h picks it with V):
@@ -164,7 +175,7 @@ swiglu_fp8_rowwise_kernel(
         unpack_gate_up<T, kInterleaved>(raw[i], g, up);
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-          v[i][j] = gated_act(act, g[j], up[j]);
+          v[i][j] = gated_act_fast(act, g[j], up[j]);
           if (live) amax = fmaxf(amax, finite_abs(v[i][j]));  // dead chunks hold garbage
         }
       }
@@ -191,7 +202,7 @@ swiglu_fp8_rowwise_kernel(
           unpack_gate_up<T, kInterleaved>(raw, g, up);
 #pragma unroll
           for (int j = 0; j < 8; ++j) {
-            v[j] = gated_act(act, g[j], up[j]);
+            v[j] = gated_act_fast(act, g[j], up[j]);
             amax = fmaxf(amax, finite_abs(v[j]));
           }
           *reinterpret_cast<float4*>(slot0) = make_float4(v[0], v[1], v[2], v[3]);

@@ -96,9 +96,9 @@ TEST(SwigluRowConfig, AutoRuleFollowsTheMeasuredCrossover) {
 }
 
 // The elementwise grid: one chunk per thread in 128-thread blocks up to small_chunks_per_sm chunks per
-// SM, then 2 chunks per thread in 256-thread blocks capped at 64 per SM; every chunk is covered
-// (by the grid, or by the grid-stride loop beyond the cap).
-TEST(SwigluElementwiseConfig, DecodeSizedGridThenCappedTwoChunkGrid) {
+// SM (by default every problem), then 2 chunks per thread in 256-thread blocks capped at 64 per SM;
+// every chunk is covered (by the grid, or by the grid-stride loop beyond the cap).
+TEST(SwigluElementwiseConfig, OneChunkGridThenCappedTwoChunkGrid) {
   using detail::swiglu_elementwise_config;
   const int sms = 132;
   const int64_t small = detail::kSwigluSmallChunksPerSm;
@@ -108,14 +108,21 @@ TEST(SwigluElementwiseConfig, DecodeSizedGridThenCappedTwoChunkGrid) {
     EXPECT_EQ(c.threads, 128);
     EXPECT_EQ(c.blocks, (total + 127) / 128) << total;
   }
-  const auto big = swiglu_elementwise_config(sms * small + 1, sms, small);
+  EXPECT_EQ(swiglu_elementwise_config(sms * small + 1, sms, small).chunks_per_thread, 2);
+  // With a smaller boundary (the bench override), the two-chunk grid just past it covers every chunk.
+  const auto big = swiglu_elementwise_config(sms * 512 + 1, sms, 512);
   EXPECT_EQ(big.chunks_per_thread, 2);
   EXPECT_EQ(big.threads, 256);
-  EXPECT_GE(big.blocks * 256 * 2, sms * small + 1);
-  const auto huge = swiglu_elementwise_config(int64_t{1} << 36, sms, small);
+  EXPECT_GE(big.blocks * 256 * 2, sms * 512 + 1);
+  // The default keeps the largest benchmarked problem (32768 rows of U = 28672) on the one-chunk grid.
+  const auto largest = swiglu_elementwise_config(int64_t{32768} * 28672 / 8, sms, small);
+  EXPECT_EQ(largest.chunks_per_thread, 1);
+  EXPECT_EQ(largest.blocks, int64_t{32768} * 28672 / 8 / 128);
+  const auto huge = swiglu_elementwise_config(int64_t{1} << 36, sms, 512);
+  EXPECT_EQ(huge.chunks_per_thread, 2);
   EXPECT_EQ(huge.blocks, int64_t{sms} * 64);
   // The override moves the boundary; 0 sends everything to the two-chunk grid.
-  EXPECT_EQ(swiglu_elementwise_config(sms * small + 1, sms, 2 * small).chunks_per_thread, 1);
+  EXPECT_EQ(swiglu_elementwise_config(sms * 512 + 1, sms, 1024).chunks_per_thread, 1);
   EXPECT_EQ(swiglu_elementwise_config(1, sms, 0).chunks_per_thread, 2);
   EXPECT_EQ(swiglu_elementwise_config(1, sms, 0).blocks, 1);
 }

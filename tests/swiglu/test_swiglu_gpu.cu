@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
 #include <tuple>
@@ -139,6 +140,43 @@ TEST(SwigluGpuSlices, RowOffsetViews) {
   testing::expect_close(testing::compare_host(out.rows, u, [&](int64_t r, int64_t j) { return out.at(r, j); }, ref,
                                               testing::Tolerance{1e-5, testing::unit_roundoff(DType::kBF16) + 1e-5}),
                         "swiglu out (NaN rows outside the slice)");
+}
+
+// The kernels evaluate act() from the special-function unit's ex2 and rcp (common/activation.cuh:
+// gated_act_fast). Gates at the edges of those approximations, against fp64: +-Inf (SiLU and GELU
+// of +Inf are +Inf, of -Inf NaN, as the accurate forms give), NaN, the range where 1 + e^-g passes
+// 2^126 (the approximate division returns 0 there; the true value is ~1e-37, inside atol), large
+// finite magnitudes and values near 0; every column of a row holds one of them, in both dtypes.
+TEST(SwigluGpuEdges, ExtremeAndNonFiniteGates) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
+  std::mt19937_64 rng(seed);
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> gates = {inf,   -inf, std::nanf(""), -100.f, -88.5f, -87.5f, -30.f, -10.f,
+                                    -1.f,  -1e-3f, 1e-3f,        0.5f,   3.f,    10.f,   30.f,  100.f};
+  for (DType dt : {DType::kBF16, DType::kFP16})
+    for (Activation act : {Activation::kSiLU, Activation::kGeluTanh}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + activation_name(act));
+      const int64_t rows = 3, u = 64;
+      HostMatrix in(dt, rows, 2 * u);
+      in.fill_uniform(rng, 0.25f, 2.f);  // up: never zero (inf * 0 would make NaN on both sides)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < u; ++j) {
+          in.set(r, j, gates[size_t(j + r) % gates.size()]);
+          if (j % 3 == 0) in.set(r, u + j, -in.at(r, u + j));
+        }
+      HostMatrix out(dt, rows, u);
+      out.poison();
+      testing::DeviceMatrix d_in(in), d_out(out);
+      swiglu(d_in.cview(in), d_out.view(out), act, GateUpLayout::kStacked);
+      CUDA_OK(cudaDeviceSynchronize());
+      d_out.to_host(out);
+      const auto ref = [&](int64_t r, int64_t j) { return act_f64(act, in.at(r, j)) * double(in.at(r, u + j)); };
+      testing::expect_close(testing::compare_host(rows, u, [&](int64_t r, int64_t j) { return out.at(r, j); }, ref,
+                                                  testing::Tolerance{1e-5, testing::unit_roundoff(dt) + 1e-5}),
+                            "swiglu out (extreme gates)");
+    }
 }
 
 }  // namespace
