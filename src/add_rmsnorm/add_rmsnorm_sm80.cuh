@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "add_rmsnorm/config.h"
 #include "add_rmsnorm/params.h"
 #include "add_rmsnorm/row.cuh"
 #include "common/pdl.cuh"
@@ -50,6 +51,7 @@ __global__ void __launch_bounds__(512) add_rmsnorm_regs(const AddRmsNormParams p
   const float inv_h = 1.0f / float(p.h);
   const float static_scale = kOut == AddRmsNormOutput::kFp8StaticScale ? __ldg(p.scale) : 1.0f;
   constexpr bool kDynamic = kOut == AddRmsNormOutput::kFp8DynamicScale;
+  const bool early_res_out = detail::add_rmsnorm_early_res_out(kOut == AddRmsNormOutput::kDtype, p.rows);
   // Many rows: the weight chunks are read after the reduction (L2-prefetched here): loading them into
   // registers before the row loop measured slower, 78-87 % vs 89-98 % of copy at H = 16384
   // (results/gpu/experiments/add_rmsnorm_clusters_off_weight_preload.txt vs README.md there).
@@ -69,20 +71,22 @@ __global__ void __launch_bounds__(512) add_rmsnorm_regs(const AddRmsNormParams p
     const uint4* rr = p.res ? row_chunks<T>(p.res, row, p.ldr) : nullptr;
     uint4 r[V];
     float ss = load_row_sumsq<T, V>(row_chunks<T>(p.x, row, p.ldx), rr, nchunks, r);
-    // residual_out before the reduction (as the cluster kernel does): its stores drain while the
-    // block waits at the reduction's barriers. Each chunk is read and written by the same thread,
-    // so the in-place alias (residual_out == residual) stays safe.
-    if (p.res_out) store_chunks<V>(row_chunks<T>(p.res_out, row, p.ldro), nchunks, r);
+    // residual_out before the reduction where that measured faster (config.h: add_rmsnorm_early_res_out):
+    // its stores drain while the block waits at the reduction's barriers. Each chunk is read and
+    // written by the same thread, so the in-place alias (residual_out == residual) stays safe.
+    if (early_res_out && p.res_out) store_chunks<V>(row_chunks<T>(p.res_out, row, p.ldro), nchunks, r);
     if constexpr (kDynamic && kOneExchange) {
       float m = row_amax_unscaled<T, V>(r, nchunks, weight, p.gemma);
       detail::block_reduce_sum_max(ss, m, red);
       const float inv = rsqrtf(ss * inv_h + p.eps);
+      if (!early_res_out && p.res_out) store_chunks<V>(row_chunks<T>(p.res_out, row, p.ldro), nchunks, r);
       const float s = fp8_dynamic_scale(fold_amax(inv, m));
       if (tid == 0) p.scale[row] = s;
       store_row<T, kOut, V>(p, row, 0, r, nchunks, weight, inv, 1.0f / s);
       continue;
     }
     const float inv = rsqrtf(block_reduce<SumOp>(ss, red[0]) * inv_h + p.eps);
+    if (!early_res_out && p.res_out) store_chunks<V>(row_chunks<T>(p.res_out, row, p.ldro), nchunks, r);
     float s = static_scale;
     if constexpr (kDynamic) {
       // amax of the finite v over the row: a second reduction in the same pass, over the values

@@ -124,6 +124,19 @@ inline bool add_rmsnorm_preload_weight(int64_t rows, int nchunks, bool dynamic_f
   return !(clusters_available && dynamic_fp8 && nchunks > 1024 && rows <= 8);
 }
 
+// Whether the one-block kernel stores a row's residual_out before the row's reduction (its stores
+// then drain while the block waits at the barriers; the cluster kernel always does) or after it.
+// Before against after on the H100, one call, two runs each (results/gpu/session8_h100/exp4, µs):
+//   16-bit output: faster at 1-256 rows (H = 4096 1 / 256 rows 1.92 / 4.87 -> 1.87 / 4.72; H = 8192
+//     2.36 / 7.72 -> 2.25 / 7.28; H = 16384 1 / 32 rows 3.21 / 3.68 -> 3.00 / 3.33), within 1 % from 2048;
+//   FP8 outputs: faster at 1-32 rows (dynamic, H = 16384, 32 rows: 4.25 -> 3.99), 1-3 % slower at 256
+//     and 2048 rows of H = 4096 / 8192 (dynamic, H = 4096, 2048 rows: 27.0 -> 27.8).
+constexpr int64_t kAddRmsNormEarlyResOutFp8Rows = 32;
+// (constexpr: the kernel calls it too, under --expt-relaxed-constexpr.)
+constexpr bool add_rmsnorm_early_res_out(bool dtype_out, int64_t rows) {
+  return dtype_out || rows <= kAddRmsNormEarlyResOutFp8Rows;
+}
+
 // The shape add_rmsnorm launches for `rows` rows of nchunks chunks (dynamic_fp8: the dynamic FP8
 // output) on the current device: one block with the weight preloaded for decode-sized calls, else the
 // sm_90 cluster shape where the path is available and enabled and pays, else the one-block shape

@@ -112,6 +112,17 @@ TEST(AddRmsNormConfig, ClusterCommonHiddenSizes) {
 // Calls of at most 2^18 chunks (H <= 16384: 512 rows at H = 4096, 256 at 8192, 128 at 16384) preload
 // the weight in the one-block kernel, except the dynamic-FP8 output of H > 8192 at <= 8 rows where the
 // cluster kernel measured faster (config.h).
+// residual_out is stored before the row's reduction for 16-bit outputs at every row count, for FP8
+// outputs only up to 32 rows (config.h: the measurement).
+TEST(AddRmsNormConfig, EarlyResidualOutStore) {
+  using detail::add_rmsnorm_early_res_out;
+  for (int64_t rows : {int64_t{1}, int64_t{32}, int64_t{33}, int64_t{256}, int64_t{1} << 20}) {
+    EXPECT_TRUE(add_rmsnorm_early_res_out(true, rows)) << rows;
+    EXPECT_EQ(add_rmsnorm_early_res_out(false, rows), rows <= 32) << rows;
+  }
+  static_assert(add_rmsnorm_early_res_out(false, 1), "constexpr: the kernel evaluates it too");
+}
+
 TEST(AddRmsNormConfig, WeightPreloadForDecodeSizedCalls) {
   using detail::add_rmsnorm_preload_weight;
   for (int h : {8, 4096, 8192, 12288, 16384})
