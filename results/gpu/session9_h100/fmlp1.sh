@@ -16,7 +16,7 @@ P=results/gpu/session9_h100/pending/fused_mlp_dynamic_groups.patch
 mkdir -p /tmp/old_fmlp && cp -r src/fused_mlp/. /tmp/old_fmlp/
 patch -p1 < $P > "$O/patch.log" 2>&1 || { echo "patch does not apply"; cat "$O/patch.log"; exit 1; }
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DBLOCKFUSE_CUDA_ARCHS=90 -DBLOCKFUSE_SM90=OFF > "$O/build.log" 2>&1
-cmake --build $B -j16 --target blockfuse_gpu_tests blockfuse_cli >> "$O/build.log" 2>&1
+cmake --build $B -j"${JOBS:-16}" --target blockfuse_gpu_tests blockfuse_cli >> "$O/build.log" 2>&1
 el "build rc $?"
 $B/tests/blockfuse_gpu_tests --gtest_filter='*FusedMlp*:*Router*' > "$O/tests.log" 2>&1
 el "tests rc $? ($(grep -c '^\[       OK' "$O/tests.log") ok, $(grep -c '^\[  FAILED' "$O/tests.log") failed lines)"
@@ -28,7 +28,7 @@ done
 ARGS="bench fused-mlp --shapes llama3-8b,llama3-70b --m 1,4,16,32 --sparsity 50,75,90"
 timeout 200 $B/bench/blockfuse $ARGS --json "$O/new.json" > "$O/new.log" 2>&1; el "bench new rc $?"
 patch -p1 -R < $P >> "$O/patch.log" 2>&1 && cmp -s src/fused_mlp/fused_mlp.cu /tmp/old_fmlp/fused_mlp.cu
-cmake --build $B -j16 --target blockfuse_cli >> "$O/build.log" 2>&1; el "old build rc $?"
+cmake --build $B -j"${JOBS:-16}" --target blockfuse_cli >> "$O/build.log" 2>&1; el "old build rc $?"
 timeout 200 $B/bench/blockfuse $ARGS --json "$O/old.json" > "$O/old.log" 2>&1; el "bench old rc $?"
 python3 - "$O" <<'PY'
 import json, sys

@@ -22,7 +22,7 @@ case "${1:-}" in
     scripts/deps > /dev/null
     cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DBLOCKFUSE_CUDA_ARCHS=90 -DBLOCKFUSE_SM90=ON \
       -DBLOCKFUSE_BUILD_TESTS=OFF > "$O/build.log" 2>&1
-    cmake --build $B -j16 --target blockfuse_cli >> "$O/build.log" 2>&1
+    cmake --build $B -j"${JOBS:-16}" --target blockfuse_cli >> "$O/build.log" 2>&1
     rc=$?; el "build rc $rc"; [ $rc = 0 ] || tail -30 "$O/build.log" ;;
   run)
     RUN=$2; CONFIGS=$3

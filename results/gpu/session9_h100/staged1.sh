@@ -17,7 +17,7 @@ if [ "${1:-}" = check ]; then
 patch -p1 < results/gpu/session9_h100/pending/add_rmsnorm_staged.patch > "$O/patch.log" 2>&1 || { cat "$O/patch.log"; exit 1; }
 scripts/deps > /dev/null
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DBLOCKFUSE_CUDA_ARCHS=90 -DBLOCKFUSE_SM90=OFF > "$O/build.log" 2>&1
-cmake --build $B -j16 --target blockfuse_cpu_tests blockfuse_gpu_tests blockfuse_cli >> "$O/build.log" 2>&1
+cmake --build $B -j"${JOBS:-16}" --target blockfuse_cpu_tests blockfuse_gpu_tests blockfuse_cli >> "$O/build.log" 2>&1
 rc=$?; el "build rc $rc"; [ $rc = 0 ] || { grep -m10 -B2 -A5 error "$O/build.log"; exit 1; }
 $B/tests/blockfuse_cpu_tests --gtest_filter='AddRmsNorm*' > "$O/cpu_tests.log" 2>&1; el "cpu tests rc $? $(tail -1 "$O/cpu_tests.log")"
 $B/tests/blockfuse_gpu_tests --gtest_filter='*AddRmsNorm*' > "$O/gpu_tests.log" 2>&1
