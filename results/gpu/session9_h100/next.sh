@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# The pending patches' device plan in as few calls as possible (written in session 10, which had no
+# device time either; it supersedes fmlp1.sh, staged1.sh and gated_up_grid.sh, whose steps it runs).
+# Steps, in order; "here" = this machine, "device" = a device-tool call from the repo root with the
+# five .deps paths of scripts/deps carried. Device calls chained within 30 s reuse build-gpu/ (the
+# machine keeps ignored build outputs while warm); a later call rebuilds what it needs (~2 min).
+#
+#   here:   next.sh apply          apply the four pending patches to the working tree (idempotent)
+#   device: next.sh probe          build (sm_90, sm90a GEMMs, tests; scripts/build), the patches' CPU
+#                                  and GPU tests, then grid run 1 (~7 min)
+#   device: next.sh grid 2 3       grid runs 2 and 3 (~5 min): every sm90a tile row forced over six
+#                                  model shapes x 128..65536 tokens, cuBLAS beside each point
+#   device: next.sh bench          add_rmsnorm --rule default vs staged (two runs each), fused-mlp
+#                                  with the dynamic-groups patch, then without it (the patch
+#                                  reversed in the device's copy, the CLI rebuilt) (~8 min)
+#   here:   next.sh table DIR...   scripts/tile-table over the grid runs' JSON (copy them into
+#                                  results/gpu/session10_h100/grid/ first): prints the table and
+#                                  writes the best non-stream-K rows into heuristic_sm90.cpp's
+#                                  kSm90Measured, citing DIR
+#   device: scripts/gpu-check      the evidence for the tree as it now is (~9 min); commit its
+#                                  latest.json with the patches, the table and the bench JSONs.
+# Every device step writes logs and JSON under $OUT and prints a short table last.
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+HERE=results/gpu/session9_h100
+PENDING=$HERE/pending
+PATCHES="fused_mlp_dynamic_groups add_rmsnorm_staged gated_up_bench_models gated_up_measured_table"
+O=${OUT:-/tmp/next}; mkdir -p "$O"
+B=${BUILD_DIR:-build-gpu}
+CLI=$B/bench/blockfuse
+T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+
+applied() { git apply -R --check "$PENDING/$1.patch" 2>/dev/null; }
+need_applied() {
+  for p in $PATCHES; do applied "$p" || { echo "next.sh: $p.patch is not applied (run 'next.sh apply' here first)"; exit 1; }; done
+}
+build() {  # the whole tree (tests and CLI) for sm_90 with the sm90a GEMMs; incremental when warm
+  BLOCKFUSE_CUDA_ARCHS=90 scripts/build "$B" >> "$O/build.log" 2>&1
+  local rc=$?; el "build rc $rc"
+  [ $rc = 0 ] || { grep -m20 -B2 -A6 -E "error|FAILED" "$O/build.log"; exit 1; }
+}
+grid_run() {  # $1 = run number: every tile row forced, one JSON per row
+  mkdir -p "$O/grid"
+  for c in 0 1 2 3; do
+    timeout 240 "$CLI" bench gated-up --kernel sm90 --tile-config "$c" \
+      --models 8b,70b,405b,gemma27b,qwen2-7b,qwen2-72b --tokens 128,256,512,1024,2048,4096,8192,16384,32768,65536 \
+      --reps 5 --warmup 2 --no-ceilings --json "$O/grid/r$1_c$c.json" > "$O/grid/r$1_c$c.log" 2>&1
+    el "grid run $1 row $c rc $? ($(grep -c 'VERIFY FAILED' "$O/grid/r$1_c$c.log") verify failures)"
+  done
+}
+
+case "${1:-}" in
+  apply)
+    for p in $PATCHES; do
+      if applied "$p"; then echo "$p: already applied"
+      elif git apply "$PENDING/$p.patch"; then echo "$p: applied"
+      else echo "$p: does not apply"; exit 1; fi
+    done ;;
+
+  probe)
+    need_applied; build
+    "$B/tests/blockfuse_cpu_tests" --gtest_filter='AddRmsNorm*:HeuristicSm90*:FusedMlp*:*TileConfig*' > "$O/cpu_tests.log" 2>&1
+    el "cpu tests rc $? ($(tail -1 "$O/cpu_tests.log"))"
+    "$B/tests/blockfuse_gpu_tests" --gtest_filter='*FusedMlp*:*Router*:*AddRmsNorm*' > "$O/gpu_tests.log" 2>&1
+    el "gpu tests rc $? ($(grep -c '^\[       OK' "$O/gpu_tests.log") ok, $(grep -c '^\[  FAILED' "$O/gpu_tests.log") failed lines)"
+    grep '^\[  FAILED' "$O/gpu_tests.log" | sort -u | head -20
+    grid_run 1
+    scripts/tile-table "$O/grid" | tail -25 ;;
+
+  grid)
+    shift; [ $# -gt 0 ] || { echo "usage: $0 grid RUN..." >&2; exit 2; }
+    need_applied; [ -x "$CLI" ] || build
+    for r in "$@"; do grid_run "$r"; done
+    scripts/tile-table "$O/grid" | tail -25 ;;
+
+  bench)
+    need_applied; build
+    for rep in 1 2; do for rule in default staged; do
+      timeout 120 "$CLI" bench add-rmsnorm --hidden 4096,8192,16384 --rows 1,8,32,256,2048,8192,32768 \
+        --fp8 all --rule $rule --reps 20 --json "$O/arn_${rule}_$rep.json" > "$O/arn_${rule}_$rep.log" 2>&1
+      el "add-rmsnorm $rule rep $rep rc $?"
+    done; done
+    FM="bench fused-mlp --shapes llama3-8b,llama3-70b --m 1,4,16,32 --sparsity 50,75,90"
+    timeout 150 "$CLI" $FM --json "$O/fmlp_new.json" > "$O/fmlp_new.log" 2>&1; el "fused-mlp (patched) rc $?"
+    git apply -R "$PENDING/fused_mlp_dynamic_groups.patch" && cmake --build "$B" -j"${JOBS:-16}" --target blockfuse_cli >> "$O/build.log" 2>&1
+    el "fused-mlp patch reversed, CLI rebuilt: rc $?"
+    timeout 150 "$CLI" $FM --json "$O/fmlp_old.json" > "$O/fmlp_old.log" 2>&1; el "fused-mlp (as on main) rc $?"
+    python3 "$HERE/next_tables.py" "$O" ;;
+
+  table)
+    shift; [ $# -gt 0 ] || { echo "usage: $0 table DIR..." >&2; exit 2; }
+    applied gated_up_measured_table || { echo "next.sh: apply the patches first"; exit 1; }
+    scripts/tile-table "$@" || exit 1
+    scripts/tile-table "$@" --emit-cpp --table-rows 0,1,2 > "$O/table.txt" || exit 1
+    python3 - "$O/table.txt" src/gated_up/heuristic_sm90.cpp "$*" <<'PY'
+import re, sys
+emit, path, dirs = sys.argv[1], sys.argv[2], sys.argv[3]
+text = open(emit).read()
+body = text[text.index("// Generated by scripts/tile-table"):].rstrip() + "\n"
+src = open(path).read()
+start = src.index("// The measured table: empty until")
+end = src.index("kSm90Measured{};", start) + len("kSm90Measured{};")
+head = ("// The measured table (issue 16): each point's best tile row of the forced-row sweep in " + dirs +
+        "\n// (H100, results/gpu/session9_h100/next.sh grid; medians over the runs of fused / cuBLAS in one process)."
+        "\n// Stream-K (row 3) is left out: the heuristic cannot assume the caller's workspace.\n"
+        "constexpr int kSm90MeasuredSms = 132;\n")
+open(path, "w").write(src[:start] + head + body.rstrip("\n") + src[end:])
+n = sum(1 for line in body.splitlines() if line.startswith("    {"))
+print(f"{path}: kSm90Measured replaced ({n} points)")
+PY
+    ;;
+
+  *) sed -n 2,22p "$0"; exit 2 ;;
+esac

@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""The tables `next.sh bench` prints from its JSON (python3 next_tables.py OUTDIR):
+add_rmsnorm's staged rule against the default per point (two runs each, alternated in one process
+order), and the fused MLP with the dynamic-groups patch against the kernel as on main."""
+import json
+import os
+import sys
+
+
+def rows(path):
+    try:
+        return json.load(open(path))["rows"]
+    except (OSError, ValueError, KeyError) as e:
+        print(f"{os.path.basename(path)}: unreadable ({e})")
+        return []
+
+
+def add_rmsnorm(o):
+    runs = {}
+    for rule in ("default", "staged"):
+        for rep in (1, 2):
+            for r in rows(os.path.join(o, f"arn_{rule}_{rep}.json")):
+                d = runs.setdefault((r["H"], r["fp8"], r["rows"]), {})
+                d.setdefault(rule, []).append((r["fused_us"], r.get("fused_frac_of_copy", 0.0), r["kernel"], r.get("verified", True)))
+    if not runs:
+        return
+    print("add_rmsnorm, µs per run and % of copy (first run): --rule default vs --rule staged")
+    print(f"{'H':>6} {'out':8} {'rows':>6} | {'default µs':>17} {'%copy':>6} | {'staged µs':>17} {'%copy':>6} | staged/default | kernels")
+    ratios = []
+    for k in sorted(runs):
+        d, s = runs[k].get("default", []), runs[k].get("staged", [])
+        if not d or not s:
+            continue
+        md, ms = sum(x[0] for x in d) / len(d), sum(x[0] for x in s) / len(s)
+        ratios.append((k, ms / md, max(x[0] for x in s) / min(x[0] for x in d), min(x[0] for x in s) / max(x[0] for x in d)))
+        bad = "" if all(x[3] for x in d + s) else "  VERIFY FAILED"
+        print(f"{k[0]:>6} {k[1]:8} {k[2]:>6} | " + " ".join(f"{x[0]:8.2f}" for x in d) + f" {100 * d[0][1]:5.1f}% | "
+              + " ".join(f"{x[0]:8.2f}" for x in s) + f" {100 * s[0][1]:5.1f}% | {ms / md:14.3f} | {d[0][2]} / {s[0][2]}{bad}")
+    wins = [k for k, _, worst, _ in ratios if worst < 1.0]  # staged's slowest run beats default's fastest
+    print(f"staged faster in both runs at {len(wins)} of {len(ratios)} points")
+
+
+def fused_mlp(o):
+    table = {}
+    for tag in ("old", "new"):
+        for r in rows(os.path.join(o, f"fmlp_{tag}.json")):
+            table.setdefault((r["shape"], r["m"], r["variant"]), {})[tag] = r
+    if not table:
+        return
+    nan = float("nan")
+    print("\nfused MLP: as on main (old) vs the dynamic-groups patch (new), µs; new's % of copy, × dense, × unfused (same run)")
+    print(f"{'shape':11} {'M':>2} {'variant':14} {'old µs':>8} {'new µs':>8} {'old/new':>7} {'%copy':>6} {'× dense':>7} {'× unfused':>9} nb ok")
+    for (s, m, v), d in sorted(table.items()):
+        a, b = d.get("old"), d.get("new")
+        if not b:
+            continue
+        print(f"{s:11} {m:>2} {v:14} {a['us'] if a else nan:8.2f} {b['us']:8.2f} {(a['us'] / b['us']) if a else nan:7.2f} "
+              f"{100 * b['frac_of_copy']:5.1f}% {b['speedup_vs_dense']:7.2f} {b['speedup_vs_unfused']:9.2f} "
+              f"{b.get('neurons_per_block', '-')} {b['verified']}")
+
+
+if __name__ == "__main__":
+    out = sys.argv[1] if len(sys.argv) > 1 else "/tmp/next"
+    add_rmsnorm(out)
+    fused_mlp(out)
