@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The pending patches' device plan in as few calls as possible (written in session 10, which had no
-# device time either; it supersedes fmlp1.sh, staged1.sh and gated_up_grid.sh, whose steps it runs).
+# device time either; it replaces session 9's fmlp1.sh, staged1.sh and gated_up_grid.sh, whose steps it runs).
 # Steps, in order; "here" = this machine, "device" = a device-tool call from the repo root with the
 # five .deps paths of scripts/deps carried. Device calls chained within 30 s reuse build-gpu/ (the
 # machine keeps ignored build outputs while warm); a later call rebuilds what it needs (~2 min).
