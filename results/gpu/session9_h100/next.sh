@@ -5,14 +5,15 @@
 # five .deps paths of scripts/deps carried. Device calls chained within 30 s reuse build-gpu/ (the
 # machine keeps ignored build outputs while warm); a later call rebuilds what it needs (~2 min).
 #
-#   here:   next.sh apply          apply the four pending patches to the working tree (idempotent)
+#   here:   next.sh apply          apply the five pending patches to the working tree (idempotent)
 #   device: next.sh probe          build (sm_90, sm90a GEMMs, tests; scripts/build), the patches' CPU
 #                                  and GPU tests, then grid run 1 (~7 min)
 #   device: next.sh grid 2 3       grid runs 2 and 3 (~5 min): every sm90a tile row forced over six
 #                                  model shapes x 128..65536 tokens, cuBLAS beside each point
-#   device: next.sh bench          add_rmsnorm --rule default vs staged (two runs each), fused-mlp
-#                                  with the dynamic-groups patch, then without it (the patch
-#                                  reversed in the device's copy, the CLI rebuilt) (~8 min)
+#   device: next.sh bench          add_rmsnorm --rule default vs staged (two runs each), gated-up-fp8
+#                                  (the dynamic per-row e4m3 output beside cuBLASLt + swiglu_fp8),
+#                                  fused-mlp with the dynamic-groups patch, then without it (the
+#                                  patch reversed in the device's copy, the CLI rebuilt) (~9 min)
 #   here:   next.sh table DIR...   scripts/tile-table over the grid runs' JSON (copy them into
 #                                  results/gpu/session10_h100/grid/ first): prints the table and
 #                                  writes the best non-stream-K rows into heuristic_sm90.cpp's
@@ -24,7 +25,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../../.."
 HERE=results/gpu/session9_h100
 PENDING=$HERE/pending
-PATCHES="fused_mlp_dynamic_groups add_rmsnorm_staged gated_up_bench_models gated_up_measured_table"
+PATCHES="fused_mlp_dynamic_groups add_rmsnorm_staged gated_up_bench_models gated_up_measured_table gated_up_fp8_dynamic"
 O=${OUT:-/tmp/next}; mkdir -p "$O"
 B=${BUILD_DIR:-build-gpu}
 CLI=$B/bench/blockfuse
@@ -59,9 +60,9 @@ case "${1:-}" in
 
   probe)
     need_applied; build
-    "$B/tests/blockfuse_cpu_tests" --gtest_filter='AddRmsNorm*:HeuristicSm90*:FusedMlp*:*TileConfig*' > "$O/cpu_tests.log" 2>&1
+    "$B/tests/blockfuse_cpu_tests" --gtest_filter='AddRmsNorm*:HeuristicSm90*:FusedMlp*:*TileConfig*:GatedUpFp8*:RowwiseFp8*' > "$O/cpu_tests.log" 2>&1
     el "cpu tests rc $? ($(tail -1 "$O/cpu_tests.log"))"
-    "$B/tests/blockfuse_gpu_tests" --gtest_filter='*FusedMlp*:*Router*:*AddRmsNorm*' > "$O/gpu_tests.log" 2>&1
+    "$B/tests/blockfuse_gpu_tests" --gtest_filter='*FusedMlp*:*Router*:*AddRmsNorm*:*GatedUpFp8*' > "$O/gpu_tests.log" 2>&1
     el "gpu tests rc $? ($(grep -c '^\[       OK' "$O/gpu_tests.log") ok, $(grep -c '^\[  FAILED' "$O/gpu_tests.log") failed lines)"
     grep '^\[  FAILED' "$O/gpu_tests.log" | sort -u | head -20
     grid_run 1
@@ -80,6 +81,8 @@ case "${1:-}" in
         --fp8 all --rule $rule --reps 20 --json "$O/arn_${rule}_$rep.json" > "$O/arn_${rule}_$rep.log" 2>&1
       el "add-rmsnorm $rule rep $rep rc $?"
     done; done
+    timeout 150 "$CLI" bench gated-up-fp8 --models 8b,70b --tokens 1024,4096,16384 --reps 20 --json "$O/fp8.json" \
+      > "$O/fp8.log" 2>&1; el "gated-up-fp8 rc $? ($(grep -c 'VERIFY FAILED' "$O/fp8.log") verify failures)"
     FM="bench fused-mlp --shapes llama3-8b,llama3-70b --m 1,4,16,32 --sparsity 50,75,90"
     timeout 150 "$CLI" $FM --json "$O/fmlp_new.json" > "$O/fmlp_new.log" 2>&1; el "fused-mlp (patched) rc $?"
     git apply -R "$PENDING/fused_mlp_dynamic_groups.patch" && cmake --build "$B" -j"${JOBS:-16}" --target blockfuse_cli >> "$O/build.log" 2>&1

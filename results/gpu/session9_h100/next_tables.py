@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The tables `next.sh bench` prints from its JSON (python3 next_tables.py OUTDIR):
 add_rmsnorm's staged rule against the default per point (two runs each, alternated in one process
-order), and the fused MLP with the dynamic-groups patch against the kernel as on main."""
+order), gated_up_fp8's dynamic per-row e4m3 output beside the static one and the unfused pipeline,
+and the fused MLP with the dynamic-groups patch against the kernel as on main."""
 import json
 import os
 import sys
@@ -59,7 +60,22 @@ def fused_mlp(o):
               f"{b.get('neurons_per_block', '-')} {b['verified']}")
 
 
+def gated_up_fp8(o):
+    rs = rows(os.path.join(o, "fp8.json"))
+    if not rs:
+        return
+    print("\ngated_up_fp8, TFLOP/s (2·M·K·2U / median): c bf16 out, c8 e4m3 static, c8d e4m3 dynamic per row, "
+          "e = cuBLASLt FP8 + swiglu_fp8 dynamic, a = cuBLASLt FP8 alone")
+    print(f"{'model':12} {'M':>6} {'a':>6} {'c':>6} {'c8':>6} {'c8d':>6} {'e':>6} {'c8d/e':>6} {'c8d/c8':>6} {'c/a':>6} ok mismatches")
+    for r in rs:
+        print(f"{r['model']:12} {r['M']:>6} {r['a_lt_fp8_tflops']:6.0f} {r['c_fused_fp8_tflops']:6.0f} "
+              f"{r['c8_fused_fp8_e4m3out_tflops']:6.0f} {r.get('c8d_fused_fp8_dynamic_tflops', float('nan')):6.0f} "
+              f"{r.get('e_lt_fp8_swiglu_fp8_dynamic_tflops', float('nan')):6.0f} {r.get('c8d_over_e', float('nan')):6.3f} "
+              f"{r.get('c8d_over_c8', float('nan')):6.3f} {r['c_over_a']:6.3f} {r['verified']} {r.get('dynamic_mismatches', '-')}")
+
+
 if __name__ == "__main__":
     out = sys.argv[1] if len(sys.argv) > 1 else "/tmp/next"
     add_rmsnorm(out)
+    gated_up_fp8(out)
     fused_mlp(out)
