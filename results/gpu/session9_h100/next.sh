@@ -5,12 +5,13 @@
 # five .deps paths of scripts/deps carried. Device calls chained within 30 s reuse build-gpu/ (the
 # machine keeps ignored build outputs while warm); a later call rebuilds what it needs (~2 min).
 #
-#   here:   next.sh apply          apply the five pending patches to the working tree (idempotent)
+#   here:   next.sh apply          apply the six pending patches to the working tree (idempotent)
 #   device: next.sh probe          build (sm_90, sm90a GEMMs, tests; scripts/build), the patches' CPU
 #                                  and GPU tests, then grid run 1 (~7 min)
 #   device: next.sh grid 2 3       grid runs 2 and 3 (~5 min): every sm90a tile row forced over six
 #                                  model shapes x 128..65536 tokens, cuBLAS beside each point
-#   device: next.sh bench          add_rmsnorm --rule default vs staged (two runs each), gated-up-fp8
+#   device: next.sh bench          add_rmsnorm --rule default vs staged (two runs each), swiglu's
+#                                  dynamic FP8 --row-rule default vs cluster2 (two runs each), gated-up-fp8
 #                                  (the dynamic per-row e4m3 output beside cuBLASLt + swiglu_fp8),
 #                                  fused-mlp with the dynamic-groups patch, then without it (the
 #                                  patch reversed in the device's copy, the CLI rebuilt) (~9 min)
@@ -25,7 +26,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../../.."
 HERE=results/gpu/session9_h100
 PENDING=$HERE/pending
-PATCHES="fused_mlp_dynamic_groups add_rmsnorm_staged gated_up_bench_models gated_up_measured_table gated_up_fp8_dynamic"
+PATCHES="fused_mlp_dynamic_groups add_rmsnorm_staged gated_up_bench_models gated_up_measured_table gated_up_fp8_dynamic swiglu_fp8_cluster_rule"
 O=${OUT:-/tmp/next}; mkdir -p "$O"
 B=${BUILD_DIR:-build-gpu}
 CLI=$B/bench/blockfuse
@@ -60,9 +61,9 @@ case "${1:-}" in
 
   probe)
     need_applied; build
-    "$B/tests/blockfuse_cpu_tests" --gtest_filter='AddRmsNorm*:HeuristicSm90*:FusedMlp*:*TileConfig*:GatedUpFp8*:RowwiseFp8*' > "$O/cpu_tests.log" 2>&1
+    "$B/tests/blockfuse_cpu_tests" --gtest_filter='AddRmsNorm*:HeuristicSm90*:FusedMlp*:*TileConfig*:GatedUpFp8*:RowwiseFp8*:SwigluRowConfig*' > "$O/cpu_tests.log" 2>&1
     el "cpu tests rc $? ($(tail -1 "$O/cpu_tests.log"))"
-    "$B/tests/blockfuse_gpu_tests" --gtest_filter='*FusedMlp*:*Router*:*AddRmsNorm*:*GatedUpFp8*' > "$O/gpu_tests.log" 2>&1
+    "$B/tests/blockfuse_gpu_tests" --gtest_filter='*FusedMlp*:*Router*:*AddRmsNorm*:*GatedUpFp8*:*SwigluFp8*' > "$O/gpu_tests.log" 2>&1
     el "gpu tests rc $? ($(grep -c '^\[       OK' "$O/gpu_tests.log") ok, $(grep -c '^\[  FAILED' "$O/gpu_tests.log") failed lines)"
     grep '^\[  FAILED' "$O/gpu_tests.log" | sort -u | head -20
     grid_run 1
@@ -80,6 +81,11 @@ case "${1:-}" in
       timeout 120 "$CLI" bench add-rmsnorm --hidden 4096,8192,16384 --rows 1,8,32,256,2048,8192,32768 \
         --fp8 all --rule $rule --reps 20 --json "$O/arn_${rule}_$rep.json" > "$O/arn_${rule}_$rep.log" 2>&1
       el "add-rmsnorm $rule rep $rep rc $?"
+    done; done
+    for rep in 1 2; do for rule in default cluster2; do
+      timeout 60 "$CLI" bench swiglu --out fp8-dynamic --hidden 14336,16384,28672 --rows 1,8,32,256,2048 \
+        --row-rule $rule --json "$O/swd_${rule}_$rep.json" > "$O/swd_${rule}_$rep.log" 2>&1
+      el "swiglu fp8-dynamic $rule rep $rep rc $?"
     done; done
     timeout 150 "$CLI" bench gated-up-fp8 --models 8b,70b --tokens 1024,4096,16384 --reps 20 --json "$O/fp8.json" \
       > "$O/fp8.log" 2>&1; el "gated-up-fp8 rc $? ($(grep -c 'VERIFY FAILED' "$O/fp8.log") verify failures)"

@@ -60,6 +60,25 @@ def fused_mlp(o):
               f"{b.get('neurons_per_block', '-')} {b['verified']}")
 
 
+def swiglu_cluster(o):
+    runs = {}
+    for rule in ("default", "cluster2"):
+        for rep in (1, 2):
+            for r in rows(os.path.join(o, f"swd_{rule}_{rep}.json")):
+                runs.setdefault((r["U"], r["M"]), {}).setdefault(rule, []).append((r["us"], r.get("frac_of_copy", 0.0), r.get("kernel", "-")))
+    if not runs:
+        return
+    print("\nswiglu_fp8 dynamic, µs per run: --row-rule default vs cluster2 (target <= 4 µs at 1-32 rows)")
+    print(f"{'U':>6} {'rows':>5} | {'default µs':>17} | {'cluster2 µs':>17} | cluster2/default | kernels")
+    for k in sorted(runs):
+        d, c = runs[k].get("default", []), runs[k].get("cluster2", [])
+        if not d or not c:
+            continue
+        md, mc = sum(x[0] for x in d) / len(d), sum(x[0] for x in c) / len(c)
+        print(f"{k[0]:>6} {k[1]:>5} | " + " ".join(f"{x[0]:8.2f}" for x in d) + " | " + " ".join(f"{x[0]:8.2f}" for x in c)
+              + f" | {mc / md:16.3f} | {d[0][2]} / {c[0][2]}")
+
+
 def gated_up_fp8(o):
     rs = rows(os.path.join(o, "fp8.json"))
     if not rs:
@@ -77,5 +96,6 @@ def gated_up_fp8(o):
 if __name__ == "__main__":
     out = sys.argv[1] if len(sys.argv) > 1 else "/tmp/next"
     add_rmsnorm(out)
+    swiglu_cluster(out)
     gated_up_fp8(out)
     fused_mlp(out)
