@@ -7,14 +7,15 @@
 #
 #   here:   next.sh apply          apply the six pending patches to the working tree (idempotent)
 #   device: next.sh probe          build (sm_90, sm90a GEMMs, tests; scripts/build), the patches' CPU
-#                                  and GPU tests, then grid run 1 (~7 min)
-#   device: next.sh grid 2 3       grid runs 2 and 3 (~5 min): every sm90a tile row forced over six
+#                                  and GPU tests (~5 min)
+#   device: next.sh grid 1 2       grid runs 1 and 2 (~7 min): every sm90a tile row forced over six
 #                                  model shapes x 128..65536 tokens, cuBLAS beside each point
-#   device: next.sh bench          add_rmsnorm --rule default vs staged (two runs each), swiglu's
-#                                  dynamic FP8 --row-rule default vs cluster2 (two runs each), gated-up-fp8
-#                                  (the dynamic per-row e4m3 output beside cuBLASLt + swiglu_fp8),
-#                                  fused-mlp with the dynamic-groups patch, then without it (the
-#                                  patch reversed in the device's copy, the CLI rebuilt) (~9 min)
+#   device: next.sh grid 3         the third run (~4 min)
+#   device: next.sh bench-mem      add_rmsnorm --rule default vs staged (two runs each), swiglu's
+#                                  dynamic FP8 --row-rule default vs cluster2 (two runs each) (~6 min)
+#   device: next.sh bench-mlp      gated-up-fp8 (the dynamic per-row e4m3 output beside cuBLASLt +
+#                                  swiglu_fp8), fused-mlp with the dynamic-groups patch, then without
+#                                  it (the patch reversed in the device's copy, the CLI rebuilt) (~6 min)
 #   here:   next.sh table DIR...   scripts/tile-table over the grid runs' JSON (copy them into
 #                                  results/gpu/session10_h100/grid/ first): prints the table and
 #                                  writes the best non-stream-K rows into heuristic_sm90.cpp's
@@ -65,9 +66,7 @@ case "${1:-}" in
     el "cpu tests rc $? ($(tail -1 "$O/cpu_tests.log"))"
     "$B/tests/blockfuse_gpu_tests" --gtest_filter='*FusedMlp*:*Router*:*AddRmsNorm*:*GatedUpFp8*:*SwigluFp8*' > "$O/gpu_tests.log" 2>&1
     el "gpu tests rc $? ($(grep -c '^\[       OK' "$O/gpu_tests.log") ok, $(grep -c '^\[  FAILED' "$O/gpu_tests.log") failed lines)"
-    grep '^\[  FAILED' "$O/gpu_tests.log" | sort -u | head -20
-    grid_run 1
-    scripts/tile-table "$O/grid" | tail -25 ;;
+    grep '^\[  FAILED' "$O/gpu_tests.log" | sort -u | head -20 ;;
 
   grid)
     shift; [ $# -gt 0 ] || { echo "usage: $0 grid RUN..." >&2; exit 2; }
@@ -75,7 +74,7 @@ case "${1:-}" in
     for r in "$@"; do grid_run "$r"; done
     scripts/tile-table "$O/grid" | tail -25 ;;
 
-  bench)
+  bench-mem)  # ~6 min
     need_applied; build
     for rep in 1 2; do for rule in default staged; do
       timeout 120 "$CLI" bench add-rmsnorm --hidden 4096,8192,16384 --rows 1,8,32,256,2048,8192,32768 \
@@ -87,6 +86,10 @@ case "${1:-}" in
         --row-rule $rule --json "$O/swd_${rule}_$rep.json" > "$O/swd_${rule}_$rep.log" 2>&1
       el "swiglu fp8-dynamic $rule rep $rep rc $?"
     done; done
+    python3 "$HERE/next_tables.py" "$O" ;;
+
+  bench-mlp)  # ~6 min
+    need_applied; build
     timeout 150 "$CLI" bench gated-up-fp8 --models 8b,70b --tokens 1024,4096,16384 --reps 20 --json "$O/fp8.json" \
       > "$O/fp8.log" 2>&1; el "gated-up-fp8 rc $? ($(grep -c 'VERIFY FAILED' "$O/fp8.log") verify failures)"
     FM="bench fused-mlp --shapes llama3-8b,llama3-70b --m 1,4,16,32 --sparsity 50,75,90"
