@@ -75,7 +75,7 @@ case "${1:-}" in
 
   probe)
     need_applied; build
-    "$B/tests/blockfuse_cpu_tests" --gtest_filter='AddRmsNorm*:HeuristicSm90*:FusedMlp*:*TileConfig*:GatedUpFp8*:RowwiseFp8*:SwigluRowConfig*' > "$O/cpu_tests.log" 2>&1
+    "$B/tests/blockfuse_cpu_tests" --gtest_filter='AddRmsNorm*:HeuristicSm90*:HeuristicFp8Sm90*:FusedMlp*:*TileConfig*:GatedUpFp8*:RowwiseFp8*:SwigluRowConfig*' > "$O/cpu_tests.log" 2>&1
     el "cpu tests rc $? ($(tail -1 "$O/cpu_tests.log"))"
     "$B/tests/blockfuse_gpu_tests" --gtest_filter='*FusedMlp*:*Router*:*AddRmsNorm*:*GatedUpFp8*:*SwigluFp8*' > "$O/gpu_tests.log" 2>&1
     el "gpu tests rc $? ($(grep -c '^\[       OK' "$O/gpu_tests.log") ok, $(grep -c '^\[  FAILED' "$O/gpu_tests.log") failed lines)"
