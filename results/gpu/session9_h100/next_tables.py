@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The tables `next.sh bench` prints from its JSON (python3 next_tables.py OUTDIR):
+"""The tables `next.sh bench-mem` and `bench-mlp` print from its JSON (python3 next_tables.py OUTDIR):
 add_rmsnorm's staged rule against the default per point (two runs each, alternated in one process
 order), gated_up_fp8's dynamic per-row e4m3 output beside the static one and the unfused pipeline,
 and the fused MLP with the dynamic-groups patch against the kernel as on main."""
@@ -16,29 +16,32 @@ def rows(path):
         return []
 
 
-def add_rmsnorm(o):
+def compare_rules(o, prefix, rules, key, us, title, head):
+    """Two rules, two runs each (files PREFIX_RULE_REP.json): µs per run and the mean ratio per point,
+    and at how many points the second rule's slowest run beats the first's fastest."""
     runs = {}
-    for rule in ("default", "staged"):
+    for rule in rules:
         for rep in (1, 2):
-            for r in rows(os.path.join(o, f"arn_{rule}_{rep}.json")):
-                d = runs.setdefault((r["H"], r["fp8"], r["rows"]), {})
-                d.setdefault(rule, []).append((r["fused_us"], r.get("fused_frac_of_copy", 0.0), r["kernel"], r.get("verified", True)))
+            for r in rows(os.path.join(o, f"{prefix}_{rule}_{rep}.json")):
+                runs.setdefault(key(r), {}).setdefault(rule, []).append(
+                    (r[us], r.get("fused_frac_of_copy", r.get("frac_of_copy", 0.0)), r.get("kernel", "-"), r.get("verified", True)))
     if not runs:
         return
-    print("add_rmsnorm, µs per run and % of copy (first run): --rule default vs --rule staged")
-    print(f"{'H':>6} {'out':8} {'rows':>6} | {'default µs':>17} {'%copy':>6} | {'staged µs':>17} {'%copy':>6} | staged/default | kernels")
-    ratios = []
+    a, b = rules
+    print(f"\n{title}: µs per run and % of copy (first run), {a} vs {b}")
+    print(f"{head} | {a + ' µs':>17} {'%copy':>6} | {b + ' µs':>17} {'%copy':>6} | {b}/{a} | kernels")
+    wins = total = 0
     for k in sorted(runs):
-        d, s = runs[k].get("default", []), runs[k].get("staged", [])
-        if not d or not s:
+        x, y = runs[k].get(a, []), runs[k].get(b, [])
+        if not x or not y:
             continue
-        md, ms = sum(x[0] for x in d) / len(d), sum(x[0] for x in s) / len(s)
-        ratios.append((k, ms / md, max(x[0] for x in s) / min(x[0] for x in d), min(x[0] for x in s) / max(x[0] for x in d)))
-        bad = "" if all(x[3] for x in d + s) else "  VERIFY FAILED"
-        print(f"{k[0]:>6} {k[1]:8} {k[2]:>6} | " + " ".join(f"{x[0]:8.2f}" for x in d) + f" {100 * d[0][1]:5.1f}% | "
-              + " ".join(f"{x[0]:8.2f}" for x in s) + f" {100 * s[0][1]:5.1f}% | {ms / md:14.3f} | {d[0][2]} / {s[0][2]}{bad}")
-    wins = [k for k, _, worst, _ in ratios if worst < 1.0]  # staged's slowest run beats default's fastest
-    print(f"staged faster in both runs at {len(wins)} of {len(ratios)} points")
+        total += 1
+        wins += max(v[0] for v in y) < min(v[0] for v in x)
+        mx, my = sum(v[0] for v in x) / len(x), sum(v[0] for v in y) / len(y)
+        bad = "" if all(v[3] for v in x + y) else "  VERIFY FAILED"
+        print(" ".join(f"{str(f):>6}" for f in k) + " | " + " ".join(f"{v[0]:8.2f}" for v in x) + f" {100 * x[0][1]:5.1f}% | "
+              + " ".join(f"{v[0]:8.2f}" for v in y) + f" {100 * y[0][1]:5.1f}% | {my / mx:8.3f} | {x[0][2]} / {y[0][2]}{bad}")
+    print(f"{b} faster in both runs at {wins} of {total} points")
 
 
 def fused_mlp(o):
@@ -60,25 +63,6 @@ def fused_mlp(o):
               f"{b.get('neurons_per_block', '-')} {b['verified']}")
 
 
-def swiglu_cluster(o):
-    runs = {}
-    for rule in ("default", "cluster2"):
-        for rep in (1, 2):
-            for r in rows(os.path.join(o, f"swd_{rule}_{rep}.json")):
-                runs.setdefault((r["U"], r["M"]), {}).setdefault(rule, []).append((r["us"], r.get("frac_of_copy", 0.0), r.get("kernel", "-")))
-    if not runs:
-        return
-    print("\nswiglu_fp8 dynamic, µs per run: --row-rule default vs cluster2 (target <= 4 µs at 1-32 rows)")
-    print(f"{'U':>6} {'rows':>5} | {'default µs':>17} | {'cluster2 µs':>17} | cluster2/default | kernels")
-    for k in sorted(runs):
-        d, c = runs[k].get("default", []), runs[k].get("cluster2", [])
-        if not d or not c:
-            continue
-        md, mc = sum(x[0] for x in d) / len(d), sum(x[0] for x in c) / len(c)
-        print(f"{k[0]:>6} {k[1]:>5} | " + " ".join(f"{x[0]:8.2f}" for x in d) + " | " + " ".join(f"{x[0]:8.2f}" for x in c)
-              + f" | {mc / md:16.3f} | {d[0][2]} / {c[0][2]}")
-
-
 def gated_up_fp8(o):
     rs = rows(os.path.join(o, "fp8.json"))
     if not rs:
@@ -95,7 +79,9 @@ def gated_up_fp8(o):
 
 if __name__ == "__main__":
     out = sys.argv[1] if len(sys.argv) > 1 else "/tmp/next"
-    add_rmsnorm(out)
-    swiglu_cluster(out)
+    compare_rules(out, "arn", ("default", "staged"), lambda r: (r["H"], r["fp8"], r["rows"]), "fused_us",
+                  "add_rmsnorm --rule", f"{'H':>6} {'out':>6} {'rows':>6}")
+    compare_rules(out, "swd", ("default", "cluster2"), lambda r: (r["U"], r["M"]), "us",
+                  "swiglu_fp8 dynamic --row-rule (target <= 4 µs at 1-32 rows)", f"{'U':>6} {'rows':>6}")
     gated_up_fp8(out)
     fused_mlp(out)
