@@ -44,6 +44,9 @@ const Model kModels[] = {
     {"70b", "Llama-3 70B", 8192, 28672, Activation::kSiLU},
     {"405b", "Llama-3.1 405B", 16384, 53248, Activation::kSiLU},
     {"gemma27b", "Gemma-2 27B", 4608, 36864, Activation::kGeluTanh},
+    {"qwen2-7b", "Qwen2 7B", 3584, 18944, Activation::kSiLU},
+    {"qwen2-72b", "Qwen2 72B", 8192, 29568, Activation::kSiLU},
+    {"mistral7b", "Mistral 7B", 4096, 14336, Activation::kSiLU},  // Llama-3 8B's MLP shape
 };
 
 // Checks rows [0, 256) and [M - 256, M) of `h` (fewer when M < 512) against the fp32 reference
@@ -90,7 +93,9 @@ class GatedUpBench final : public BenchCommand {
     o.about("TFLOP/s of (a) cuBLAS GEMM into [M, 2U], (b) (a) + blockfuse::swiglu (the unfused pipeline), (c) the fused "
             "blockfuse::gated_up; ratios c/a, c/b; activation bytes each allocates. A point that does not fit free "
             "device memory is skipped, saying so.");
-    o.words("--models", models_, {"8b", "70b", "405b", "gemma27b"}, "models", std::vector<std::string>{"8b", "70b"});
+    std::vector<std::string> keys;
+    for (const auto& md : kModels) keys.push_back(md.key);
+    o.words("--models", models_, keys, "models", std::vector<std::string>{"8b", "70b"});
     o.ints("--tokens", tokens_, 1, int64_t{1} << 30, "token counts M", std::vector<int64_t>{1024, 4096});
     o.choice("--dtype", dtype_, {"bf16", "fp16"}, "element type");
     o.choice("--kernel", kernel_, {"auto", "sm80", "sm90", "decode"},
@@ -222,6 +227,9 @@ class GatedUpBench final : public BenchCommand {
           .set("activation", activation_name(md.act))
           .set("kernel", std::string("blockfuse::gated_up ") + kernel_name(kern))
           .set("tile_config", cfg).set("tile_config_forced", tile_config_ >= 0).set("tile", tile)
+          .set("heuristic_tile_config", decode ? -1
+                                        : use90 ? choose_gated_up_sm90_tile_config({M, K, U}, spec)
+                                                : choose_gated_up_sm80_tile_config({M, K, U}, spec))
           .set("baseline_gemm", "cublasGemmEx CUBLAS_COMPUTE_32F CUBLAS_GEMM_DEFAULT, 32 MiB workspace, stacked weight")
           .set("baseline_swiglu", "blockfuse::swiglu (stacked)")
           .set("flops", flops)

@@ -4,13 +4,19 @@
 //       use_fast_accum=True); (a') the same with cuBLASLt's default accumulation
 //       (torch._scaled_mm's default) — neither applies the gate;
 //   (c) blockfuse::gated_up_fp8, bf16 output [M, U] (the gate fused, the [M, 2U] product never
-//       written); (c8) the same with the e4m3 output (static per-tensor scale);
+//       written); (c8) the same with the e4m3 output (static per-tensor scale); (c8d) with the e4m3
+//       output and dynamic per-row scales (the workspace overload: the GEMM's bf16 h, then a row
+//       kernel);
+//   (e) what (c8d) replaces: (a) followed by blockfuse::swiglu_fp8 with dynamic per-row scales on its
+//       interleaved [M, 2U] output (the fastest unfused SwiGLU + per-row quantisation measured,
+//       docs/decoder-kernels.md);
 //   (d) blockfuse::gated_up, bf16 x and w, the 16-bit fused kernel of the same shape.
 // All are charged FLOPs = 2·M·K·2U. CUDA events around each call, warm-up first, the median of
 // --reps repetitions; x is rotated over enough copies to span 3x L2 (the weights dwarf L2).
 // Before a point is timed, (c) is checked against (a)'s output on its first and last 128 rows
-// (the gate applied on the host to cuBLASLt's bf16 product: an independent FP8 GEMM), and (c8)
-// against (c); a failure makes the command exit 1.
+// (the gate applied on the host to cuBLASLt's bf16 product: an independent FP8 GEMM), (c8) against
+// (c), and (c8d) bit for bit against the per-row quantisation of (c)'s bf16 h (the same GEMM); a
+// failure makes the command exit 1.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -120,8 +126,9 @@ class GatedUpFp8Bench final : public BenchCommand {
 
   void options(Options& o) override {
     o.about("TFLOP/s of (a) cuBLASLt FP8 GEMM alone into bf16 [M, 2U] (fast accumulation; a' default accumulation), "
-            "(c) the fused blockfuse::gated_up_fp8 with bf16 output, (c8) with e4m3 output, (d) the 16-bit fused "
-            "blockfuse::gated_up (bf16); ratios c/a, c/a', c/d.");
+            "(c) the fused blockfuse::gated_up_fp8 with bf16 output, (c8) with e4m3 output (static scale), (c8d) e4m3 "
+            "with dynamic per-row scales, (e) a + blockfuse::swiglu_fp8 (dynamic), (d) the 16-bit fused "
+            "blockfuse::gated_up (bf16); ratios c/a, c/a', c/d, c8d/e.");
     o.words("--models", models_, {"8b", "70b"}, "models", std::vector<std::string>{"8b", "70b"});
     o.ints("--tokens", tokens_, 16, int64_t{1} << 20, "token counts M", std::vector<int64_t>{1024, 4096}, 16);
     o.integer("--tile-config", tile_config_, -1, 1000, "force GatedUpFp8Options::tile_config (-1: the heuristic)");
@@ -136,10 +143,11 @@ class GatedUpFp8Bench final : public BenchCommand {
     const double matrix = b.matrix_tflops();
     b.title("blockfuse bench gated-up-fp8 — " + b.device().name + " (cc " + b.device().cc + "); TFLOP/s = 2·M·K·2U / median of " +
             std::to_string(b.reps()) + " (after " + std::to_string(b.warmup()) + " warm-up)");
-    b.title("a = cuBLASLt FP8 GEMM alone (fast accum), a' = default accum; c = fused gated_up_fp8 (bf16 out), c8 = e4m3 out; "
-            "d = fused 16-bit gated_up (bf16)");
+    b.title("a = cuBLASLt FP8 GEMM alone (fast accum), a' = default accum; c = fused gated_up_fp8 (bf16 out), c8 = e4m3 out "
+            "(static scale), c8d = e4m3 out with dynamic per-row scales; e = a + swiglu_fp8 (dynamic); d = fused 16-bit gated_up (bf16)");
     if (matrix > 0) b.title("ceiling this run: cuBLAS 8192^3 bf16 " + fmt(matrix, 0) + " TFLOP/s");
-    b.columns({"model", "M", "a LtFP8", "a' Lt dflt", "c fused8", "c8 e4m3out", "d fused16", "c/a", "c/a'", "c/d", "tile", "verified"});
+    b.columns({"model", "M", "a LtFP8", "a' Lt dflt", "c fused8", "c8 e4m3out", "c8d dyn", "e a+swiglu8", "d fused16", "c/a",
+               "c/a'", "c/d", "c8d/e", "tile", "verified"});
     LT(cublasLtCreate(&lt_));
     ws_ = testing::DeviceBuffer<unsigned char>(size_t(32) << 20);
     for (const auto& key : models_)
@@ -175,7 +183,7 @@ class GatedUpFp8Bench final : public BenchCommand {
       const std::string point = std::string(md.name) + " M=" + std::to_string(M);
       const size_t x_elems = size_t(M) * size_t(K), d_elems = size_t(M) * size_t(N), h_elems = size_t(M) * size_t(U);
       const int sets8 = rotation_sets(int64_t(x_elems), 16), sets16 = rotation_sets(int64_t(2 * x_elems), 16);
-      if (!b.fits(size_t(sets8) * x_elems + 2 * size_t(sets16) * x_elems + 2 * d_elems + 3 * h_elems, point)) continue;
+      if (!b.fits(size_t(sets8) * x_elems + 2 * size_t(sets16) * x_elems + 2 * d_elems + 6 * h_elems + 8 * size_t(M), point)) continue;
       std::vector<DeviceBuffer<uint8_t>> x8;
       std::vector<DeviceBuffer<uint16_t>> x16;
       for (int i = 0; i < sets8; ++i) {
@@ -187,7 +195,9 @@ class GatedUpFp8Bench final : public BenchCommand {
         testing::fill_uniform(make_matrix(x16.back().data(), DType::kBF16, M, K), -1.f, 1.f, 2000003ull * uint64_t(M) + uint64_t(i), s);
       }
       DeviceBuffer<uint16_t> d(d_elems), h(h_elems), h16(h_elems);
-      DeviceBuffer<uint8_t> h8(h_elems);
+      DeviceBuffer<uint8_t> h8(h_elems), h8d(h_elems), h8e(h_elems);
+      DeviceBuffer<float> row_scales{static_cast<size_t>(M)}, row_scales_e{static_cast<size_t>(M)};
+      DeviceBuffer<unsigned char> dyn_ws(gated_up_fp8_workspace_size(M, U, Fp8ScaleMode::kDynamicPerRow));
       const LtFp8Gemm lt_fast(lt_, M, N, K, d_sw, d_sx, true, ws_.bytes()), lt_dflt(lt_, M, N, K, d_sw, d_sx, false, ws_.bytes());
       const int cfg = tile_config_ >= 0 ? tile_config_ : choose_gated_up_fp8_sm90_tile_config({M, K, U}, spec);
       GatedUpFp8Options opt;
@@ -201,6 +211,15 @@ class GatedUpFp8Bench final : public BenchCommand {
       auto fused8 = [&](int i) {
         gated_up_fp8(X8(i), xs, W8, ws, make_fp8_matrix(h8.data(), M, U), Fp8Scale{Fp8ScaleMode::kStaticPerTensor, d_so},
                      md.act, s, opt);
+      };
+      auto fused8d = [&](int i) {
+        gated_up_fp8(X8(i), xs, W8, ws, make_fp8_matrix(h8d.data(), M, U),
+                     Fp8Scale{Fp8ScaleMode::kDynamicPerRow, row_scales.data()}, md.act, dyn_ws.data(), dyn_ws.bytes(), s, opt);
+      };
+      auto unfused8d = [&](int i) {
+        gemm_fast(i);
+        swiglu_fp8(make_matrix(static_cast<const void*>(d.data()), DType::kBF16, M, N), make_fp8_matrix(h8e.data(), M, U),
+                   Fp8Scale{Fp8ScaleMode::kDynamicPerRow, row_scales_e.data()}, md.act, GateUpLayout::kInterleaved, s);
       };
       auto fused16 = [&](int i) {
         gated_up(make_matrix(static_cast<const void*>(x16[size_t(i % sets16)].data()), DType::kBF16, M, K),
@@ -247,45 +266,59 @@ class GatedUpFp8Bench final : public BenchCommand {
       BENCH_CUDA(cudaStreamSynchronize(s));
       const Verified v8 = verify_e4m3(M, U, h, h8, so);
       ok &= b.verify(point + " (c8 e4m3 vs c)", v8.check);
+      BENCH_CUDA(cudaMemsetAsync(h8d.data(), 0x7f, h8d.bytes(), s));
+      BENCH_CUDA(cudaMemsetAsync(row_scales.data(), 0xff, row_scales.bytes(), s));
+      fused8d(0);
+      BENCH_CUDA(cudaStreamSynchronize(s));
+      const Verified v8d = verify_e4m3_dynamic(M, U, h, h8d, row_scales);
+      ok &= b.verify(point + " (c8d dynamic e4m3 vs c, bit for bit)", v8d.check);
 
       const Timing none{std::nan(""), std::nan(""), std::nan(""), 0};
       const Timing ta = lt_ok ? b.time(gemm_fast, Method::events()) : none,
                    ta2 = lt2_ok ? b.time(gemm_dflt, Method::events()) : none,
                    tc = b.time(fused, Method::events()), tc8 = b.time(fused8, Method::events()),
+                   tc8d = b.time(fused8d, Method::events()), te = lt_ok ? b.time(unfused8d, Method::events()) : none,
                    td = b.time(fused16, Method::events());
       const double flops = 2.0 * double(M) * double(K) * double(N);
       auto tf = [&](const Timing& t) { return flops / (t.median_ms * 1e-3) / 1e12; };
       const Sm90TileConfigRow& r = kSm90Fp8TileConfigs[cfg];
       const std::string tile = std::to_string(r.bm) + "x" + std::to_string(r.bn) + "x" + std::to_string(r.bk) +
                                (r.pingpong ? " pingpong" : " coop") + " c" + std::to_string(r.cluster_m) + "x" + std::to_string(r.cluster_n);
-      b.log("%s: a %.1f a' %.1f c %.1f c8 %.1f d %.1f TFLOP/s  c/a %.3f c/d %.3f  %s", point.c_str(), tf(ta), tf(ta2), tf(tc),
-            tf(tc8), tf(td), ta.median_ms / tc.median_ms, td.median_ms / tc.median_ms, ok ? "verified" : "VERIFY FAILED");
-      auto row = b.row({md.name, std::to_string(M), fmt(tf(ta)), fmt(tf(ta2)), fmt(tf(tc)), fmt(tf(tc8)), fmt(tf(td)),
-                        fmt(ta.median_ms / tc.median_ms, 3), fmt(ta2.median_ms / tc.median_ms, 3), fmt(td.median_ms / tc.median_ms, 3),
-                        std::to_string(cfg), ok ? "yes" : "NO"});
+      b.log("%s: a %.1f a' %.1f c %.1f c8 %.1f c8d %.1f e %.1f d %.1f TFLOP/s  c/a %.3f c/d %.3f c8d/e %.3f  %s", point.c_str(),
+            tf(ta), tf(ta2), tf(tc), tf(tc8), tf(tc8d), tf(te), tf(td), ta.median_ms / tc.median_ms, td.median_ms / tc.median_ms,
+            te.median_ms / tc8d.median_ms, ok ? "verified" : "VERIFY FAILED");
+      auto row = b.row({md.name, std::to_string(M), fmt(tf(ta)), fmt(tf(ta2)), fmt(tf(tc)), fmt(tf(tc8)), fmt(tf(tc8d)), fmt(tf(te)),
+                        fmt(tf(td)), fmt(ta.median_ms / tc.median_ms, 3), fmt(ta2.median_ms / tc.median_ms, 3),
+                        fmt(td.median_ms / tc.median_ms, 3), fmt(te.median_ms / tc8d.median_ms, 3), std::to_string(cfg),
+                        ok ? "yes" : "NO"});
       row.set("model", md.name).set("M", M).set("K", K).set("U", U).set("activation", activation_name(md.act))
           .set("tile_config", cfg).set("tile_config_forced", tile_config_ >= 0).set("tile", tile)
           .set("baseline_a", "cublasLtMatmul e4m3 x e4m3 -> bf16 [M, 2U], per-tensor A/B scale pointers, CUBLASLT_MATMUL_DESC_FAST_ACCUM=1, first heuristic algo, 32 MiB workspace")
           .set("baseline_a2", "the same with FAST_ACCUM=0 (torch._scaled_mm's default)")
           .set("baseline_d", "blockfuse::gated_up bf16 (sm90 kernel, heuristic tile)")
+          .set("baseline_e", "baseline a, then blockfuse::swiglu_fp8 (interleaved, dynamic per-row scales) on its [M, 2U] output")
           .set("flops", flops)
           .set("a_lt_fp8_ms", ta.median_ms).set("a2_lt_fp8_default_accum_ms", ta2.median_ms).set("c_fused_fp8_ms", tc.median_ms)
           .set("c8_fused_fp8_e4m3out_ms", tc8.median_ms).set("d_fused_bf16_ms", td.median_ms)
+          .set("c8d_fused_fp8_dynamic_ms", tc8d.median_ms).set("e_lt_fp8_swiglu_fp8_dynamic_ms", te.median_ms)
+          .set("c8d_fused_fp8_dynamic_tflops", tf(tc8d)).set("e_lt_fp8_swiglu_fp8_dynamic_tflops", tf(te))
+          .set("c8d_over_e", te.median_ms / tc8d.median_ms).set("c8d_over_c8", tc8.median_ms / tc8d.median_ms)
           .set("a_lt_fp8_tflops", tf(ta)).set("a2_lt_fp8_default_accum_tflops", tf(ta2)).set("c_fused_fp8_tflops", tf(tc))
           .set("c8_fused_fp8_e4m3out_tflops", tf(tc8)).set("d_fused_bf16_tflops", tf(td))
           .set("c_over_a", ta.median_ms / tc.median_ms).set("c_over_a2", ta2.median_ms / tc.median_ms)
           .set("c8_over_a", ta.median_ms / tc8.median_ms).set("c_over_d", td.median_ms / tc.median_ms)
           .set("reps", b.reps()).set("warmup", b.warmup()).set("x_rotation_sets_fp8", sets8).set("x_rotation_sets_bf16", sets16)
           .set("verified", ok).set("rel_l2_vs_cpu_sample", vc.check.rel_l2).set("rel_l2_vs_cublaslt", v.check.rel_l2)
-          .set("rel_l2_e4m3_vs_bf16", v8.check.rel_l2);
+          .set("rel_l2_e4m3_vs_bf16", v8.check.rel_l2).set("dynamic_mismatches", v8d.mismatches);
       if (!lt_error.empty()) row.set("baseline_error", lt_error);
-      if (!ok) row.set("verify_error", vc.check.what + v.check.what + v8.check.what);
+      if (!ok) row.set("verify_error", vc.check.what + v.check.what + v8.check.what + v8d.check.what);
     }
   }
 
   struct Verified {
     Check check;
     float max_ref = 0;
+    int64_t mismatches = 0;  // verify_e4m3_dynamic: bytes or scales not bit-equal
   };
   // (c) against the CPU on rows {0, M/2, M-1} x columns j in [0, 128) and [U - 128, U): double
   // sums of the e4m3 products. Bound: 2 bf16 roundings plus 2^-11 of each dot product's Σ|terms|
@@ -383,6 +416,38 @@ class GatedUpFp8Bench final : public BenchCommand {
       }
     }
     out.check = to_check(st, 6e-2);
+    return out;
+  }
+
+  // (c8d) on the sampled rows, bit for bit: each row's scale from the largest finite |h| of (c)'s bf16
+  // h (the same GEMM, so the same bf16 values), each byte host::fp8_quantize(h, scale).
+  Verified verify_e4m3_dynamic(int64_t M, int64_t U, const testing::DeviceBuffer<uint16_t>& h,
+                               const testing::DeviceBuffer<uint8_t>& q, const testing::DeviceBuffer<float>& scales) {
+    Verified out;
+    std::vector<uint16_t> hrow(static_cast<size_t>(U));
+    std::vector<uint8_t> qrow(static_cast<size_t>(U));
+    int64_t bad = 0;
+    std::string first;
+    for (int64_t m : sample_rows(M)) {
+      float got_scale = 0;
+      BENCH_CUDA(cudaMemcpy(hrow.data(), h.data() + m * U, size_t(U) * 2, cudaMemcpyDeviceToHost));
+      BENCH_CUDA(cudaMemcpy(qrow.data(), q.data() + m * U, size_t(U), cudaMemcpyDeviceToHost));
+      BENCH_CUDA(cudaMemcpy(&got_scale, scales.data() + m, 4, cudaMemcpyDeviceToHost));
+      float amax = 0;
+      for (int64_t j = 0; j < U; ++j) {
+        const float v = host::to_float(DType::kBF16, hrow[size_t(j)]);
+        if (std::isfinite(v)) amax = std::max(amax, std::fabs(v));
+      }
+      const float want_scale = host::fp8_dynamic_scale(amax);
+      if (got_scale != want_scale && bad++ == 0)
+        first = "row " + std::to_string(m) + ": scale " + fmt(got_scale, 9) + ", want " + fmt(want_scale, 9);
+      for (int64_t j = 0; j < U; ++j)
+        if (qrow[size_t(j)] != host::fp8_quantize(host::to_float(DType::kBF16, hrow[size_t(j)]), want_scale) && bad++ == 0)
+          first = "(" + std::to_string(m) + ", " + std::to_string(j) + ") differs";
+    }
+    out.mismatches = bad;
+    out.check.count = int64_t(sample_rows(M).size()) * (U + 1);
+    if (bad) out.check.fail("c8d: " + std::to_string(bad) + " mismatches, first " + first);
     return out;
   }
 

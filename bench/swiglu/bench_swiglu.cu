@@ -137,11 +137,11 @@ class SwigluBench final : public BenchCommand {
     o.choice("--layout", layout_, {"stacked", "interleaved"}, "gate/up layout of the input (the baseline reads stacked)");
     o.choice("--activation", act_, {"silu", "gelu_tanh"}, "activation");
     o.choice("--dtype", dtype_, {"bf16", "fp16"}, "element type");
-    o.choice("--row-rule", row_rule_, {"default", "two", "four", "four-next", "four3"},
+    o.choice("--row-rule", row_rule_, {"default", "two", "four", "four-next", "four3", "cluster2"},
              "dynamic FP8 row kernel shape (src/swiglu/config.h): two = 2 chunks per thread in registers (the "
              "first kernel); four = 4 chunks per thread staged in shared memory from U > 8192; four-next = four, "
              "each block also copying its next row (persistent grid); four3 = four compiled for 3 blocks per SM "
-             "(<= 512 threads)");
+             "(<= 512 threads); cluster2 = the row split over a 2-CTA cluster, each half as two (sm_90, U 8200..32768)");
     o.integer("--small-chunks-per-sm", small_chunks_per_sm_, 0, 1 << 30,
               "16-bit / static FP8: problems of at most this many 8-column chunks per SM take the one-chunk grid "
               "(one chunk per thread, 128-thread blocks; default: every problem), larger ones the two-chunk grid "
@@ -159,6 +159,7 @@ class SwigluBench final : public BenchCommand {
                                     : row_rule_ == "four"      ? detail::SwigluRowRule::kFourShared
                                     : row_rule_ == "four-next" ? detail::SwigluRowRule::kFourSharedNext
                                     : row_rule_ == "four3"     ? detail::SwigluRowRule::kFourSharedThree
+                                    : row_rule_ == "cluster2"  ? detail::SwigluRowRule::kClusterTwo
                                                                : detail::kSwigluDefaultRowRule);
     b.title("blockfuse bench swiglu — " + b.device().name + ", " + dtype_ + ", " + layout_name(layout) + ", " +
             activation_name(act) + "; median of " + std::to_string(b.reps()) +
@@ -226,7 +227,7 @@ class SwigluBench final : public BenchCommand {
                                                            std::to_string(ec.threads) + " b" + std::to_string(ec.blocks)
                                : "row v" + std::to_string(rc.v) + "x" + std::to_string(rc.threads) +
                                      (rc.stage == 1 ? " smem" : rc.stage == 2 ? " smem+next" : "") + (rc.min_blocks == 3 ? " x3" : "") +
-                                     (rc.in_registers ? "" : " 2-pass");
+                                     (rc.cluster > 1 ? " c" + std::to_string(rc.cluster) : "") + (rc.in_registers ? "" : " 2-pass");
     auto r = b.row({std::to_string(u), std::to_string(m), out_name(o), kernel, fmt(tf.us(), 2), fmt(gbs, 0), b.pct_of_copy(gbs),
                     fmt(100 * gbs / cgbs, 1), fmt(te.us(), 2), fmt(egbs, 0), fmt(te.median_ms / tf.median_ms, 2),
                     (method.is_graph() ? method.label() + " " : std::string()) + "rot " + std::to_string(sets)});

@@ -12,8 +12,9 @@
 // sw the w scale (per tensor, or per output channel n of the interleaved [2U] order). Then h =
 // act(gate)·up in fp32, and one conversion to the output: a rounding to bf16, or an e4m3
 // quantisation with a static per-tensor output scale as blockfuse/fp8.h defines it
-// (q = sat(h·(1/s)), non-finite h -> NaN). The reciprocal 1/s is computed on the device within an
-// ulp of the correctly rounded one.
+// (q = sat(h·(1/s)), non-finite h -> NaN; the reciprocal 1/s is computed on the device within an
+// ulp of the correctly rounded one), or with a dynamic per-row scale (the overload with a
+// workspace: h rounded to bf16 first, see there).
 #pragma once
 
 #include "blockfuse/common.h"
@@ -71,10 +72,34 @@ void gated_up_fp8(Fp8ConstMatrix x, Fp8InputScale x_scale, Fp8ConstMatrix w, Fp8
 
 // The same with an e4m3 output [M, U] for an FP8 down projection: out_scale.mode must be
 // Fp8ScaleMode::kStaticPerTensor (1 float > 0 in device memory, read on the device); U % 16 == 0,
-// out.ld % 16 == 0 and a 16-byte aligned out pointer (the TMA store moves 16-byte row segments). Fp8ScaleMode::kDynamicPerRow (a row amax across all N tiles of
-// the row) is not implemented: it throws blockfuse::Error naming 'out_scale' (nothing launched).
+// out.ld % 16 == 0 and a 16-byte aligned out pointer (the TMA store moves 16-byte row segments).
+// Fp8ScaleMode::kDynamicPerRow needs the overload with a workspace below: here it throws
+// blockfuse::Error naming 'out_scale' (nothing launched).
 void gated_up_fp8(Fp8ConstMatrix x, Fp8InputScale x_scale, Fp8ConstMatrix w, Fp8InputScale w_scale, Fp8Matrix out,
                   Fp8Scale out_scale, Activation act, cudaStream_t stream = nullptr,
                   const GatedUpFp8Options& options = {});
+
+// Bytes of device workspace the e4m3 overload below needs for M rows of U outputs: 0 for
+// kStaticPerTensor; for kDynamicPerRow the bf16 h of the whole call (M·U·2 bytes, rounded up to 256).
+// Throws blockfuse::Error naming 'm', 'u' or 'out_scale_mode' for a negative size or an unknown mode.
+size_t gated_up_fp8_workspace_size(int64_t m, int64_t u, Fp8ScaleMode out_scale_mode);
+
+// e4m3 output [M, U] with either scale mode (blockfuse/fp8.h). kDynamicPerRow: out_scale.scale points
+// to M floats, written: a row's scale is its amax over every N tile of the row, which no CTA of the
+// GEMM sees, so this runs two launches on `stream` (no host sync; graph-capturable): the GEMM
+// stores h rounded to bf16 into the workspace ([M, U], row stride U), then a row kernel takes each
+// row's largest finite |h|, writes out_scale[m] = amax / 448 (1 when the row has no finite non-zero
+// value) and quantises the row as fp8.h defines. The v it quantises is h rounded to bf16 — what the
+// bf16 overload returns — not the fp32 h of the static path: the scale is within 2^-9 (relative) of
+// the fp32 row's, and a value can land one e4m3 step away where the bf16 rounding crosses a rounding
+// midpoint of the e4m3 grid. Traffic: h written and read once in bf16 (4 bytes per output) plus the
+// e4m3 output, against 9 for cuBLASLt's [M, 2U] bf16 GEMM output followed by swiglu_fp8.
+// workspace: at least gated_up_fp8_workspace_size(M, U, kDynamicPerRow) bytes of device memory,
+// 16-byte aligned, overlapping no other argument; once the call has run it holds h in bf16 (one stream
+// at a time). kStaticPerTensor: as the overload above (the workspace is not used and may be null).
+// Every argument is checked before anything is launched (blockfuse::Error naming it).
+void gated_up_fp8(Fp8ConstMatrix x, Fp8InputScale x_scale, Fp8ConstMatrix w, Fp8InputScale w_scale, Fp8Matrix out,
+                  Fp8Scale out_scale, Activation act, void* workspace, size_t workspace_bytes,
+                  cudaStream_t stream = nullptr, const GatedUpFp8Options& options = {});
 
 }  // namespace blockfuse

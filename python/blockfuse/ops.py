@@ -308,7 +308,9 @@ def fp8_quantize_reference(v, scale=None):
     else:
         finite = torch.where(torch.isfinite(v), v.abs(), torch.zeros_like(v))
         amax = finite.amax(-1)
-        s = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+        # A tensor divisor: torch divides by a Python scalar as a multiply by its reciprocal on CUDA,
+        # which is not amax / 448 rounded once (the kernels' rule) for every amax.
+        s = torch.where(amax > 0, amax / torch.full_like(amax, FP8_MAX), torch.ones_like(amax))
         inv = (1.0 / s).unsqueeze(-1)
     q = (v * inv).clamp(-FP8_MAX, FP8_MAX)
     q = torch.where(torch.isfinite(v), q, torch.full_like(q, float("nan")))
@@ -411,15 +413,34 @@ def gated_up_fp8(x, x_scale, w, w_scale, activation="silu", out_scale=None):
     return torch.ops.blockfuse.gated_up_fp8.default(x, x_scale, w, w_scale, activation, out_scale)
 
 
+_HAS_GATED_UP_FP8_DYNAMIC = _lib.error is None and _lib.has_op("gated_up_fp8_dynamic")
+
+
+def gated_up_fp8_dynamic(x, x_scale, w, w_scale, activation="silu"):
+    """(q e4m3 [..., U], row_scales float32 [...]): gated_up_fp8 with one output scale per row,
+    computed on the device (blockfuse/fp8.h's dynamic rule). A row's amax spans all of its N tiles,
+    so h is rounded to bf16 into a workspace by the GEMM and a row kernel quantises it: the values
+    quantised are gated_up_fp8's bf16 output, and the scales are within 2^-9 of the fp32 rows'."""
+    if not _HAS_GATED_UP_FP8_DYNAMIC:
+        raise RuntimeError(_lib.error or f"the blockfuse torch library ({_lib.loaded_from}) has no "
+                           "blockfuse::gated_up_fp8_dynamic op: rebuild it (pip install --no-build-isolation .)")
+    return torch.ops.blockfuse.gated_up_fp8_dynamic.default(x, x_scale, w, w_scale, activation)
+
+
 def gated_up_fp8_reference(x, x_scale, w, w_scale, activation="silu", out_scale=None):
     """gated_up_fp8's formula in fp32 plain torch (any device): the dequantised operands' product,
-    the gate, then bf16, or e4m3 quantised with out_scale (fp8_quantize_reference's rule)."""
+    the gate, then bf16, or e4m3 quantised with out_scale (fp8_quantize_reference's rule), or with
+    out_scale="dynamic" the pair gated_up_fp8_dynamic returns (the bf16 h quantised per row)."""
     xf = x.float() * x_scale.float().reshape(*x.shape[:-1], 1) if x_scale.numel() > 1 else x.float() * x_scale.float()
     wf = w.float() * (w_scale.float().reshape(-1, 1) if w_scale.numel() > 1 else w_scale.float())
     z = xf @ wf.t()
     h = _activation(z[..., 1::2], activation) * z[..., 0::2]
     if out_scale is None:
         return h.to(torch.bfloat16)
+    if isinstance(out_scale, str):
+        if out_scale != "dynamic":
+            raise ValueError(f"out_scale: None, a scale tensor or 'dynamic', not {out_scale!r}")
+        return fp8_quantize_reference(h.to(torch.bfloat16))
     return fp8_quantize_reference(h, out_scale)[0]
 
 
@@ -430,6 +451,15 @@ if _HAS_GATED_UP_FP8:
         torch._check(w.dim() == 2 and x.shape[-1] == w.shape[1],
                      lambda: "blockfuse.gated_up_fp8: argument 'w' must be [2U, K] with K = x.size(-1)")
         return x.new_empty(_with_last(x, w.shape[0] // 2), dtype=torch.bfloat16 if out_scale is None else FP8_DTYPE)
+
+if _HAS_GATED_UP_FP8_DYNAMIC:
+
+    @torch.library.register_fake("blockfuse::gated_up_fp8_dynamic")
+    def _gated_up_fp8_dynamic_fake(x, x_scale, w, w_scale, activation="silu"):
+        torch._check(w.dim() == 2 and x.shape[-1] == w.shape[1],
+                     lambda: "blockfuse.gated_up_fp8_dynamic: argument 'w' must be [2U, K] with K = x.size(-1)")
+        return (x.new_empty(_with_last(x, w.shape[0] // 2), dtype=FP8_DTYPE),
+                x.new_empty(x.shape[:-1], dtype=torch.float32))
 
 
 # ---- the fused decode MLP (python/blockfuse/fused_mlp.py: fake impls and references) -------------

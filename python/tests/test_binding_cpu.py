@@ -13,7 +13,7 @@ if not ops.available():
 OPS = ("gated_up", "interleave_gate_up", "interleave_stacked", "deinterleave_gate_up", "deinterleave_to_stacked",
        "rmsnorm", "add_rmsnorm", "add_rmsnorm_", "rmsnorm_fp8", "add_rmsnorm_fp8", "swiglu", "swiglu_fp8",
        "decode_gemm", "decode_gemm_reserve", "attention", "attention_varlen", "fused_mlp", "fused_mlp_sparse",
-       "neuron_block_router", "fused_mlp_reserve", "gated_up_fp8")
+       "neuron_block_router", "fused_mlp_reserve", "gated_up_fp8", "gated_up_fp8_dynamic")
 NO_FAKE = ("decode_gemm_reserve", "fused_mlp_reserve")  # return host ints: nothing to trace
 
 
@@ -47,6 +47,8 @@ CPU_CALLS = [
     (lambda: ops.neuron_block_router(bf16(2, 64), bf16(4, 64), "topk", 0.5, 2), "neuron_block_router", "x"),
     (lambda: ops.gated_up_fp8(bf16(2, 64).to(torch.float8_e4m3fn), torch.ones(1), bf16(64, 64).to(torch.float8_e4m3fn),
                               torch.ones(1)), "gated_up_fp8", "x"),
+    (lambda: ops.gated_up_fp8_dynamic(bf16(2, 64).to(torch.float8_e4m3fn), torch.ones(1),
+                                      bf16(64, 64).to(torch.float8_e4m3fn), torch.ones(1)), "gated_up_fp8_dynamic", "x"),
 ]
 
 

@@ -83,6 +83,55 @@ def test_opcheck_and_graph_capture():
     assert rel(out, ops.gated_up_fp8_reference(x, sx, w, sw)) < 1e-2
 
 
+needs_dynamic = pytest.mark.skipif(not ops._HAS_GATED_UP_FP8_DYNAMIC,
+                                   reason="the loaded library predates gated_up_fp8_dynamic")
+
+
+@needs_hopper
+@needs_dynamic
+@pytest.mark.parametrize("activation", ["silu", "gelu_tanh"])
+@pytest.mark.parametrize("lead", [(1,), (77,), (3, 50)])
+def test_dynamic_output_quantises_the_bf16_h_per_row(lead, activation):
+    x, sx, w, sw = operands(lead, True, True, seed=11)
+    q, scales = ops.gated_up_fp8_dynamic(x, sx, w, sw, activation)
+    assert q.dtype == FP8 and q.shape == (*lead, U)
+    assert scales.dtype == torch.float32 and scales.shape == lead
+    # Bit for bit: the row kernel's rule applied to the bf16 h the same GEMM returns.
+    h = ops.gated_up_fp8(x, sx, w, sw, activation)
+    q_want, s_want = ops.fp8_quantize_reference(h)
+    assert torch.equal(scales, s_want)
+    assert torch.equal(q.view(torch.uint8), q_want.view(torch.uint8))
+    # And against the fp32 reference: one e4m3 step plus the accumulation.
+    ref = ops.gated_up_fp8_reference(x, sx, w, sw, activation).float()
+    assert rel(q.float() * scales.unsqueeze(-1), ref) < 4e-2
+    q_ref, s_ref = ops.gated_up_fp8_reference(x, sx, w, sw, activation, "dynamic")
+    assert rel(scales, s_ref) < 1e-2
+
+
+@needs_hopper
+@needs_dynamic
+def test_dynamic_output_errors_graph_and_fake():
+    x, sx, w, sw = operands((8,), True, False, seed=13)
+    for fn, msg in [(lambda: ops.gated_up_fp8_dynamic(x.to(torch.bfloat16), sx, w, sw), "argument 'x' has dtype"),
+                    (lambda: ops.gated_up_fp8_dynamic(x, sx, w, sw, "relu"), "argument 'activation'"),
+                    (lambda: ops.gated_up_fp8_dynamic(x, sx, w[:, :256], sw), "argument 'w' has sizes")]:
+        with pytest.raises(ValueError, match=msg):
+            fn()
+    torch.library.opcheck(torch.ops.blockfuse.gated_up_fp8_dynamic.default, (x, sx, w, sw, "silu"),
+                          test_utils=("test_faketensor",))
+    ops.gated_up_fp8_dynamic(x, sx, w, sw)  # warm-up outside the capture
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        q, scales = ops.gated_up_fp8_dynamic(x, sx, w, sw)
+    sx.mul_(2.0)  # read on the device: the replay sees it
+    scales.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    q_want, s_want = ops.fp8_quantize_reference(ops.gated_up_fp8(x, sx, w, sw))
+    assert torch.equal(scales, s_want)
+    assert torch.equal(q.view(torch.uint8), q_want.view(torch.uint8))
+
+
 @pytest.mark.skipif(HOPPER, reason="checks the refusal on non-Hopper GPUs")
 def test_refuses_other_gpus():
     x, sx, w, sw = operands((4,), False, False)

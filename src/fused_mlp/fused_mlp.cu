@@ -125,8 +125,10 @@ void launch(const fmlp::FusedMlpParams& p, int ng, unsigned grid, cudaStream_t s
 // Everything validated; the device pointers checked here, then the launch.
 void run(const char* fn, const Problem& pr, const ConstMatrix& x, const ConstMatrix& wgu, const ConstMatrix& wd,
          const Matrix& y, Activation act, fmlp::FusedMlpParams p, int neurons, MlpReduction red, void* ws,
-         cudaStream_t stream) {
+         cudaStream_t stream, bool dynamic_groups = false) {
   detail::check_compute_capability(fn, 8, 0);
+  // Dynamic groups: one block per listed group (the most the list can need), up to 4 groups each.
+  if (dynamic_groups) neurons = 16;
   const int64_t grid = fmlp::grid_blocks(p.groups, neurons);
   if (grid > 0x7fffffff) throw_arg(fn, "w_down_t", cat("has U = ", pr.u), "fewer than 2^31 neuron blocks");
   p.x = x.data;
@@ -150,7 +152,9 @@ void run(const char* fn, const Problem& pr, const ConstMatrix& x, const ConstMat
   } else {
     p.acc = reinterpret_cast<float*>(w + fmlp::counter_bytes(pr.k));
   }
-  const int ng = fmlp::groups_per_block(neurons);
+  p.dynamic_groups = dynamic_groups;
+  p.sm_count = dynamic_groups ? sm_count_now() : 0;
+  const int ng = dynamic_groups ? 4 : fmlp::groups_per_block(neurons);
   if (x.dtype == DType::kBF16)
     launch<__nv_bfloat16>(p, ng, unsigned(grid), stream);
   else
@@ -264,7 +268,12 @@ void run_sparse(const SparseList& l, const ConstMatrix& x, const ConstMatrix& w_
   p.list_groups_per_block = l.block_size / fmlp::kGroup;
   p.list_blocks = n_blocks;
   p.groups = groups;
-  run(kSparseFn, pr, x, w_gate_up, w_down_t, y, act, p, neurons, config.reduction, workspace, stream);
+  // A union list's count is known only on the device: with the heuristic's block size the kernel
+  // applies the heuristic to the count there (deterministic mode keeps the host's choice: its
+  // workspace has one slot per block of the grid the host sized).
+  const bool dynamic = l.mode == ListMode::kUnion && config.neurons_per_block == 0 &&
+                       config.reduction == MlpReduction::kAtomic;
+  run(kSparseFn, pr, x, w_gate_up, w_down_t, y, act, p, neurons, config.reduction, workspace, stream, dynamic);
 }
 
 }  // namespace

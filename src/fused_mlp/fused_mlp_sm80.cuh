@@ -4,9 +4,9 @@
 // the listed neuron blocks; per-token: one neuron block's groups and the mask of tokens that
 // selected it). Three phases, h never leaving the SM:
 //
-// 1. gate/up. The block's 2·16·NG interleaved rows of w_gate_up are 2·NG tiles of 16 rows; warp w
-//    takes tile w % (2NG) and K slice w / (2NG) (8 / (2NG) slices) and runs decode_gemm's loop on
-//    it: yᵀ = W · xᵀ with W rows as the m16 side of m16n8k16, tokens the n8 side, 16-byte
+// 1. gate/up. The block's 2·16·ng interleaved rows of w_gate_up are 2·ng tiles of 16 rows (ng =
+//    NG, or fewer for a union list, see 3); warp w takes tile w % (2ng) and K slice w / (2ng) and
+//    runs decode_gemm's loop on it: yᵀ = W · xᵀ with W rows as the m16 side of m16n8k16, tokens the n8 side, 16-byte
 //    non-allocating weight loads, several 32-k chunks in flight per lane. The fp32 tile results
 //    go through shared memory, are summed over the K slices, and h = act(gate) · up is formed in
 //    fp32, zeroed for tokens that did not select the group, and rounded once to T into shared memory.
@@ -23,11 +23,14 @@
 //
 // 3. reduction. Per chunk, a warp adds its fp32 partial to the workspace — kAtomic: fp32 atomics
 //    (red.global.add, four-wide on sm_90) into one [M, K] accumulator; kDeterministic: stores into
-//    the block's own slot — then fences and counts itself in on the chunk's counter. The warp that
-//    counts last (of gridDim.x blocks) reads the chunk (atomic: and clears it; deterministic: sums
-//    the slots of the active blocks in block order), writes y in T and resets the counter, so the
-//    next call or graph replay finds the workspace zeroed. Blocks with nothing active still count
-//    in (the count is fixed at gridDim.x, known before any list is read on the device).
+//    the block's own slot. After a batch of up to 32 chunks it fences once and counts in on each of
+//    them. The warp that counts last (of the participating blocks) reads the chunk (atomic: and
+//    clears it; deterministic: sums the slots of the active blocks in block order), writes y in T
+//    and resets the counter, so the next call or graph replay finds the workspace zeroed. Dense and
+//    per-token grids: every block takes part, blocks with nothing selected still count in. Union
+//    lists: the blocks the list's count needs take part (all read the count on the device), the
+//    rest return at once; with the heuristic's block size (dynamic_groups) the groups per block are
+//    chosen on the device from the count, by the heuristic's own cost model (params.h).
 #pragma once
 
 #include <cstdint>
@@ -75,14 +78,11 @@ __device__ __forceinline__ bool sorted_contains(const int32_t* row, int n, int64
 
 template <class T, int NT, int NG>
 __global__ void __launch_bounds__(kWarps * 32, 2) fused_mlp_kernel(const FusedMlpParams p) {
-  constexpr int RT = 2 * NG;       // 16-row tiles of gate/up rows
-  constexpr int KS = kWarps / RT;  // K slices of phase 1
-  constexpr int NB = kGroup * NG;  // neurons per block
-  constexpr int MP = 8 * NT;       // token rows, padded to whole 8-row MMA tiles
-  constexpr int HLD = NB + 8;      // s_h row stride (keeps 8-byte alignment, staggers banks)
+  constexpr int MP = 8 * NT;                // token rows, padded to whole 8-row MMA tiles
+  constexpr int HLD = kGroup * NG + 8;      // s_h row stride (keeps 8-byte alignment, staggers banks)
   // 32-k chunks per phase-1 step (2·U weight loads in flight per lane), as decode_gemm sizes it.
   constexpr int U = NT == 1 ? 8 : NT == 4 ? 3 : 4;
-  static_assert(KS >= 1 && RT * KS == kWarps, "NG must be 1, 2 or 4");
+  static_assert(NG == 1 || NG == 2 || NG == 4, "NG must be 1, 2 or 4");
 
   __shared__ int64_t s_base[NG];     // first neuron of each group, -1: inactive
   __shared__ uint32_t s_mask[NG];    // tokens that selected the group
@@ -93,13 +93,29 @@ __global__ void __launch_bounds__(kWarps * 32, 2) fused_mlp_kernel(const FusedMl
   const int g = lane >> 2, t = lane & 3;
   const uint32_t all_tokens = p.m >= 32 ? 0xffffffffu : ((1u << p.m) - 1u);
 
+  // ---- which blocks take part, with how many groups each ---------------------------------------
+  // Dense and per-token grids: every block, NG groups each. A union list's count is read here:
+  // blocks past the list's end return at once (they read no weights and do not count in, so a short
+  // list costs no more than its blocks), and with dynamic_groups the groups per block are the
+  // heuristic's choice for the listed groups, so a short list spreads over more SMs. Every block
+  // reads the same count, so all agree on `blocks`, the number that counts in on each chunk.
+  int ng = NG;
+  int64_t blocks = gridDim.x;
+  if (p.mode == ListMode::kUnion) {
+    const int64_t count = min(max(int64_t(*p.cnt), int64_t(0)), p.capacity);
+    const int64_t listed = count * p.list_groups_per_block;
+    if (p.dynamic_groups) ng = min(NG, modeled_neurons_per_block(p.m, p.k, listed, p.sm_count) / kGroup);
+    blocks = max(int64_t(1), ceil_div(listed, ng));
+    if (blockIdx.x >= blocks) return;
+  }
+
   // ---- which neurons --------------------------------------------------------------------------
   bool mine = false;
   if (threadIdx.x < NG) {
-    const int64_t f = int64_t(blockIdx.x) * NG + threadIdx.x;  // flat group number
+    const int64_t f = int64_t(blockIdx.x) * ng + threadIdx.x;  // flat group number
     int64_t base = -1;
     uint32_t mask = 0;
-    if (f < p.groups) {
+    if (int(threadIdx.x) < ng && f < p.groups) {
       if (p.mode == ListMode::kDense) {
         base = f * kGroup;
         mask = all_tokens;
@@ -143,14 +159,15 @@ __global__ void __launch_bounds__(kWarps * 32, 2) fused_mlp_kernel(const FusedMl
 
   if (active) {
     // ---- phase 1: gate/up rows -> h ------------------------------------------------------------
+    const int rtn = 2 * ng, ksn = kWarps / rtn;  // 16-row tiles of gate/up rows, K slices
     {
-      const int rt = warp % RT, ks = warp / RT;
+      const int rt = warp % rtn, ks = warp / rtn;
       const int64_t base = s_base[rt >> 1];
       float acc[NT][4];
 #pragma unroll
       for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
       if (base >= 0) {
-        const int64_t slice = (ceil_div(p.k, KS) + 31) / 32 * 32;
+        const int64_t slice = (ceil_div(p.k, ksn) + 31) / 32 * 32;
         const int64_t k_begin = min(p.k, int64_t(ks) * slice), k_end = min(p.k, k_begin + slice);
         const int64_t r0 = 2 * base + 16 * (rt & 1);
         const T* w0 = static_cast<const T*>(p.wgu) + (r0 + g) * p.ldgu + 8 * t;
@@ -195,17 +212,17 @@ __global__ void __launch_bounds__(kWarps * 32, 2) fused_mlp_kernel(const FusedMl
       for (int j = 0; j < NT; ++j) s_acc[warp][j][lane] = make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < MP * NB; i += kWarps * 32) {
-      const int m = i / NB, n = i % NB;
+    const int nbr = kGroup * ng;  // this block's neurons
+    for (int i = threadIdx.x; i < MP * nbr; i += kWarps * 32) {
+      const int m = i / nbr, n = i % nbr;
       const int grp = n / kGroup, nn = n % kGroup;
       // Interleaved rows 2nn (up) and 2nn + 1 (gate) of the group: tile 2·grp + (2nn) / 16, row
       // (2nn) % 16 = lane group g (+8: e bit 1); token m: j = m / 8, lane t = (m % 8) / 2, e bit 0.
       const int rt = 2 * grp + (2 * nn) / 16, row = (2 * nn) % 16;  // the gate row is row + 1
       const int j = m / 8, tt = (m % 8) / 2, e0 = m & 1;
       float up = 0.f, gate = 0.f;
-#pragma unroll
-      for (int ks = 0; ks < KS; ++ks) {
-        const float* a = reinterpret_cast<const float*>(&s_acc[rt + RT * ks][j][0]);
+      for (int ks = 0; ks < ksn; ++ks) {
+        const float* a = reinterpret_cast<const float*>(&s_acc[rt + rtn * ks][j][0]);
         up += a[((row & 7) * 4 + tt) * 4 + (row >> 3) * 2 + e0];
         gate += a[(((row + 1) & 7) * 4 + tt) * 4 + ((row + 1) >> 3) * 2 + e0];
       }
@@ -216,138 +233,147 @@ __global__ void __launch_bounds__(kWarps * 32, 2) fused_mlp_kernel(const FusedMl
     __syncthreads();
   }
 
-  // ---- phase 2 + 3: down projection and reduction, one 64-column chunk per warp step ------------
+  // ---- phase 2 + 3: down projection and reduction -----------------------------------------------
+  // A warp takes chunks warp, warp + 8, … in batches of up to 32: it adds the partials of a whole
+  // batch first, then fences once and counts in on all of the batch's chunks at once (lane i on the
+  // i-th), so the fence and the counter round trip are paid once per batch, not once per chunk.
   const int64_t n_chunks = ceil_div(p.k, kChunk);
-  for (int64_t c = warp; c < n_chunks; c += kWarps) {
-    const int64_t kc = c * kChunk + 8 * g;  // this lane's 8 columns
-    const bool col_in = kc < p.k;           // K % 8 == 0: all 8 in or all out
+  for (int64_t c0 = warp; c0 < n_chunks; c0 += int64_t(kWarps) * 32) {
     if (active) {
-      float d[NT][4][4];
+#pragma unroll 1
+      for (int64_t c = c0; c < n_chunks && c < c0 + int64_t(kWarps) * 32; c += kWarps) {
+        const int64_t kc = c * kChunk + 8 * g;  // this lane's 8 columns
+        const bool col_in = kc < p.k;           // K % 8 == 0: all 8 in or all out
+        float d[NT][4][4];
 #pragma unroll
-      for (int j = 0; j < NT; ++j)
+        for (int j = 0; j < NT; ++j)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) d[j][i][0] = d[j][i][1] = d[j][i][2] = d[j][i][3] = 0.f;
-      // Up to 16 loads per lane in flight (8 at NT >= 3, where the accumulators take the room).
-      constexpr int GS = NT <= 2 ? (NG < 4 ? NG : 4) : (NG < 2 ? NG : 2);
+          for (int i = 0; i < 4; ++i) d[j][i][0] = d[j][i][1] = d[j][i][2] = d[j][i][3] = 0.f;
+        // Up to 16 loads per lane in flight (8 at NT >= 3, where the accumulators take the room).
+        constexpr int GS = NT <= 2 ? (NG < 4 ? NG : 4) : (NG < 2 ? NG : 2);
 #pragma unroll
-      for (int g0 = 0; g0 < NG; g0 += GS) {
-        uint4 v[GS][4];
+        for (int g0 = 0; g0 < NG; g0 += GS) {
+          uint4 v[GS][4];
 #pragma unroll
-        for (int s = 0; s < GS; ++s) {
-          const int64_t base = s_base[g0 + s];
-          const T* wr = static_cast<const T*>(p.wd) + (base >= 0 ? base + 4 * t : 0) * p.ldd + kc;
+          for (int s = 0; s < GS; ++s) {
+            const int64_t base = s_base[g0 + s];
+            const T* wr = static_cast<const T*>(p.wd) + (base >= 0 ? base + 4 * t : 0) * p.ldd + kc;
 #pragma unroll
-          for (int r = 0; r < 4; ++r) v[s][r] = load_w(wr + r * p.ldd, col_in && base >= 0);
+            for (int r = 0; r < 4; ++r) v[s][r] = load_w(wr + r * p.ldd, col_in && base >= 0);
+          }
+#pragma unroll
+          for (int s = 0; s < GS; ++s) {
+            if (s_base[g0 + s] < 0) continue;  // block-uniform
+            uint32_t b[NT][2];
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+              const uint2 hb = *reinterpret_cast<const uint2*>(&s_h[(8 * j + g) * HLD + (g0 + s) * kGroup + 4 * t]);
+              b[j][0] = hb.x;  // neurons 4t, 4t+1   (logical k 2t, 2t+1)
+              b[j][1] = hb.y;  // neurons 4t+2, 4t+3 (logical k 2t+8, 2t+9)
+            }
+            const uint32_t w0[4] = {v[s][0].x, v[s][0].y, v[s][0].z, v[s][0].w};
+            const uint32_t w1[4] = {v[s][1].x, v[s][1].y, v[s][1].z, v[s][1].w};
+            const uint32_t w2[4] = {v[s][2].x, v[s][2].y, v[s][2].z, v[s][2].w};
+            const uint32_t w3[4] = {v[s][3].x, v[s][3].y, v[s][3].z, v[s][3].w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              // Columns 2i (rows g) and 2i + 1 (rows g + 8) of this lane's 8: word i of each vector.
+              const uint32_t a[4] = {__byte_perm(w0[i], w1[i], 0x5410), __byte_perm(w0[i], w1[i], 0x7632),
+                                     __byte_perm(w2[i], w3[i], 0x5410), __byte_perm(w2[i], w3[i], 0x7632)};
+#pragma unroll
+              for (int j = 0; j < NT; ++j) MmaType<T>::mma(d[j][i], a, b[j][0], b[j][1]);
+            }
+          }
         }
-#pragma unroll
-        for (int s = 0; s < GS; ++s) {
-          if (s_base[g0 + s] < 0) continue;  // block-uniform
-          uint32_t b[NT][2];
+        // d[j][i] = {y[8j+2t][kc+2i], y[8j+2t+1][kc+2i], y[8j+2t][kc+2i+1], y[8j+2t+1][kc+2i+1]}.
+        if (col_in) {
 #pragma unroll
           for (int j = 0; j < NT; ++j) {
-            const uint2 hb = *reinterpret_cast<const uint2*>(&s_h[(8 * j + g) * HLD + (g0 + s) * kGroup + 4 * t]);
-            b[j][0] = hb.x;  // neurons 4t, 4t+1   (logical k 2t, 2t+1)
-            b[j][1] = hb.y;  // neurons 4t+2, 4t+3 (logical k 2t+8, 2t+9)
-          }
-          const uint32_t w0[4] = {v[s][0].x, v[s][0].y, v[s][0].z, v[s][0].w};
-          const uint32_t w1[4] = {v[s][1].x, v[s][1].y, v[s][1].z, v[s][1].w};
-          const uint32_t w2[4] = {v[s][2].x, v[s][2].y, v[s][2].z, v[s][2].w};
-          const uint32_t w3[4] = {v[s][3].x, v[s][3].y, v[s][3].z, v[s][3].w};
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            // Columns 2i (rows g) and 2i + 1 (rows g + 8) of this lane's 8: word i of each vector.
-            const uint32_t a[4] = {__byte_perm(w0[i], w1[i], 0x5410), __byte_perm(w0[i], w1[i], 0x7632),
-                                   __byte_perm(w2[i], w3[i], 0x5410), __byte_perm(w2[i], w3[i], 0x7632)};
-#pragma unroll
-            for (int j = 0; j < NT; ++j) MmaType<T>::mma(d[j][i], a, b[j][0], b[j][1]);
-          }
-        }
-      }
-      // d[j][i] = {y[8j+2t][kc+2i], y[8j+2t+1][kc+2i], y[8j+2t][kc+2i+1], y[8j+2t+1][kc+2i+1]}.
-      if (col_in) {
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int64_t m = 8 * j + 2 * t + h;
-            if (m >= p.m) continue;
-            const float v8[8] = {d[j][0][h], d[j][0][2 + h], d[j][1][h], d[j][1][2 + h],
-                                 d[j][2][h], d[j][2][2 + h], d[j][3][h], d[j][3][2 + h]};
-            if (p.deterministic) {
-              float4* dst = reinterpret_cast<float4*>(p.partials + (int64_t(blockIdx.x) * p.m + m) * p.k + kc);
-              __stcg(dst, make_float4(v8[0], v8[1], v8[2], v8[3]));
-              __stcg(dst + 1, make_float4(v8[4], v8[5], v8[6], v8[7]));
-            } else {
-              red_add8(p.acc + m * p.k + kc, v8);
+            for (int h = 0; h < 2; ++h) {
+              const int64_t m = 8 * j + 2 * t + h;
+              if (m >= p.m) continue;
+              const float v8[8] = {d[j][0][h], d[j][0][2 + h], d[j][1][h], d[j][1][2 + h],
+                                   d[j][2][h], d[j][2][2 + h], d[j][3][h], d[j][3][2 + h]};
+              if (p.deterministic) {
+                float4* dst = reinterpret_cast<float4*>(p.partials + (int64_t(blockIdx.x) * p.m + m) * p.k + kc);
+                __stcg(dst, make_float4(v8[0], v8[1], v8[2], v8[3]));
+                __stcg(dst + 1, make_float4(v8[4], v8[5], v8[6], v8[7]));
+              } else {
+                red_add8(p.acc + m * p.k + kc, v8);
+              }
             }
           }
         }
       }
     }
-    // Count in; the last of gridDim.x blocks finishes the chunk.
+    // Count in; the last of the `blocks` blocks to count in on a chunk finishes it.
     __threadfence();
     __syncwarp();
-    int prev = 0;
-    if (lane == 0) prev = atomicAdd(p.counters + c, 1);
-    prev = __shfl_sync(0xffffffffu, prev, 0);
-    if (prev != int(gridDim.x) - 1) continue;
-    __threadfence();
-    const int64_t col0 = c * kChunk;
-    const int64_t width = min(int64_t(kChunk), p.k - col0);  // a multiple of 8
-    const int64_t quads = width / 4;
-    T* y = static_cast<T*>(p.y);
-    if (!p.deterministic) {
-      for (int64_t q = lane; q < p.m * quads; q += 32) {
-        const int64_t m = q / quads, col = col0 + 4 * (q % quads);
-        float4* a = reinterpret_cast<float4*>(p.acc + m * p.k + col);
-        const float4 s = __ldcg(a);
-        __stcg(a, make_float4(0.f, 0.f, 0.f, 0.f));
-        T* yr = y + m * p.ldy + col;
-        store_y<T>(yr, s.x);
-        store_y<T>(yr + 1, s.y);
-        store_y<T>(yr + 2, s.z);
-        store_y<T>(yr + 3, s.w);
-      }
-    } else {
-      // L lanes per output quad split the blocks (lane r of a quad takes blocks b ≡ r mod L, in
-      // order) and combine with a fixed butterfly: a fixed order, so deterministic.
-      const int64_t items = p.m * quads;
-      int L = 1;
-      while (L < 32 && items * (2 * L) <= 32) L *= 2;
-      const int r = lane % L;
-      const int64_t nb = gridDim.x;
-      for (int64_t q0 = 0; q0 < items; q0 += 32 / L) {
-        const int64_t q = q0 + lane / L;
-        const bool ok = q < items;
-        const int64_t m = ok ? q / quads : 0, col = col0 + 4 * (ok ? q % quads : 0);
-        float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (ok) {
-#pragma unroll 4
-          for (int64_t b = r; b < nb; b += L) {
-            if (!__ldcg(p.flags + b)) continue;
-            const float4 v = __ldcg(reinterpret_cast<const float4*>(p.partials + (b * p.m + m) * p.k + col));
-            s.x += v.x;
-            s.y += v.y;
-            s.z += v.z;
-            s.w += v.w;
-          }
-        }
-        for (int o = 1; o < L; o *= 2) {
-          s.x += __shfl_xor_sync(0xffffffffu, s.x, o);
-          s.y += __shfl_xor_sync(0xffffffffu, s.y, o);
-          s.z += __shfl_xor_sync(0xffffffffu, s.z, o);
-          s.w += __shfl_xor_sync(0xffffffffu, s.w, o);
-        }
-        if (ok && r == 0) {
+    const int64_t mine_c = c0 + int64_t(lane) * kWarps;
+    const bool last = mine_c < n_chunks && atomicAdd(p.counters + mine_c, 1) == int(blocks) - 1;
+    uint32_t lasts = __ballot_sync(0xffffffffu, last);
+    if (lasts) __threadfence();  // warp-uniform
+    while (lasts) {
+      const int64_t c = c0 + int64_t(__ffs(lasts) - 1) * kWarps;
+      lasts &= lasts - 1;
+      const int64_t col0 = c * kChunk;
+      const int64_t width = min(int64_t(kChunk), p.k - col0);  // a multiple of 8
+      const int64_t quads = width / 4;
+      T* y = static_cast<T*>(p.y);
+      if (!p.deterministic) {
+        for (int64_t q = lane; q < p.m * quads; q += 32) {
+          const int64_t m = q / quads, col = col0 + 4 * (q % quads);
+          float4* a = reinterpret_cast<float4*>(p.acc + m * p.k + col);
+          const float4 s = __ldcg(a);
+          __stcg(a, make_float4(0.f, 0.f, 0.f, 0.f));
           T* yr = y + m * p.ldy + col;
           store_y<T>(yr, s.x);
           store_y<T>(yr + 1, s.y);
           store_y<T>(yr + 2, s.z);
           store_y<T>(yr + 3, s.w);
         }
+      } else {
+        // L lanes per output quad split the blocks (lane r of a quad takes blocks b ≡ r mod L, in
+        // order) and combine with a fixed butterfly: a fixed order, so deterministic.
+        const int64_t items = p.m * quads;
+        int L = 1;
+        while (L < 32 && items * (2 * L) <= 32) L *= 2;
+        const int r = lane % L;
+        const int64_t nb = blocks;
+        for (int64_t q0 = 0; q0 < items; q0 += 32 / L) {
+          const int64_t q = q0 + lane / L;
+          const bool ok = q < items;
+          const int64_t m = ok ? q / quads : 0, col = col0 + 4 * (ok ? q % quads : 0);
+          float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+          if (ok) {
+#pragma unroll 4
+            for (int64_t b = r; b < nb; b += L) {
+              if (!__ldcg(p.flags + b)) continue;
+              const float4 v = __ldcg(reinterpret_cast<const float4*>(p.partials + (b * p.m + m) * p.k + col));
+              s.x += v.x;
+              s.y += v.y;
+              s.z += v.z;
+              s.w += v.w;
+            }
+          }
+          for (int o = 1; o < L; o *= 2) {
+            s.x += __shfl_xor_sync(0xffffffffu, s.x, o);
+            s.y += __shfl_xor_sync(0xffffffffu, s.y, o);
+            s.z += __shfl_xor_sync(0xffffffffu, s.z, o);
+            s.w += __shfl_xor_sync(0xffffffffu, s.w, o);
+          }
+          if (ok && r == 0) {
+            T* yr = y + m * p.ldy + col;
+            store_y<T>(yr, s.x);
+            store_y<T>(yr + 1, s.y);
+            store_y<T>(yr + 2, s.z);
+            store_y<T>(yr + 3, s.w);
+          }
+        }
       }
+      if (lane == 0) p.counters[c] = 0;  // every block has counted this chunk
     }
-    if (lane == 0) p.counters[c] = 0;  // every block has counted this chunk
   }
 }
 

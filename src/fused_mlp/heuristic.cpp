@@ -15,31 +15,13 @@
 //     weights).
 // T = max(T_dram, T_sm) + T_flush; the smallest T wins, ties to the larger block (fewer flushes).
 // Sparse union lists with few active groups pick small blocks (more SMs streaming); dense MLPs and
-// large M pick 64.
-#include <algorithm>
-
+// large M pick 64. The model is fmlp::modeled_time (params.h): the union-list kernel applies it on
+// the device to the list's count.
 #include "blockfuse/fused_mlp.h"
 #include "common/check.h"
 #include "fused_mlp/params.h"
 
 namespace blockfuse {
-
-namespace {
-
-constexpr double kBurst = 2.0;      // the most an SM streams at the tail, in fair shares
-constexpr double kFlushCost = 0.5;  // L2 traffic per byte relative to a DRAM byte
-
-double modeled_time(int64_t m, int64_t k, int64_t groups, int sms, int nb) {
-  const double weight = 3.0 * 2.0 * double(groups) * 16.0 * double(k);
-  const int64_t blocks = fmlp::grid_blocks(groups, nb);
-  const double bb = 3.0 * 2.0 * double(nb) * double(k);
-  const double t_dram = weight / sms;
-  const double t_sm = double(fmlp::ceil_div(blocks, int64_t(sms))) * bb / kBurst;
-  const double t_flush = kFlushCost * double(blocks) * double(m) * double(k) * 4.0 / sms;
-  return std::max(t_dram, t_sm) + t_flush;
-}
-
-}  // namespace
 
 FusedMlpConfig fused_mlp_heuristic(int64_t m, int64_t k, int64_t groups, int sm_count) {
   constexpr const char* fn = "fused_mlp_heuristic";
@@ -49,15 +31,7 @@ FusedMlpConfig fused_mlp_heuristic(int64_t m, int64_t k, int64_t groups, int sm_
   if (groups < 0) detail::throw_arg(fn, "groups", cat("is ", groups), "groups >= 0");
   if (sm_count < 1) detail::throw_arg(fn, "sm_count", cat("is ", sm_count), "sm_count >= 1");
   FusedMlpConfig best;
-  best.neurons_per_block = 64;
-  double best_t = modeled_time(m, std::max<int64_t>(k, 8), groups, sm_count, 64);
-  for (int nb : {32, 16}) {
-    const double t = modeled_time(m, std::max<int64_t>(k, 8), groups, sm_count, nb);
-    if (t < best_t * 0.99) {
-      best_t = t;
-      best.neurons_per_block = nb;
-    }
-  }
+  best.neurons_per_block = fmlp::modeled_neurons_per_block(m, k, groups, sm_count);
   return best;
 }
 

@@ -32,6 +32,35 @@ inline int64_t grid_blocks(int64_t list_groups, int neurons_per_block) {
 }
 inline int64_t chunks(int64_t k) { return ceil_div(k, kChunk); }
 
+// The heuristic's cost model (documented in heuristic.cpp), here so that the host heuristic and the
+// union-list kernel, which applies it on the device to the list's count, can never disagree.
+constexpr double kBurst = 2.0;      // the most an SM streams at the tail, in fair shares
+constexpr double kFlushCost = 0.5;  // L2 traffic per byte relative to a DRAM byte
+BF_FMLP_HD inline double modeled_time(int64_t m, int64_t k, int64_t groups, int sms, int nb) {
+  const double weight = 3.0 * 2.0 * double(groups) * 16.0 * double(k);
+  int64_t blocks = ceil_div(groups, nb / kGroup);
+  blocks = blocks < 1 ? 1 : blocks;
+  const double bb = 3.0 * 2.0 * double(nb) * double(k);
+  const double t_dram = weight / sms;
+  const double t_sm = double(ceil_div(blocks, int64_t(sms))) * bb / kBurst;
+  const double t_flush = kFlushCost * double(blocks) * double(m) * double(k) * 4.0 / sms;
+  return (t_dram > t_sm ? t_dram : t_sm) + t_flush;
+}
+// Neurons per block (64, 32 or 16) with the smallest modeled time; ties (within 1 %) to the larger.
+BF_FMLP_HD inline int modeled_neurons_per_block(int64_t m, int64_t k, int64_t groups, int sms) {
+  k = k < 8 ? 8 : k;
+  int best = 64;
+  double best_t = modeled_time(m, k, groups, sms, 64);
+  for (int nb = 32; nb >= 16; nb /= 2) {
+    const double t = modeled_time(m, k, groups, sms, nb);
+    if (t < best_t * 0.99) {
+      best_t = t;
+      best = nb;
+    }
+  }
+  return best;
+}
+
 // Workspace: [counters: int per chunk][fp32 y accumulator [m, K] (atomic)][deterministic: int flag
 // per block, then fp32 partials [blocks][m][K], after room for the largest accumulator (kMaxRows)].
 // The two regions never overlap, so one workspace serves both reductions and every M: the atomic
@@ -69,6 +98,11 @@ struct FusedMlpParams {
   int list_groups_per_block;  // block_size / 16 of the list (1 for dense)
   int64_t list_blocks;     // U / block_size: valid block numbers are [0, list_blocks)
   int64_t groups;          // 16-neuron groups the grid covers
+  // Union lists with the heuristic's block size: the grid has one block per listed group (the most
+  // a list of `capacity` entries needs) and the kernel picks the groups per block from the list's
+  // count with modeled_neurons_per_block (sm_count: the device's SMs).
+  int dynamic_groups;
+  int sm_count;
   int deterministic;
   int* counters;           // [chunks(k)]
   float* acc;              // atomic: [m, k]

@@ -1,7 +1,8 @@
 // gated_up_fp8(): argument validation and dispatch of the FP8 (e4m3) fused gated up-projection.
 // Nothing is launched until every argument has been checked. The kernel is sm90a only
-// (gated_up_fp8_sm90.cuh, tile table tile_configs_fp8_sm90.h, heuristic_fp8_sm90.cpp); the CPU
-// reference is reference_fp8.cpp.
+// (gated_up_fp8_sm90.cuh, tile table tile_configs_fp8_sm90.h, heuristic_fp8_sm90.cpp); the dynamic
+// per-row e4m3 output adds a row kernel after it (rowwise_fp8.cu); the CPU reference is
+// reference_fp8.cpp.
 #include "blockfuse/gated_up_fp8.h"
 
 #include "blockfuse/gated_up.h"
@@ -9,6 +10,7 @@
 #include "common/check.h"
 #include "common/device.h"
 #include "gated_up/params.h"
+#include "gated_up/rowwise_fp8.h"
 #include "gated_up/tile_configs_fp8_sm90.h"
 #if defined(BLOCKFUSE_HAS_SM90)
 #include "gated_up/launch_fp8_sm90.h"
@@ -86,9 +88,11 @@ struct OutView {
 };
 
 // Everything but the output's own type checks, shared by both entry points.
+// out_scale: the e4m3 output's scale (null for bf16) and the bytes it spans (4, or 4·M when per row:
+// written, so it must not overlap the inputs either).
 GatedUpFp8Params validate(const Fp8ConstMatrix& x, const Fp8InputScale& xs, const Fp8ConstMatrix& w,
-                          const Fp8InputScale& ws, const OutView& out, const float* out_scale, Activation act,
-                          const GatedUpFp8Options& opt) {
+                          const Fp8InputScale& ws, const OutView& out, const float* out_scale, Span out_scale_span,
+                          Activation act, const GatedUpFp8Options& opt) {
   if (act != Activation::kSiLU && act != Activation::kGeluTanh)
     throw_arg(kFn, "activation", cat("has code ", static_cast<int>(act)), "Activation::kSiLU or Activation::kGeluTanh");
   if (opt.tile_config < -1 || opt.tile_config >= kNumSm90Fp8TileConfigs)
@@ -150,8 +154,13 @@ GatedUpFp8Params validate(const Fp8ConstMatrix& x, const Fp8InputScale& xs, cons
   detail::check_no_overlap(kFn, out.name, out.span, "w", span_of_input(w));
   detail::check_no_overlap(kFn, out.name, out.span, "x_scale", span_of_input_scale(xs, M));
   detail::check_no_overlap(kFn, out.name, out.span, "w_scale", span_of_input_scale(ws, 2 * U));
-  if (out_scale)
-    detail::check_no_overlap(kFn, out.name, out.span, "out_scale", detail::span_of_bytes(out_scale, sizeof(float)));
+  if (out_scale) {
+    detail::check_no_overlap(kFn, out.name, out.span, "out_scale", out_scale_span);
+    detail::check_no_overlap(kFn, "out_scale", out_scale_span, "x", span_of_input(x));
+    detail::check_no_overlap(kFn, "out_scale", out_scale_span, "w", span_of_input(w));
+    detail::check_no_overlap(kFn, "out_scale", out_scale_span, "x_scale", span_of_input_scale(xs, M));
+    detail::check_no_overlap(kFn, "out_scale", out_scale_span, "w_scale", span_of_input_scale(ws, 2 * U));
+  }
   const detail::DeviceSpec dev = detail::current_device_spec();
   if (!(dev.cc_major == 9 && dev.cc_minor == 0))
     throw Error(cat("blockfuse::", kFn, ": not supported on the current device (compute capability ", dev.cc_major, ".",
@@ -183,7 +192,7 @@ void gated_up_fp8(Fp8ConstMatrix x, Fp8InputScale x_scale, Fp8ConstMatrix w, Fp8
     throw_arg(kFn, "out", cat("has dtype ", dtype_name(out.dtype)), "bf16 (or the e4m3 overload of gated_up_fp8)");
   detail::check_alignment(kFn, "out", out, 16, 8);
   const OutView ov{"out", out.data, out.rows, out.cols, out.ld, false, detail::span_of(ConstMatrix(out))};
-  GatedUpFp8Params p = validate(x, x_scale, w, w_scale, ov, nullptr, act, options);
+  GatedUpFp8Params p = validate(x, x_scale, w, w_scale, ov, nullptr, Span{}, act, options);
   if (p.m == 0) return;
   dispatch(p, options, stream);
 }
@@ -193,14 +202,68 @@ void gated_up_fp8(Fp8ConstMatrix x, Fp8InputScale x_scale, Fp8ConstMatrix w, Fp8
   detail::check_fp8_matrix_shape(kFn, "out", out, 16);
   detail::check_fp8_scale_mode(kFn, "out_scale", out_scale.mode);
   if (out_scale.mode == Fp8ScaleMode::kDynamicPerRow)
-    throw_arg(kFn, "out_scale", "has mode kDynamicPerRow, which gated_up_fp8 does not implement (a row's amax spans "
-                                "every N tile of the row)",
-              "Fp8ScaleMode::kStaticPerTensor (for per-row scales: the bf16 output, then a separate quantisation)");
+    throw_arg(kFn, "out_scale", "has mode kDynamicPerRow, which needs a workspace (a row's amax spans every N tile of "
+                                "the row: the GEMM stores h in bf16 and a row kernel quantises it)",
+              "the gated_up_fp8 overload with a workspace of gated_up_fp8_workspace_size(M, U, kDynamicPerRow) bytes, "
+              "or Fp8ScaleMode::kStaticPerTensor");
+  gated_up_fp8(x, x_scale, w, w_scale, out, out_scale, act, nullptr, 0, stream, options);
+}
+
+size_t gated_up_fp8_workspace_size(int64_t m, int64_t u, Fp8ScaleMode out_scale_mode) {
+  constexpr const char* fn = "gated_up_fp8_workspace_size";
+  if (m < 0) throw_arg(fn, "m", cat("= ", m), "m >= 0");
+  if (u < 0) throw_arg(fn, "u", cat("= ", u), "u >= 0");
+  detail::check_fp8_scale_mode(fn, "out_scale_mode", out_scale_mode);
+  if (out_scale_mode != Fp8ScaleMode::kDynamicPerRow || m == 0 || u == 0) return 0;
+  if (m > (int64_t{1} << 40) / u) throw_arg(fn, "m", cat("= ", m, " with u = ", u), "m * u < 2^40");
+  return static_cast<size_t>((m * u * 2 + 255) / 256 * 256);
+}
+
+void gated_up_fp8(Fp8ConstMatrix x, Fp8InputScale x_scale, Fp8ConstMatrix w, Fp8InputScale w_scale, Fp8Matrix out,
+                  Fp8Scale out_scale, Activation act, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                  const GatedUpFp8Options& options) {
+  detail::check_fp8_matrix_shape(kFn, "out", out, 16);
+  detail::check_fp8_scale_mode(kFn, "out_scale", out_scale.mode);
   detail::check_fp8_scale_pointer(kFn, "out_scale", out_scale, out.rows, /*null_ok=*/false);
+  const bool dynamic = out_scale.mode == Fp8ScaleMode::kDynamicPerRow;
+  const int64_t M = out.rows, U = out.cols;
+  // The workspace's size and alignment first (no CUDA call needed); where it lives after validate().
+  const size_t need = dynamic ? gated_up_fp8_workspace_size(M, U, out_scale.mode) : 0;
+  if (need > 0) {
+    if (workspace == nullptr)
+      throw_arg(kFn, "workspace", "is null",
+                cat("a device buffer of gated_up_fp8_workspace_size(M, U, kDynamicPerRow) = ", need,
+                    " bytes for the dynamic per-row e4m3 output"));
+    if (workspace_bytes < need)
+      throw_arg(kFn, "workspace", cat("has ", workspace_bytes, " bytes"),
+                cat("at least gated_up_fp8_workspace_size(M, U, kDynamicPerRow) = ", need, " bytes (h in bf16: M = ", M,
+                    ", U = ", U, ")"));
+    detail::check_pointer_alignment(kFn, "workspace", workspace, 16);
+  }
   const OutView ov{"out", out.data, out.rows, out.cols, out.ld, true, detail::span_of(out)};
-  GatedUpFp8Params p = validate(x, x_scale, w, w_scale, ov, out_scale.scale, act, options);
-  if (p.m == 0) return;
+  GatedUpFp8Params p =
+      validate(x, x_scale, w, w_scale, ov, out_scale.scale, detail::span_of(out_scale, M), act, options);
+  if (p.m == 0) return;  // nothing to launch: pointers, the workspace's included, may be anything
+  if (!dynamic) {
+    dispatch(p, options, stream);
+    return;
+  }
+  // kDynamicPerRow: the GEMM's bf16 output goes to the workspace ([M, U], row stride U), then the row
+  // kernel quantises it into out and writes the scales.
+  detail::check_device_pointer(kFn, "workspace", workspace);
+  const Span ws_span = detail::span_of_bytes(workspace, int64_t(need));
+  detail::check_no_overlap(kFn, "workspace", ws_span, "x", span_of_input(x));
+  detail::check_no_overlap(kFn, "workspace", ws_span, "w", span_of_input(w));
+  detail::check_no_overlap(kFn, "workspace", ws_span, "x_scale", span_of_input_scale(x_scale, M));
+  detail::check_no_overlap(kFn, "workspace", ws_span, "w_scale", span_of_input_scale(w_scale, 2 * U));
+  detail::check_no_overlap(kFn, "workspace", ws_span, "out", detail::span_of(out));
+  detail::check_no_overlap(kFn, "workspace", ws_span, "out_scale", detail::span_of(out_scale, M));
+  p.out = workspace;
+  p.ldo = U;
+  p.out_fp8 = false;
+  p.out_scale = nullptr;
   dispatch(p, options, stream);
+  detail::launch_rowwise_fp8(workspace, U, out.data, out.ld, M, U / 8, out_scale.scale, stream);
 }
 
 }  // namespace blockfuse

@@ -12,8 +12,9 @@
 //   1  ping-pong 128x128x128, cluster 2x1: one warpgroup per tile, the other's gating epilogue
 //      hidden under its mainloop; six 32 KiB stages. Twice the tiles of row 0: less wave
 //      quantisation at small M.
-// The heuristic's relative rates are the 16-bit kernel's (tile_configs_sm90.h), not yet measured
-// for FP8; docs/gated_up_fp8.md says so and what the H100 run showed.
+// The model's relative rates are the 16-bit kernel's (tile_configs_sm90.h); at the shapes of the
+// measured table (kSm90Fp8Measured, heuristic_fp8_sm90.cpp; docs/gated_up_fp8.md) the measured row
+// decides instead.
 #pragma once
 
 #include "common/device.h"
@@ -29,8 +30,12 @@ inline constexpr Sm90TileConfigRow kSm90Fp8TileConfigs[] = {
 };
 inline constexpr int kNumSm90Fp8TileConfigs = sizeof(kSm90Fp8TileConfigs) / sizeof(kSm90Fp8TileConfigs[0]);
 
-// Index into kSm90Fp8TileConfigs: the config of least modelled time (waves x tile area / rate, the
-// 16-bit model: heuristic_sm90.cpp). Pure; ties go to the lower index.
+// Index into kSm90Fp8TileConfigs: the FP8 measured table's row where it has one
+// (sm90_measured_tile_config over sm90_fp8_measured_table()), else the config of least modelled time
+// (waves x tile area / rate, the 16-bit model: heuristic_sm90.cpp; ties to the lower index). Pure.
 int choose_gated_up_fp8_sm90_tile_config(const GatedUpProblem& p, const detail::DeviceSpec& dev);
+
+// The FP8 measured table (heuristic_fp8_sm90.cpp's kSm90Fp8Measured), for the tests.
+Sm90MeasuredTable sm90_fp8_measured_table();
 
 }  // namespace blockfuse

@@ -19,8 +19,11 @@
 //   3  row 0 under CUTLASS's stream-K scheduler (issue 16: the last wave's quantisation, e.g. 8B at
 //      4096 tokens = 27.2 waves of row 0 -> 28). Partial tiles reduce through a workspace the
 //      caller passes (gated_up's workspace overload; gated_up_workspace_size with the options),
-//      before the gating epilogue, which is unchanged. Opt-in (options.tile_config = 3) until it is
-//      measured: the heuristic skips stream-K rows.
+//      before the gating epilogue, which is unchanged. Opt-in (options.tile_config = 3): measured
+//      beside row 0 in session 8 (results/gpu/session8_h100/streamk/), +3 % at 8B and 70B x 4096
+//      tokens, -6 % at 8B x 16384, elsewhere within the +-3 % run-to-run spread; and a heuristic
+//      choice cannot assume the caller passed a workspace, so neither the cost model nor the
+//      measured table returns it.
 // No cluster-less rows: without the multicast the tiles are L2-bound, e.g. 128x128 at 250-330
 // TFLOP/s for 405B (docs/perf-notes.md, which lists what was measured and dropped).
 #pragma once
@@ -44,7 +47,7 @@ inline constexpr Sm90TileConfigRow kSm90TileConfigs[] = {
     {128, 256, 64, 2, 1, false, 1.00f, 1.00f},  // 0: 512+ tokens
     {128, 128, 64, 2, 1, true, 0.95f, 0.80f},   // 1: 512-token chunks at small K
     {128, 128, 64, 1, 2, true, 0.90f, 0.75f},   // 2: one M tile (<= 128 tokens)
-    {128, 256, 64, 2, 1, false, 1.00f, 1.00f, true},  // 3: row 0, stream-K (opt-in, not measured yet)
+    {128, 256, 64, 2, 1, false, 1.00f, 1.00f, true},  // 3: row 0, stream-K (opt-in: needs a workspace)
 };
 inline constexpr int kNumSm90TileConfigs = sizeof(kSm90TileConfigs) / sizeof(kSm90TileConfigs[0]);
 
@@ -100,9 +103,35 @@ inline constexpr long long sm90_num_tiles(long long m, long long u, const Sm90Ti
 
 // The sm90 heuristic (heuristic_sm90.cpp): a pure function of the problem and the device,
 // unit-tested on the CPU (test_heuristic_sm90.cpp). Returns an index into
-// kSm90TileConfigs. Compiled into every build (it is plain C++), so the tests run without the
+// kSm90TileConfigs: the measured table's row where it has one (sm90_measured_tile_config), else the
+// cost model's (sm90_cheapest_tile_config). Compiled into every build (it is plain C++), so the tests run without the
 // sm90a kernels.
 int choose_gated_up_sm90_tile_config(const GatedUpProblem& p, const detail::DeviceSpec& dev);
+
+// A point of a measured tile table (issue 16): at (K, U, M) row `row` was the fastest of the rows
+// forced in turn, on a device of `sms` SMs (scripts/tile-table --emit-cpp prints them from a sweep
+// of `bench gated-up --kernel sm90 --tile-config N`; results/gpu/session9_h100/next.sh grid).
+struct Sm90MeasuredPoint {
+  long long k, u, m;
+  int row;
+};
+
+// The table choose_gated_up_sm90_tile_config consults (heuristic_sm90.cpp), for the tests.
+struct Sm90MeasuredTable {
+  const Sm90MeasuredPoint* points;
+  int n;
+  int sms;  // the SM count of the device it was measured on
+};
+Sm90MeasuredTable sm90_measured_table();
+
+// The measured row for p, or -1 (then the cost model decides). The points with p's (K, U), on a
+// device with `sms` SMs: at a measured M, that point's row; between two measured Ms, their row if
+// both agree (where they disagree, the crossover lies between them and the model, which counts the
+// waves at p.m, decides); outside the measured range, -1. Stream-K rows (they need a caller's
+// workspace) and rows outside `rows` (the kernel's tile table: kSm90TileConfigs, or the FP8 one) are
+// never returned. Pure; CPU-tested on tables the tests make (test_heuristic_sm90.cpp).
+int sm90_measured_tile_config(const Sm90MeasuredPoint* table, int n, int sms, const Sm90TileConfigRow* rows, int n_rows,
+                              const GatedUpProblem& p, const detail::DeviceSpec& dev);
 
 // The model behind it, over any table of rows (the FP8 heuristic uses it on its own table): the row
 // with the least waves x (bm·bn) / rate, ties to the lower index.

@@ -28,9 +28,24 @@ constexpr int kSwigluMaxDynamicSmem = 232448 - 1024;
 //                     rows as kFourShared. ncu had found kFourShared at 2 blocks per SM, bound by
 //                     both its 44 registers and the carveout
 //                     (results/gpu/memory_bound_h100/next_row/call2/ncu_swiglu_16384_8192_four.txt)
+//   kClusterTwo       (sm_90; kAuto's at 1-32 rows of U > 16384) the row split over a cluster of 2 CTAs,
+//                     each holding its half as kTwoChunks does (2 chunks per thread in registers),
+//                     the halves' amax exchanged through distributed shared memory: for 1-32 rows,
+//                     where one SM computing a whole wide row is the time (U = 28672: 5.5-5.9 us
+//                     under kFourShared, results/gpu/session8_h100/exp3; U = 14336 on one SM under
+//                     kTwoChunks 3.1-3.3). Rows of U <= 8192 (one CTA's kTwoChunks shape suffices)
+//                     and U > 32768 (a half past 2048 chunks) take kFourShared's shape, and so
+//                     does every row on a device or build without sm_90 code (the launcher checks)
 //   kAuto             the default: swiglu_fp8_auto_row_rule below picks per call
 // Process-wide override for the bench and the tests (set_swiglu_fp8_row_rule).
-enum class SwigluRowRule : int { kAuto = -1, kTwoChunks = 0, kFourShared = 1, kFourSharedNext = 2, kFourSharedThree = 3 };
+enum class SwigluRowRule : int {
+  kAuto = -1,
+  kTwoChunks = 0,
+  kFourShared = 1,
+  kFourSharedNext = 2,
+  kFourSharedThree = 3,
+  kClusterTwo = 4
+};
 constexpr SwigluRowRule kSwigluDefaultRowRule = SwigluRowRule::kAuto;
 
 // The rule kAuto picks for `rows` rows of `chunks` 16-byte output chunks. Measured on the H100 at
@@ -44,8 +59,16 @@ constexpr SwigluRowRule kSwigluDefaultRowRule = SwigluRowRule::kAuto;
 // (results/gpu/session4_h100/run1/swiglu_rule_*.json, U = 14336 / 16384): 94.6 / 95.7 % of copy
 // against 86.8 / 90.7 % at 8192 rows; at 2048 rows +2.1 / -1.3 points, at 256-1024 within 1.5
 // points. So it takes over from 4096 rows (the measured 8192 halved).
+// kClusterTwo against kFourShared, two runs each in one process (results/gpu/session11_h100/mem,
+// swd_*.json): at U = 28672 x 1 / 8 / 32 rows 5.19 / 5.26 / 5.49 us against 5.49 / 5.73 / 5.94 in both
+// runs; at 256 rows 26.3 against 17.1 us, and at U = 14336 / 16384 slower than kTwoChunks at every
+// row count. So it takes the rows one SM's registers cannot hold (U > 16384) at <= 32 rows, the
+// measured range (nothing was measured between 32 and 256 rows); the launcher and
+// swiglu_fp8_row_config fall back to kFourShared without sm_90 code or past U = 32768.
+constexpr int64_t kSwigluClusterMaxRows = 32;
 inline SwigluRowRule swiglu_fp8_auto_row_rule(int64_t rows, int64_t chunks) {
   if (rows >= 4096 && chunks > 1024) return SwigluRowRule::kFourSharedThree;
+  if (rows <= kSwigluClusterMaxRows && chunks > 2048) return SwigluRowRule::kClusterTwo;
   return chunks > 2048 || rows >= 1024 ? SwigluRowRule::kFourShared : SwigluRowRule::kTwoChunks;
 }
 // The rule a call runs with: `rule`, or the automatic choice when it is kAuto.
@@ -59,12 +82,15 @@ inline SwigluRowRule resolve_swiglu_fp8_row_rule(SwigluRowRule rule, int64_t row
 // + next row (SwigluRowStage, kernels.cuh); smem_bytes: the dynamic shared memory it needs (one or two
 // sets of v x 2 x 16 bytes per thread).
 // min_blocks: the blocks per SM the kernel is compiled for (3: kFourSharedThree, <= 512 threads).
+// cluster: CTAs per row (2: kClusterTwo; v, threads and in_registers then describe one CTA's slice
+// of ceil(chunks / 2) chunks).
 struct SwigluRowConfig {
   int v, threads;
   bool in_registers;
   int stage = 0;
   int smem_bytes = 0;
   int min_blocks = 1;
+  int cluster = 1;
 };
 
 // One block of <= 1024 threads owns a row; __launch_bounds__(1024) caps a thread at 64 registers,
@@ -75,7 +101,20 @@ struct SwigluRowConfig {
 // (32 fp32 values), U = 14336 / 16384 take 448 / 512 threads and two blocks share an SM (one
 // loads while the other reduces and stores), and rows up to U = 32768 (28672: 896 threads) stay
 // on chip instead of being read twice.
+constexpr int64_t kSwigluClusterMinChunks = 1025;  // kClusterTwo from U > 8192
+constexpr int64_t kSwigluClusterMaxChunks = 2 * 2 * int64_t(kSwigluRowMaxThreads);  // U <= 32768: halves in registers
+
 inline SwigluRowConfig swiglu_fp8_row_config(int64_t chunks, SwigluRowRule rule) {
+  if (rule == SwigluRowRule::kClusterTwo) {
+    if (chunks >= kSwigluClusterMinChunks && chunks <= kSwigluClusterMaxChunks) {
+      const int64_t half = (chunks + 1) / 2;
+      const int threads = static_cast<int>(std::clamp<int64_t>(((half + 1) / 2 + 31) / 32 * 32, 32, kSwigluRowMaxThreads));
+      SwigluRowConfig c{2, threads, half <= int64_t(threads) * 2};
+      c.cluster = 2;
+      return c;
+    }
+    rule = SwigluRowRule::kFourShared;  // (for U <= 8192 the same shape as kTwoChunks')
+  }
   const bool four = rule != SwigluRowRule::kTwoChunks && chunks > 1024;
   const int v = four ? 4 : 2;
   const int64_t want = (chunks + v - 1) / v;

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include "common/activation.cuh"
@@ -89,6 +90,34 @@ __device__ __forceinline__ void chunk_values(const T* row, int64_t u, int64_t c,
   for (int j = 0; j < 8; ++j) v[j] = gated_act_fast(act, g[j], up[j]);
 }
 
+// The register shape's row step: this thread's chunks first + tid + i·nt (i < V, those below `len`)
+// loaded and their activations computed into v; returns their max |v|. Chunks past `len` are not
+// loaded and their v is garbage, left out of the max (the callers store only chunks below `len`).
+template <class T, bool kInterleaved, int V>
+__device__ __forceinline__ float row_values_in_registers(const T* row, int64_t u, int64_t first, int64_t len, int act,
+                                                         float (&v)[V][8]) {
+  const int tid = threadIdx.x, nt = blockDim.x;
+  uint4 raw[V][2];
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const int64_t c = tid + int64_t(i) * nt;
+    if (c < len) load_gate_up_raw<T, kInterleaved>(row, u, (first + c) * 8, raw[i]);
+  }
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const bool live = tid + int64_t(i) * nt < len;
+    float g[8], up[8];
+    unpack_gate_up<T, kInterleaved>(raw[i], g, up);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      v[i][j] = gated_act_fast(act, g[j], up[j]);
+      if (live) amax = fmaxf(amax, finite_abs(v[i][j]));
+    }
+  }
+  return amax;
+}
+
 // How the row kernel keeps a row on chip (config.h picks it with V):
 //   kRegisters  each thread loads its V chunks' gate/up vectors into registers and keeps the V x 8
 //               fp32 results there until the stores (V = 2: 64 registers, the cap of a 1024-thread
@@ -160,25 +189,8 @@ swiglu_fp8_rowwise_kernel(
         store_fp8x8(orow + ch * 8, v, inv);
       }
     } else if constexpr (kStage == SwigluRowStage::kRegisters) {
-      uint4 raw[V][2];
-#pragma unroll
-      for (int i = 0; i < V; ++i) {
-        const int64_t ch = tid + int64_t(i) * nt;
-        if (ch < chunks) load_gate_up_raw<T, kInterleaved>(row, u, ch * 8, raw[i]);
-      }
       float v[V][8];
-      float amax = 0.0f;
-#pragma unroll
-      for (int i = 0; i < V; ++i) {
-        const bool live = tid + int64_t(i) * nt < chunks;
-        float g[8], up[8];
-        unpack_gate_up<T, kInterleaved>(raw[i], g, up);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          v[i][j] = gated_act_fast(act, g[j], up[j]);
-          if (live) amax = fmaxf(amax, finite_abs(v[i][j]));  // dead chunks hold garbage
-        }
-      }
+      const float amax = row_values_in_registers<T, kInterleaved, V>(row, u, 0, chunks, act, v);
       const float s = fp8_dynamic_scale(detail::block_reduce<detail::MaxOp>(amax, partial));
       if (tid == 0) scale[r] = s;
       const float inv = 1.0f / s;
@@ -227,6 +239,62 @@ swiglu_fp8_rowwise_kernel(
       }
     }
   }
+}
+
+// FP8 with a dynamic per-row scale, the row split over a cluster of C CTAs (sm_90; the opt-in rule
+// kClusterTwo, config.h): CTA rank k holds chunks [k·S, (k+1)·S) of the row (S = ceil(chunks / C),
+// the last slice shorter) as fp32 values in registers, V per thread (kRegisters' shape on a slice);
+// its max |v| goes to its shared `part`, and after the cluster barrier every thread takes the max of
+// the C partials through distributed shared memory (the same bits in every CTA: one scale per row).
+// All CTAs of a cluster walk the same rows (grid-stride by clusters), so the barriers match; `part`
+// is double-buffered by row parity (a CTA writes the slot of row j+2 only after the barrier of row
+// j+1, which its peers pass after reading row j's), and a last cluster.sync keeps each CTA's shared
+// memory alive until its peers have read it — add_rmsnorm's cluster kernel (add_rmsnorm_sm90.cuh)
+// exchanges its partial sums the same way.
+// Compiled into every build; below sm_90 the body is a trap and the launcher never selects it.
+template <class T, bool kInterleaved, int V>
+__global__ void __launch_bounds__(kRowMaxThreads) swiglu_fp8_row_cluster_kernel(
+    const T* __restrict__ in, int64_t ldi, uint8_t* __restrict__ out, int64_t ldo, int64_t rows, int64_t u, int act,
+    float* __restrict__ scale) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  detail::pdl_enter();  // before any global access (common/pdl.cuh)
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  __shared__ float red[32];
+  __shared__ float part[2];  // [row parity]: this CTA's max |v| over its slice
+  const int C = static_cast<int>(cluster.num_blocks());
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int64_t chunks = u / 8;
+  const int64_t slice = (chunks + C - 1) / C;
+  const int64_t first = rank * slice;
+  const int64_t len = max(int64_t(0), min(slice, chunks - first));
+  const int tid = threadIdx.x, nt = blockDim.x;
+  int par = 0;
+  for (int64_t r = blockIdx.x / C; r < rows; r += gridDim.x / C, par ^= 1) {
+    const T* row = in + r * ldi;
+    uint8_t* orow = out + r * ldo;
+    float v[V][8];
+    const float amax = row_values_in_registers<T, kInterleaved, V>(row, u, first, len, act, v);
+    const float cta = detail::block_reduce<detail::MaxOp>(amax, red);
+    if (tid == 0) part[par] = cta;
+    cluster.sync();
+    float m = 0.0f;
+#pragma unroll 1
+    for (int k = 0; k < C; ++k) m = fmaxf(m, *cluster.map_shared_rank(&part[par], k));
+    const float s = fp8_dynamic_scale(m);
+    if (rank == 0 && tid == 0) scale[r] = s;
+    const float inv = 1.0f / s;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const int64_t c = tid + int64_t(i) * nt;
+      if (c < len) store_fp8x8(orow + (first + c) * 8, v[i], inv);
+    }
+  }
+  cluster.sync();
+#else
+  // Never launched below sm_90 (the launcher checks the architecture of the loaded code).
+  __trap();
+#endif
 }
 
 }  // namespace blockfuse::swiglu_detail

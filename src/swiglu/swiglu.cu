@@ -115,12 +115,42 @@ void launch_rowwise_l(const ConstMatrix& in, const Fp8Matrix& out, float* scale,
     launch_rowwise_k<T, kIl, 4, SwigluRowStage::kShared>(in, out, scale, act, cfg, stream);
 }
 
+// The cluster row kernel (kClusterTwo): cfg.cluster CTAs per row, one row per cluster up to the
+// clusters resident at once times a few waves, a grid-stride loop by clusters beyond.
+template <class T, bool kIl>
+void launch_row_cluster(const ConstMatrix& in, const Fp8Matrix& out, float* scale, Activation act,
+                        const detail::SwigluRowConfig& cfg, cudaStream_t stream) {
+  const int sms = detail::current_device_spec().sm_count;
+  const int64_t clusters = std::min<int64_t>(out.rows, int64_t(std::max(1, sms / cfg.cluster)) * std::max(1, 2048 / cfg.threads) * 8);
+  detail::launch_kernel(swiglu_detail::swiglu_fp8_row_cluster_kernel<T, kIl, 2>, dim3(unsigned(clusters * cfg.cluster)),
+                        dim3(cfg.threads), 0, stream, dim3(unsigned(cfg.cluster), 1, 1),
+                        detail::pdl_rows(out.rows) && pdl_path_available(), static_cast<const T*>(in.data), in.ld,
+                        static_cast<uint8_t*>(out.data), out.ld, out.rows, out.cols, int(act), scale);
+  BF_CHECK_LAUNCH();
+}
+
+// Whether the cluster row kernel may run here: sm_90+ with sm_90 code loaded for it (a build for
+// sm_80 only runs on a Hopper through PTX, where the kernel body is a trap).
+bool cluster_path_available() {
+  static detail::PerDeviceCache<bool> cache;
+  return detail::sm90_code_loaded(
+      cache, reinterpret_cast<const void*>(swiglu_detail::swiglu_fp8_row_cluster_kernel<__nv_bfloat16, false, 2>));
+}
+
 template <class T>
 void launch_rowwise(const ConstMatrix& in, const Fp8Matrix& out, float* scale, Activation act, GateUpLayout layout,
                     cudaStream_t stream) {
   const int64_t chunks = out.cols / 8;
-  const detail::SwigluRowConfig cfg = detail::swiglu_fp8_row_config(
-      chunks, detail::resolve_swiglu_fp8_row_rule(detail::swiglu_fp8_row_rule(), out.rows, chunks));
+  detail::SwigluRowRule rule = detail::resolve_swiglu_fp8_row_rule(detail::swiglu_fp8_row_rule(), out.rows, chunks);
+  if (rule == detail::SwigluRowRule::kClusterTwo && !cluster_path_available()) rule = detail::SwigluRowRule::kFourShared;
+  const detail::SwigluRowConfig cfg = detail::swiglu_fp8_row_config(chunks, rule);
+  if (cfg.cluster > 1) {
+    if (layout == GateUpLayout::kInterleaved)
+      launch_row_cluster<T, true>(in, out, scale, act, cfg, stream);
+    else
+      launch_row_cluster<T, false>(in, out, scale, act, cfg, stream);
+    return;
+  }
   if (layout == GateUpLayout::kInterleaved)
     launch_rowwise_l<T, true>(in, out, scale, act, cfg, stream);
   else

@@ -15,13 +15,16 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <cuda_runtime_api.h>
 
 #include "blockfuse/fused_mlp.h"
+#include "fused_mlp/params.h"
 #include "fused_mlp/reference.h"
 #include "testing/gtest/gtest_util.h"
 
@@ -212,6 +215,54 @@ TEST_P(FusedMlpGpu, SparseUnionLists) {
           fmlp::neuron_mask_from_blocks(list.data(), &cnt, 0, false, m, u, bs, mask.data());
           expect_matches(f, Activation::kSiLU, mask.data());
         }
+}
+
+// With the heuristic's block size a union list's groups per block are chosen on the device from
+// the list's count (params.h: modeled_neurons_per_block). One list buffer and one workspace, the
+// count changed between calls, densities chosen so that the device picks 16, 32 and 64 neurons per
+// block (asserted from the same model for this GPU's SM count): every call must match the
+// reference, so each choice and each grid (blocks past the count return at once) is exercised, and
+// the workspace is left zeroed for the next call whatever the previous one chose.
+TEST_P(FusedMlpGpu, UnionListBlockSizeFollowsTheCount) {
+  SKIP_WITHOUT_GPU();
+  const DType dt = GetParam();
+  int dev = 0, sms = 0;
+  BF_CUDA_OK(cudaGetDevice(&dev));
+  BF_CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int64_t k = 256, bs = 16;
+  const int64_t u = std::max<int64_t>(16 * 8 * sms, 2048);  // 8 groups per SM: 64 wins when all are listed
+  const int64_t nblk = u / bs;
+  for (int64_t m : {1, 13}) {
+    const uint64_t seed = testing::fresh_seed();
+    Mlp f(dt, m, k, u, seed);
+    DeviceList dl({}, nblk);
+    Workspace ws(fused_mlp_workspace_size(m, k, u / 16, FusedMlpConfig{}));
+    std::set<int> chosen;
+    std::mt19937_64 rng(seed + 1);
+    // The model picks 16 below ~12 % of the groups, 32 to ~24 %, 64 above (for any SM count here).
+    for (double density : {0.02, 0.18, 1.0, 0.02, 0.6}) {
+      std::vector<int32_t> list(static_cast<size_t>(nblk));
+      std::iota(list.begin(), list.end(), 0);
+      std::shuffle(list.begin(), list.end(), rng);
+      list.resize(static_cast<size_t>(std::llround(density * double(nblk))));
+      std::sort(list.begin(), list.end());
+      const int nb = fmlp::modeled_neurons_per_block(m, k, int64_t(list.size()), sms);
+      chosen.insert(nb);
+      SCOPED_TRACE("M=" + std::to_string(m) + " listed=" + std::to_string(list.size()) + " of " + std::to_string(nblk) +
+                   " (device picks " + std::to_string(nb) + " neurons per block); " + testing::seed_note(seed));
+      BF_CUDA_OK(cudaMemcpy(dl.idx.data(), list.data(), list.size() * 4, cudaMemcpyHostToDevice));
+      const int32_t n = int32_t(list.size());
+      BF_CUDA_OK(cudaMemcpy(dl.cnt.data(), &n, 4, cudaMemcpyHostToDevice));
+      f.poison();
+      fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, NeuronBlockList{dl.idx.data(), dl.cnt.data(), nblk, int(bs)},
+                       ws.p(), ws.bytes(), FusedMlpConfig{});
+      BF_CUDA_OK(cudaDeviceSynchronize());
+      std::vector<unsigned char> mask(static_cast<size_t>(m * u));
+      fmlp::neuron_mask_from_blocks(list.data(), &n, 0, false, m, u, int(bs), mask.data());
+      expect_matches(f, Activation::kSiLU, mask.data());
+    }
+    if (m == 1) EXPECT_EQ(chosen, (std::set<int>{16, 32, 64})) << "the densities no longer reach every block size";
+  }
 }
 
 TEST_P(FusedMlpGpu, AllBlocksEqualDenseBitwise) {

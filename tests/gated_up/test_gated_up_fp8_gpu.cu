@@ -2,9 +2,10 @@
 // (src/gated_up/reference_fp8.cpp): fresh random e4m3 inputs and scales for every case, outputs
 // (and their row padding) poisoned with NaN before every launch and every element checked, odd M
 // and U (tile tails in both directions), strided views whose padding is NaN (a read past K shows),
-// every scale mode (x per tensor / per row x w per tensor / per channel), both outputs (bf16; e4m3
-// with a static per-tensor scale, saturation included), both activations, every tile config and
-// the heuristic, and bad arguments rejected before any launch (the poisoned output stays
+// every scale mode (x per tensor / per row x w per tensor / per channel), every output (bf16; e4m3
+// with a static per-tensor scale, saturation included; e4m3 with dynamic per-row scales through the
+// workspace overload, NaN and all-zero rows, inside a CUDA graph), both activations, every tile
+// config and the heuristic, and bad arguments rejected before any launch (the poisoned output stays
 // untouched). `GatedUpFp8Sanitizer.*` is the small set run under compute-sanitizer. Every test
 // skips, saying so, without a GPU; on a device other than compute capability 9.0 the test checks
 // the "not supported" error instead.
@@ -28,6 +29,7 @@
 #include "common/fp8_host.h"
 #include "common/host_float.h"
 #include "gated_up/reference_fp8.h"
+#include "gated_up/rowwise_fp8.h"
 #include "gated_up/tile_configs_fp8_sm90.h"
 #include "testing/gtest/gtest_util.h"
 #include "testing/testing.h"
@@ -114,6 +116,20 @@ struct Problem {
   }
 };
 
+// A bf16 h [M, U] (row stride ldo) against the reference: 2 bf16 ulps plus the accumulation bound.
+void expect_bf16_close(const Problem& P, const std::vector<uint16_t>& h, int64_t ldo, const std::string& what) {
+  const Case& c = P.c;
+  testing::CompareStats st;
+  for (int64_t m = 0; m < c.M; ++m)
+    for (int64_t j = 0; j < c.U; ++j) {
+      const size_t i = size_t(m * c.U + j);
+      const double r = P.ref[i];
+      st.add(m, j, host::to_float(DType::kBF16, h[size_t(m * ldo + j)]), r,
+             2 * testing::unit_roundoff(DType::kBF16) * std::fabs(r) + kAccEps * P.sens[i] + 1e-30);
+    }
+  testing::expect_close(st, what, 1e-2);
+}
+
 // bf16 output: every element against the reference, the row padding still poisoned.
 void check_bf16(const Problem& P, int tile_config) {
   const Case& c = P.c;
@@ -127,20 +143,12 @@ void check_bf16(const Problem& P, int tile_config) {
   BF_CUDA_CHECK(cudaDeviceSynchronize());
   testing::to_host(out, h.data());
   const std::string what = "bf16 out, tile " + std::to_string(tile_config) + ", " + describe(c, P.seed);
-  testing::CompareStats st;
   int64_t pad_written = 0, first_pad = -1;
-  for (int64_t m = 0; m < c.M; ++m) {
-    for (int64_t j = 0; j < c.U; ++j) {
-      const size_t i = size_t(m * c.U + j);
-      const double r = P.ref[i];
-      st.add(m, j, host::to_float(DType::kBF16, h[size_t(m * ldo + j)]), r,
-             2 * testing::unit_roundoff(DType::kBF16) * std::fabs(r) + kAccEps * P.sens[i] + 1e-30);
-    }
+  for (int64_t m = 0; m < c.M; ++m)
     for (int64_t j = c.U; j < ldo; ++j)
       if (h[size_t(m * ldo + j)] != kPoison && pad_written++ == 0) first_pad = m * ldo + j;
-  }
   EXPECT_EQ(pad_written, 0) << what << ": padding written, first at (" << first_pad / ldo << ", " << first_pad % ldo << ")";
-  testing::expect_close(st, what, 1e-2);
+  expect_bf16_close(P, h, ldo, what);
 }
 
 // e4m3 output with a static per-tensor scale: the dequantised result float(q)·s against the
@@ -182,6 +190,89 @@ void check_e4m3(const Problem& P, int tile_config, double scale_div = 300) {
   testing::expect_close(st, what, 5e-2);
 }
 
+// The buffers of one dynamic-scale call: out (e4m3, rows padded to ld % 16 == 0, NaN-poisoned),
+// its M scales (and 4 more past them, poisoned), the workspace (poisoned).
+struct DynamicOut {
+  int64_t M, U, ldo;
+  std::vector<uint8_t> hout;
+  std::vector<float> hscale;
+  std::vector<uint16_t> hws;
+  DevBuf out, scale, ws;
+  static constexpr float kScalePoison = -12345.0f;
+
+  DynamicOut(int64_t m, int64_t u, int64_t o_pad)
+      : M(m), U(u), ldo(u + o_pad + (16 - (u + o_pad) % 16) % 16),
+        hout(size_t(std::max<int64_t>(m, 1) * ldo), 0x7f), hscale(size_t(m + 4), kScalePoison),
+        hws(gated_up_fp8_workspace_size(m, u, Fp8ScaleMode::kDynamicPerRow) / 2, testing::nan_bits(DType::kBF16)) {
+    out = testing::to_device(hout.data(), hout.size());
+    scale = testing::to_device(hscale.data(), hscale.size() * 4);
+    ws = testing::to_device(hws.data(), std::max<size_t>(hws.size() * 2, 2));
+  }
+  Fp8Matrix matrix() { return Fp8Matrix{out.data(), M, U, ldo}; }
+  Fp8Scale fp8_scale() { return Fp8Scale{Fp8ScaleMode::kDynamicPerRow, reinterpret_cast<float*>(scale.data())}; }
+  size_t ws_bytes() const { return hws.size() * 2; }
+  void fetch() {
+    BF_CUDA_CHECK(cudaDeviceSynchronize());
+    testing::to_host(out, hout.data());
+    testing::to_host(scale, hscale.data());
+    testing::to_host(ws, hws.data());
+  }
+  // The row kernel's part, bit for bit from the workspace's bf16 h (the GEMM's output, checked
+  // against the reference separately): scale[m] from the row's largest finite |h|, every q from
+  // host::fp8_quantize; the row padding and the scales past M untouched. Returns the mismatches.
+  int64_t expect_quantised_exactly(const std::string& what) const {
+    int64_t bad = 0;
+    for (int64_t m = 0; m < M; ++m) {
+      float amax = 0.0f;
+      for (int64_t j = 0; j < U; ++j) {
+        const float v = host::bf16_to_float(hws[size_t(m * U + j)]);
+        if (std::isfinite(v)) amax = std::max(amax, std::fabs(v));
+      }
+      const float s = host::fp8_dynamic_scale(amax);
+      if (std::memcmp(&s, &hscale[size_t(m)], 4) != 0 && bad++ < 5)
+        ADD_FAILURE() << what << ": scale[" << m << "] = " << hscale[size_t(m)] << ", want " << s << " (amax " << amax << ")";
+      for (int64_t j = 0; j < U; ++j) {
+        const uint8_t want = host::fp8_quantize(host::bf16_to_float(hws[size_t(m * U + j)]), s);
+        const uint8_t got = hout[size_t(m * ldo + j)];
+        if (got != want && bad++ < 5)
+          ADD_FAILURE() << what << ": out(" << m << ", " << j << ") = 0x" << std::hex << int(got) << ", want 0x" << int(want)
+                        << std::dec << " (h " << host::bf16_to_float(hws[size_t(m * U + j)]) << ", scale " << s << ")";
+      }
+      for (int64_t j = U; j < ldo; ++j)
+        if (hout[size_t(m * ldo + j)] != 0x7f && bad++ < 5) ADD_FAILURE() << what << ": padding of row " << m << " written";
+    }
+    for (int64_t m = M; m < M + 4; ++m)
+      if (hscale[size_t(m)] != kScalePoison && bad++ < 5) ADD_FAILURE() << what << ": scale[" << m << "] past M written";
+    EXPECT_EQ(bad, 0) << what;
+    return bad;
+  }
+};
+
+// e4m3 output with dynamic per-row scales: the workspace's bf16 h against the reference (as the
+// bf16 output), the row kernel's scales and bytes bit for bit from that h, and each row's scale
+// against the reference's own (its amax over 448, within the bf16 rounding and the accumulation).
+void check_e4m3_dynamic(const Problem& P, int tile_config) {
+  const Case& c = P.c;
+  DynamicOut d(c.M, c.U, c.o_pad);
+  GatedUpFp8Options opt;
+  opt.tile_config = tile_config;
+  gated_up_fp8(P.x(), P.xs(), P.w(), P.ws(), d.matrix(), d.fp8_scale(), c.act, d.ws.data(), d.ws_bytes(), nullptr, opt);
+  d.fetch();
+  const std::string what = "e4m3 out, dynamic scales, tile " + std::to_string(tile_config) + ", " + describe(c, P.seed);
+  expect_bf16_close(P, d.hws, c.U, what + " (workspace h)");
+  d.expect_quantised_exactly(what);
+  for (int64_t m = 0; m < c.M; ++m) {
+    double amax = 0, slack = 0;
+    for (int64_t j = 0; j < c.U; ++j) {
+      const size_t i = size_t(m * c.U + j);
+      if (std::fabs(P.ref[i]) > amax) amax = std::fabs(P.ref[i]), slack = kAccEps * P.sens[i];
+    }
+    const double want = amax > 0 ? amax / kFp8E4M3Max : 1.0;
+    EXPECT_NEAR(d.hscale[size_t(m)], want, 2 * testing::unit_roundoff(DType::kBF16) * want + slack / kFp8E4M3Max + 1e-30)
+        << what << ": row " << m;
+  }
+}
+
 // ---- every scale mode x activation x output x tile config, on odd shapes -----------------------
 using ModeParam = std::tuple<bool, bool, Activation>;
 class GatedUpFp8Modes : public ::testing::TestWithParam<ModeParam> {};
@@ -199,7 +290,10 @@ TEST_P(GatedUpFp8Modes, EveryTileConfigBothOutputs) {
     const Problem P(c, testing::fresh_seed());
     for (int cfg = -1; cfg < kNumSm90Fp8TileConfigs; ++cfg) {
       check_bf16(P, cfg);
-      if (c.U % 16 == 0) check_e4m3(P, cfg);
+      if (c.U % 16 == 0) {
+        check_e4m3(P, cfg);
+        check_e4m3_dynamic(P, cfg);
+      }
     }
   }
 }
@@ -221,6 +315,7 @@ TEST(GatedUpFp8Gpu, LlamaSizedKAndManyTiles) {
   for (int cfg = -1; cfg < kNumSm90Fp8TileConfigs; ++cfg) {
     check_bf16(P, cfg);
     check_e4m3(P, cfg);
+    check_e4m3_dynamic(P, cfg);
   }
 }
 
@@ -231,6 +326,7 @@ TEST(GatedUpFp8Gpu, StridedViewsLeavePaddingAlone) {
   for (int cfg = -1; cfg < kNumSm90Fp8TileConfigs; ++cfg) {
     check_bf16(P, cfg);
     check_e4m3(P, cfg);
+    check_e4m3_dynamic(P, cfg);
   }
 }
 
@@ -239,6 +335,80 @@ TEST(GatedUpFp8Gpu, E4m3OutputSaturates) {
   // s = max|h| / 1000: the largest outputs are above 448 and must come out as ±448, not NaN.
   const Problem P(Case{130, 512, 80, false, true, Activation::kSiLU}, testing::fresh_seed());
   for (int cfg = -1; cfg < kNumSm90Fp8TileConfigs; ++cfg) check_e4m3(P, cfg, 1000);
+}
+
+// Wide rows (U = 33024 > 32768: the row kernel reads them twice) and a row kernel grid smaller than M
+// (a grid-stride loop: 1200 rows of U = 8192 take 256-thread blocks, 8 per SM, 1056 on an H100).
+TEST(GatedUpFp8Gpu, DynamicScalesWideRowsAndManyRows) {
+  SKIP_UNLESS_FP8();
+  check_e4m3_dynamic(Problem(Case{5, 64, 33024, true, true, Activation::kSiLU}, testing::fresh_seed()), -1);
+  const int sms = detail::current_device_spec().sm_count;
+  ASSERT_LT(detail::rowwise_fp8_config(8192 / 8, 1200, sms).blocks, 1200) << "not a grid-stride case on this GPU";
+  check_e4m3_dynamic(Problem(Case{1200, 64, 8192, false, true, Activation::kGeluTanh}, testing::fresh_seed()), -1);
+}
+
+// A NaN in one token's x makes that row's h NaN: its scale is 1 and its bytes NaN, the other rows
+// untouched by it; a row of zeros gets scale 1 and zeros.
+TEST(GatedUpFp8Gpu, DynamicScalesNaNAndZeroRows) {
+  SKIP_UNLESS_FP8();
+  Case c{9, 128, 96, true, true, Activation::kSiLU};
+  Problem P(c, testing::fresh_seed());
+  P.hx[size_t(3 * P.ldx + 17)] = 0x7f;                                       // NaN in row 3
+  std::fill(P.hx.begin() + 6 * P.ldx, P.hx.begin() + 6 * P.ldx + c.K, 0);  // row 6 all zero
+  P.dx = testing::to_device(P.hx.data(), P.hx.size());
+  DynamicOut d(c.M, c.U, 0);
+  gated_up_fp8(P.x(), P.xs(), P.w(), P.ws(), d.matrix(), d.fp8_scale(), c.act, d.ws.data(), d.ws_bytes());
+  d.fetch();
+  const std::string what = "NaN row 3, zero row 6, " + describe(c, P.seed);
+  d.expect_quantised_exactly(what);
+  EXPECT_EQ(d.hscale[3], 1.0f) << what;
+  EXPECT_EQ(d.hscale[6], 1.0f) << what;
+  for (int64_t j = 0; j < c.U; ++j) {
+    EXPECT_EQ(d.hout[size_t(3 * d.ldo + j)] & 0x7f, 0x7f) << what << ": (3, " << j << ") not NaN";
+    EXPECT_EQ(d.hout[size_t(6 * d.ldo + j)] & 0x7f, 0) << what << ": (6, " << j << ") not zero";
+  }
+  for (int64_t m : {0, 2, 4, 8}) {
+    EXPECT_GT(d.hscale[size_t(m)], 0.0f) << what << ": row " << m;
+    EXPECT_NE(d.hscale[size_t(m)], 1.0f) << what << ": row " << m << " lost its scale";
+  }
+}
+
+// The two launches captured in a CUDA graph and replayed with new x: no host sync, every replay
+// right.
+TEST(GatedUpFp8Gpu, DynamicScalesInACudaGraph) {
+  SKIP_UNLESS_FP8();
+  Case c{33, 256, 208, true, true, Activation::kSiLU};
+  Problem P(c, testing::fresh_seed());
+  DynamicOut d(c.M, c.U, 0);
+  cudaStream_t s;
+  BF_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  BF_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  gated_up_fp8(P.x(), P.xs(), P.w(), P.ws(), d.matrix(), d.fp8_scale(), c.act, d.ws.data(), d.ws_bytes(), s);
+  BF_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+  BF_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  for (int replay = 0; replay < 2; ++replay) {
+    // New x (same buffer) and the reference for it.
+    const Problem Q(c, testing::fresh_seed());
+    BF_CUDA_CHECK(cudaMemcpy(P.dx.data(), Q.hx.data(), Q.hx.size(), cudaMemcpyHostToDevice));
+    BF_CUDA_CHECK(cudaMemcpy(P.dsx.data(), Q.hsx.data(), Q.hsx.size() * 4, cudaMemcpyHostToDevice));
+    Problem R = Problem(c, Q.seed);  // the same inputs as Q...
+    R.hw = P.hw;                     // ...with P's weights and weight scales, which the graph reads
+    R.hsw = P.hsw;
+    GatedUpFp8HostProblem hp{R.hx.data(), R.hw.data(), c.M, c.K, c.U, R.ldx, R.ldw, R.hsx.data(), R.hsw.data(),
+                             c.x_per_row, c.w_per_channel, c.act};
+    gated_up_fp8_reference_host_f32(hp, R.ref.data(), c.U, R.sens.data());
+    BF_CUDA_CHECK(cudaGraphLaunch(ge, s));
+    BF_CUDA_CHECK(cudaStreamSynchronize(s));
+    d.fetch();
+    const std::string what = "graph replay " + std::to_string(replay) + ", " + describe(c, Q.seed);
+    expect_bf16_close(R, d.hws, c.U, what + " (workspace h)");
+    d.expect_quantised_exactly(what);
+  }
+  BF_CUDA_CHECK(cudaGraphExecDestroy(ge));
+  BF_CUDA_CHECK(cudaGraphDestroy(g));
+  BF_CUDA_CHECK(cudaStreamDestroy(s));
 }
 
 TEST(GatedUpFp8Gpu, EmptyProblemLaunchesNothing) {
@@ -295,10 +465,31 @@ TEST(GatedUpFp8Gpu, BadArgumentsNeedingDeviceMemory) {
   expect_arg_error([&] { gated_up_fp8(P.x(), P.xs(), P.w(), P.ws(), Fp8Matrix{out.data(), c.M, c.U, c.U + 16 - c.U % 16},
                                       Fp8Scale{Fp8ScaleMode::kDynamicPerRow, reinterpret_cast<float*>(ds.data())}, Activation::kSiLU); },
                    "out_scale", "kDynamicPerRow");
+  // The dynamic output's workspace and scales: device memory, overlapping nothing else.
+  {
+    const Fp8Matrix O8{out.data(), c.M, c.U, c.U};  // U = 32: ld 32 is a multiple of 16
+    DevBuf scales(size_t(c.M) * 4), ws(gated_up_fp8_workspace_size(c.M, c.U, Fp8ScaleMode::kDynamicPerRow));
+    const Fp8Scale S{Fp8ScaleMode::kDynamicPerRow, reinterpret_cast<float*>(scales.data())};
+    std::vector<unsigned char> host_ws(ws.size());
+    expect_arg_error([&] { gated_up_fp8(P.x(), P.xs(), P.w(), P.ws(), O8, S, Activation::kSiLU, host_ws.data(), host_ws.size()); },
+                     "workspace", "device memory");
+    expect_arg_error([&] { gated_up_fp8(P.x(), P.xs(), P.w(), P.ws(), O8, S, Activation::kSiLU, P.dw.data(), ws.size()); },
+                     "workspace", "overlap");  // the workspace is w
+    expect_arg_error([&] { gated_up_fp8(P.x(), P.xs(), P.w(), P.ws(), O8, S, Activation::kSiLU, out.data(), ws.size()); },
+                     "out", "overlap");  // the workspace is out (validate's checks of out come first)
+    expect_arg_error([&] { gated_up_fp8(P.x(), P.xs(), P.w(), P.ws(), O8,
+                                        Fp8Scale{Fp8ScaleMode::kDynamicPerRow, reinterpret_cast<float*>(P.dx.data())},
+                                        Activation::kSiLU, ws.data(), ws.size()); },
+                     "out_scale", "overlap");  // the scales written over x
+    expect_arg_error([&] { gated_up_fp8(P.x(), P.xs(), P.w(), P.ws(), O8,
+                                        Fp8Scale{Fp8ScaleMode::kDynamicPerRow, reinterpret_cast<float*>(ws.data())},
+                                        Activation::kSiLU, ws.data(), ws.size()); },
+                     "workspace", "overlap");  // the scales inside the workspace
+  }
   unchanged();
 }
 
-// The small, fast set compute-sanitizer runs (scripts/sanitize): both outputs, both tile configs,
+// The small, fast set compute-sanitizer runs (scripts/sanitize): every output, both tile configs,
 // tails in M, U and K, per-row and per-channel scales (their reads stop at M and 2U).
 TEST(GatedUpFp8Sanitizer, SmallShapes) {
   SKIP_UNLESS_FP8();
@@ -306,6 +497,7 @@ TEST(GatedUpFp8Sanitizer, SmallShapes) {
   for (int cfg = 0; cfg < kNumSm90Fp8TileConfigs; ++cfg) {
     check_bf16(P, cfg);
     check_e4m3(P, cfg);
+    check_e4m3_dynamic(P, cfg);
   }
 }
 

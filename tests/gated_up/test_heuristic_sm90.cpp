@@ -1,9 +1,12 @@
-// The sm90a tile heuristic (src/gated_up/heuristic_sm90.cpp): a pure function of (M, K, U, device).
-// Two kinds of checks, kept apart so a retune after the H100 measurements only touches the first:
-//   * the documented rules, on named cases: the 128x256 cooperative tile (config 0) for the
-//     issue's target grid (Llama-3 8B/70B/405B at 1024/4096/16384 tokens) on an H100 and an H200;
-//     not config 0 for a single 128-token chunk, where its 2x1 cluster pads the one M tile to two
-//     and its 2U/256 weight panels leave SMs idle;
+// The sm90a tile heuristic (src/gated_up/heuristic_sm90.cpp): a pure function of (M, K, U, device):
+// the measured table's row where it has one, else the cost model's. Three kinds of checks, kept apart
+// so a retune after the H100 measurements only touches the first two:
+//   * the cost model's documented rules, on named cases (sm90_cheapest_tile_config, which decides
+//     wherever the table does not): the 128x256 cooperative tile (config 0) for the issue's target
+//     grid (Llama-3 8B/70B/405B at 1024/4096/16384 tokens) on an H100 and an H200; not config 0 for
+//     a single 128-token chunk, where its 2x1 cluster pads the one M tile to two and its 2U/256
+//     weight panels leave SMs idle;
+//   * the committed measured table: the heuristic returns its row at each of its points;
 //   * invariants any heuristic must keep, over a sweep of M = 1..70000, the Llama MLP shapes and
 //     SM counts: a valid index, purity, no crash on degenerate inputs.
 #include <gtest/gtest.h>
@@ -30,29 +33,34 @@ constexpr int kLarge = 0;      // cooperative 128x256, cluster 2x1
 constexpr int kPingpong = 1;   // ping-pong 128x128, cluster 2x1
 constexpr int kOneMTile = 2;   // ping-pong 128x128, cluster 1x2
 
+// The cost model alone (what the heuristic falls back to off the measured table).
+int model(const GatedUpProblem& p, const DeviceSpec& dev) {
+  return sm90_cheapest_tile_config(kSm90TileConfigs, kNumSm90TileConfigs, p, dev);
+}
+
 TEST(HeuristicSm90, TargetGridPicksTheLargeTile) {
   for (const DeviceSpec& dev : {kH100, kH200})
     for (auto [k, u] : kTargetShapes)
       for (int64_t m : {1024, 4096, 16384})
-        EXPECT_EQ(choose_gated_up_sm90_tile_config({m, k, u}, dev), kLarge) << "M=" << m << " K=" << k << " U=" << u;
+        EXPECT_EQ(model({m, k, u}, dev), kLarge) << "M=" << m << " K=" << k << " U=" << u;
 }
 
 TEST(HeuristicSm90, OneChunkOf128TokensAvoidsTheClusteredTile) {
   // One M tile: both 2x1-cluster rows would pad it to two, so the 1x2 row (M = 1: decode-sized).
   for (auto [k, u] : kTargetShapes)
     for (int64_t m : {1, 64, 128})
-      EXPECT_EQ(choose_gated_up_sm90_tile_config({m, k, u}, kH100), kOneMTile) << "M=" << m << " K=" << k;
+      EXPECT_EQ(model({m, k, u}, kH100), kOneMTile) << "M=" << m << " K=" << k;
 }
 
 TEST(HeuristicSm90, ChunksOf512TokensFollowTheMeasurements) {
   // H100, 2026-11-22, 512 tokens: Llama-3 8B (K = 4096) ping-pong 738 vs 677 TFLOP/s for the
   // large tile (4 x 112 tiles of 128x256 = 3.4 waves -> 4; 4 x 224 of 128x128 = 6.8 -> 7);
   // 70B and 405B (K = 8192, 16384): the large tile, 777 vs 739 and 725 vs 617.
-  EXPECT_EQ(choose_gated_up_sm90_tile_config({512, 4096, 14336}, kH100), kPingpong);
-  EXPECT_EQ(choose_gated_up_sm90_tile_config({512, 8192, 28672}, kH100), kLarge);
-  EXPECT_EQ(choose_gated_up_sm90_tile_config({512, 16384, 53248}, kH100), kLarge);
+  EXPECT_EQ(model({512, 4096, 14336}, kH100), kPingpong);
+  EXPECT_EQ(model({512, 8192, 28672}, kH100), kLarge);
+  EXPECT_EQ(model({512, 16384, 53248}, kH100), kLarge);
   // Gemma-2 27B (K = 4608): the large tile, 761 vs 703.
-  EXPECT_EQ(choose_gated_up_sm90_tile_config({512, 4608, 36864}, kH100), kLarge);
+  EXPECT_EQ(model({512, 4608, 36864}, kH100), kLarge);
 }
 
 TEST(HeuristicSm90, TileCountMatchesTheScheduler) {
@@ -112,13 +120,73 @@ TEST(HeuristicSm90, InvariantsOverASweep) {
         ASSERT_GE(c, 0);
         ASSERT_LT(c, kNumSm90TileConfigs);
         ASSERT_EQ(c, choose_gated_up_sm90_tile_config(p, dev)) << "not pure";
-        ASSERT_FALSE(kSm90TileConfigs[c].stream_k) << "stream-K rows are opt-in until measured";
+        ASSERT_FALSE(kSm90TileConfigs[c].stream_k) << "stream-K rows are opt-in (they need a workspace)";
       }
     }
   }
   // Degenerate inputs the dispatcher never passes still give a valid index.
   const int c = choose_gated_up_sm90_tile_config({0, 8, 8}, kH100);
   EXPECT_TRUE(c >= 0 && c < kNumSm90TileConfigs);
+}
+
+// The measured-table lookup (sm90_measured_tile_config) on a table made here: a measured M gives its
+// row, between two measured Ms their row if they agree and the model otherwise, outside the range,
+// another shape or another SM count the model; stream-K and out-of-table rows are never returned.
+TEST(HeuristicSm90, MeasuredTableLookup) {
+  const Sm90MeasuredPoint t[] = {
+      {4096, 14336, 512, kPingpong}, {4096, 14336, 1024, kLarge}, {4096, 14336, 4096, kLarge},
+      {4096, 14336, 16384, 3 /* stream-K */}, {4096, 14336, 65536, 3},
+      {8192, 28672, 128, kOneMTile}, {8192, 28672, 1024, kOneMTile}, {8192, 28672, 2048, 99 /* not a row */},
+  };
+  const int n = int(sizeof(t) / sizeof(t[0]));
+  auto at = [&](int64_t m, int64_t k, int64_t u, const DeviceSpec& dev = kH100) {
+    return sm90_measured_tile_config(t, n, 132, kSm90TileConfigs, kNumSm90TileConfigs, {m, k, u}, dev);
+  };
+  EXPECT_EQ(at(512, 4096, 14336), kPingpong);     // measured
+  EXPECT_EQ(at(1024, 4096, 14336), kLarge);       // measured
+  EXPECT_EQ(at(700, 4096, 14336), -1);            // between 512 (pp) and 1024 (large): the model
+  EXPECT_EQ(at(3000, 4096, 14336), kLarge);       // between two large points
+  EXPECT_EQ(at(4096, 4096, 14336), kLarge);
+  EXPECT_EQ(at(16384, 4096, 14336), -1);          // stream-K measured: needs a workspace, so the model
+  EXPECT_EQ(at(30000, 4096, 14336), -1);          // between two stream-K points
+  EXPECT_EQ(at(256, 4096, 14336), -1);            // below the measured range
+  EXPECT_EQ(at(100000, 4096, 14336), -1);         // above it
+  EXPECT_EQ(at(512, 4096, 11008), -1);            // another shape
+  EXPECT_EQ(at(512, 4096, 14336, kH100Pcie), -1); // another SM count
+  EXPECT_EQ(at(500, 8192, 28672), kOneMTile);
+  EXPECT_EQ(at(2048, 8192, 28672), -1);           // not a row of kSm90TileConfigs
+  EXPECT_EQ(sm90_measured_tile_config(nullptr, 0, 132, kSm90TileConfigs, kNumSm90TileConfigs, {512, 4096, 14336}, kH100), -1);
+  // Rows are checked against the table given: row 2 exists in the 16-bit table, not in a 2-row one.
+  EXPECT_EQ(sm90_measured_tile_config(t, n, 132, kSm90TileConfigs, 2, {500, 8192, 28672}, kH100), -1);
+  // The heuristic with the committed table is still a valid, pure choice (InvariantsOverASweep) and
+  // follows the measured row wherever the lookup returns one.
+  for (auto [k, u] : kLlamaShapes)
+    for (int64_t m = 1; m <= 70000; m = m < 64 ? m + 1 : m * 5 / 4) {
+      const int c = choose_gated_up_sm90_tile_config({m, k, u}, kH100);
+      const int cm = sm90_cheapest_tile_config(kSm90TileConfigs, kNumSm90TileConfigs, {m, k, u}, kH100);
+      ASSERT_TRUE(c == cm || !kSm90TileConfigs[c].stream_k) << "M=" << m;
+    }
+}
+
+// The committed table (heuristic_sm90.cpp's kSm90Measured, from scripts/tile-table --emit-cpp): well
+// formed, and the heuristic returns its row at each of its points on a device of its SM count and the
+// model's on another. Empty until issue 16's sweep has run: then only the shape checks are vacuous.
+TEST(HeuristicSm90, FollowsTheCommittedTable) {
+  const Sm90MeasuredTable t = sm90_measured_table();
+  ASSERT_GE(t.n, 0);
+  ASSERT_TRUE(t.n == 0 || t.points != nullptr);
+  EXPECT_EQ(t.sms, kH100.sm_count);
+  for (int i = 0; i < t.n; ++i) {
+    const Sm90MeasuredPoint& q = t.points[i];
+    ASSERT_TRUE(q.k > 0 && q.k % 8 == 0 && q.u > 0 && q.u % 8 == 0 && q.m > 0) << "point " << i;
+    ASSERT_TRUE(q.row >= 0 && q.row < kNumSm90TileConfigs) << "point " << i << ": row " << q.row;
+    EXPECT_FALSE(kSm90TileConfigs[q.row].stream_k) << "point " << i << ": the heuristic cannot use a stream-K row";
+    for (int j = 0; j < i; ++j)
+      ASSERT_FALSE(t.points[j].k == q.k && t.points[j].u == q.u && t.points[j].m == q.m) << "points " << j << ", " << i;
+    const GatedUpProblem p{q.m, q.k, q.u};
+    EXPECT_EQ(choose_gated_up_sm90_tile_config(p, kH100), q.row) << "M=" << q.m << " K=" << q.k << " U=" << q.u;
+    EXPECT_EQ(choose_gated_up_sm90_tile_config(p, kH100Pcie), model(p, kH100Pcie)) << "another SM count: the model";
+  }
 }
 
 TEST(HeuristicSm90, TableIsWhatTheKernelSupports) {

@@ -1,4 +1,5 @@
-// Every argument check of gated_up_fp8(), both outputs: each bad call throws blockfuse::Error whose
+// Every argument check of gated_up_fp8(), every output (bf16; e4m3 with a static or a dynamic
+// per-row scale, the latter through the workspace overload): each bad call throws blockfuse::Error whose
 // message names the argument (in quotes), shows its value and says what is required — before
 // anything is launched. Runs with or without a GPU: shape, alignment, scale and option errors are
 // detected before any CUDA call, so fake, never-dereferenced "device" addresses are enough; the
@@ -29,26 +30,39 @@ struct Call {
   Fp8Matrix out8{fake(5), 16, 32, 32};
   Fp8Scale os{Fp8ScaleMode::kStaticPerTensor, fake_f(6)};
   bool fp8_out = false;
+  bool with_workspace = false;  // the e4m3 overload with a workspace (dynamic per-row scales)
+  void* workspace = fake(7);
+  size_t workspace_bytes = size_t(1) << 40;  // large enough for every shape the tests make
   Activation act = Activation::kSiLU;
   GatedUpFp8Options opt;
   void operator()() const {
-    if (fp8_out)
+    if (fp8_out && with_workspace)
+      gated_up_fp8(x, xs, w, ws, out8, os, act, workspace, workspace_bytes, nullptr, opt);
+    else if (fp8_out)
       gated_up_fp8(x, xs, w, ws, out8, os, act, nullptr, opt);
     else
       gated_up_fp8(x, xs, w, ws, out, act, nullptr, opt);
+  }
+  // The e4m3 output with dynamic per-row scales through the workspace overload.
+  Call& dynamic() {
+    fp8_out = with_workspace = true;
+    os.mode = Fp8ScaleMode::kDynamicPerRow;
+    return *this;
   }
   // Keeps the output shapes in step for tests that change M or U.
   Call& rows(int64_t m) { x.rows = out.rows = out8.rows = m; return *this; }
   Call& cols_u(int64_t u) { out.cols = out8.cols = u; w.rows = 2 * u; return *this; }
 };
 
-// Both outputs: every input check must hold for each.
+// Every output (bf16; e4m3 static; e4m3 dynamic per row through the workspace overload): every
+// input check must hold for each.
 template <class F>
 void both(F&& f) {
-  for (bool o : {false, true}) {
+  for (int o : {0, 1, 2}) {
     Call c;
-    c.fp8_out = o;
-    SCOPED_TRACE(o ? "e4m3 output" : "bf16 output");
+    c.fp8_out = o > 0;
+    if (o == 2) c.dynamic();
+    SCOPED_TRACE(o == 0 ? "bf16 output" : o == 1 ? "e4m3 output" : "e4m3 output, dynamic per-row scales");
     f(c);
   }
 }
@@ -107,9 +121,34 @@ TEST(GatedUpFp8Validation, Scales) {
   { Call c; c.fp8_out = true; c.os.scale = nullptr; expect_arg_error(c, "out_scale", "null"); }
   { Call c; c.fp8_out = true; c.os.mode = static_cast<Fp8ScaleMode>(7); expect_arg_error(c, "out_scale", "7"); }
   { Call c; c.fp8_out = true; c.os.scale = reinterpret_cast<float*>(static_cast<char*>(fake(6)) + 1); expect_arg_error(c, "out_scale", "4-byte"); }
-  // The dynamic per-row output scale is not implemented: a clear error, whatever the other arguments.
+  // Dynamic per-row output scales need the workspace overload: without it, a clear error whatever the
+  // other arguments.
   { Call c; c.fp8_out = true; c.os.mode = Fp8ScaleMode::kDynamicPerRow; expect_arg_error(c, "out_scale", "kDynamicPerRow"); }
-  { Call c; c.fp8_out = true; c.os.mode = Fp8ScaleMode::kDynamicPerRow; c.rows(0); expect_arg_error(c, "out_scale", "does not implement"); }
+  { Call c; c.fp8_out = true; c.os.mode = Fp8ScaleMode::kDynamicPerRow; c.rows(0); expect_arg_error(c, "out_scale", "workspace"); }
+  // With it: M scales written, so a null pointer asks for M floats.
+  { Call c; c.dynamic(); c.os.scale = nullptr; expect_arg_error(c, "out_scale", "16 floats"); }
+  { Call c; c.dynamic(); c.os.scale = reinterpret_cast<float*>(static_cast<char*>(fake(6)) + 2); expect_arg_error(c, "out_scale", "4-byte"); }
+}
+
+// The workspace of the dynamic per-row e4m3 output: h in bf16, M·U·2 bytes rounded up to 256.
+TEST(GatedUpFp8Validation, DynamicOutputWorkspace) {
+  EXPECT_EQ(gated_up_fp8_workspace_size(16, 32, Fp8ScaleMode::kDynamicPerRow), 1024u);
+  EXPECT_EQ(gated_up_fp8_workspace_size(3, 48, Fp8ScaleMode::kDynamicPerRow), 512u);  // 288 -> 512
+  EXPECT_EQ(gated_up_fp8_workspace_size(4096, 14336, Fp8ScaleMode::kDynamicPerRow), size_t(4096) * 14336 * 2);
+  EXPECT_EQ(gated_up_fp8_workspace_size(0, 14336, Fp8ScaleMode::kDynamicPerRow), 0u);
+  EXPECT_EQ(gated_up_fp8_workspace_size(4096, 14336, Fp8ScaleMode::kStaticPerTensor), 0u);
+  expect_arg_error([] { gated_up_fp8_workspace_size(-1, 32, Fp8ScaleMode::kDynamicPerRow); }, "m", "-1");
+  expect_arg_error([] { gated_up_fp8_workspace_size(16, -8, Fp8ScaleMode::kDynamicPerRow); }, "u", "-8");
+  expect_arg_error([] { gated_up_fp8_workspace_size(16, 32, static_cast<Fp8ScaleMode>(9)); }, "out_scale_mode", "9");
+  expect_arg_error([] { gated_up_fp8_workspace_size(int64_t(1) << 30, int64_t(1) << 20, Fp8ScaleMode::kDynamicPerRow); },
+                   "m", "2^40");
+  // The call checks it before anything else that needs the runtime: null, too small, misaligned.
+  { Call c; c.dynamic(); c.workspace = nullptr; expect_arg_error(c, "workspace", "null"); }
+  { Call c; c.dynamic(); c.workspace_bytes = 1023; expect_arg_error(c, "workspace", "1023 bytes"); }
+  { Call c; c.dynamic(); c.workspace = static_cast<char*>(fake(7)) + 8; expect_arg_error(c, "workspace", "16-byte"); }
+  // A static scale through the same overload needs no workspace; the rest of the call is still checked.
+  { Call c; c.fp8_out = c.with_workspace = true; c.workspace = nullptr; c.workspace_bytes = 0; c.w.rows = 66;
+    expect_arg_error(c, "w", "66"); }
 }
 
 TEST(GatedUpFp8Validation, ActivationAndOptions) {
@@ -125,6 +164,8 @@ TEST(GatedUpFp8Validation, EmptyProblemIsANoOp) {
   if (!gated_up_fp8_has_sm90()) GTEST_SKIP() << "this build has no FP8 kernel: every call is 'not supported'";
   both([](Call c) {
     c.rows(0);
+    c.workspace = nullptr;  // M = 0: the dynamic output's workspace is 0 bytes
+    c.workspace_bytes = 0;
     EXPECT_NO_THROW(c());
     c.w.rows = 62;
     expect_arg_error(c, "w", "62");

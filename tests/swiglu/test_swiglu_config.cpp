@@ -41,6 +41,44 @@ TEST(SwigluRowConfig, CoversEveryRowWidth) {
     }
 }
 
+// kClusterTwo: from U > 8192 to U = 32768 a CTA per half row, kTwoChunks' shape on the half
+// (ceil(chunks / 2) chunks, 2 per thread, whole warps, no whole idle warp); outside that range
+// kFourShared's shape, no cluster. Every other rule has cluster = 1.
+TEST(SwigluRowConfig, ClusterTwo) {
+  for (int64_t n = 1; n <= 20000; ++n) {
+    const detail::SwigluRowConfig c = detail::swiglu_fp8_row_config(n, SwigluRowRule::kClusterTwo);
+    if (n >= detail::kSwigluClusterMinChunks && n <= detail::kSwigluClusterMaxChunks) {
+      const int64_t half = (n + 1) / 2;
+      ASSERT_EQ(c.cluster, 2) << "chunks " << n;
+      ASSERT_EQ(c.v, 2) << "chunks " << n;
+      ASSERT_EQ(c.threads % 32, 0) << "chunks " << n;
+      ASSERT_LE(c.threads, detail::kSwigluRowMaxThreads) << "chunks " << n;
+      ASSERT_TRUE(c.in_registers) << "chunks " << n;
+      ASSERT_GE(int64_t(c.threads) * c.v, half) << "chunks " << n;
+      ASSERT_LT(int64_t(c.threads - 32) * c.v, half) << "chunks " << n << ": a whole idle warp";
+      ASSERT_EQ(c.stage, 0) << "chunks " << n;
+      ASSERT_EQ(c.smem_bytes, 0) << "chunks " << n;
+    } else {
+      const detail::SwigluRowConfig f = detail::swiglu_fp8_row_config(n, SwigluRowRule::kFourShared);
+      ASSERT_EQ(c.cluster, 1) << "chunks " << n;
+      ASSERT_EQ(std::tie(c.v, c.threads, c.in_registers, c.stage, c.smem_bytes, c.min_blocks),
+                std::tie(f.v, f.threads, f.in_registers, f.stage, f.smem_bytes, f.min_blocks)) << "chunks " << n;
+    }
+    for (SwigluRowRule rule : {SwigluRowRule::kTwoChunks, SwigluRowRule::kFourShared, SwigluRowRule::kFourSharedNext,
+                               SwigluRowRule::kFourSharedThree})
+      ASSERT_EQ(detail::swiglu_fp8_row_config(n, rule).cluster, 1) << "chunks " << n;
+  }
+  // Pinned: U = 14336 -> 448 threads a half, 16384 -> 512, 28672 -> 896.
+  EXPECT_EQ(detail::swiglu_fp8_row_config(14336 / 8, SwigluRowRule::kClusterTwo).threads, 448);
+  EXPECT_EQ(detail::swiglu_fp8_row_config(16384 / 8, SwigluRowRule::kClusterTwo).threads, 512);
+  EXPECT_EQ(detail::swiglu_fp8_row_config(28672 / 8, SwigluRowRule::kClusterTwo).threads, 896);
+  // kAuto takes it only where it was measured ahead: 1-32 rows wider than U = 16384.
+  for (int64_t rows : {1, 32, 33, 2048, 8192})
+    for (int64_t n : {1792, 2048, 2049, 3584})
+      EXPECT_EQ(detail::resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, rows, n) == SwigluRowRule::kClusterTwo,
+                rows <= 32 && n > 2048) << rows << " rows, " << n << " chunks";
+}
+
 TEST(SwigluRowConfig, CommonWidths) {
   struct Want { int64_t u; int v, threads; bool regs; };
   for (const Want w : {Want{4096, 2, 256, true}, Want{8192, 2, 512, true}, Want{14336, 4, 448, true},
@@ -88,7 +126,14 @@ TEST(SwigluRowConfig, AutoRuleFollowsTheMeasuredCrossover) {
   // (wider than 512 threads: kFourSharedThree builds kFourShared's 2-block kernel)
   EXPECT_EQ(detail::swiglu_fp8_row_config(u28k, SwigluRowRule::kFourSharedThree).min_blocks, 1);
   EXPECT_EQ(detail::swiglu_fp8_row_config(u16k, SwigluRowRule::kFourSharedThree).min_blocks, 3);
-  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 1, u28k), SwigluRowRule::kFourShared);
+  // 1-32 rows wider than one SM's registers hold: the 2-CTA cluster; from 33 rows kFourShared.
+  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 1, u28k), SwigluRowRule::kClusterTwo);
+  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 32, u28k), SwigluRowRule::kClusterTwo);
+  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 33, u28k), SwigluRowRule::kFourShared);
+  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 32, u16k), SwigluRowRule::kTwoChunks);
+  EXPECT_EQ(detail::swiglu_fp8_row_config(u28k, SwigluRowRule::kClusterTwo).cluster, 2);
+  // Past U = 32768 the halves no longer fit in registers: kFourShared's shape, one CTA a row.
+  EXPECT_EQ(detail::swiglu_fp8_row_config(40960 / 8, resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 1, 40960 / 8)).cluster, 1);
   EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kTwoChunks, 8192, u28k), SwigluRowRule::kTwoChunks);
   EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kFourSharedNext, 1, u14k), SwigluRowRule::kFourSharedNext);
   // Narrow rows take 2 chunks per thread in registers whatever the rule resolves to.

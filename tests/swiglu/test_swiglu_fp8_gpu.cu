@@ -138,12 +138,14 @@ TEST_P(SwigluFp8Gpu, MatchesReference) {
 // The dynamic scale's row kernel under every shape rule (config.h): 2 chunks per thread (two-pass
 // beyond U = 16384), 4 chunks per thread staged in shared memory from U > 8192 (8200: a partial last
 // set of chunks), with and without the next row's copies (rows 300 > the persistent grid's blocks
-// at U = 28672: every block walks several rows).
+// at U = 28672: every block walks several rows), and split over a 2-CTA cluster (sm_90; elsewhere
+// the rule falls back to kFourShared's shape, which this checks too).
 TEST_P(SwigluFp8Gpu, EveryRowRule) {
   SKIP_WITHOUT_GPU();
   if (std::get<3>(GetParam()) != Fp8ScaleMode::kDynamicPerRow) GTEST_SKIP() << "the rules shape the dynamic-scale kernel only";
   for (auto rule : {detail::SwigluRowRule::kTwoChunks, detail::SwigluRowRule::kFourShared,
-                    detail::SwigluRowRule::kFourSharedNext, detail::SwigluRowRule::kFourSharedThree}) {
+                    detail::SwigluRowRule::kFourSharedNext, detail::SwigluRowRule::kFourSharedThree,
+                    detail::SwigluRowRule::kClusterTwo}) {
     detail::set_swiglu_fp8_row_rule(rule);
     for (int64_t u : {8200, 14336, 28672}) {
       Case c = base();
@@ -153,6 +155,29 @@ TEST_P(SwigluFp8Gpu, EveryRowRule) {
       run_case(c);
     }
   }
+  detail::set_swiglu_fp8_row_rule(detail::kSwigluDefaultRowRule);
+}
+
+// The cluster rule's edges: halves of odd chunk counts (U = 8200: 513 + 512 chunks; U = 28680), the
+// narrowest and widest rows it takes (U = 8200, 32768) and the widths beside them that it leaves to
+// kFourShared (8192, 32776), strided rows, non-finite inputs confined to their row, and more rows
+// than the grid's clusters (2200 rows of U = 16384: 512-thread CTAs, 4 per SM, at most 66 x 4 x 8 =
+// 2112 clusters on 132 SMs), so clusters walk rows past the first and the double-buffered exchange
+// slots are reused.
+TEST_P(SwigluFp8Gpu, ClusterRuleEdges) {
+  SKIP_WITHOUT_GPU();
+  if (std::get<3>(GetParam()) != Fp8ScaleMode::kDynamicPerRow) GTEST_SKIP() << "the rules shape the dynamic-scale kernel only";
+  detail::set_swiglu_fp8_row_rule(detail::SwigluRowRule::kClusterTwo);
+  for (int64_t u : {8192, 8200, 28680, 32768, 32776}) {
+    Case c = base();
+    c.rows = 3;
+    c.u = u;
+    c.in_pad = 8;
+    c.out_pad = 8;
+    run_case(c);
+  }
+  { Case c = base(); c.rows = 7; c.u = 14336; c.nonfinite = true; run_case(c); }
+  { Case c = base(); c.rows = 2200; c.u = 16384; run_case(c); }
   detail::set_swiglu_fp8_row_rule(detail::kSwigluDefaultRowRule);
 }
 
@@ -206,11 +231,13 @@ TEST(SwigluFp8Sanitizer, SmallShapes) {
 }
 
 // The dynamic-scale row kernel staged in shared memory (4 chunks per thread), with and without the
-// next row's copies (400 rows of U = 8200 > the 396-block persistent grid: blocks walk two rows).
+// next row's copies (400 rows of U = 8200 > the 396-block persistent grid: blocks walk two rows), and
+// the cluster rule's kernel (its exchange through distributed shared memory; below sm_90 the rule
+// falls back to the staged shape).
 TEST(SwigluFp8Sanitizer, SharedStagedRowKernel) {
   SKIP_WITHOUT_GPU();
   for (auto rule : {detail::SwigluRowRule::kFourShared, detail::SwigluRowRule::kFourSharedNext,
-                    detail::SwigluRowRule::kFourSharedThree}) {
+                    detail::SwigluRowRule::kFourSharedThree, detail::SwigluRowRule::kClusterTwo}) {
     detail::set_swiglu_fp8_row_rule(rule);
     for (auto layout : {GateUpLayout::kStacked, GateUpLayout::kInterleaved}) {
       Case c;

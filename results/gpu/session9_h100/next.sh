@@ -1,4 +1,8 @@
 #!/usr/bin/env bash
+# RECORD (session 11): these steps ran on an H100 with the six patches applied; five landed and the
+# sixth (add_rmsnorm_staged: slower, docs/decoder-kernels.md) did not, and the patch files were removed
+# (git history before session 11 has them). The script is kept as the record of the commands behind
+# results/gpu/session11_h100/; `apply`, `probe`, `bench-mlp` and `table` need the patch files.
 # The pending patches' device plan in as few calls as possible (written in session 10, which had no
 # device time either; it replaces session 9's fmlp1.sh, staged1.sh and gated_up_grid.sh, whose steps it runs).
 # Steps, in order; "here" = this machine, "device" = a device-tool call from the repo root with the
