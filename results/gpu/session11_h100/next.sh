@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Session 12's device plan for the two pending fused-MLP patches (written in session 11, which had
+# spent its device time; neither has run on a GPU). From the repo root, the five .deps paths of
+# scripts/deps carried:
+#   device: results/gpu/session11_h100/next.sh run    (~7 min) on main, with nothing applied here:
+#     1. applies pending/fused_mlp_bench_sparse_nb.patch (bench only: `--sparse-nb` forces the
+#        union lists' neurons_per_block), builds, and times the sparse rows under the heuristic (0)
+#        and forced 16 / 32 / 64 blocks: does a block alone on an SM stream one fair share, and do two
+#        on one SM stream twice that? (the model patch's premise; pending/README.md)
+#     2. applies pending/fused_mlp_model_coresident.patch, rebuilds, runs the fused-MLP CPU and GPU
+#        tests, and times the same rows again under the new model (nb 0 = its choice on the device).
+#     Prints one table: per shape, M and sparsity, µs under the old model, each forced size, and the
+#     new model, and which size each model chose.
+#   here: if the new model's column is the fastest (or within 2 % of the fastest forced size) at
+#     every sparse row, `git apply` both patches, then scripts/gpu-check --defer-python and
+#     --python-only (two chained device calls) and commit with latest.json and the run's JSON.
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+P=results/gpu/session11_h100/pending
+O=${OUT:-/tmp/next}; mkdir -p "$O"
+B=${BUILD_DIR:-build-gpu}
+CLI=$B/bench/blockfuse
+T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+FM="bench fused-mlp --shapes llama3-8b,llama3-70b --m 1,4,16 --sparsity 50,75,90"
+case "${1:-}" in
+  run)
+    git apply "$P/fused_mlp_bench_sparse_nb.patch" || { echo "bench patch does not apply"; exit 1; }
+    BLOCKFUSE_CUDA_ARCHS=90 scripts/build "$B" >> "$O/build.log" 2>&1 || { tail -30 "$O/build.log"; exit 1; }
+    el "built (bench patch)"
+    timeout 200 "$CLI" $FM --sparse-nb 0,16,32,64 --json "$O/fmlp_forced.json" > "$O/fmlp_forced.log" 2>&1
+    el "forced sizes rc $? ($(grep -c 'VERIFY FAILED' "$O/fmlp_forced.log") verify failures)"
+    git apply "$P/fused_mlp_model_coresident.patch" || { echo "model patch does not apply"; exit 1; }
+    cmake --build "$B" -j"${JOBS:-16}" >> "$O/build.log" 2>&1 || { tail -30 "$O/build.log"; exit 1; }
+    el "rebuilt (model patch)"
+    "$B/tests/blockfuse_cpu_tests" --gtest_filter='FusedMlp*' > "$O/cpu_tests.log" 2>&1
+    el "cpu tests rc $? ($(tail -1 "$O/cpu_tests.log"))"
+    "$B/tests/blockfuse_gpu_tests" --gtest_filter='*FusedMlp*:*Router*' > "$O/gpu_tests.log" 2>&1
+    el "gpu tests rc $? ($(grep -c '^\[  FAILED' "$O/gpu_tests.log") failed lines)"
+    timeout 200 "$CLI" $FM --json "$O/fmlp_model.json" > "$O/fmlp_model.log" 2>&1
+    el "new model rc $? ($(grep -c 'VERIFY FAILED' "$O/fmlp_model.log") verify failures)"
+    python3 - "$O" <<'PY'
+import json, sys, os
+o = sys.argv[1]
+def rows(f):
+    try: return json.load(open(os.path.join(o, f)))["rows"]
+    except Exception as e: print(f, "unreadable:", e); return []
+t = {}
+for r in rows("fmlp_forced.json"):
+    if not r["variant"].startswith("sparse-"): continue
+    parts = r["variant"].split("-")
+    col = "old" if len(parts) == 2 else parts[2]
+    t.setdefault((r["shape"], r["m"], parts[1]), {})[col] = (r["us"], r["neurons_per_block"])
+for r in rows("fmlp_model.json"):
+    if r["variant"].startswith("sparse-") and r["variant"].count("-") == 1:
+        t.setdefault((r["shape"], r["m"], r["variant"].split("-")[1]), {})["new"] = (r["us"], r["neurons_per_block"])
+print(f"{'shape':12} {'M':>3} {'sp':>3} | {'old':>12} {'nb16':>8} {'nb32':>8} {'nb64':>8} | {'new':>12} | new/best")
+for k in sorted(t):
+    d = t[k]
+    f = lambda c: f"{d[c][0]:8.1f}" if c in d else f"{'-':>8}"
+    g = lambda c: f"{d[c][0]:8.1f} ({d[c][1]:2d})" if c in d else f"{'-':>12}"
+    best = min((d[c][0] for c in ("nb16", "nb32", "nb64") if c in d), default=0)
+    ratio = f"{d['new'][0] / best:.3f}" if best and "new" in d else "-"
+    print(f"{k[0]:12} {k[1]:3d} {k[2]:>3} | {g('old')} {f('nb16')} {f('nb32')} {f('nb64')} | {g('new')} | {ratio}")
+PY
+    ;;
+  *) sed -n '2,/^set /p' "$0" | grep '^#'; exit 2 ;;
+esac
