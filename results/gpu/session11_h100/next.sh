@@ -14,6 +14,16 @@
 #   here: if the new model's column is the fastest (or within 2 % of the fastest forced size) at
 #     every sparse row, `git apply` both patches, then scripts/gpu-check --defer-python and
 #     --python-only (two chained device calls) and commit with latest.json and the run's JSON.
+#   device: results/gpu/session11_h100/next.sh sched  (~7 min) on main (chain it right after `run`:
+#     it reverts what `run` applied in the device's copy first):
+#     applies pending/gated_up_scheduler_override.patch (issue 16: bench --swizzle / --raster for
+#     the sm90a scheduler), builds, runs its CPU and GPU tests (the bytes under every order equal
+#     the default's), then times FP8 at the points furthest below cuBLASLt (8B and 70B x 4096 /
+#     8192 / 16384) and bf16 at the large-K ones (70B, 405B, Qwen2 72B x 4096 / 16384) under
+#     swizzle {0 = today's, 1, 2, 4, 8} x raster {auto, m, n}, and prints fused / baseline per order.
+#   here: where an order wins by more than the run-to-run spread (~2 %) at several points, make it
+#     the launcher's choice there (sm90_choose_swizzle / the raster passed) with a CPU test, and land
+#     it with the patch after scripts/gpu-check.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 P=results/gpu/session11_h100/pending
@@ -61,6 +71,40 @@ for k in sorted(t):
     best = min((d[c][0] for c in ("nb16", "nb32", "nb64") if c in d), default=0)
     ratio = f"{d['new'][0] / best:.3f}" if best and "new" in d else "-"
     print(f"{k[0]:12} {k[1]:3d} {k[2]:>3} | {g('old')} {f('nb16')} {f('nb32')} {f('nb64')} | {g('new')} | {ratio}")
+PY
+    ;;
+  sched)
+    for q in fused_mlp_model_coresident fused_mlp_bench_sparse_nb; do
+      git apply -R --check "$P/$q.patch" 2>/dev/null && git apply -R "$P/$q.patch"; done
+    git apply "$P/gated_up_scheduler_override.patch" || { echo "scheduler patch does not apply"; exit 1; }
+    BLOCKFUSE_CUDA_ARCHS=90 scripts/build "$B" >> "$O/build.log" 2>&1 || { tail -30 "$O/build.log"; exit 1; }
+    el "built (scheduler patch)"
+    "$B/tests/blockfuse_cpu_tests" --gtest_filter='HeuristicSm90*' > "$O/sched_cpu.log" 2>&1
+    el "cpu tests rc $? ($(tail -1 "$O/sched_cpu.log"))"
+    "$B/tests/blockfuse_gpu_tests" --gtest_filter='*SchedulerOverride*' > "$O/sched_gpu.log" 2>&1
+    el "gpu tests rc $? ($(grep -c '^\[       OK' "$O/sched_gpu.log") ok, $(grep -c '^\[  FAILED' "$O/sched_gpu.log") failed lines)"
+    mkdir -p "$O/sched"
+    for r in auto m n; do for sw in 0 1 2 4 8; do
+      timeout 60 "$CLI" bench gated-up-fp8 --models 8b,70b --tokens 4096,8192,16384 --reps 10 --warmup 2 --no-ceilings \
+        --swizzle $sw --raster $r --json "$O/sched/fp8_${r}_$sw.json" > "$O/sched/fp8_${r}_$sw.log" 2>&1
+      timeout 60 "$CLI" bench gated-up --kernel sm90 --models 70b,405b,qwen2-72b --tokens 4096,16384 --reps 5 --warmup 2 \
+        --no-ceilings --swizzle $sw --raster $r --json "$O/sched/bf16_${r}_$sw.json" > "$O/sched/bf16_${r}_$sw.log" 2>&1
+      el "raster $r swizzle $sw ($(cat "$O"/sched/*_${r}_$sw.log | grep -c 'VERIFY FAILED') verify failures)"
+    done; done
+    python3 - "$O/sched" <<'PY'
+import json, sys, os, glob
+t = {}
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
+    kind, r, sw = os.path.basename(f)[:-5].split("_")
+    try: rows = json.load(open(f))["rows"]
+    except Exception as e: print(f, "unreadable:", e); continue
+    for row in rows:
+        t.setdefault((kind, row["model"], row["M"]), {})[f"{r}/{sw}"] = row["c_over_a"]
+cols = [f"{r}/{s}" for r in ("auto", "m", "n") for s in ("0", "1", "2", "4", "8")]
+print("fused / baseline (fp8: cuBLASLt FP8 alone; bf16: cuBLAS) per raster/max-swizzle; 0 = the launcher's swizzle")
+print(f"{'kind':5} {'model':15} {'M':>6} " + " ".join(f"{c:>7}" for c in cols))
+for k in sorted(t):
+    print(f"{k[0]:5} {k[1]:15} {k[2]:6d} " + " ".join(f"{t[k][c]:7.3f}" if c in t[k] else f"{'-':>7}" for c in cols))
 PY
     ;;
   *) sed -n '2,/^set /p' "$0" | grep '^#'; exit 2 ;;
