@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Session 12's device plan for the two pending fused-MLP patches (written in session 11, which had
-# spent its device time; neither has run on a GPU). From the repo root, the five .deps paths of
-# scripts/deps carried:
+# The next session's device plan for the four pending patches (written in session 11, which had
+# spent its device time; none has run on a GPU; pending/README.md gives each one's reasoning). Three
+# device steps, each one call applying its own patch to the device's copy of main (the tree here
+# stays main), chained within 30 s so the build directory is reused (~18 min held in all), then
+# scripts/gpu-check for whatever lands. From the repo root, the five .deps paths of scripts/deps
+# carried; every step writes logs and JSON under $OUT and prints its table last (tar $OUT's
+# subfolders if more than eight files must come back):
 #   device: results/gpu/session11_h100/next.sh run    (~7 min) on main, with nothing applied here:
 #     1. applies pending/fused_mlp_bench_sparse_nb.patch (bench only: `--sparse-nb` forces the
 #        union lists' neurons_per_block), builds, and times the sparse rows under the heuristic (0)
@@ -24,6 +28,13 @@
 #   here: where an order wins by more than the run-to-run spread (~2 %) at several points, make it
 #     the launcher's choice there (sm90_choose_swizzle / the raster passed) with a CPU test, and land
 #     it with the patch after scripts/gpu-check.
+#   device: results/gpu/session11_h100/next.sh mem  (~4 min): applies pending/swiglu_cluster_four.patch
+#     (issue 17: the opt-in `--row-rule cluster4`, a row over 4 CTAs), builds, runs the swiglu CPU
+#     tests, the GPU row-rule and cluster tests and the swiglu sanitizer set under memcheck, then
+#     times swiglu's dynamic FP8 output at U = 14336 / 16384 / 28672 x 1 / 8 / 32 / 256 rows under
+#     default, cluster2 and cluster4, two runs each in one process.
+#   here: if cluster4 is under 4 us at 1-32 rows of U = 28672 in both runs, let kAuto take it there
+#     (swiglu_fp8_auto_row_rule, its CPU test), land, gpu-check.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 P=results/gpu/session11_h100/pending
@@ -32,9 +43,16 @@ B=${BUILD_DIR:-build-gpu}
 CLI=$B/bench/blockfuse
 T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 FM="bench fused-mlp --shapes llama3-8b,llama3-70b --m 1,4,16 --sparsity 50,75,90"
+ALL="fused_mlp_model_coresident fused_mlp_bench_sparse_nb gated_up_scheduler_override swiglu_cluster_four"
+# only NAME: the device's copy with that pending patch alone applied (a chained call finds the last
+# step's patches still applied, the tree copied over them: reverse whatever is)
+only() {
+  for q in $ALL; do git apply -R --check "$P/$q.patch" 2>/dev/null && git apply -R "$P/$q.patch"; done
+  git apply "$P/$1.patch" || { echo "$1.patch does not apply"; exit 1; }
+}
 case "${1:-}" in
   run)
-    git apply "$P/fused_mlp_bench_sparse_nb.patch" || { echo "bench patch does not apply"; exit 1; }
+    only fused_mlp_bench_sparse_nb
     BLOCKFUSE_CUDA_ARCHS=90 scripts/build "$B" >> "$O/build.log" 2>&1 || { tail -30 "$O/build.log"; exit 1; }
     el "built (bench patch)"
     timeout 200 "$CLI" $FM --sparse-nb 0,16,32,64 --json "$O/fmlp_forced.json" > "$O/fmlp_forced.log" 2>&1
@@ -74,9 +92,7 @@ for k in sorted(t):
 PY
     ;;
   sched)
-    for q in fused_mlp_model_coresident fused_mlp_bench_sparse_nb; do
-      git apply -R --check "$P/$q.patch" 2>/dev/null && git apply -R "$P/$q.patch"; done
-    git apply "$P/gated_up_scheduler_override.patch" || { echo "scheduler patch does not apply"; exit 1; }
+    only gated_up_scheduler_override
     BLOCKFUSE_CUDA_ARCHS=90 scripts/build "$B" >> "$O/build.log" 2>&1 || { tail -30 "$O/build.log"; exit 1; }
     el "built (scheduler patch)"
     "$B/tests/blockfuse_cpu_tests" --gtest_filter='HeuristicSm90*' > "$O/sched_cpu.log" 2>&1
@@ -105,6 +121,38 @@ print("fused / baseline (fp8: cuBLASLt FP8 alone; bf16: cuBLAS) per raster/max-s
 print(f"{'kind':5} {'model':15} {'M':>6} " + " ".join(f"{c:>7}" for c in cols))
 for k in sorted(t):
     print(f"{k[0]:5} {k[1]:15} {k[2]:6d} " + " ".join(f"{t[k][c]:7.3f}" if c in t[k] else f"{'-':>7}" for c in cols))
+PY
+    ;;
+  mem)
+    only swiglu_cluster_four
+    BLOCKFUSE_CUDA_ARCHS=90 scripts/build "$B" >> "$O/build.log" 2>&1 || { tail -30 "$O/build.log"; exit 1; }
+    el "built (cluster-four patch)"
+    "$B/tests/blockfuse_cpu_tests" --gtest_filter='Swiglu*' > "$O/c4_cpu.log" 2>&1
+    el "cpu tests rc $? ($(tail -1 "$O/c4_cpu.log"))"
+    "$B/tests/blockfuse_gpu_tests" --gtest_filter='*SwigluFp8Gpu.EveryRowRule*:*SwigluFp8Gpu.ClusterRuleEdges*' > "$O/c4_gpu.log" 2>&1
+    el "gpu tests rc $? ($(grep -c '^\[       OK' "$O/c4_gpu.log") ok, $(grep -c '^\[  FAILED' "$O/c4_gpu.log") failed lines)"
+    compute-sanitizer --tool memcheck "$B/tests/blockfuse_gpu_tests" --gtest_filter='SwigluFp8Sanitizer*' > "$O/c4_memcheck.log" 2>&1
+    el "memcheck rc $? ($(grep -m1 'ERROR SUMMARY' "$O/c4_memcheck.log"))"
+    mkdir -p "$O/c4"
+    for rep in 1 2; do for rule in default cluster2 cluster4; do
+      timeout 60 "$CLI" bench swiglu --out fp8-dynamic --hidden 14336,16384,28672 --rows 1,8,32,256 \
+        --row-rule $rule --json "$O/c4/swd_${rule}_$rep.json" > "$O/c4/swd_${rule}_$rep.log" 2>&1
+      el "swiglu fp8-dynamic $rule rep $rep rc $?"
+    done; done
+    python3 - "$O/c4" <<'PY'
+import json, sys, os
+t = {}
+for rule in ("default", "cluster2", "cluster4"):
+    for rep in (1, 2):
+        try: rows = json.load(open(os.path.join(sys.argv[1], f"swd_{rule}_{rep}.json")))["rows"]
+        except Exception as e: print(rule, rep, "unreadable:", e); continue
+        for r in rows:
+            t.setdefault((r["U"], r["M"]), {}).setdefault(rule, []).append(r["us"])
+print("swiglu_fp8 dynamic, µs per call (two runs) — target <= 4 µs at 1-32 rows")
+print(f"{'U':>6} {'rows':>5} | {'default':>15} | {'cluster2':>15} | {'cluster4':>15}")
+for k in sorted(t):
+    cell = lambda r: " ".join(f"{v:7.2f}" for v in t[k].get(r, [])) or "-"
+    print(f"{k[0]:6d} {k[1]:5d} | {cell('default'):>15} | {cell('cluster2'):>15} | {cell('cluster4'):>15}")
 PY
     ;;
   *) sed -n '2,/^set /p' "$0" | grep '^#'; exit 2 ;;
