@@ -4,8 +4,9 @@
 # device steps, each one call applying its own patch to the device's copy of main (the tree here
 # stays main), chained within 30 s so the build directory is reused (~18 min held in all), then
 # scripts/gpu-check for whatever lands. From the repo root, the five .deps paths of scripts/deps
-# carried; every step writes logs and JSON under $OUT and prints its table last (tar $OUT's
-# subfolders if more than eight files must come back):
+# carried; every step writes logs and JSON under $OUT and prints its table last. Only a few files
+# come back from a call, so run each step as
+#   O=$OUT; export OUT=/tmp/o; mkdir -p $OUT; bash results/gpu/session11_h100/next.sh STEP; tar czf $O/STEP.tgz -C /tmp/o .
 #   device: results/gpu/session11_h100/next.sh run    (~7 min) on main, with nothing applied here:
 #     1. applies pending/fused_mlp_bench_sparse_nb.patch (bench only: `--sparse-nb` forces the
 #        union lists' neurons_per_block), builds, and times the sparse rows under the heuristic (0)
