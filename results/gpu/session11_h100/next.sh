@@ -28,7 +28,9 @@
 #     swizzle {0 = today's, 1, 2, 4, 8} x raster {auto, m, n}, and prints fused / baseline per order.
 #   here: where an order wins by more than the run-to-run spread (~2 %) at several points, make it
 #     the launcher's choice there (sm90_choose_swizzle / the raster passed) with a CPU test, and land
-#     it with the patch after scripts/gpu-check.
+#     it with the patch after scripts/gpu-check. In particular: if Qwen2 72B's `8` columns beat its
+#     `0` (today: swizzle 1 at every M), land pending/gated_up_swizzle_padding.patch (it applies with
+#     the override patch), which lets the launcher's swizzle pad up to 1/64 of the tiles.
 #   device: results/gpu/session11_h100/next.sh mem  (~4 min): applies pending/swiglu_cluster_four.patch
 #     (issue 17: the opt-in `--row-rule cluster4`, a row over 4 CTAs), builds, runs the swiglu CPU
 #     tests, the GPU row-rule and cluster tests and the swiglu sanitizer set under memcheck, then
@@ -44,7 +46,7 @@ B=${BUILD_DIR:-build-gpu}
 CLI=$B/bench/blockfuse
 T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 FM="bench fused-mlp --shapes llama3-8b,llama3-70b --m 1,4,16 --sparsity 50,75,90"
-ALL="fused_mlp_model_coresident fused_mlp_bench_sparse_nb gated_up_scheduler_override swiglu_cluster_four"
+ALL="fused_mlp_model_coresident fused_mlp_bench_sparse_nb gated_up_scheduler_override gated_up_swizzle_padding swiglu_cluster_four"
 # only NAME: the device's copy with that pending patch alone applied (a chained call finds the last
 # step's patches still applied, the tree copied over them: reverse whatever is)
 only() {
