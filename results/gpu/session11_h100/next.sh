@@ -58,7 +58,7 @@ case "${1:-}" in
     only fused_mlp_bench_sparse_nb
     BLOCKFUSE_CUDA_ARCHS=90 scripts/build "$B" >> "$O/build.log" 2>&1 || { tail -30 "$O/build.log"; exit 1; }
     el "built (bench patch)"
-    timeout 200 "$CLI" $FM --sparse-nb 0,16,32,64 --json "$O/fmlp_forced.json" > "$O/fmlp_forced.log" 2>&1
+    timeout 300 "$CLI" $FM --nb 0,16,32,64 --sparse-nb 0,16,32,64 --json "$O/fmlp_forced.json" > "$O/fmlp_forced.log" 2>&1
     el "forced sizes rc $? ($(grep -c 'VERIFY FAILED' "$O/fmlp_forced.log") verify failures)"
     git apply "$P/fused_mlp_model_coresident.patch" || { echo "model patch does not apply"; exit 1; }
     cmake --build "$B" -j"${JOBS:-16}" >> "$O/build.log" 2>&1 || { tail -30 "$O/build.log"; exit 1; }
@@ -76,7 +76,10 @@ def rows(f):
     try: return json.load(open(os.path.join(o, f)))["rows"]
     except Exception as e: print(f, "unreadable:", e); return []
 t = {}
+dense = {}
 for r in rows("fmlp_forced.json"):
+    if r["variant"] == "dense":
+        dense.setdefault((r["shape"], r["m"]), []).append((r["neurons_per_block"], r["us"], r["frac_of_copy"]))
     if not r["variant"].startswith("sparse-"): continue
     parts = r["variant"].split("-")
     col = "old" if len(parts) == 2 else parts[2]
@@ -84,6 +87,9 @@ for r in rows("fmlp_forced.json"):
 for r in rows("fmlp_model.json"):
     if r["variant"].startswith("sparse-") and r["variant"].count("-") == 1:
         t.setdefault((r["shape"], r["m"], r["variant"].split("-")[1]), {})["new"] = (r["us"], r["neurons_per_block"])
+print("dense, forced neurons_per_block (the first entry is the heuristic's): nb us %copy")
+for k in sorted(dense):
+    print(f"{k[0]:12} {k[1]:3d} " + "  ".join(f"{nb}:{us:.1f} {100 * fr:.1f}%" for nb, us, fr in dense[k]))
 print(f"{'shape':12} {'M':>3} {'sp':>3} | {'old':>12} {'nb16':>8} {'nb32':>8} {'nb64':>8} | {'new':>12} | new/best")
 for k in sorted(t):
     d = t[k]
