@@ -16,8 +16,12 @@
 #        tests, and times the same rows again under the new model (nb 0 = its choice on the device).
 #     Prints one table: per shape, M and sparsity, µs under the old model, each forced size, and the
 #     new model, and which size each model chose.
+#   device: results/gpu/session11_h100/next.sh loads  (~5 min, chained after run): the bench and model
+#     patches plus pending/fused_mlp_down_loads.patch (the down phase keeps 16 loads per lane in
+#     flight for 16- and 32-neuron blocks), its fused-MLP GPU tests and memcheck of the sanitizer
+#     set, the same rows timed again (and the dense forced sizes); the table gains a `loads` column.
 #   here: if the new model's column is the fastest (or within 2 % of the fastest forced size) at
-#     every sparse row, `git apply` both patches, then scripts/gpu-check --defer-python and
+#     every sparse row, `git apply` both patches (and the down-loads patch where its column wins), then scripts/gpu-check --defer-python and
 #     --python-only (two chained device calls) and commit with latest.json and the run's JSON.
 #   device: results/gpu/session11_h100/next.sh sched  (~7 min) on main (chain it right after `run`:
 #     it reverts what `run` applied in the device's copy first):
@@ -46,13 +50,50 @@ B=${BUILD_DIR:-build-gpu}
 CLI=$B/bench/blockfuse
 T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 FM="bench fused-mlp --shapes llama3-8b,llama3-70b --m 1,4,16 --sparsity 50,75,90"
-ALL="fused_mlp_model_coresident fused_mlp_bench_sparse_nb gated_up_scheduler_override gated_up_swizzle_padding swiglu_cluster_four"
-# only NAME: the device's copy with that pending patch alone applied (a chained call finds the last
-# step's patches still applied, the tree copied over them: reverse whatever is)
+ALL="fused_mlp_down_loads fused_mlp_model_coresident fused_mlp_bench_sparse_nb gated_up_scheduler_override gated_up_swizzle_padding swiglu_cluster_four"
+# only NAME...: the device's copy with those pending patches alone applied (a chained call finds the
+# last step's patches still applied, the tree copied over them: reverse whatever is)
 only() {
   for q in $ALL; do git apply -R --check "$P/$q.patch" 2>/dev/null && git apply -R "$P/$q.patch"; done
-  git apply "$P/$1.patch" || { echo "$1.patch does not apply"; exit 1; }
+  for q in "$@"; do git apply "$P/$q.patch" || { echo "$q.patch does not apply"; exit 1; }; done
 }
+fmlp_table() {  # the fused-MLP steps' table, from whichever of their JSON files are in $O
+  python3 - "$O" <<'PY'
+import json, sys, os
+o = sys.argv[1]
+def rows(f):
+    try: return json.load(open(os.path.join(o, f)))["rows"]
+    except Exception as e: print(f, "unreadable:", e); return []
+t = {}
+dense = {}
+for r in rows("fmlp_forced.json"):
+    if r["variant"] == "dense":
+        dense.setdefault((r["shape"], r["m"]), []).append((r["neurons_per_block"], r["us"], r["frac_of_copy"]))
+    if not r["variant"].startswith("sparse-"): continue
+    parts = r["variant"].split("-")
+    col = "old" if len(parts) == 2 else parts[2]
+    t.setdefault((r["shape"], r["m"], parts[1]), {})[col] = (r["us"], r["neurons_per_block"])
+for f, col in (("fmlp_model.json", "new"), ("fmlp_loads.json", "loads")):
+    for r in rows(f):
+        if r["variant"].startswith("sparse-") and r["variant"].count("-") == 1:
+            t.setdefault((r["shape"], r["m"], r["variant"].split("-")[1]), {})[col] = (r["us"], r["neurons_per_block"])
+        if col == "loads" and r["variant"] == "dense":
+            dense.setdefault((r["shape"], r["m"]), []).append(("loads nb" + str(r["neurons_per_block"]), r["us"], r["frac_of_copy"]))
+print("dense, forced neurons_per_block (the first entry is the heuristic's; 'loads' with the down-phase patch): nb us %copy")
+for k in sorted(dense):
+    print(f"{k[0]:12} {k[1]:3d} " + "  ".join(f"{nb}:{us:.1f} {100 * fr:.1f}%" for nb, us, fr in dense[k]))
+print("sparse union lists, µs (nb): old = today's model, nbNN = forced, new = the co-resident model, loads = new + the down phase's loads")
+print(f"{'shape':12} {'M':>3} {'sp':>3} | {'old':>12} {'nb16':>8} {'nb32':>8} {'nb64':>8} | {'new':>12} | new/best | {'loads':>12}")
+for k in sorted(t):
+    d = t[k]
+    f = lambda c: f"{d[c][0]:8.1f}" if c in d else f"{'-':>8}"
+    g = lambda c: f"{d[c][0]:8.1f} ({d[c][1]:2d})" if c in d else f"{'-':>12}"
+    best = min((d[c][0] for c in ("nb16", "nb32", "nb64") if c in d), default=0)
+    ratio = f"{d['new'][0] / best:.3f}" if best and "new" in d else "-"
+    print(f"{k[0]:12} {k[1]:3d} {k[2]:>3} | {g('old')} {f('nb16')} {f('nb32')} {f('nb64')} | {g('new')} | {ratio:>8} | {g('loads')}")
+PY
+}
+
 case "${1:-}" in
   run)
     only fused_mlp_bench_sparse_nb
@@ -69,36 +110,19 @@ case "${1:-}" in
     el "gpu tests rc $? ($(grep -c '^\[  FAILED' "$O/gpu_tests.log") failed lines)"
     timeout 200 "$CLI" $FM --json "$O/fmlp_model.json" > "$O/fmlp_model.log" 2>&1
     el "new model rc $? ($(grep -c 'VERIFY FAILED' "$O/fmlp_model.log") verify failures)"
-    python3 - "$O" <<'PY'
-import json, sys, os
-o = sys.argv[1]
-def rows(f):
-    try: return json.load(open(os.path.join(o, f)))["rows"]
-    except Exception as e: print(f, "unreadable:", e); return []
-t = {}
-dense = {}
-for r in rows("fmlp_forced.json"):
-    if r["variant"] == "dense":
-        dense.setdefault((r["shape"], r["m"]), []).append((r["neurons_per_block"], r["us"], r["frac_of_copy"]))
-    if not r["variant"].startswith("sparse-"): continue
-    parts = r["variant"].split("-")
-    col = "old" if len(parts) == 2 else parts[2]
-    t.setdefault((r["shape"], r["m"], parts[1]), {})[col] = (r["us"], r["neurons_per_block"])
-for r in rows("fmlp_model.json"):
-    if r["variant"].startswith("sparse-") and r["variant"].count("-") == 1:
-        t.setdefault((r["shape"], r["m"], r["variant"].split("-")[1]), {})["new"] = (r["us"], r["neurons_per_block"])
-print("dense, forced neurons_per_block (the first entry is the heuristic's): nb us %copy")
-for k in sorted(dense):
-    print(f"{k[0]:12} {k[1]:3d} " + "  ".join(f"{nb}:{us:.1f} {100 * fr:.1f}%" for nb, us, fr in dense[k]))
-print(f"{'shape':12} {'M':>3} {'sp':>3} | {'old':>12} {'nb16':>8} {'nb32':>8} {'nb64':>8} | {'new':>12} | new/best")
-for k in sorted(t):
-    d = t[k]
-    f = lambda c: f"{d[c][0]:8.1f}" if c in d else f"{'-':>8}"
-    g = lambda c: f"{d[c][0]:8.1f} ({d[c][1]:2d})" if c in d else f"{'-':>12}"
-    best = min((d[c][0] for c in ("nb16", "nb32", "nb64") if c in d), default=0)
-    ratio = f"{d['new'][0] / best:.3f}" if best and "new" in d else "-"
-    print(f"{k[0]:12} {k[1]:3d} {k[2]:>3} | {g('old')} {f('nb16')} {f('nb32')} {f('nb64')} | {g('new')} | {ratio}")
-PY
+    fmlp_table
+    ;;
+  loads)
+    only fused_mlp_bench_sparse_nb fused_mlp_model_coresident fused_mlp_down_loads
+    BLOCKFUSE_CUDA_ARCHS=90 scripts/build "$B" >> "$O/build.log" 2>&1 || { tail -30 "$O/build.log"; exit 1; }
+    el "built (bench + model + down-loads patches)"
+    "$B/tests/blockfuse_gpu_tests" --gtest_filter='*FusedMlp*' > "$O/loads_gpu_tests.log" 2>&1
+    el "gpu tests rc $? ($(grep -c '^\[  FAILED' "$O/loads_gpu_tests.log") failed lines)"
+    compute-sanitizer --tool memcheck "$B/tests/blockfuse_gpu_tests" --gtest_filter='FusedMlpSanitizer*' > "$O/loads_memcheck.log" 2>&1
+    el "memcheck rc $? ($(grep -m1 'ERROR SUMMARY' "$O/loads_memcheck.log"))"
+    timeout 200 "$CLI" $FM --nb 0,16,32,64 --json "$O/fmlp_loads.json" > "$O/fmlp_loads.log" 2>&1
+    el "model + down loads rc $? ($(grep -c 'VERIFY FAILED' "$O/fmlp_loads.log") verify failures)"
+    fmlp_table
     ;;
   sched)
     only gated_up_scheduler_override
