@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The next session's device plan for the four pending patches (written in session 11, which had
-# spent its device time; none has run on a GPU; pending/README.md gives each one's reasoning). Three
-# device steps, each one call applying its own patch to the device's copy of main (the tree here
-# stays main), chained within 30 s so the build directory is reused (~18 min held in all), then
+# The next session's device plan for the six pending patches (written in session 11, which had
+# spent its device time; none has run on a GPU; pending/README.md gives each one's reasoning). Four
+# device steps, each one call applying its patches to the device's copy of main (the tree here
+# stays main), chained within 30 s so the build directory is reused (~23 min held in all), then
 # scripts/gpu-check for whatever lands. From the repo root, the five .deps paths of scripts/deps
 # carried; every step writes logs and JSON under $OUT and prints its table last. Only a few files
 # come back from a call, so run each step as
