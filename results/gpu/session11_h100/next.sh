@@ -57,6 +57,19 @@ only() {
   for q in $ALL; do git apply -R --check "$P/$q.patch" 2>/dev/null && git apply -R "$P/$q.patch"; done
   for q in "$@"; do git apply "$P/$q.patch" || { echo "$q.patch does not apply"; exit 1; }; done
 }
+# build WHAT: the tree as it is now (incremental while warm); gtest BINARY FILTER LOG; memcheck FILTER LOG
+build() {
+  BLOCKFUSE_CUDA_ARCHS=90 scripts/build "$B" >> "$O/build.log" 2>&1 || { tail -30 "$O/build.log"; exit 1; }
+  el "built ($1)"
+}
+gtest() {
+  "$B/tests/$1" --gtest_filter="$2" > "$O/$3" 2>&1
+  el "$1 $2: rc $? ($(grep -c '^\[       OK' "$O/$3") ok, $(grep -c '^\[  FAILED' "$O/$3") failed lines)"
+}
+memcheck() {
+  compute-sanitizer --tool memcheck "$B/tests/blockfuse_gpu_tests" --gtest_filter="$1" > "$O/$2" 2>&1
+  el "memcheck $1: rc $? ($(grep -m1 'ERROR SUMMARY' "$O/$2"))"
+}
 fmlp_table() {  # the fused-MLP steps' table, from whichever of their JSON files are in $O
   python3 - "$O" <<'PY'
 import json, sys, os
@@ -97,41 +110,31 @@ PY
 case "${1:-}" in
   run)
     only fused_mlp_bench_sparse_nb
-    BLOCKFUSE_CUDA_ARCHS=90 scripts/build "$B" >> "$O/build.log" 2>&1 || { tail -30 "$O/build.log"; exit 1; }
-    el "built (bench patch)"
+    build "bench patch"
     timeout 300 "$CLI" $FM --nb 0,16,32,64 --sparse-nb 0,16,32,64 --json "$O/fmlp_forced.json" > "$O/fmlp_forced.log" 2>&1
     el "forced sizes rc $? ($(grep -c 'VERIFY FAILED' "$O/fmlp_forced.log") verify failures)"
     git apply "$P/fused_mlp_model_coresident.patch" || { echo "model patch does not apply"; exit 1; }
-    cmake --build "$B" -j"${JOBS:-16}" >> "$O/build.log" 2>&1 || { tail -30 "$O/build.log"; exit 1; }
-    el "rebuilt (model patch)"
-    "$B/tests/blockfuse_cpu_tests" --gtest_filter='FusedMlp*' > "$O/cpu_tests.log" 2>&1
-    el "cpu tests rc $? ($(tail -1 "$O/cpu_tests.log"))"
-    "$B/tests/blockfuse_gpu_tests" --gtest_filter='*FusedMlp*:*Router*' > "$O/gpu_tests.log" 2>&1
-    el "gpu tests rc $? ($(grep -c '^\[  FAILED' "$O/gpu_tests.log") failed lines)"
+    build "model patch"
+    gtest blockfuse_cpu_tests 'FusedMlp*' cpu_tests.log
+    gtest blockfuse_gpu_tests '*FusedMlp*:*Router*' gpu_tests.log
     timeout 200 "$CLI" $FM --json "$O/fmlp_model.json" > "$O/fmlp_model.log" 2>&1
     el "new model rc $? ($(grep -c 'VERIFY FAILED' "$O/fmlp_model.log") verify failures)"
     fmlp_table
     ;;
   loads)
     only fused_mlp_bench_sparse_nb fused_mlp_model_coresident fused_mlp_down_loads
-    BLOCKFUSE_CUDA_ARCHS=90 scripts/build "$B" >> "$O/build.log" 2>&1 || { tail -30 "$O/build.log"; exit 1; }
-    el "built (bench + model + down-loads patches)"
-    "$B/tests/blockfuse_gpu_tests" --gtest_filter='*FusedMlp*' > "$O/loads_gpu_tests.log" 2>&1
-    el "gpu tests rc $? ($(grep -c '^\[  FAILED' "$O/loads_gpu_tests.log") failed lines)"
-    compute-sanitizer --tool memcheck "$B/tests/blockfuse_gpu_tests" --gtest_filter='FusedMlpSanitizer*' > "$O/loads_memcheck.log" 2>&1
-    el "memcheck rc $? ($(grep -m1 'ERROR SUMMARY' "$O/loads_memcheck.log"))"
+    build "bench + model + down-loads patches"
+    gtest blockfuse_gpu_tests '*FusedMlp*' loads_gpu_tests.log
+    memcheck 'FusedMlpSanitizer*' loads_memcheck.log
     timeout 200 "$CLI" $FM --nb 0,16,32,64 --json "$O/fmlp_loads.json" > "$O/fmlp_loads.log" 2>&1
     el "model + down loads rc $? ($(grep -c 'VERIFY FAILED' "$O/fmlp_loads.log") verify failures)"
     fmlp_table
     ;;
   sched)
     only gated_up_scheduler_override
-    BLOCKFUSE_CUDA_ARCHS=90 scripts/build "$B" >> "$O/build.log" 2>&1 || { tail -30 "$O/build.log"; exit 1; }
-    el "built (scheduler patch)"
-    "$B/tests/blockfuse_cpu_tests" --gtest_filter='HeuristicSm90*' > "$O/sched_cpu.log" 2>&1
-    el "cpu tests rc $? ($(tail -1 "$O/sched_cpu.log"))"
-    "$B/tests/blockfuse_gpu_tests" --gtest_filter='*SchedulerOverride*' > "$O/sched_gpu.log" 2>&1
-    el "gpu tests rc $? ($(grep -c '^\[       OK' "$O/sched_gpu.log") ok, $(grep -c '^\[  FAILED' "$O/sched_gpu.log") failed lines)"
+    build "scheduler patch"
+    gtest blockfuse_cpu_tests 'HeuristicSm90*' sched_cpu.log
+    gtest blockfuse_gpu_tests '*SchedulerOverride*' sched_gpu.log
     mkdir -p "$O/sched"
     for r in auto m n; do for sw in 0 1 2 4 8; do
       timeout 60 "$CLI" bench gated-up-fp8 --models 8b,70b --tokens 4096,8192,16384 --reps 10 --warmup 2 --no-ceilings \
@@ -158,14 +161,10 @@ PY
     ;;
   mem)
     only swiglu_cluster_four
-    BLOCKFUSE_CUDA_ARCHS=90 scripts/build "$B" >> "$O/build.log" 2>&1 || { tail -30 "$O/build.log"; exit 1; }
-    el "built (cluster-four patch)"
-    "$B/tests/blockfuse_cpu_tests" --gtest_filter='Swiglu*' > "$O/c4_cpu.log" 2>&1
-    el "cpu tests rc $? ($(tail -1 "$O/c4_cpu.log"))"
-    "$B/tests/blockfuse_gpu_tests" --gtest_filter='*SwigluFp8Gpu.EveryRowRule*:*SwigluFp8Gpu.ClusterRuleEdges*' > "$O/c4_gpu.log" 2>&1
-    el "gpu tests rc $? ($(grep -c '^\[       OK' "$O/c4_gpu.log") ok, $(grep -c '^\[  FAILED' "$O/c4_gpu.log") failed lines)"
-    compute-sanitizer --tool memcheck "$B/tests/blockfuse_gpu_tests" --gtest_filter='SwigluFp8Sanitizer*' > "$O/c4_memcheck.log" 2>&1
-    el "memcheck rc $? ($(grep -m1 'ERROR SUMMARY' "$O/c4_memcheck.log"))"
+    build "cluster-four patch"
+    gtest blockfuse_cpu_tests 'Swiglu*' c4_cpu.log
+    gtest blockfuse_gpu_tests '*SwigluFp8Gpu.EveryRowRule*:*SwigluFp8Gpu.ClusterRuleEdges*' c4_gpu.log
+    memcheck 'SwigluFp8Sanitizer*' c4_memcheck.log
     mkdir -p "$O/c4"
     for rep in 1 2; do for rule in default cluster2 cluster4; do
       timeout 60 "$CLI" bench swiglu --out fp8-dynamic --hidden 14336,16384,28672 --rows 1,8,32,256 \
