@@ -57,7 +57,7 @@ Check rel_l2_check(DType dt, const void* a, const void* b, int64_t n) {
 
 class FusedMlpBench final : public BenchCommand {
   std::vector<std::string> shapes_ = {"llama3-8b", "llama3-70b", "llama2-7b"};
-  std::vector<int64_t> ms_ = {1, 4, 16, 32}, sparsities_ = {50, 75, 90}, nbs_ = {0};
+  std::vector<int64_t> ms_ = {1, 4, 16, 32}, sparsities_ = {50, 75, 90}, nbs_ = {0}, sparse_nbs_ = {0};
   int calls_ = 10, max_gib_ = 24;
 
   Defaults defaults() const override { return {30, 20, 3}; }
@@ -77,6 +77,8 @@ class FusedMlpBench final : public BenchCommand {
     o.ints("--sparsity", sparsities_, 0, 99, "percent of the 32-neuron blocks skipped by the sparse lists",
            std::vector<int64_t>{50});
     o.ints("--nb", nbs_, 0, 64, "dense neurons_per_block sweep: 0 (the heuristic), 16, 32, 64");
+    o.ints("--sparse-nb", sparse_nbs_, 0, 64,
+           "union-list neurons_per_block sweep: 0 (the heuristic's, chosen on the device from the count), 16, 32, 64");
     o.integer("--calls", calls_, 1, 100000, "calls per captured graph");
     o.integer("--max-gib", max_gib_, 1, 1 << 20, "GiB at most for the rotated weight copies");
   }
@@ -84,6 +86,9 @@ class FusedMlpBench final : public BenchCommand {
   void run(Bench& b) override {
     for (int64_t nb : nbs_)
       if (nb != 0 && nb != 16 && nb != 32 && nb != 64) throw Error("--nb: " + std::to_string(nb) + " is not 0, 16, 32 or 64");
+    for (int64_t nb : sparse_nbs_)
+      if (nb != 0 && nb != 16 && nb != 32 && nb != 64)
+        throw Error("--sparse-nb: " + std::to_string(nb) + " is not 0, 16, 32 or 64");
     const double copy = b.copy_gbs();
     b.title("blockfuse bench fused-mlp — " + b.device().name + " (cc " + b.device().cc + ", " +
             std::to_string(b.device().sms) + " SMs), bf16, SiLU; copy bandwidth " + fmt(copy, 0) + " GB/s this run");
@@ -126,7 +131,7 @@ void FusedMlpBench::shape(Bench& b, const Shape& sh) {
                           23 + i, s);
   }
   DeviceBuffer<uint16_t> xb(static_cast<size_t>(32 * K)), yb(static_cast<size_t>(32 * K)), yr(static_cast<size_t>(32 * K)),
-      gu(static_cast<size_t>(32 * 2 * U)), hb(static_cast<size_t>(32 * U));
+      ys(static_cast<size_t>(32 * K)), gu(static_cast<size_t>(32 * 2 * U)), hb(static_cast<size_t>(32 * U));
   testing::fill_uniform(make_matrix(xb.data(), dt, 32, K), -1.f, 1.f, 5, s);
   // One workspace for every configuration below: both reductions share it (the deterministic
   // region sits after the atomic accumulator), so size it for the largest of both over M and nb.
@@ -228,11 +233,30 @@ void FusedMlpBench::shape(Bench& b, const Shape& sh) {
       BENCH_CUDA(cudaMemcpy(lists.data(), host.data(), host.size() * 4, cudaMemcpyHostToDevice));
       BENCH_CUDA(cudaMemcpy(counts.data(), cnt.data(), cnt.size() * 4, cudaMemcpyHostToDevice));
       auto L = [&](int i) { return NeuronBlockList{lists.data() + (i % 8) * nblk, counts.data() + (i % 8), nblk, 32}; };
-      const int nb = fused_mlp_heuristic(M, K, active * 2, sms).neurons_per_block;
-      const Timing t = b.time(
-          [&](int i) { fused_mlp_sparse(X, WGU(i), WD(i), Y, act, L(i), ws.data(), ws.bytes(), FusedMlpConfig{}, s); }, method);
       const double frac = double(active) / double(nblk);
-      report("sparse-" + std::to_string(sp), nb, t, wbytes * frac + io, all_chk, sparse_ok, frac);
+      // 0: the heuristic's block size, which the kernel takes on the device from the list's count
+      // (reported as the host heuristic for the same count: the same model); else forced. A forced
+      // size is verified first: poisoned y against the same list under the heuristic's size (whose
+      // path all_chk checked against the unfused pipeline with every block listed).
+      for (int64_t forced : sparse_nbs_) {
+        const FusedMlpConfig cfg{int(forced), MlpReduction::kAtomic};
+        const int nb = forced ? int(forced) : fused_mlp_heuristic(M, K, active * 2, sms).neurons_per_block;
+        Check chk = all_chk;
+        bool ok = sparse_ok;
+        if (forced) {
+          fused_mlp_sparse(X, WGU(0), WD(0), Y, act, L(0), ws.data(), ws.bytes(), FusedMlpConfig{}, s);
+          BENCH_CUDA(cudaMemcpyAsync(ys.data(), yb.data(), size_t(M * K) * 2, cudaMemcpyDeviceToDevice, s));
+          testing::fill_bits(Y, testing::nan_bits(dt), s);
+          fused_mlp_sparse(X, WGU(0), WD(0), Y, act, L(0), ws.data(), ws.bytes(), cfg, s);
+          BENCH_CUDA(cudaStreamSynchronize(s));
+          chk = rel_l2_check(dt, yb.data(), ys.data(), M * K);
+          ok = b.verify(at + " sparse-" + std::to_string(sp) + " nb=" + std::to_string(nb) + " vs the heuristic's", chk);
+        }
+        const Timing t = b.time(
+            [&](int i) { fused_mlp_sparse(X, WGU(i), WD(i), Y, act, L(i), ws.data(), ws.bytes(), cfg, s); }, method);
+        report("sparse-" + std::to_string(sp) + (forced ? "-nb" + std::to_string(forced) : ""), nb, t,
+               wbytes * frac + io, chk, ok, frac);
+      }
       // Per-token lists at M > 1: each token its own random blocks of the same density.
       if (M > 1) {
         std::vector<int32_t> ti(static_cast<size_t>(M * nblk)), tc(static_cast<size_t>(M), int32_t(active));
