@@ -137,11 +137,12 @@ class SwigluBench final : public BenchCommand {
     o.choice("--layout", layout_, {"stacked", "interleaved"}, "gate/up layout of the input (the baseline reads stacked)");
     o.choice("--activation", act_, {"silu", "gelu_tanh"}, "activation");
     o.choice("--dtype", dtype_, {"bf16", "fp16"}, "element type");
-    o.choice("--row-rule", row_rule_, {"default", "two", "four", "four-next", "four3", "cluster2"},
+    o.choice("--row-rule", row_rule_, {"default", "two", "four", "four-next", "four3", "cluster2", "cluster4"},
              "dynamic FP8 row kernel shape (src/swiglu/config.h): two = 2 chunks per thread in registers (the "
              "first kernel); four = 4 chunks per thread staged in shared memory from U > 8192; four-next = four, "
              "each block also copying its next row (persistent grid); four3 = four compiled for 3 blocks per SM "
-             "(<= 512 threads); cluster2 = the row split over a 2-CTA cluster, each half as two (sm_90, U 8200..32768)");
+             "(<= 512 threads); cluster2 = the row split over a 2-CTA cluster, each half as two (sm_90, U 8200..32768); "
+             "cluster4 = the same over 4 CTAs (sm_90, U 8200..65536)");
     o.integer("--small-chunks-per-sm", small_chunks_per_sm_, 0, 1 << 30,
               "16-bit / static FP8: problems of at most this many 8-column chunks per SM take the one-chunk grid "
               "(one chunk per thread, 128-thread blocks; default: every problem), larger ones the two-chunk grid "
@@ -160,6 +161,7 @@ class SwigluBench final : public BenchCommand {
                                     : row_rule_ == "four-next" ? detail::SwigluRowRule::kFourSharedNext
                                     : row_rule_ == "four3"     ? detail::SwigluRowRule::kFourSharedThree
                                     : row_rule_ == "cluster2"  ? detail::SwigluRowRule::kClusterTwo
+                                    : row_rule_ == "cluster4"  ? detail::SwigluRowRule::kClusterFour
                                                                : detail::kSwigluDefaultRowRule);
     b.title("blockfuse bench swiglu — " + b.device().name + ", " + dtype_ + ", " + layout_name(layout) + ", " +
             activation_name(act) + "; median of " + std::to_string(b.reps()) +

@@ -36,6 +36,10 @@ constexpr int kSwigluMaxDynamicSmem = 232448 - 1024;
 //                     kTwoChunks 3.1-3.3). Rows of U <= 8192 (one CTA's kTwoChunks shape suffices)
 //                     and U > 32768 (a half past 2048 chunks) take kFourShared's shape, and so
 //                     does every row on a device or build without sm_90 code (the launcher checks)
+//   kClusterFour      (sm_90; kAuto's at 1-8 rows of 16384 < U <= 32768) as kClusterTwo over a
+//                     cluster of 4 CTAs, each holding a quarter of the row (U = 28672: 448 threads
+//                     a quarter). Covers 8192 < U <= 65536; elsewhere kFourShared's shape, as
+//                     kClusterTwo
 //   kAuto             the default: swiglu_fp8_auto_row_rule below picks per call
 // Process-wide override for the bench and the tests (set_swiglu_fp8_row_rule).
 enum class SwigluRowRule : int {
@@ -44,7 +48,8 @@ enum class SwigluRowRule : int {
   kFourShared = 1,
   kFourSharedNext = 2,
   kFourSharedThree = 3,
-  kClusterTwo = 4
+  kClusterTwo = 4,
+  kClusterFour = 5
 };
 constexpr SwigluRowRule kSwigluDefaultRowRule = SwigluRowRule::kAuto;
 
@@ -65,9 +70,23 @@ constexpr SwigluRowRule kSwigluDefaultRowRule = SwigluRowRule::kAuto;
 // row count. So it takes the rows one SM's registers cannot hold (U > 16384) at <= 32 rows, the
 // measured range (nothing was measured between 32 and 256 rows); the launcher and
 // swiglu_fp8_row_config fall back to kFourShared without sm_90 code or past U = 32768.
+// kClusterFour beside kAuto (then kClusterTwo there) and kClusterTwo, two runs each in one process
+// (results/gpu/session12_h100/c4, swd_*.json): at U = 28672 x 1 / 8 rows 4.46 / 4.51 us against
+// 5.18 / 5.25 in both runs, at 32 rows 5.46-5.49 against 5.47-5.48 (a tie), at 256 rows 25.3 against
+// 17.1; at U = 14336 / 16384 slower than kTwoChunks at every row count (3.5-4.3 against 3.1-3.6).
+// So it takes 1-8 rows (the measured win) of the widths measured (2048 < chunks <= 4096), and
+// kClusterTwo keeps 9-32 rows.
+constexpr int64_t kSwigluClusterMinChunks = 1025;  // the cluster rules from U > 8192
+// The widest rows a cluster of `size` CTAs holds in registers (2 chunks per thread): U <= 32768 for
+// kClusterTwo, U <= 65536 for kClusterFour.
+constexpr int64_t swiglu_cluster_max_chunks(int size) { return int64_t(size) * 2 * int64_t(kSwigluRowMaxThreads); }
+constexpr int64_t kSwigluClusterMaxChunks = swiglu_cluster_max_chunks(2);
 constexpr int64_t kSwigluClusterMaxRows = 32;
+constexpr int64_t kSwigluClusterFourMaxRows = 8;
 inline SwigluRowRule swiglu_fp8_auto_row_rule(int64_t rows, int64_t chunks) {
   if (rows >= 4096 && chunks > 1024) return SwigluRowRule::kFourSharedThree;
+  if (rows <= kSwigluClusterFourMaxRows && chunks > 2048 && chunks <= kSwigluClusterMaxChunks)
+    return SwigluRowRule::kClusterFour;
   if (rows <= kSwigluClusterMaxRows && chunks > 2048) return SwigluRowRule::kClusterTwo;
   return chunks > 2048 || rows >= 1024 ? SwigluRowRule::kFourShared : SwigluRowRule::kTwoChunks;
 }
@@ -82,8 +101,8 @@ inline SwigluRowRule resolve_swiglu_fp8_row_rule(SwigluRowRule rule, int64_t row
 // + next row (SwigluRowStage, kernels.cuh); smem_bytes: the dynamic shared memory it needs (one or two
 // sets of v x 2 x 16 bytes per thread).
 // min_blocks: the blocks per SM the kernel is compiled for (3: kFourSharedThree, <= 512 threads).
-// cluster: CTAs per row (2: kClusterTwo; v, threads and in_registers then describe one CTA's slice
-// of ceil(chunks / 2) chunks).
+// cluster: CTAs per row (2: kClusterTwo, 4: kClusterFour; v, threads and in_registers then describe
+// one CTA's slice of ceil(chunks / cluster) chunks).
 struct SwigluRowConfig {
   int v, threads;
   bool in_registers;
@@ -101,16 +120,15 @@ struct SwigluRowConfig {
 // (32 fp32 values), U = 14336 / 16384 take 448 / 512 threads and two blocks share an SM (one
 // loads while the other reduces and stores), and rows up to U = 32768 (28672: 896 threads) stay
 // on chip instead of being read twice.
-constexpr int64_t kSwigluClusterMinChunks = 1025;  // kClusterTwo from U > 8192
-constexpr int64_t kSwigluClusterMaxChunks = 2 * 2 * int64_t(kSwigluRowMaxThreads);  // U <= 32768: halves in registers
 
 inline SwigluRowConfig swiglu_fp8_row_config(int64_t chunks, SwigluRowRule rule) {
-  if (rule == SwigluRowRule::kClusterTwo) {
-    if (chunks >= kSwigluClusterMinChunks && chunks <= kSwigluClusterMaxChunks) {
-      const int64_t half = (chunks + 1) / 2;
-      const int threads = static_cast<int>(std::clamp<int64_t>(((half + 1) / 2 + 31) / 32 * 32, 32, kSwigluRowMaxThreads));
-      SwigluRowConfig c{2, threads, half <= int64_t(threads) * 2};
-      c.cluster = 2;
+  if (rule == SwigluRowRule::kClusterTwo || rule == SwigluRowRule::kClusterFour) {
+    const int size = rule == SwigluRowRule::kClusterTwo ? 2 : 4;
+    if (chunks >= kSwigluClusterMinChunks && chunks <= swiglu_cluster_max_chunks(size)) {
+      const int64_t slice = (chunks + size - 1) / size;
+      const int threads = static_cast<int>(std::clamp<int64_t>(((slice + 1) / 2 + 31) / 32 * 32, 32, kSwigluRowMaxThreads));
+      SwigluRowConfig c{2, threads, slice <= int64_t(threads) * 2};
+      c.cluster = size;
       return c;
     }
     rule = SwigluRowRule::kFourShared;  // (for U <= 8192 the same shape as kTwoChunks')

@@ -72,11 +72,42 @@ TEST(SwigluRowConfig, ClusterTwo) {
   EXPECT_EQ(detail::swiglu_fp8_row_config(14336 / 8, SwigluRowRule::kClusterTwo).threads, 448);
   EXPECT_EQ(detail::swiglu_fp8_row_config(16384 / 8, SwigluRowRule::kClusterTwo).threads, 512);
   EXPECT_EQ(detail::swiglu_fp8_row_config(28672 / 8, SwigluRowRule::kClusterTwo).threads, 896);
-  // kAuto takes it only where it was measured ahead: 1-32 rows wider than U = 16384.
-  for (int64_t rows : {1, 32, 33, 2048, 8192})
-    for (int64_t n : {1792, 2048, 2049, 3584})
+  // kAuto takes it only where it was measured ahead: 9-32 rows wider than U = 16384 (kClusterFour
+  // takes 1-8 of U <= 32768), and 1-32 rows past U = 32768, where kClusterFour is not chosen.
+  for (int64_t rows : {1, 8, 9, 32, 33, 2048, 8192})
+    for (int64_t n : {1792, 2048, 2049, 3584, 4096, 4097})
       EXPECT_EQ(detail::resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, rows, n) == SwigluRowRule::kClusterTwo,
-                rows <= 32 && n > 2048) << rows << " rows, " << n << " chunks";
+                n > 2048 && (rows <= 32 && (rows > 8 || n > 4096))) << rows << " rows, " << n << " chunks";
+}
+
+// kClusterFour: a quarter of the row per CTA, 2 chunks per thread, from U > 8192 to U = 65536
+// (1024 threads a quarter); elsewhere kFourShared's shape. kAuto takes it at 1-8 rows of
+// 16384 < U <= 32768 only (the measured win).
+TEST(SwigluRowConfig, ClusterFour) {
+  for (int64_t n = 1; n <= 9000; ++n) {
+    const detail::SwigluRowConfig c = detail::swiglu_fp8_row_config(n, SwigluRowRule::kClusterFour);
+    if (n >= detail::kSwigluClusterMinChunks && n <= detail::swiglu_cluster_max_chunks(4)) {
+      const int64_t quarter = (n + 3) / 4;
+      ASSERT_EQ(c.cluster, 4) << "chunks " << n;
+      ASSERT_EQ(c.v, 2) << "chunks " << n;
+      ASSERT_TRUE(c.in_registers) << "chunks " << n;
+      ASSERT_GE(int64_t(c.threads) * c.v, quarter) << "chunks " << n;
+      ASSERT_LT(int64_t(c.threads - 32) * c.v, quarter) << "chunks " << n << ": a whole idle warp";
+      ASSERT_LE(c.threads, detail::kSwigluRowMaxThreads) << "chunks " << n;
+      ASSERT_EQ(c.smem_bytes, 0) << "chunks " << n;
+    } else {
+      const detail::SwigluRowConfig f = detail::swiglu_fp8_row_config(n, SwigluRowRule::kFourShared);
+      ASSERT_EQ(c.cluster, 1) << "chunks " << n;
+      ASSERT_EQ(std::tie(c.v, c.threads, c.in_registers, c.stage, c.smem_bytes),
+                std::tie(f.v, f.threads, f.in_registers, f.stage, f.smem_bytes)) << "chunks " << n;
+    }
+  }
+  EXPECT_EQ(detail::swiglu_fp8_row_config(28672 / 8, SwigluRowRule::kClusterFour).threads, 448);
+  EXPECT_EQ(detail::swiglu_fp8_row_config(65536 / 8, SwigluRowRule::kClusterFour).threads, 1024);
+  for (int64_t rows : {1, 8, 9, 32, 2048})
+    for (int64_t n : {1792, 2048, 2049, 3584, 4096, 4097, 8192})
+      EXPECT_EQ(detail::resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, rows, n) == SwigluRowRule::kClusterFour,
+                rows <= 8 && n > 2048 && n <= 4096) << rows << " rows, " << n << " chunks";
 }
 
 TEST(SwigluRowConfig, CommonWidths) {
@@ -126,8 +157,12 @@ TEST(SwigluRowConfig, AutoRuleFollowsTheMeasuredCrossover) {
   // (wider than 512 threads: kFourSharedThree builds kFourShared's 2-block kernel)
   EXPECT_EQ(detail::swiglu_fp8_row_config(u28k, SwigluRowRule::kFourSharedThree).min_blocks, 1);
   EXPECT_EQ(detail::swiglu_fp8_row_config(u16k, SwigluRowRule::kFourSharedThree).min_blocks, 3);
-  // 1-32 rows wider than one SM's registers hold: the 2-CTA cluster; from 33 rows kFourShared.
-  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 1, u28k), SwigluRowRule::kClusterTwo);
+  // 1-32 rows wider than one SM's registers hold: the 4-CTA cluster at 1-8, the 2-CTA cluster at
+  // 9-32; from 33 rows kFourShared.
+  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 1, u28k), SwigluRowRule::kClusterFour);
+  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 8, u28k), SwigluRowRule::kClusterFour);
+  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 9, u28k), SwigluRowRule::kClusterTwo);
+  EXPECT_EQ(detail::swiglu_fp8_row_config(u28k, SwigluRowRule::kClusterFour).cluster, 4);
   EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 32, u28k), SwigluRowRule::kClusterTwo);
   EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 33, u28k), SwigluRowRule::kFourShared);
   EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 32, u16k), SwigluRowRule::kTwoChunks);

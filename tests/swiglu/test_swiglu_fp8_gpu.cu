@@ -145,7 +145,7 @@ TEST_P(SwigluFp8Gpu, EveryRowRule) {
   if (std::get<3>(GetParam()) != Fp8ScaleMode::kDynamicPerRow) GTEST_SKIP() << "the rules shape the dynamic-scale kernel only";
   for (auto rule : {detail::SwigluRowRule::kTwoChunks, detail::SwigluRowRule::kFourShared,
                     detail::SwigluRowRule::kFourSharedNext, detail::SwigluRowRule::kFourSharedThree,
-                    detail::SwigluRowRule::kClusterTwo}) {
+                    detail::SwigluRowRule::kClusterTwo, detail::SwigluRowRule::kClusterFour}) {
     detail::set_swiglu_fp8_row_rule(rule);
     for (int64_t u : {8200, 14336, 28672}) {
       Case c = base();
@@ -167,17 +167,28 @@ TEST_P(SwigluFp8Gpu, EveryRowRule) {
 TEST_P(SwigluFp8Gpu, ClusterRuleEdges) {
   SKIP_WITHOUT_GPU();
   if (std::get<3>(GetParam()) != Fp8ScaleMode::kDynamicPerRow) GTEST_SKIP() << "the rules shape the dynamic-scale kernel only";
-  detail::set_swiglu_fp8_row_rule(detail::SwigluRowRule::kClusterTwo);
-  for (int64_t u : {8192, 8200, 28680, 32768, 32776}) {
-    Case c = base();
-    c.rows = 3;
-    c.u = u;
-    c.in_pad = 8;
-    c.out_pad = 8;
-    run_case(c);
+  struct RuleWidths {
+    detail::SwigluRowRule rule;
+    std::vector<int64_t> widths;
+  };
+  // kClusterFour: uneven quarters (U = 8200: 3 x 257 + 254 chunks; 28680: 3 x 897 + 894), its
+  // range's ends (8200, 65536) and the widths beside them (8192, 65544); 2200 rows of U = 16384
+  // (256-thread CTAs) again exceed its grid's 33 x 8 x 8 = 2112 clusters.
+  for (const RuleWidths& rw : {RuleWidths{detail::SwigluRowRule::kClusterTwo, {8192, 8200, 28680, 32768, 32776}},
+                               RuleWidths{detail::SwigluRowRule::kClusterFour, {8192, 8200, 28680, 65536, 65544}}}) {
+    SCOPED_TRACE(rw.rule == detail::SwigluRowRule::kClusterTwo ? "2-CTA clusters" : "4-CTA clusters");
+    detail::set_swiglu_fp8_row_rule(rw.rule);
+    for (int64_t u : rw.widths) {
+      Case c = base();
+      c.rows = 3;
+      c.u = u;
+      c.in_pad = 8;
+      c.out_pad = 8;
+      run_case(c);
+    }
+    { Case c = base(); c.rows = 7; c.u = 14336; c.nonfinite = true; run_case(c); }
+    { Case c = base(); c.rows = 2200; c.u = 16384; run_case(c); }
   }
-  { Case c = base(); c.rows = 7; c.u = 14336; c.nonfinite = true; run_case(c); }
-  { Case c = base(); c.rows = 2200; c.u = 16384; run_case(c); }
   detail::set_swiglu_fp8_row_rule(detail::kSwigluDefaultRowRule);
 }
 
@@ -237,7 +248,8 @@ TEST(SwigluFp8Sanitizer, SmallShapes) {
 TEST(SwigluFp8Sanitizer, SharedStagedRowKernel) {
   SKIP_WITHOUT_GPU();
   for (auto rule : {detail::SwigluRowRule::kFourShared, detail::SwigluRowRule::kFourSharedNext,
-                    detail::SwigluRowRule::kFourSharedThree, detail::SwigluRowRule::kClusterTwo}) {
+                    detail::SwigluRowRule::kFourSharedThree, detail::SwigluRowRule::kClusterTwo,
+                    detail::SwigluRowRule::kClusterFour}) {
     detail::set_swiglu_fp8_row_rule(rule);
     for (auto layout : {GateUpLayout::kStacked, GateUpLayout::kInterleaved}) {
       Case c;
