@@ -21,6 +21,7 @@
 
 #include "blockfuse/fused_mlp.h"
 #include "blockfuse/swiglu.h"
+#include "fused_mlp/params.h"
 #include "common/host_float.h"
 #include "harness.h"
 #include "testing/testing.h"
@@ -58,6 +59,7 @@ Check rel_l2_check(DType dt, const void* a, const void* b, int64_t n) {
 class FusedMlpBench final : public BenchCommand {
   std::vector<std::string> shapes_ = {"llama3-8b", "llama3-70b", "llama2-7b"};
   std::vector<int64_t> ms_ = {1, 4, 16, 32}, sparsities_ = {50, 75, 90}, nbs_ = {0}, sparse_nbs_ = {0};
+  std::vector<std::string> splits_ = {"auto"};
   int calls_ = 10, max_gib_ = 24;
 
   Defaults defaults() const override { return {30, 20, 3}; }
@@ -79,6 +81,10 @@ class FusedMlpBench final : public BenchCommand {
     o.ints("--nb", nbs_, 0, 64, "dense neurons_per_block sweep: 0 (the heuristic), 16, 32, 64");
     o.ints("--sparse-nb", sparse_nbs_, 0, 64,
            "union-list neurons_per_block sweep: 0 (the heuristic's, chosen on the device from the count), 16, 32, 64");
+    o.words("--split", splits_, {"auto", "never", "always"},
+            "union lists with the heuristic's block size (--sparse-nb 0) at M <= 8 on sm_90: split each 16-neuron "
+            "group over a 2-CTA cluster where the list is short (auto), never, or always; rows other than auto are "
+            "named sparse-S-split-RULE");
     o.integer("--calls", calls_, 1, 100000, "calls per captured graph");
     o.integer("--max-gib", max_gib_, 1, 1 << 20, "GiB at most for the rotated weight copies");
   }
@@ -238,25 +244,38 @@ void FusedMlpBench::shape(Bench& b, const Shape& sh) {
       // (reported as the host heuristic for the same count: the same model); else forced. A forced
       // size is verified first: poisoned y against the same list under the heuristic's size (whose
       // path all_chk checked against the unfused pipeline with every block listed).
-      for (int64_t forced : sparse_nbs_) {
+      for (int64_t forced : sparse_nbs_)
+      for (const std::string& split : forced ? std::vector<std::string>{"auto"} : splits_) {
+        fmlp::set_split_rule(split == "never" ? fmlp::SplitRule::kNever
+                             : split == "always" ? fmlp::SplitRule::kAlways : fmlp::SplitRule::kAuto);
         const FusedMlpConfig cfg{int(forced), MlpReduction::kAtomic};
-        const int nb = forced ? int(forced) : fused_mlp_heuristic(M, K, active * 2, sms).neurons_per_block;
+        // (a split unit's group is 16 neurons: reported as such where the rule splits this list)
+        const bool splits = !forced && split != "never" && M <= fmlp::kSplitMaxRows && b.device().major >= 9 &&
+                            (split == "always" || fmlp::split_groups(active * 2, sms));
+        const int nb = forced ? int(forced) : splits ? 16 : fused_mlp_heuristic(M, K, active * 2, sms).neurons_per_block;
         Check chk = all_chk;
         bool ok = sparse_ok;
-        if (forced) {
+        if (forced || split != "auto") {
+          // (the reference call under the default rules)
+          fmlp::set_split_rule(fmlp::SplitRule::kAuto);
           fused_mlp_sparse(X, WGU(0), WD(0), Y, act, L(0), ws.data(), ws.bytes(), FusedMlpConfig{}, s);
+          fmlp::set_split_rule(split == "never" ? fmlp::SplitRule::kNever
+                               : split == "always" ? fmlp::SplitRule::kAlways : fmlp::SplitRule::kAuto);
           BENCH_CUDA(cudaMemcpyAsync(ys.data(), yb.data(), size_t(M * K) * 2, cudaMemcpyDeviceToDevice, s));
           testing::fill_bits(Y, testing::nan_bits(dt), s);
           fused_mlp_sparse(X, WGU(0), WD(0), Y, act, L(0), ws.data(), ws.bytes(), cfg, s);
           BENCH_CUDA(cudaStreamSynchronize(s));
           chk = rel_l2_check(dt, yb.data(), ys.data(), M * K);
-          ok = b.verify(at + " sparse-" + std::to_string(sp) + " nb=" + std::to_string(nb) + " vs the heuristic's", chk);
+          ok = b.verify(at + " sparse-" + std::to_string(sp) + " nb=" + std::to_string(nb) + " split " + split +
+                            " vs the default rules", chk);
         }
         const Timing t = b.time(
             [&](int i) { fused_mlp_sparse(X, WGU(i), WD(i), Y, act, L(i), ws.data(), ws.bytes(), cfg, s); }, method);
-        report("sparse-" + std::to_string(sp) + (forced ? "-nb" + std::to_string(forced) : ""), nb, t,
-               wbytes * frac + io, chk, ok, frac);
+        report("sparse-" + std::to_string(sp) + (forced ? "-nb" + std::to_string(forced) : "") +
+                   (split != "auto" ? "-split-" + split : ""),
+               nb, t, wbytes * frac + io, chk, ok, frac);
       }
+      fmlp::set_split_rule(fmlp::SplitRule::kAuto);
       // Per-token lists at M > 1: each token its own random blocks of the same density.
       if (M > 1) {
         std::vector<int32_t> ti(static_cast<size_t>(M * nblk)), tc(static_cast<size_t>(M), int32_t(active));

@@ -93,7 +93,9 @@ void fused_mlp(ConstMatrix x, ConstMatrix w_gate_up, ConstMatrix w_down_t, Matri
 
 // Sparse, one list for the batch: only the listed neuron blocks (an empty list gives y = 0). The
 // block size must divide U; capacity <= U / block_size; workspace for list_groups = capacity ·
-// block_size / 16.
+// block_size / 16. With neurons_per_block 0 and atomic reduction the block size is chosen on the
+// device from *count, and at M <= 8 on sm_90 a list of at most one 16-neuron group per SM has each
+// group read by two CTAs (a 2-CTA cluster, half of K each): src/fused_mlp/params.h.
 void fused_mlp_sparse(ConstMatrix x, ConstMatrix w_gate_up, ConstMatrix w_down_t, Matrix y, Activation act,
                       NeuronBlockList blocks, void* workspace, size_t workspace_bytes, FusedMlpConfig config = {},
                       cudaStream_t stream = nullptr);

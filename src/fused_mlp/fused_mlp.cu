@@ -7,8 +7,11 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <atomic>
+
 #include "common/device.h"
 #include "common/check.h"
+#include "common/launch.h"
 #include "fused_mlp/fused_mlp_sm80.cuh"
 #include "fused_mlp/params.h"
 
@@ -102,13 +105,29 @@ int resolve_neurons(const FusedMlpConfig& c, int64_t m, int64_t k, int64_t group
   return c.neurons_per_block != 0 ? c.neurons_per_block : fused_mlp_heuristic(m, k, groups, sm_count_now()).neurons_per_block;
 }
 
+// Launches as clusters of p.split CTAs when p.split > 1 (the grid a multiple of it).
+template <class T, int NT, int NG>
+void launch_ng(const fmlp::FusedMlpParams& p, unsigned grid, cudaStream_t s) {
+  detail::launch_kernel(fmlp::fused_mlp_kernel<T, NT, NG>, dim3(grid), dim3(fmlp::kWarps * 32), 0, s,
+                        dim3(unsigned(p.split), 1, 1), false, p);
+}
+
 template <class T, int NT>
 void launch_nt(const fmlp::FusedMlpParams& p, int ng, unsigned grid, cudaStream_t s) {
   switch (ng) {
-    case 1: fmlp::fused_mlp_kernel<T, NT, 1><<<grid, fmlp::kWarps * 32, 0, s>>>(p); break;
-    case 2: fmlp::fused_mlp_kernel<T, NT, 2><<<grid, fmlp::kWarps * 32, 0, s>>>(p); break;
-    default: fmlp::fused_mlp_kernel<T, NT, 4><<<grid, fmlp::kWarps * 32, 0, s>>>(p); break;
+    case 1: launch_ng<T, NT, 1>(p, grid, s); break;
+    case 2: launch_ng<T, NT, 2>(p, grid, s); break;
+    default: launch_ng<T, NT, 4>(p, grid, s); break;
   }
+}
+
+std::atomic<int> g_split_rule{int(fmlp::SplitRule::kAuto)};
+
+// Whether split launches may run here: sm_90+ with sm_90 code loaded for the kernel (a build for
+// sm_80 only runs on a Hopper through PTX, where the split path is a trap).
+bool split_path_available() {
+  static detail::PerDeviceCache<bool> cache;
+  return detail::sm90_code_loaded(cache, reinterpret_cast<const void*>(fmlp::fused_mlp_kernel<__nv_bfloat16, 1, 4>));
 }
 
 template <class T>
@@ -129,7 +148,12 @@ void run(const char* fn, const Problem& pr, const ConstMatrix& x, const ConstMat
   detail::check_compute_capability(fn, 8, 0);
   // Dynamic groups: one block per listed group (the most the list can need), up to 4 groups each.
   if (dynamic_groups) neurons = 16;
-  const int64_t grid = fmlp::grid_blocks(p.groups, neurons);
+  // Split launches (params.h: kSplitMaxRows): clusters of 2 CTAs, a unit per listed group.
+  const fmlp::SplitRule rule = fmlp::split_rule();
+  p.split = dynamic_groups && pr.m <= fmlp::kSplitMaxRows && rule != fmlp::SplitRule::kNever && split_path_available()
+                ? 2 : 1;
+  p.split_always = rule == fmlp::SplitRule::kAlways;
+  const int64_t grid = fmlp::grid_blocks(p.groups, neurons) * p.split;
   if (grid > 0x7fffffff) throw_arg(fn, "w_down_t", cat("has U = ", pr.u), "fewer than 2^31 neuron blocks");
   p.x = x.data;
   p.wgu = wgu.data;
@@ -352,5 +376,10 @@ void fused_mlp_check_blocks(const int32_t* indices, const int32_t* counts, int64
   throw_arg(fn, "indices", cat("[", r, "][", i, "] is not greater than the entry before it"),
             "sorted ascending, no duplicates");
 }
+
+namespace fmlp {
+SplitRule split_rule() { return SplitRule(g_split_rule.load()); }
+void set_split_rule(SplitRule rule) { g_split_rule.store(int(rule)); }
+}  // namespace fmlp
 
 }  // namespace blockfuse

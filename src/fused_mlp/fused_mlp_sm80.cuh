@@ -38,6 +38,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cooperative_groups.h>
+
 #include "decode_gemm/decode_gemm_sm80.cuh"  // MmaType, load_w, load_x, store_y
 #include "fused_mlp/params.h"
 #include "common/activation.cuh"
@@ -99,20 +101,43 @@ __global__ void __launch_bounds__(kWarps * 32, 2) fused_mlp_kernel(const FusedMl
   // list costs no more than its blocks), and with dynamic_groups the groups per block are the
   // heuristic's choice for the listed groups, so a short list spreads over more SMs. Every block
   // reads the same count, so all agree on `blocks`, the number that counts in on each chunk.
+  //
+  // Split launches (p.split = 2: union lists with the heuristic's block size at M <= 8 on sm_90, as
+  // clusters of 2 CTAs): where the list has few groups (split_groups, params.h), each 16-neuron group
+  // is shared by the cluster's two CTAs — rank r reads half of K of the gate/up rows, the halves' sums
+  // meet through distributed shared memory, and each CTA then takes half of the down phase's chunks —
+  // so twice as many SMs stream a short list's rows. Otherwise every CTA is a unit of its own, as in
+  // an unsplit launch (the grid then has twice the CTAs the list can use: the rest return at once).
+  // `unit`: the block number (a split cluster's).
   int ng = NG;
   int64_t blocks = gridDim.x;
+  int cs = 1, rank = 0;  // CTAs sharing this unit's groups, and this CTA's rank among them
+  int64_t unit = blockIdx.x;
   if (p.mode == ListMode::kUnion) {
     const int64_t count = min(max(int64_t(*p.cnt), int64_t(0)), p.capacity);
     const int64_t listed = count * p.list_groups_per_block;
-    if (p.dynamic_groups) ng = min(NG, modeled_neurons_per_block(p.m, p.k, listed, p.sm_count) / kGroup);
+    // (split launches are M <= kSplitMaxRows: one token tile)
+    if (NT == 1 && p.split > 1 && (p.split_always || split_groups(listed, p.sm_count))) {
+      cs = p.split;
+      rank = int(blockIdx.x % unsigned(cs));
+      unit = blockIdx.x / unsigned(cs);
+      ng = 1;
+    }
+    // Every unit that takes part has at least one group (unit 0 always takes part): the others
+    // return before the block-size model below.
+    if (unit > 0 && unit >= listed) return;
+    if (cs == 1 && p.dynamic_groups) ng = min(NG, modeled_neurons_per_block(p.m, p.k, listed, p.sm_count) / kGroup);
     blocks = max(int64_t(1), ceil_div(listed, ng));
-    if (blockIdx.x >= blocks) return;
+    if (unit >= blocks) return;
   }
+#if !(defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
+  if (cs > 1) __trap();  // never launched below sm_90 (the launcher checks the loaded code)
+#endif
 
   // ---- which neurons --------------------------------------------------------------------------
   bool mine = false;
   if (threadIdx.x < NG) {
-    const int64_t f = int64_t(blockIdx.x) * ng + threadIdx.x;  // flat group number
+    const int64_t f = unit * ng + threadIdx.x;  // flat group number
     int64_t base = -1;
     uint32_t mask = 0;
     if (int(threadIdx.x) < ng && f < p.groups) {
@@ -167,8 +192,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2) fused_mlp_kernel(const FusedMl
 #pragma unroll
       for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
       if (base >= 0) {
-        const int64_t slice = (ceil_div(p.k, ksn) + 31) / 32 * 32;
-        const int64_t k_begin = min(p.k, int64_t(ks) * slice), k_end = min(p.k, k_begin + slice);
+        // This CTA's part of K (all of it unless split), then warp slice ks of that, in whole
+        // 32-column steps.
+        const int64_t part = (ceil_div(p.k, cs) + 31) / 32 * 32;
+        const int64_t kr_begin = min(p.k, int64_t(rank) * part), kr_end = min(p.k, kr_begin + part);
+        const int64_t slice = (ceil_div(kr_end - kr_begin, ksn) + 31) / 32 * 32;
+        const int64_t k_begin = min(kr_end, kr_begin + int64_t(ks) * slice), k_end = min(kr_end, k_begin + slice);
         const int64_t r0 = 2 * base + 16 * (rt & 1);
         const T* w0 = static_cast<const T*>(p.wgu) + (r0 + g) * p.ldgu + 8 * t;
         const T* w1 = static_cast<const T*>(p.wgu) + (r0 + g + 8) * p.ldgu + 8 * t;
@@ -212,6 +241,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2) fused_mlp_kernel(const FusedMl
       for (int j = 0; j < NT; ++j) s_acc[warp][j][lane] = make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
     }
     __syncthreads();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    if (cs > 1) cg::this_cluster().sync();  // the peer's s_acc is complete (both CTAs are active alike)
+#endif
     const int nbr = kGroup * ng;  // this block's neurons
     for (int i = threadIdx.x; i < MP * nbr; i += kWarps * 32) {
       const int m = i / nbr, n = i % nbr;
@@ -221,87 +254,143 @@ __global__ void __launch_bounds__(kWarps * 32, 2) fused_mlp_kernel(const FusedMl
       const int rt = 2 * grp + (2 * nn) / 16, row = (2 * nn) % 16;  // the gate row is row + 1
       const int j = m / 8, tt = (m % 8) / 2, e0 = m & 1;
       float up = 0.f, gate = 0.f;
-      for (int ks = 0; ks < ksn; ++ks) {
-        const float* a = reinterpret_cast<const float*>(&s_acc[rt + rtn * ks][j][0]);
-        up += a[((row & 7) * 4 + tt) * 4 + (row >> 3) * 2 + e0];
-        gate += a[(((row + 1) & 7) * 4 + tt) * 4 + ((row + 1) >> 3) * 2 + e0];
-      }
+      // Summed over the K slices of every CTA sharing the group, in rank order (so both CTAs of a
+      // split unit form the same h).
+      for (int r = 0; r < cs; ++r)
+        for (int ks = 0; ks < ksn; ++ks) {
+          const float* a = reinterpret_cast<const float*>(&s_acc[rt + rtn * ks][j][0]);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+          if (cs > 1) a = cg::this_cluster().map_shared_rank(a, r);
+#endif
+          up += a[((row & 7) * 4 + tt) * 4 + (row >> 3) * 2 + e0];
+          gate += a[(((row + 1) & 7) * 4 + tt) * 4 + ((row + 1) >> 3) * 2 + e0];
+        }
       const bool on = (s_mask[grp] >> m) & 1u;  // also false for the padding rows m >= M
       const float h = on ? gated_act(p.act, gate, up) : 0.f;
       s_h[m * HLD + n] = static_cast<T>(h);
     }
     __syncthreads();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (cs > 1) cg::this_cluster().sync();  // the peer has read this CTA's s_acc: it may exit
+#endif
   }
 
   // ---- phase 2 + 3: down projection and reduction -----------------------------------------------
   // A warp takes chunks warp, warp + 8, … in batches of up to 32: it adds the partials of a whole
   // batch first, then fences once and counts in on all of the batch's chunks at once (lane i on the
   // i-th), so the fence and the counter round trip are paid once per batch, not once per chunk.
-  const int64_t n_chunks = ceil_div(p.k, kChunk);
-  for (int64_t c0 = warp; c0 < n_chunks; c0 += int64_t(kWarps) * 32) {
-    if (active) {
-#pragma unroll 1
-      for (int64_t c = c0; c < n_chunks && c < c0 + int64_t(kWarps) * 32; c += kWarps) {
-        const int64_t kc = c * kChunk + 8 * g;  // this lane's 8 columns
-        const bool col_in = kc < p.k;           // K % 8 == 0: all 8 in or all out
-        float d[NT][4][4];
+  //
+  // Loads in flight: a lane loads 4 rows (16 bytes each) of a group for a chunk, and issues S such
+  // slots before their MMAs: 16 loads (8 at NT >= 3, where the accumulators take the room). A block
+  // of ng >= S groups fills the slots with one chunk's groups; a block of fewer groups (16- and
+  // 32-neuron blocks, and the union lists' blocks that chose ng < NG on the device) fills them with
+  // the groups of S / ng consecutive chunks of this warp (one 16-neuron chunk alone is only 4 loads
+  // per lane): 90 %-sparse 8B at M = 1 29.5 -> 27.4 µs, forced 16-neuron blocks 27.2 -> 25.2
+  // (results/gpu/session12_h100/fmlp_forced.json before, exp/fmlp_slots.json after; H100). Only at
+  // M <= 8 (NT = 1): with more token tiles the second path's accumulators and slots spill (ptxas
+  // sm_90).
+  constexpr int S = NT <= 2 ? 4 : 2;
+  constexpr int GS = NG < S ? NG : S;
+  const int cpr = NT > 1 || ng >= S ? 1 : S / ng;  // chunks per round (ng is 1, 2 or 4)
+  // Group grp's 4 rows of w_down_t for this lane's 8 columns kc.. of a chunk (no load where off).
+  auto load_rows = [&](uint4 (&v)[4], int grp, int64_t kc, bool on) {
+    const int64_t base = s_base[grp];
+    const T* wr = static_cast<const T*>(p.wd) + (base >= 0 ? base + 4 * t : 0) * p.ldd + kc;
 #pragma unroll
-        for (int j = 0; j < NT; ++j)
+    for (int r = 0; r < 4; ++r) v[r] = load_w(wr + r * p.ldd, on && base >= 0);
+  };
+  // d += those rows · h of group grp.
+  auto mma_group = [&](float (&d)[NT][4][4], const uint4 (&v)[4], int grp) {
+    uint32_t b[NT][2];
 #pragma unroll
-          for (int i = 0; i < 4; ++i) d[j][i][0] = d[j][i][1] = d[j][i][2] = d[j][i][3] = 0.f;
-        // Up to 16 loads per lane in flight (8 at NT >= 3, where the accumulators take the room).
-        constexpr int GS = NT <= 2 ? (NG < 4 ? NG : 4) : (NG < 2 ? NG : 2);
+    for (int j = 0; j < NT; ++j) {
+      const uint2 hb = *reinterpret_cast<const uint2*>(&s_h[(8 * j + g) * HLD + grp * kGroup + 4 * t]);
+      b[j][0] = hb.x;  // neurons 4t, 4t+1   (logical k 2t, 2t+1)
+      b[j][1] = hb.y;  // neurons 4t+2, 4t+3 (logical k 2t+8, 2t+9)
+    }
+    const uint32_t w0[4] = {v[0].x, v[0].y, v[0].z, v[0].w};
+    const uint32_t w1[4] = {v[1].x, v[1].y, v[1].z, v[1].w};
+    const uint32_t w2[4] = {v[2].x, v[2].y, v[2].z, v[2].w};
+    const uint32_t w3[4] = {v[3].x, v[3].y, v[3].z, v[3].w};
 #pragma unroll
-        for (int g0 = 0; g0 < NG; g0 += GS) {
-          uint4 v[GS][4];
+    for (int i = 0; i < 4; ++i) {
+      // Columns 2i (rows g) and 2i + 1 (rows g + 8) of this lane's 8: word i of each vector.
+      const uint32_t a[4] = {__byte_perm(w0[i], w1[i], 0x5410), __byte_perm(w0[i], w1[i], 0x7632),
+                             __byte_perm(w2[i], w3[i], 0x5410), __byte_perm(w2[i], w3[i], 0x7632)};
 #pragma unroll
-          for (int s = 0; s < GS; ++s) {
-            const int64_t base = s_base[g0 + s];
-            const T* wr = static_cast<const T*>(p.wd) + (base >= 0 ? base + 4 * t : 0) * p.ldd + kc;
+      for (int j = 0; j < NT; ++j) MmaType<T>::mma(d[j][i], a, b[j][0], b[j][1]);
+    }
+  };
+  // d[j][i] = {y[8j+2t][kc+2i], y[8j+2t+1][kc+2i], y[8j+2t][kc+2i+1], y[8j+2t+1][kc+2i+1]}: into the
+  // accumulator (atomic) or this block's slot (deterministic).
+  auto flush = [&](const float (&d)[NT][4][4], int64_t kc) {
 #pragma unroll
-            for (int r = 0; r < 4; ++r) v[s][r] = load_w(wr + r * p.ldd, col_in && base >= 0);
-          }
+    for (int j = 0; j < NT; ++j) {
 #pragma unroll
-          for (int s = 0; s < GS; ++s) {
-            if (s_base[g0 + s] < 0) continue;  // block-uniform
-            uint32_t b[NT][2];
-#pragma unroll
-            for (int j = 0; j < NT; ++j) {
-              const uint2 hb = *reinterpret_cast<const uint2*>(&s_h[(8 * j + g) * HLD + (g0 + s) * kGroup + 4 * t]);
-              b[j][0] = hb.x;  // neurons 4t, 4t+1   (logical k 2t, 2t+1)
-              b[j][1] = hb.y;  // neurons 4t+2, 4t+3 (logical k 2t+8, 2t+9)
-            }
-            const uint32_t w0[4] = {v[s][0].x, v[s][0].y, v[s][0].z, v[s][0].w};
-            const uint32_t w1[4] = {v[s][1].x, v[s][1].y, v[s][1].z, v[s][1].w};
-            const uint32_t w2[4] = {v[s][2].x, v[s][2].y, v[s][2].z, v[s][2].w};
-            const uint32_t w3[4] = {v[s][3].x, v[s][3].y, v[s][3].z, v[s][3].w};
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              // Columns 2i (rows g) and 2i + 1 (rows g + 8) of this lane's 8: word i of each vector.
-              const uint32_t a[4] = {__byte_perm(w0[i], w1[i], 0x5410), __byte_perm(w0[i], w1[i], 0x7632),
-                                     __byte_perm(w2[i], w3[i], 0x5410), __byte_perm(w2[i], w3[i], 0x7632)};
-#pragma unroll
-              for (int j = 0; j < NT; ++j) MmaType<T>::mma(d[j][i], a, b[j][0], b[j][1]);
-            }
-          }
+      for (int h = 0; h < 2; ++h) {
+        const int64_t m = 8 * j + 2 * t + h;
+        if (m >= p.m) continue;
+        const float v8[8] = {d[j][0][h], d[j][0][2 + h], d[j][1][h], d[j][1][2 + h],
+                             d[j][2][h], d[j][2][2 + h], d[j][3][h], d[j][3][2 + h]};
+        if (p.deterministic) {
+          float4* dst = reinterpret_cast<float4*>(p.partials + (int64_t(blockIdx.x) * p.m + m) * p.k + kc);
+          __stcg(dst, make_float4(v8[0], v8[1], v8[2], v8[3]));
+          __stcg(dst + 1, make_float4(v8[4], v8[5], v8[6], v8[7]));
+        } else {
+          red_add8(p.acc + m * p.k + kc, v8);
         }
-        // d[j][i] = {y[8j+2t][kc+2i], y[8j+2t+1][kc+2i], y[8j+2t][kc+2i+1], y[8j+2t+1][kc+2i+1]}.
-        if (col_in) {
+      }
+    }
+  };
+  const int64_t n_chunks = ceil_div(p.k, kChunk);
+  // A warp's chunks: warp, warp + CW, … with CW = 8 warps x the CTAs sharing the unit's groups (rank r
+  // of a split unit starts at chunk 8r + warp), so each chunk is computed and counted in by one CTA
+  // of each unit.
+  const int64_t CW = int64_t(kWarps) * cs;
+  for (int64_t c0 = int64_t(rank) * kWarps + warp; c0 < n_chunks; c0 += CW * 32) {
+    if (active) {
+      const int64_t c_end = min(n_chunks, c0 + CW * 32);
+      if (cpr == 1) {
+#pragma unroll 1
+        for (int64_t c = c0; c < c_end; c += CW) {
+          const int64_t kc = c * kChunk + 8 * g;  // this lane's 8 columns
+          const bool col_in = kc < p.k;           // K % 8 == 0: all 8 in or all out
+          float d[NT][4][4] = {};
 #pragma unroll
-          for (int j = 0; j < NT; ++j) {
+          for (int g0 = 0; g0 < NG; g0 += GS) {
+            uint4 v[GS][4];
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int64_t m = 8 * j + 2 * t + h;
-              if (m >= p.m) continue;
-              const float v8[8] = {d[j][0][h], d[j][0][2 + h], d[j][1][h], d[j][1][2 + h],
-                                   d[j][2][h], d[j][2][2 + h], d[j][3][h], d[j][3][2 + h]};
-              if (p.deterministic) {
-                float4* dst = reinterpret_cast<float4*>(p.partials + (int64_t(blockIdx.x) * p.m + m) * p.k + kc);
-                __stcg(dst, make_float4(v8[0], v8[1], v8[2], v8[3]));
-                __stcg(dst + 1, make_float4(v8[4], v8[5], v8[6], v8[7]));
-              } else {
-                red_add8(p.acc + m * p.k + kc, v8);
-              }
+            for (int s = 0; s < GS; ++s) load_rows(v[s], g0 + s, kc, col_in);
+#pragma unroll
+            for (int s = 0; s < GS; ++s)
+              if (s_base[g0 + s] >= 0) mma_group(d, v[s], g0 + s);  // block-uniform
+          }
+          if (col_in) flush(d, kc);
+        }
+      } else if constexpr (NT == 1) {
+        // Slot s holds group s % ng of chunk cb + (s / ng)·CW: every slot's loads first, then
+        // the MMAs, a chunk's flush after its last group.
+        const int sh = ng == 1 ? 0 : 1;  // ng is 1 or 2 here
+#pragma unroll 1
+        for (int64_t cb = c0; cb < c_end; cb += CW * cpr) {
+          uint4 v[S][4];
+#pragma unroll
+          for (int s = 0; s < S; ++s) {
+            const int64_t c = cb + int64_t(s >> sh) * CW, kc = c * kChunk + 8 * g;
+            load_rows(v[s], s & (ng - 1), kc, c < c_end && kc < p.k);
+          }
+          float d[NT][4][4] = {};
+#pragma unroll
+          for (int s = 0; s < S; ++s) {
+            const int grp = s & (ng - 1);
+            if (s_base[grp] >= 0) mma_group(d, v[s], grp);  // block-uniform
+            if (grp == ng - 1) {
+              const int64_t c = cb + int64_t(s >> sh) * CW, kc = c * kChunk + 8 * g;
+              if (c < c_end && kc < p.k) flush(d, kc);
+#pragma unroll
+              for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) d[j][i][0] = d[j][i][1] = d[j][i][2] = d[j][i][3] = 0.f;
             }
           }
         }
@@ -310,12 +399,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2) fused_mlp_kernel(const FusedMl
     // Count in; the last of the `blocks` blocks to count in on a chunk finishes it.
     __threadfence();
     __syncwarp();
-    const int64_t mine_c = c0 + int64_t(lane) * kWarps;
+    const int64_t mine_c = c0 + int64_t(lane) * CW;
     const bool last = mine_c < n_chunks && atomicAdd(p.counters + mine_c, 1) == int(blocks) - 1;
     uint32_t lasts = __ballot_sync(0xffffffffu, last);
     if (lasts) __threadfence();  // warp-uniform
     while (lasts) {
-      const int64_t c = c0 + int64_t(__ffs(lasts) - 1) * kWarps;
+      const int64_t c = c0 + int64_t(__ffs(lasts) - 1) * CW;
       lasts &= lasts - 1;
       const int64_t col0 = c * kChunk;
       const int64_t width = min(int64_t(kChunk), p.k - col0);  // a multiple of 8

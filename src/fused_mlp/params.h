@@ -61,6 +61,20 @@ BF_FMLP_HD inline int modeled_neurons_per_block(int64_t m, int64_t k, int64_t gr
   return best;
 }
 
+// Split launches (fused_mlp_sm80.cuh): a union list with the heuristic's block size at M <= 8 on
+// sm_90 is launched as clusters of 2 CTAs, and a cluster shares one 16-neuron group between its two
+// CTAs (each reads half of K of the group's rows) where the list has at most one group per SM: a
+// short list then streams from twice as many SMs. Why: an unsplit 16-neuron block streams its rows at
+// about 25-33 GB/s (results/gpu/session12_h100/exp2/fmlp_fixed.json: Llama-3 8B, 8 blocks of a
+// 99 %-sparse list took 17-20 µs for 3.2 MB), so a list of fewer groups than SMs is bound by the rate
+// of a block, not by DRAM. Measured beside the unsplit launch in one process (exp3/fmlp_split.json,
+// H100): 90 / 95 %-sparse lists at M = 1 / 4 / 8 1.17-1.47x faster (8B x 90 % at M = 1: 27.9 -> 24.1
+// µs; 70B x 95 %: 46.1 -> 37.2); splitting every list (the `always` rule) was slower from 50 % to 90 %
+// at M = 4 and 8 (e.g. 70B x 90 %, M = 8: 133.4 against 102.6 µs), where a list has more groups than
+// SMs, hence the bound.
+constexpr int kSplitMaxRows = 8;  // M up to one 8-token MMA tile
+BF_FMLP_HD inline bool split_groups(int64_t listed_groups, int sms) { return listed_groups <= sms; }
+
 // Workspace: [counters: int per chunk][fp32 y accumulator [m, K] (atomic)][deterministic: int flag
 // per block, then fp32 partials [blocks][m][K], after room for the largest accumulator (kMaxRows)].
 // The two regions never overlap, so one workspace serves both reductions and every M: the atomic
@@ -103,11 +117,21 @@ struct FusedMlpParams {
   // count with modeled_neurons_per_block (sm_count: the device's SMs).
   int dynamic_groups;
   int sm_count;
+  // Union lists: the CTAs of a cluster launch (1 or 2) and, with 2, whether every unit splits
+  // (split_always: a bench / test override) or only lists within split_groups.
+  int split;
+  int split_always;
   int deterministic;
   int* counters;           // [chunks(k)]
   float* acc;              // atomic: [m, k]
   int* flags;              // deterministic: [gridDim.x]
   float* partials;         // deterministic: [gridDim.x, m, k]
 };
+
+// Process-wide override of the split rule for the bench and the tests: kAuto (split_groups), kNever,
+// kAlways (every union-list call that may split does, 16-neuron groups whatever the count).
+enum class SplitRule : int { kAuto = 0, kNever = 1, kAlways = 2 };
+SplitRule split_rule();
+void set_split_rule(SplitRule rule);
 
 }  // namespace blockfuse::fmlp

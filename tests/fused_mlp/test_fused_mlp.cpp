@@ -37,6 +37,19 @@ TEST(FusedMlpHeuristic, PicksAValidBlockSize) {
   expect_arg_error([] { fused_mlp_heuristic(1, 4096, 10, 0); }, "sm_count");
 }
 
+// Split launches (params.h): a union list's 16-neuron groups are shared by a 2-CTA cluster only
+// while the list has at most one group per SM, and only at M <= 8 (one token tile).
+TEST(FusedMlpHeuristic, SplitsShortListsOnly) {
+  for (int sms : {1, 108, 132})
+    for (int64_t listed : {int64_t(0), int64_t(1), int64_t(sms) - 1, int64_t(sms), int64_t(sms) + 1, int64_t(4) * sms})
+      EXPECT_EQ(fmlp::split_groups(listed, sms), listed <= sms) << listed << " groups, " << sms << " SMs";
+  // Llama-3 8B on an H100 (448 blocks of 32 neurons, 2 groups each): 90 % sparse splits, 75 % does not.
+  EXPECT_TRUE(fmlp::split_groups(2 * 44, 132));
+  EXPECT_FALSE(fmlp::split_groups(2 * 112, 132));
+  EXPECT_EQ(fmlp::kSplitMaxRows, 8);
+  EXPECT_EQ(fmlp::split_rule(), fmlp::SplitRule::kAuto);  // the default
+}
+
 TEST(FusedMlpWorkspace, Arithmetic) {
   // Atomic: counters (ceil(K / 64) ints, rounded to 256 bytes) + an fp32 [M, K] accumulator.
   EXPECT_EQ(fused_mlp_workspace_size(4, 4096, 896, FusedMlpConfig{}), 256u + 4u * 4096 * 4);

@@ -114,11 +114,21 @@ const char* red_name(MlpReduction r) { return r == MlpReduction::kAtomic ? "atom
 
 class FusedMlpGpu : public ::testing::TestWithParam<DType> {};
 
+// Sets the process-wide split rule for a scope (the bench / test override, params.h).
+struct SplitRuleFor {
+  explicit SplitRuleFor(fmlp::SplitRule r) { fmlp::set_split_rule(r); }
+  ~SplitRuleFor() { fmlp::set_split_rule(fmlp::SplitRule::kAuto); }
+  SplitRuleFor(const SplitRuleFor&) = delete;
+  SplitRuleFor& operator=(const SplitRuleFor&) = delete;
+};
+
 TEST_P(FusedMlpGpu, DenseMatchesReference) {
   SKIP_WITHOUT_GPU();
   const DType dt = GetParam();
   int i = 0;
-  for (auto [k, u] : {std::pair<int64_t, int64_t>{136, 48}, {1024, 256}})
+  // K = 4168: 66 chunks (the last of 8 columns), so each warp walks 8-9 chunks and the down phase's
+  // multi-chunk rounds (16- and 32-neuron blocks at M <= 8) take several rounds and a partial one.
+  for (auto [k, u] : {std::pair<int64_t, int64_t>{136, 48}, {1024, 256}, {4168, 64}})
     for (int64_t m : {1, 3, 16, 32})
       for (FusedMlpConfig cfg : {FusedMlpConfig{}, FusedMlpConfig{16, MlpReduction::kAtomic},
                                  FusedMlpConfig{32, MlpReduction::kDeterministic},
@@ -225,14 +235,18 @@ TEST_P(FusedMlpGpu, SparseUnionLists) {
 // the workspace is left zeroed for the next call whatever the previous one chose.
 TEST_P(FusedMlpGpu, UnionListBlockSizeFollowsTheCount) {
   SKIP_WITHOUT_GPU();
+  // Unsplit, so that every block size the model picks runs (split units are 16 neurons: tested below).
+  const SplitRuleFor unsplit(fmlp::SplitRule::kNever);
   const DType dt = GetParam();
   int dev = 0, sms = 0;
   BF_CUDA_OK(cudaGetDevice(&dev));
   BF_CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const int64_t k = 256, bs = 16;
+  const int64_t bs = 16;
   const int64_t u = std::max<int64_t>(16 * 8 * sms, 2048);  // 8 groups per SM: 64 wins when all are listed
   const int64_t nblk = u / bs;
-  for (int64_t m : {1, 13}) {
+  // (The model's choice does not depend on K.) K = 2056 at M = 1: 33 chunks, so the down phase's
+  // multi-chunk rounds of 16- and 32-neuron blocks are whole for some warps and partial for others.
+  for (auto [m, k] : {std::pair<int64_t, int64_t>{1, 2056}, {13, 256}}) {
     const uint64_t seed = testing::fresh_seed();
     Mlp f(dt, m, k, u, seed);
     DeviceList dl({}, nblk);
@@ -263,6 +277,40 @@ TEST_P(FusedMlpGpu, UnionListBlockSizeFollowsTheCount) {
     }
     if (m == 1) EXPECT_EQ(chosen, (std::set<int>{16, 32, 64})) << "the densities no longer reach every block size";
   }
+}
+
+// Union lists under every split rule (params.h: split launches at M <= 8 on sm_90; elsewhere the
+// rules change nothing): short and long lists, the empty one, odd K (rank 1's half of K and of the
+// chunks shorter, a partial last round of the down phase), and M = 9 (never split).
+TEST_P(FusedMlpGpu, SplitRulesMatchTheReference) {
+  SKIP_WITHOUT_GPU();
+  const DType dt = GetParam();
+  const int64_t u = 1024, bs = 32, nblk = u / bs;
+  for (auto [m, k] : {std::pair<int64_t, int64_t>{1, 2056}, {5, 520}, {8, 4168}, {9, 264}})
+    for (fmlp::SplitRule rule : {fmlp::SplitRule::kNever, fmlp::SplitRule::kAlways, fmlp::SplitRule::kAuto})
+      for (double density : {0.0, 0.05, 0.4, 1.0}) {
+        const SplitRuleFor scoped(rule);
+        const uint64_t seed = testing::fresh_seed();
+        SCOPED_TRACE("M=" + std::to_string(m) + " K=" + std::to_string(k) + " split rule " + std::to_string(int(rule)) +
+                     " density=" + std::to_string(density) + "; " + testing::seed_note(seed));
+        Mlp f(dt, m, k, u, seed);
+        std::mt19937_64 rng(seed + 1);
+        std::vector<int32_t> list;
+        for (int32_t b = 0; b < nblk; ++b)
+          if (density >= 1.0 || std::uniform_real_distribution<double>(0, 1)(rng) < density) list.push_back(b);
+        DeviceList dl(list, nblk);
+        Workspace ws(fused_mlp_workspace_size(m, k, u / 16, FusedMlpConfig{}));
+        for (int rep = 0; rep < 2; ++rep) {  // the second call finds the workspace as the first left it
+          f.poison();
+          fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU,
+                           NeuronBlockList{dl.idx.data(), dl.cnt.data(), nblk, int(bs)}, ws.p(), ws.bytes(), FusedMlpConfig{});
+          BF_CUDA_OK(cudaDeviceSynchronize());
+          std::vector<unsigned char> mask(static_cast<size_t>(m * u));
+          const int32_t cnt = int32_t(list.size());
+          fmlp::neuron_mask_from_blocks(list.data(), &cnt, 0, false, m, u, int(bs), mask.data());
+          expect_matches(f, Activation::kSiLU, mask.data());
+        }
+      }
 }
 
 TEST_P(FusedMlpGpu, AllBlocksEqualDenseBitwise) {
@@ -477,6 +525,14 @@ TEST(FusedMlpSanitizer, SmallShapes) {
           const int32_t cnt = 3;
           fmlp::neuron_mask_from_blocks(list.data(), &cnt, 0, false, m, u, 16, mask.data());
           expect_matches(f, Activation::kSiLU, mask.data());
+          if (red == MlpReduction::kAtomic) {  // the heuristic's block size, every unit split (M <= 8, sm_90)
+            const SplitRuleFor always(fmlp::SplitRule::kAlways);
+            f.poison();
+            fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU,
+                             NeuronBlockList{dl.idx.data(), dl.cnt.data(), 5, 16}, ws.p(), ws.bytes(), FusedMlpConfig{});
+            BF_CUDA_OK(cudaDeviceSynchronize());
+            expect_matches(f, Activation::kSiLU, mask.data());
+          }
           std::vector<int32_t> idx(static_cast<size_t>(m * 5), 0), counts(static_cast<size_t>(m));
           for (int64_t r = 0; r < m; ++r) {
             counts[size_t(r)] = int32_t(r % 3);
