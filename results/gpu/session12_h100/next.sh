@@ -15,6 +15,12 @@
 #     then three interleaved runs (20 reps each) of the launcher's order and the four that came out
 #     best somewhere in session 12's one-run sweep (sched_table.txt), at the FP8 points furthest below
 #     cuBLASLt. An order is worth a rule only where it wins in all three runs by more than their spread.
+#   prefetch (~5 min bare; issue 14; written after both steps above had run): pending/fused_mlp_down_prefetch.patch —
+#     a warp's first down round copied into shared memory (cp.async, 64 KB a block) before phase 1,
+#     at M <= 8 for blocks of fewer than 4 groups. Times the fused-MLP rows on main first, then
+#     applies the patch, rebuilds (fused_mlp.cu only), runs the fused-MLP GPU tests and the sanitizer
+#     set under memcheck and racecheck, and times the same rows again on the same machine. Land it
+#     where the union rows at 75-95 % are faster and dense / forced-64 rows no slower (>2 % counts).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 P=results/gpu/session12_h100/pending
@@ -24,7 +30,7 @@ B=${BUILD_DIR:-build-gpu}
 CLI=$B/bench/blockfuse
 T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 only() {  # the device's copy with exactly these patches applied (a chained call finds the last step's)
-  for q in "$P/fused_mlp_split_four.patch" "$P11/gated_up_scheduler_override.patch"; do
+  for q in "$P/fused_mlp_split_four.patch" "$P/fused_mlp_down_prefetch.patch" "$P11/gated_up_scheduler_override.patch"; do
     git apply -R --check "$q" 2>/dev/null && git apply -R "$q"
   done
   for q in "$@"; do git apply "$q" || { echo "$q does not apply"; exit 1; }; done
@@ -85,6 +91,30 @@ cols = ("auto/0", "n/0", "m/4", "n/8", "auto/8")
 print("FP8 fused / cuBLASLt FP8 alone, three runs each (min-max); auto/0 = the launcher's order")
 for k in sorted(t):
     print(f"{k[0]:15} {k[1]:6d} " + "  ".join(f"{c}: {min(t[k][c]):.3f}-{max(t[k][c]):.3f}" for c in cols if c in t[k]))
+PY
+    ;;
+  prefetch)
+    FMP="bench fused-mlp --shapes llama3-8b,llama3-70b --m 1,4,8 --sparsity 50,75,90,95 --nb 0,16,32"
+    only
+    build "main"
+    timeout 200 "$CLI" $FMP --json "$O/fmlp_main.json" > "$O/fmlp_main.log" 2>&1; el "main rows rc $?"
+    only "$P/fused_mlp_down_prefetch.patch"
+    build "prefetch patch"
+    gtest blockfuse_gpu_tests '*FusedMlp*:*Router*' prefetch_gpu.log
+    for tool in memcheck racecheck; do
+      compute-sanitizer --tool $tool "$B/tests/blockfuse_gpu_tests" --gtest_filter='FusedMlpSanitizer*' > "$O/prefetch_$tool.log" 2>&1
+      el "$tool rc $? ($(grep -m1 'ERROR SUMMARY\|RACECHECK SUMMARY' "$O/prefetch_$tool.log"))"
+    done
+    timeout 200 "$CLI" $FMP --json "$O/fmlp_prefetch.json" > "$O/fmlp_prefetch.log" 2>&1
+    el "prefetch rows rc $? ($(grep -c 'VERIFY FAILED' "$O/fmlp_prefetch.log") verify failures)"
+    python3 - "$O" <<'PY'
+import json, os, sys
+o = sys.argv[1]
+def rows(f): return {(r["shape"], r["m"], r["variant"], r["neurons_per_block"]): r["us"] for r in json.load(open(os.path.join(o, f)))["rows"]}
+a, b = rows("fmlp_main.json"), rows("fmlp_prefetch.json")
+print("fused MLP, µs: main -> prefetch patch (same machine, back to back)")
+for k in sorted(a):
+    if k in b: print(f"{k[0]:11} M={k[1]:2d} {k[2]:22} nb {k[3]:2d}  {a[k]:8.1f} -> {b[k]:8.1f}  ({a[k] / b[k]:.3f}x)")
 PY
     ;;
   *) sed -n '2,/^set /p' "$0" | grep '^#'; exit 2 ;;
