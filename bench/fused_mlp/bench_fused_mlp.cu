@@ -250,8 +250,7 @@ void FusedMlpBench::shape(Bench& b, const Shape& sh) {
                              : split == "always" ? fmlp::SplitRule::kAlways : fmlp::SplitRule::kAuto);
         const FusedMlpConfig cfg{int(forced), MlpReduction::kAtomic};
         // (a split unit's group is 16 neurons: reported as such where the rule splits this list)
-        const bool splits = !forced && split != "never" && M <= fmlp::kSplitMaxRows && b.device().major >= 9 &&
-                            (split == "always" || fmlp::split_groups(active * 2, sms));
+        const bool splits = !forced && fmlp::split_units(M, fmlp::split_rule(), b.device().major >= 9, active * 2, sms);
         const int nb = forced ? int(forced) : splits ? 16 : fused_mlp_heuristic(M, K, active * 2, sms).neurons_per_block;
         Check chk = all_chk;
         bool ok = sparse_ok;

@@ -137,12 +137,12 @@ class SwigluBench final : public BenchCommand {
     o.choice("--layout", layout_, {"stacked", "interleaved"}, "gate/up layout of the input (the baseline reads stacked)");
     o.choice("--activation", act_, {"silu", "gelu_tanh"}, "activation");
     o.choice("--dtype", dtype_, {"bf16", "fp16"}, "element type");
-    o.choice("--row-rule", row_rule_, {"default", "two", "four", "four-next", "four3", "cluster2", "cluster4"},
+    o.choice("--row-rule", row_rule_, {"default", "two", "four", "four-next", "four3", "cluster2", "cluster4", "cluster8"},
              "dynamic FP8 row kernel shape (src/swiglu/config.h): two = 2 chunks per thread in registers (the "
              "first kernel); four = 4 chunks per thread staged in shared memory from U > 8192; four-next = four, "
              "each block also copying its next row (persistent grid); four3 = four compiled for 3 blocks per SM "
              "(<= 512 threads); cluster2 = the row split over a 2-CTA cluster, each half as two (sm_90, U 8200..32768); "
-             "cluster4 = the same over 4 CTAs (sm_90, U 8200..65536)");
+             "cluster4 / cluster8 = the same over 4 / 8 CTAs (sm_90, U 8200..65536 / 131072)");
     o.integer("--small-chunks-per-sm", small_chunks_per_sm_, 0, 1 << 30,
               "16-bit / static FP8: problems of at most this many 8-column chunks per SM take the one-chunk grid "
               "(one chunk per thread, 128-thread blocks; default: every problem), larger ones the two-chunk grid "
@@ -162,6 +162,7 @@ class SwigluBench final : public BenchCommand {
                                     : row_rule_ == "four3"     ? detail::SwigluRowRule::kFourSharedThree
                                     : row_rule_ == "cluster2"  ? detail::SwigluRowRule::kClusterTwo
                                     : row_rule_ == "cluster4"  ? detail::SwigluRowRule::kClusterFour
+                                    : row_rule_ == "cluster8"  ? detail::SwigluRowRule::kClusterEight
                                                                : detail::kSwigluDefaultRowRule);
     b.title("blockfuse bench swiglu — " + b.device().name + ", " + dtype_ + ", " + layout_name(layout) + ", " +
             activation_name(act) + "; median of " + std::to_string(b.reps()) +
@@ -222,7 +223,7 @@ class SwigluBench final : public BenchCommand {
     const double gbs = bytes / (tf.median_ms * 1e6), egbs = bytes / (te.median_ms * 1e6);
     const double cgbs = double(2 * copy_bytes) / (tc.median_ms * 1e6);
     const detail::SwigluRowConfig rc =
-        detail::swiglu_fp8_row_config(u / 8, detail::resolve_swiglu_fp8_row_rule(detail::swiglu_fp8_row_rule(), m, u / 8));
+        detail::swiglu_fp8_row_config(u / 8, detail::resolve_swiglu_fp8_row_rule(detail::swiglu_fp8_row_rule(), m, u / 8, b.device().major >= 9));
     const detail::SwigluElementwiseConfig ec =
         detail::swiglu_elementwise_config(m * (u / 8), b.device().sms, detail::swiglu_small_chunks_per_sm());
     const std::string kernel = o != Out::kFp8Dynamic ? "elementwise c" + std::to_string(ec.chunks_per_thread) + "x" +

@@ -17,6 +17,7 @@
 
 #include "add_rmsnorm/params.h"
 #include "add_rmsnorm/row.cuh"
+#include "common/cluster.cuh"
 #include "common/pdl.cuh"
 #include "common/reduce.cuh"
 
@@ -43,40 +44,48 @@ __device__ __forceinline__ void keep_packed(uint4 (&wv)[V]) {
   for (int i = 0; i < V; ++i) asm volatile("" : "+r"(wv[i].x), "+r"(wv[i].y), "+r"(wv[i].z), "+r"(wv[i].w));
 }
 
-// Per row: the shared prologue (loads, partial sum of squares) -> block reduction -> this CTA's
-// partial into its shared `part` -> cluster.sync -> every thread reads the C partials through
-// distributed shared memory and adds them in rank order (so all CTAs get the same bits: the same
-// rsqrt everywhere) -> the same for the FP8 dynamic amax -> stores.
-// `part` is double-buffered by row parity: a CTA writes the slot of row j+2 only after passing the
-// barrier of row j+1, which every CTA reaches after reading the slot of row j. All CTAs of a
-// cluster walk the same rows (grid-stride by clusters), so the barriers match; a last
-// cluster.sync keeps each CTA's shared memory alive until its peers have read it.
+// Per row: the shared prologue (loads, partial sum of squares) -> each warp's partial pushed into
+// every CTA's shared memory -> one cluster barrier -> every CTA combines the C x warps partials in
+// rank order from its own shared memory (common/cluster.cuh: the same bits in every CTA, so the same
+// rsqrt everywhere) -> the same for the FP8 dynamic amax -> stores. The slots are double-buffered by
+// row parity, and a row's two exchanges (kOneExchange false) use separate slots. All CTAs of a
+// cluster walk the same rows (grid-stride by clusters), so the barriers match.
+// Until session 13 each CTA reduced over its block, and after the barrier every thread pulled the C
+// partials from its peers and a last barrier kept them alive (docs/decoder-kernels.md measures both).
 // kOneExchange (dynamic FP8 only): each CTA's partial max |r · g| travels with its sum of squares
-// (row_amax_unscaled, row.cuh), so one block reduction and one cluster barrier per row serve both
+// (row_amax_unscaled, row.cuh), so one exchange and one cluster barrier per row serve both
 // instead of two of each.
+// (512, 1): with the bound alone ptxas held the V = 2 dynamic-FP8 kernels to 64 registers and spilled
+// 4 bytes; with it they take 70-72 and none spill (sm_90).
 template <class T, int V, AddRmsNormOutput kOut, bool kOneExchange = true>
-__global__ void __launch_bounds__(512) add_rmsnorm_cluster(const AddRmsNormParams p) {
+__global__ void __launch_bounds__(512, 1) add_rmsnorm_cluster(const AddRmsNormParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  detail::pdl_enter();  // before any global access (common/pdl.cuh)
+  detail::cluster_start_arrive();  // peers must have started before a push reaches them (cluster.cuh)
+  detail::pdl_enter();             // before any global access (common/pdl.cuh)
   namespace cg = cooperative_groups;
-  using detail::block_reduce;
   using detail::MaxOp;
   using detail::SumOp;
+  using detail::warp_reduce;
   const cg::cluster_group cluster = cg::this_cluster();
-  __shared__ float red[2][32];
-  __shared__ float part[2][2];  // [row parity][sum of squares, amax] of this CTA's slice
+  __shared__ detail::ClusterWarpPartials<2, 8> part;  // [.][.][sum of squares, amax][.]; C <= 8 (config.h)
   const int C = static_cast<int>(cluster.num_blocks());
   const int rank = static_cast<int>(cluster.block_rank());
   const int nchunks = p.h >> 3;
   const int slice = (nchunks + C - 1) / C;
   const int first = rank * slice;
   const int len = max(0, min(slice, nchunks - first));
-  const int tid = threadIdx.x;
   const float inv_h = 1.0f / float(p.h);
   const float static_scale = kOut == AddRmsNormOutput::kFp8StaticScale ? __ldg(p.scale) : 1.0f;
   uint4 w[V];
   load_weight<V>(p.w, first, len, w);
   auto weight = [&](int i) { return w[i]; };
+  bool started = false;
+  // After this CTA has pushed a row's partials: the first time, the start-up barrier's wait comes
+  // before the push (cluster.cuh); then the row's barrier.
+  auto start = [&] {
+    if (!started) detail::cluster_start_wait();
+    started = true;
+  };
   int par = 0;
   for (int64_t row = blockIdx.x / C; row < p.rows; row += gridDim.x / C, par ^= 1) {
     keep_packed<V>(w);
@@ -88,46 +97,37 @@ __global__ void __launch_bounds__(512) add_rmsnorm_cluster(const AddRmsNormParam
     // overwrites its own slice, which it has already read.
     if (p.res_out) store_chunks<V>(row_chunks<T>(p.res_out, row, p.ldro) + first, len, r);
     if constexpr (kOut == AddRmsNormOutput::kFp8DynamicScale && kOneExchange) {
-      float cta_ss = ss, cta_m = row_amax_unscaled<T, V>(r, len, weight, p.gemma);
-      detail::block_reduce_sum_max(cta_ss, cta_m, red);
-      if (tid == 0) {
-        part[par][0] = cta_ss;
-        part[par][1] = cta_m;
-      }
-      cluster.sync();
-      float total = 0, m = 0;
-#pragma unroll 1
-      for (int k = 0; k < C; ++k) {
-        total += *cluster.map_shared_rank(&part[par][0], k);
-        m = fmaxf(m, *cluster.map_shared_rank(&part[par][1], k));
-      }
+      const float wss = warp_reduce<SumOp>(ss);
+      const float wm = warp_reduce<MaxOp>(row_amax_unscaled<T, V>(r, len, weight, p.gemma));
+      start();
+      detail::cluster_push_one(part, par, rank, C, 0, wss);
+      detail::cluster_push_one(part, par, rank, C, 1, wm);
+      detail::cluster_arrive();
+      detail::cluster_wait();
+      const float total = detail::cluster_combine<SumOp>(part, par, C, 0);
+      const float m = detail::cluster_combine<MaxOp>(part, par, C, 1);
       const float inv = rsqrtf(total * inv_h + p.eps);
       const float s = fp8_dynamic_scale(fold_amax(inv, m));
-      if (rank == 0 && tid == 0) p.scale[row] = s;
+      if (rank == 0 && threadIdx.x == 0) p.scale[row] = s;
       store_row<T, kOut, V>(p, row, first, r, len, weight, inv, 1.0f / s);
       continue;
     }
-    const float cta_ss = block_reduce<SumOp>(ss, red[0]);
-    if (tid == 0) part[par][0] = cta_ss;
-    cluster.sync();
-    float total = 0;
-#pragma unroll 1
-    for (int k = 0; k < C; ++k) total += *cluster.map_shared_rank(&part[par][0], k);
-    const float inv = rsqrtf(total * inv_h + p.eps);
+    start();
+    detail::cluster_push_one(part, par, rank, C, 0, warp_reduce<SumOp>(ss));
+    detail::cluster_arrive();
+    detail::cluster_wait();
+    const float inv = rsqrtf(detail::cluster_combine<SumOp>(part, par, C, 0) * inv_h + p.eps);
     float s = static_scale;
     if constexpr (kOut == AddRmsNormOutput::kFp8DynamicScale) {
-      const float cta_m = block_reduce<MaxOp>(row_amax<T, V>(r, len, weight, inv, p.gemma), red[1]);
-      if (tid == 0) part[par][1] = cta_m;
-      cluster.sync();
-      float amax = 0;
-#pragma unroll 1
-      for (int k = 0; k < C; ++k) amax = fmaxf(amax, *cluster.map_shared_rank(&part[par][1], k));
-      s = fp8_dynamic_scale(amax);
-      if (rank == 0 && tid == 0) p.scale[row] = s;
+      detail::cluster_push_one(part, par, rank, C, 1, warp_reduce<MaxOp>(row_amax<T, V>(r, len, weight, inv, p.gemma)));
+      detail::cluster_arrive();
+      detail::cluster_wait();
+      s = fp8_dynamic_scale(detail::cluster_combine<MaxOp>(part, par, C, 1));
+      if (rank == 0 && threadIdx.x == 0) p.scale[row] = s;
     }
     store_row<T, kOut, V>(p, row, first, r, len, weight, inv, 1.0f / s);
   }
-  cluster.sync();
+  if (!started) detail::cluster_start_wait();  // (a cluster past the rows: never launched so)
 #else
   // Never launched below sm_90 (cluster_path_available() checks the code's architecture).
   __trap();

@@ -107,7 +107,7 @@ inline bool add_rmsnorm_clusters_pay(int64_t rows, int cluster, int sm_count) {
 //   H = 4096   bf16 out 2.40 / 2.47 / 2.55 -> 2.22 / 2.28 / 2.40; dynamic FP8 2.62 / 2.68 / 2.75 -> 2.36 / 2.43 / 2.53
 //   H = 8192   (was the 4-CTA cluster) bf16 3.28 / 3.31 / 3.78 -> 2.52 / 2.65 / 2.93; dynamic 3.61 / 3.80 / 4.15 -> 2.98 / 3.09 / 3.22
 //   H = 16384  (vs the cluster) bf16 3.70 / 3.74 / 4.49 -> 3.53 / 3.80 / 4.14; static 3.89 / 3.94 / 4.63 -> 3.51 / 3.75 / 3.95;
-//              dynamic 4.05 / 4.09 / 4.81 -> 4.20 / 4.43 / 4.67: the cluster kernel stays for dynamic FP8 at <= 8 rows.
+//              dynamic 4.05 / 4.09 / 4.81 -> 4.20 / 4.43 / 4.67: the cluster kernel stayed for dynamic FP8 at <= 8 rows.
 // Beyond decode sizes (session 7, results/gpu/session7_h100/run14: every point up to 512 rows timed as
 // CUDA-graph replays over rotated inputs, preload vs not in one call, µs, bf16 / static FP8 out):
 //   H = 4096   faster with it at 64-512 rows (256: 5.20 / 5.41 -> 4.88 / 4.68; 512: 8.66 / 8.40 -> 7.40 / 7.43)
@@ -117,11 +117,20 @@ inline bool add_rmsnorm_clusters_pay(int64_t rows, int cluster, int sm_count) {
 // i.e. while the call holds at most 2^18 chunks (4 MiB of x): rows * chunks <= kAddRmsNormPreloadChunks.
 // (Until session 7 it stopped at 32 rows, from an events-per-call measurement at 256 rows that carried
 // a launch per call.) Rows past 2048 chunks (H > 16384) were not measured with it.
+// Session 13: the cluster kernel's push exchange (add_rmsnorm_sm90.cuh) against main's, two runs each
+// in one call (H100, results/gpu/session13_h100/exp2, table.txt; µs at 1 / 8 / 32 rows): with the
+// preload off (the cluster kernel wherever it pays) H = 16384 bf16 out 3.47 / 3.52 / 4.22 -> 2.71 /
+// 2.77 / 3.21 and static FP8 3.61 / 3.64 / 4.38 -> 2.89 / 2.95 / 3.47, against the preloaded one-block
+// kernel's 2.98 / 3.12 / 3.32 and 3.13 / 3.22 / 3.36; dynamic FP8 3.33 / 3.42 / 4.02 against 4.02 at
+// 32 rows. At H = 8192 the one-block kernel stays ahead (bf16 2.25 / 2.36 / 2.41 against 2.49 / 2.53
+// / 2.78). So every output of H > 8192 takes the cluster kernel at <= 8 rows (until then only the
+// dynamic FP8 one), and the preloaded one-block kernel from 9 rows (9-31 not measured).
 constexpr int64_t kAddRmsNormPreloadChunks = int64_t{1} << 18;
-inline bool add_rmsnorm_preload_weight(int64_t rows, int nchunks, bool dynamic_fp8, bool clusters_available,
+constexpr int64_t kAddRmsNormClusterFirstRows = 8;
+inline bool add_rmsnorm_preload_weight(int64_t rows, int nchunks, bool clusters_available,
                                        int64_t preload_chunks = kAddRmsNormPreloadChunks) {
   if (nchunks > 2048 || rows * nchunks > preload_chunks) return false;
-  return !(clusters_available && dynamic_fp8 && nchunks > 1024 && rows <= 8);
+  return !(clusters_available && nchunks > 1024 && rows <= kAddRmsNormClusterFirstRows);
 }
 
 // Whether the one-block kernel stores a row's residual_out before the row's reduction (its stores
@@ -137,11 +146,11 @@ constexpr bool add_rmsnorm_early_res_out(bool dtype_out, int64_t rows) {
   return dtype_out || rows <= kAddRmsNormEarlyResOutFp8Rows;
 }
 
-// The shape add_rmsnorm launches for `rows` rows of nchunks chunks (dynamic_fp8: the dynamic FP8
-// output) on the current device: one block with the weight preloaded for decode-sized calls, else the
-// sm_90 cluster shape where the path is available and enabled and pays, else the one-block shape
+// The shape add_rmsnorm launches for `rows` rows of nchunks chunks (every output kind alike) on the
+// current device: one block with the weight preloaded for decode-sized calls, else the sm_90 cluster
+// shape where the path is available and enabled and pays, else the one-block shape
 // (defined in add_rmsnorm.cu; reads the device, so not pure; also printed by the bench).
-AddRmsNormConfig add_rmsnorm_launch_config(int nchunks, int64_t rows, bool dynamic_fp8);
+AddRmsNormConfig add_rmsnorm_launch_config(int nchunks, int64_t rows);
 // Tests and the bench only: false makes every device take the one-block-per-row (sm_80) kernels,
 // so they are exercised and measured on a Hopper too. Process-wide; default true.
 void set_add_rmsnorm_clusters_enabled(bool enabled);

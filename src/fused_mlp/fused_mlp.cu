@@ -150,8 +150,7 @@ void run(const char* fn, const Problem& pr, const ConstMatrix& x, const ConstMat
   if (dynamic_groups) neurons = 16;
   // Split launches (params.h: kSplitMaxRows): clusters of 2 CTAs, a unit per listed group.
   const fmlp::SplitRule rule = fmlp::split_rule();
-  p.split = dynamic_groups && pr.m <= fmlp::kSplitMaxRows && rule != fmlp::SplitRule::kNever && split_path_available()
-                ? 2 : 1;
+  p.split = dynamic_groups && fmlp::split_launch(pr.m, rule, split_path_available()) ? 2 : 1;
   p.split_always = rule == fmlp::SplitRule::kAlways;
   const int64_t grid = fmlp::grid_blocks(p.groups, neurons) * p.split;
   if (grid > 0x7fffffff) throw_arg(fn, "w_down_t", cat("has U = ", pr.u), "fewer than 2^31 neuron blocks");

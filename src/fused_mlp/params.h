@@ -68,7 +68,7 @@ BF_FMLP_HD inline int modeled_neurons_per_block(int64_t m, int64_t k, int64_t gr
 // about 25-33 GB/s (results/gpu/session12_h100/exp2/fmlp_fixed.json: Llama-3 8B, 8 blocks of a
 // 99 %-sparse list took 17-20 µs for 3.2 MB), so a list of fewer groups than SMs is bound by the rate
 // of a block, not by DRAM. Measured beside the unsplit launch in one process (exp3/fmlp_split.json,
-// H100): 90 / 95 %-sparse lists at M = 1 / 4 / 8 1.17-1.47x faster (8B x 90 % at M = 1: 27.9 -> 24.1
+// H100): 90 / 95 %-sparse lists at M = 1 / 4 / 8 1.16-1.47x faster (8B x 90 % at M = 1: 27.9 -> 24.1
 // µs; 70B x 95 %: 46.1 -> 37.2); splitting every list (the `always` rule) was slower from 50 % to 90 %
 // at M = 4 and 8 (e.g. 70B x 90 %, M = 8: 133.4 against 102.6 µs), where a list has more groups than
 // SMs, hence the bound.
@@ -133,5 +133,16 @@ struct FusedMlpParams {
 enum class SplitRule : int { kAuto = 0, kNever = 1, kAlways = 2 };
 SplitRule split_rule();
 void set_split_rule(SplitRule rule);
+
+// Whether a union-list call (the heuristic's block size) of m rows launches as 2-CTA clusters under
+// `rule`, where `sm90` says split launches can run (the launcher: sm_90 code on an sm_90+ device).
+inline bool split_launch(int64_t m, SplitRule rule, bool sm90) {
+  return m <= kSplitMaxRows && rule != SplitRule::kNever && sm90;
+}
+// Whether such a call with `listed_groups` 16-neuron groups in its list splits them (the device's
+// choice in the kernel, from the count it reads; the bench reports the block size from it).
+inline bool split_units(int64_t m, SplitRule rule, bool sm90, int64_t listed_groups, int sms) {
+  return split_launch(m, rule, sm90) && (rule == SplitRule::kAlways || split_groups(listed_groups, sms));
+}
 
 }  // namespace blockfuse::fmlp

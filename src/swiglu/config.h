@@ -28,7 +28,7 @@ constexpr int kSwigluMaxDynamicSmem = 232448 - 1024;
 //                     rows as kFourShared. ncu had found kFourShared at 2 blocks per SM, bound by
 //                     both its 44 registers and the carveout
 //                     (results/gpu/memory_bound_h100/next_row/call2/ncu_swiglu_16384_8192_four.txt)
-//   kClusterTwo       (sm_90; kAuto's at 1-32 rows of U > 16384) the row split over a cluster of 2 CTAs,
+//   kClusterTwo       (sm_90; opt-in; kAuto's at 9-32 rows of U > 16384 in sessions 11-12) the row split over a cluster of 2 CTAs,
 //                     each holding its half as kTwoChunks does (2 chunks per thread in registers),
 //                     the halves' amax exchanged through distributed shared memory: for 1-32 rows,
 //                     where one SM computing a whole wide row is the time (U = 28672: 5.5-5.9 us
@@ -36,10 +36,13 @@ constexpr int kSwigluMaxDynamicSmem = 232448 - 1024;
 //                     kTwoChunks 3.1-3.3). Rows of U <= 8192 (one CTA's kTwoChunks shape suffices)
 //                     and U > 32768 (a half past 2048 chunks) take kFourShared's shape, and so
 //                     does every row on a device or build without sm_90 code (the launcher checks)
-//   kClusterFour      (sm_90; kAuto's at 1-8 rows of 16384 < U <= 32768) as kClusterTwo over a
+//   kClusterFour      (sm_90; opt-in; kAuto's at 1-8 rows of 16384 < U <= 32768 in session 12) as kClusterTwo over a
 //                     cluster of 4 CTAs, each holding a quarter of the row (U = 28672: 448 threads
 //                     a quarter). Covers 8192 < U <= 65536; elsewhere kFourShared's shape, as
 //                     kClusterTwo
+//   kClusterEight     (sm_90; kAuto's at 1-32 rows of U > 12288) as kClusterTwo over a cluster of 8 CTAs, the portable limit
+//                     (U = 28672: 224 threads an eighth). Covers 8192 < U <= 131072; elsewhere
+//                     kFourShared's shape, as kClusterTwo
 //   kAuto             the default: swiglu_fp8_auto_row_rule below picks per call
 // Process-wide override for the bench and the tests (set_swiglu_fp8_row_rule).
 enum class SwigluRowRule : int {
@@ -49,7 +52,8 @@ enum class SwigluRowRule : int {
   kFourSharedNext = 2,
   kFourSharedThree = 3,
   kClusterTwo = 4,
-  kClusterFour = 5
+  kClusterFour = 5,
+  kClusterEight = 6
 };
 constexpr SwigluRowRule kSwigluDefaultRowRule = SwigluRowRule::kAuto;
 
@@ -67,32 +71,53 @@ constexpr SwigluRowRule kSwigluDefaultRowRule = SwigluRowRule::kAuto;
 // kClusterTwo against kFourShared, two runs each in one process (results/gpu/session11_h100/mem,
 // swd_*.json): at U = 28672 x 1 / 8 / 32 rows 5.19 / 5.26 / 5.49 us against 5.49 / 5.73 / 5.94 in both
 // runs; at 256 rows 26.3 against 17.1 us, and at U = 14336 / 16384 slower than kTwoChunks at every
-// row count. So it takes the rows one SM's registers cannot hold (U > 16384) at <= 32 rows, the
-// measured range (nothing was measured between 32 and 256 rows); the launcher and
-// swiglu_fp8_row_config fall back to kFourShared without sm_90 code or past U = 32768.
+// row count. So it took the rows one SM's registers cannot hold (U > 16384) at <= 32 rows (sessions
+// 11-12; nothing was measured between 32 and 256 rows).
 // kClusterFour beside kAuto (then kClusterTwo there) and kClusterTwo, two runs each in one process
 // (results/gpu/session12_h100/c4, swd_*.json): at U = 28672 x 1 / 8 rows 4.46 / 4.51 us against
-// 5.18 / 5.25 in both runs, at 32 rows 5.46-5.49 against 5.47-5.48 (a tie), at 256 rows 25.3 against
-// 17.1; at U = 14336 / 16384 slower than kTwoChunks at every row count (3.5-4.3 against 3.1-3.6).
-// So it takes 1-8 rows (the measured win) of the widths measured (2048 < chunks <= 4096), and
-// kClusterTwo keeps 9-32 rows.
+// 5.18 / 5.25 in both runs, at 32 rows a tie, at 256 rows 25.3 against 17.1.
+// Since session 13 the cluster kernel pushes each warp's partial into every CTA (common/cluster.cuh)
+// and kClusterEight exists; beside main's kernel on one H100, two runs each
+// (results/gpu/session13_h100/exp1, table.txt): kClusterEight at 1 / 8 / 32 rows took 2.62 / 2.66 /
+// 3.18 us at U = 14336, 2.63 / 2.66 / 3.23 at 16384 and 2.82 / 2.95 / 4.38 at 28672, against 3.13 /
+// 3.16 / 3.22, 3.42 / 3.47 / 3.52 (kTwoChunks, one CTA a row) and 4.45 / 4.50 / 5.40 (the old kAuto)
+// — the fastest rule at every one of those points but a tie at 32 rows of 14336; at 256 rows one
+// CTA a row wins (10.8 against 12.4 us at U = 14336). A second call (exp2, kAuto then kClusterEight
+// from U > 8192) added U = 8200, where one CTA a row (kTwoChunks) is as fast at 1-8 rows (2.57 /
+// 2.61 against 2.61 / 2.63 us) and faster at 32 (2.67 against 3.10), and U = 65536, where the
+// cluster takes 3.69 / 3.70 / 7.52 us against kFourShared's 14.5-15.0. So kAuto takes kClusterEight
+// at 1-32 rows from U > 12288 (between the measured 8200 and 14336) to 131072, its widest.
 constexpr int64_t kSwigluClusterMinChunks = 1025;  // the cluster rules from U > 8192
+constexpr int kSwigluClusterMaxSize = 8;           // CTAs per row of the widest cluster rule
+// CTAs per row of a cluster rule; 1 for the others.
+constexpr int swiglu_cluster_size(SwigluRowRule rule) {
+  return rule == SwigluRowRule::kClusterTwo    ? 2
+         : rule == SwigluRowRule::kClusterFour ? 4
+         : rule == SwigluRowRule::kClusterEight ? kSwigluClusterMaxSize
+                                                 : 1;
+}
+
 // The widest rows a cluster of `size` CTAs holds in registers (2 chunks per thread): U <= 32768 for
-// kClusterTwo, U <= 65536 for kClusterFour.
+// kClusterTwo, U <= 65536 for kClusterFour, U <= 131072 for kClusterEight.
 constexpr int64_t swiglu_cluster_max_chunks(int size) { return int64_t(size) * 2 * int64_t(kSwigluRowMaxThreads); }
 constexpr int64_t kSwigluClusterMaxChunks = swiglu_cluster_max_chunks(2);
 constexpr int64_t kSwigluClusterMaxRows = 32;
-constexpr int64_t kSwigluClusterFourMaxRows = 8;
-inline SwigluRowRule swiglu_fp8_auto_row_rule(int64_t rows, int64_t chunks) {
+constexpr int64_t kSwigluClusterAutoMinChunks = 1537;  // kAuto's cluster rule from U > 12288
+// `clusters`: whether the cluster kernel may run (sm_90 code on an sm_90+ device); without it 1-32
+// rows take the one-CTA choice they had before the cluster rules.
+inline SwigluRowRule swiglu_fp8_auto_row_rule(int64_t rows, int64_t chunks, bool clusters) {
   if (rows >= 4096 && chunks > 1024) return SwigluRowRule::kFourSharedThree;
-  if (rows <= kSwigluClusterFourMaxRows && chunks > 2048 && chunks <= kSwigluClusterMaxChunks)
-    return SwigluRowRule::kClusterFour;
-  if (rows <= kSwigluClusterMaxRows && chunks > 2048) return SwigluRowRule::kClusterTwo;
+  if (clusters && rows <= kSwigluClusterMaxRows && chunks >= kSwigluClusterAutoMinChunks &&
+      chunks <= swiglu_cluster_max_chunks(kSwigluClusterMaxSize))
+    return SwigluRowRule::kClusterEight;
   return chunks > 2048 || rows >= 1024 ? SwigluRowRule::kFourShared : SwigluRowRule::kTwoChunks;
 }
-// The rule a call runs with: `rule`, or the automatic choice when it is kAuto.
-inline SwigluRowRule resolve_swiglu_fp8_row_rule(SwigluRowRule rule, int64_t rows, int64_t chunks) {
-  return rule == SwigluRowRule::kAuto ? swiglu_fp8_auto_row_rule(rows, chunks) : rule;
+// The rule a call runs with: `rule`, or the automatic choice when it is kAuto. An explicit cluster
+// rule where clusters cannot run takes kFourShared's shape (the launcher; swiglu_fp8_row_config
+// does the same past a rule's widths).
+inline SwigluRowRule resolve_swiglu_fp8_row_rule(SwigluRowRule rule, int64_t rows, int64_t chunks, bool clusters) {
+  if (rule == SwigluRowRule::kAuto) return swiglu_fp8_auto_row_rule(rows, chunks, clusters);
+  return swiglu_cluster_size(rule) > 1 && !clusters ? SwigluRowRule::kFourShared : rule;
 }
 
 // v = 16-byte output chunks (8 columns) each thread keeps in registers as fp32, threads = block size
@@ -101,7 +126,7 @@ inline SwigluRowRule resolve_swiglu_fp8_row_rule(SwigluRowRule rule, int64_t row
 // + next row (SwigluRowStage, kernels.cuh); smem_bytes: the dynamic shared memory it needs (one or two
 // sets of v x 2 x 16 bytes per thread).
 // min_blocks: the blocks per SM the kernel is compiled for (3: kFourSharedThree, <= 512 threads).
-// cluster: CTAs per row (2: kClusterTwo, 4: kClusterFour; v, threads and in_registers then describe
+// cluster: CTAs per row (2 / 4 / 8: kClusterTwo / Four / Eight; v, threads and in_registers then describe
 // one CTA's slice of ceil(chunks / cluster) chunks).
 struct SwigluRowConfig {
   int v, threads;
@@ -122,8 +147,7 @@ struct SwigluRowConfig {
 // on chip instead of being read twice.
 
 inline SwigluRowConfig swiglu_fp8_row_config(int64_t chunks, SwigluRowRule rule) {
-  if (rule == SwigluRowRule::kClusterTwo || rule == SwigluRowRule::kClusterFour) {
-    const int size = rule == SwigluRowRule::kClusterTwo ? 2 : 4;
+  if (const int size = swiglu_cluster_size(rule); size > 1) {
     if (chunks >= kSwigluClusterMinChunks && chunks <= swiglu_cluster_max_chunks(size)) {
       const int64_t slice = (chunks + size - 1) / size;
       const int threads = static_cast<int>(std::clamp<int64_t>(((slice + 1) / 2 + 31) / 32 * 32, 32, kSwigluRowMaxThreads));

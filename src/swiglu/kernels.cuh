@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include "common/activation.cuh"
+#include "common/cluster.cuh"
 #include "common/cp_async.cuh"
 #include "common/fp8_device.cuh"
 #include "common/pdl.cuh"
@@ -241,27 +242,26 @@ swiglu_fp8_rowwise_kernel(
   }
 }
 
-// FP8 with a dynamic per-row scale, the row split over a cluster of C CTAs (sm_90; the opt-in rule
-// kClusterTwo, config.h): CTA rank k holds chunks [k·S, (k+1)·S) of the row (S = ceil(chunks / C),
-// the last slice shorter) as fp32 values in registers, V per thread (kRegisters' shape on a slice);
-// its max |v| goes to its shared `part`, and after the cluster barrier every thread takes the max of
-// the C partials through distributed shared memory (the same bits in every CTA: one scale per row).
-// All CTAs of a cluster walk the same rows (grid-stride by clusters), so the barriers match; `part`
-// is double-buffered by row parity (a CTA writes the slot of row j+2 only after the barrier of row
-// j+1, which its peers pass after reading row j's), and a last cluster.sync keeps each CTA's shared
-// memory alive until its peers have read it — add_rmsnorm's cluster kernel (add_rmsnorm_sm90.cuh)
-// exchanges its partial sums the same way.
+// FP8 with a dynamic per-row scale, the row split over a cluster of C CTAs (sm_90; the rules
+// kClusterTwo / Four / Eight, config.h): CTA rank k holds chunks [k·S, (k+1)·S) of the row
+// (S = ceil(chunks / C), the last slice shorter) as fp32 values in registers, V per thread
+// (kRegisters' shape on a slice). Each warp's max |v| is pushed into every CTA's shared memory and,
+// after one cluster barrier, combined there (common/cluster.cuh: the same bits in every CTA, so one
+// scale per row). All CTAs of a cluster walk the same rows (grid-stride by clusters), so the
+// barriers match. Until session 13 each CTA reduced over its block, and after the barrier every
+// thread pulled the C partials from its peers and a last barrier kept them alive; the push form is
+// what docs/decoder-kernels.md measures against it.
 // Compiled into every build; below sm_90 the body is a trap and the launcher never selects it.
 template <class T, bool kInterleaved, int V>
 __global__ void __launch_bounds__(kRowMaxThreads) swiglu_fp8_row_cluster_kernel(
     const T* __restrict__ in, int64_t ldi, uint8_t* __restrict__ out, int64_t ldo, int64_t rows, int64_t u, int act,
     float* __restrict__ scale) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  detail::pdl_enter();  // before any global access (common/pdl.cuh)
+  detail::cluster_start_arrive();  // peers must have started before a push reaches them (cluster.cuh)
+  detail::pdl_enter();             // before any global access (common/pdl.cuh)
   namespace cg = cooperative_groups;
   const cg::cluster_group cluster = cg::this_cluster();
-  __shared__ float red[32];
-  __shared__ float part[2];  // [row parity]: this CTA's max |v| over its slice
+  __shared__ detail::ClusterWarpPartials<1, detail::kSwigluClusterMaxSize> part;
   const int C = static_cast<int>(cluster.num_blocks());
   const int rank = static_cast<int>(cluster.block_rank());
   const int64_t chunks = u / 8;
@@ -269,19 +269,20 @@ __global__ void __launch_bounds__(kRowMaxThreads) swiglu_fp8_row_cluster_kernel(
   const int64_t first = rank * slice;
   const int64_t len = max(int64_t(0), min(slice, chunks - first));
   const int tid = threadIdx.x, nt = blockDim.x;
+  bool started = false;
   int par = 0;
   for (int64_t r = blockIdx.x / C; r < rows; r += gridDim.x / C, par ^= 1) {
     const T* row = in + r * ldi;
     uint8_t* orow = out + r * ldo;
     float v[V][8];
-    const float amax = row_values_in_registers<T, kInterleaved, V>(row, u, first, len, act, v);
-    const float cta = detail::block_reduce<detail::MaxOp>(amax, red);
-    if (tid == 0) part[par] = cta;
-    cluster.sync();
-    float m = 0.0f;
-#pragma unroll 1
-    for (int k = 0; k < C; ++k) m = fmaxf(m, *cluster.map_shared_rank(&part[par], k));
-    const float s = fp8_dynamic_scale(m);
+    const float amax[1] = {detail::warp_reduce<detail::MaxOp>(
+        row_values_in_registers<T, kInterleaved, V>(row, u, first, len, act, v))};
+    if (!started) detail::cluster_start_wait();
+    started = true;
+    detail::cluster_push(part, par, rank, C, amax);
+    detail::cluster_arrive();
+    detail::cluster_wait();
+    const float s = fp8_dynamic_scale(detail::cluster_combine<detail::MaxOp>(part, par, C, 0));
     if (rank == 0 && tid == 0) scale[r] = s;
     const float inv = 1.0f / s;
 #pragma unroll
@@ -290,7 +291,7 @@ __global__ void __launch_bounds__(kRowMaxThreads) swiglu_fp8_row_cluster_kernel(
       if (c < len) store_fp8x8(orow + (first + c) * 8, v[i], inv);
     }
   }
-  cluster.sync();
+  if (!started) detail::cluster_start_wait();  // (a cluster past the rows: never launched so)
 #else
   // Never launched below sm_90 (the launcher checks the architecture of the loaded code).
   __trap();

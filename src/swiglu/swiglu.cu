@@ -115,7 +115,7 @@ void launch_rowwise_l(const ConstMatrix& in, const Fp8Matrix& out, float* scale,
     launch_rowwise_k<T, kIl, 4, SwigluRowStage::kShared>(in, out, scale, act, cfg, stream);
 }
 
-// The cluster row kernel (kClusterTwo, kClusterFour): cfg.cluster CTAs per row, one row per cluster up to the
+// The cluster row kernel (kClusterTwo / Four / Eight): cfg.cluster CTAs per row, one row per cluster up to the
 // clusters resident at once times a few waves, a grid-stride loop by clusters beyond.
 template <class T, bool kIl>
 void launch_row_cluster(const ConstMatrix& in, const Fp8Matrix& out, float* scale, Activation act,
@@ -141,9 +141,8 @@ template <class T>
 void launch_rowwise(const ConstMatrix& in, const Fp8Matrix& out, float* scale, Activation act, GateUpLayout layout,
                     cudaStream_t stream) {
   const int64_t chunks = out.cols / 8;
-  detail::SwigluRowRule rule = detail::resolve_swiglu_fp8_row_rule(detail::swiglu_fp8_row_rule(), out.rows, chunks);
-  if ((rule == detail::SwigluRowRule::kClusterTwo || rule == detail::SwigluRowRule::kClusterFour) && !cluster_path_available())
-    rule = detail::SwigluRowRule::kFourShared;
+  const detail::SwigluRowRule rule =
+      detail::resolve_swiglu_fp8_row_rule(detail::swiglu_fp8_row_rule(), out.rows, chunks, cluster_path_available());
   const detail::SwigluRowConfig cfg = detail::swiglu_fp8_row_config(chunks, rule);
   if (cfg.cluster > 1) {
     if (layout == GateUpLayout::kInterleaved)

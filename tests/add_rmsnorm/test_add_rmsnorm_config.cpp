@@ -110,8 +110,8 @@ TEST(AddRmsNormConfig, ClusterCommonHiddenSizes) {
 }
 
 // Calls of at most 2^18 chunks (H <= 16384: 512 rows at H = 4096, 256 at 8192, 128 at 16384) preload
-// the weight in the one-block kernel, except the dynamic-FP8 output of H > 8192 at <= 8 rows where the
-// cluster kernel measured faster (config.h).
+// the weight in the one-block kernel, except H > 8192 at <= 8 rows where clusters can run: there the
+// cluster kernel measured faster for every output (config.h).
 // residual_out is stored before the row's reduction for 16-bit outputs at every row count, for FP8
 // outputs only up to 32 rows (config.h: the measurement).
 TEST(AddRmsNormConfig, EarlyResidualOutStore) {
@@ -125,22 +125,22 @@ TEST(AddRmsNormConfig, EarlyResidualOutStore) {
 
 TEST(AddRmsNormConfig, WeightPreloadForDecodeSizedCalls) {
   using detail::add_rmsnorm_preload_weight;
-  for (int h : {8, 4096, 8192, 12288, 16384})
+  for (int h : {8, 4096, 8192, 8200, 12288, 16384})
     for (int64_t rows : {1, 8, 9, 32}) {
-      EXPECT_TRUE(add_rmsnorm_preload_weight(rows, h / 8, false, true)) << "H " << h << " rows " << rows;
-      EXPECT_TRUE(add_rmsnorm_preload_weight(rows, h / 8, true, false)) << "H " << h << " rows " << rows;
-      EXPECT_EQ(add_rmsnorm_preload_weight(rows, h / 8, true, true), h <= 8192 || rows > 8) << "H " << h << " rows " << rows;
+      EXPECT_TRUE(add_rmsnorm_preload_weight(rows, h / 8, false)) << "H " << h << " rows " << rows;
+      EXPECT_EQ(add_rmsnorm_preload_weight(rows, h / 8, true), h <= 8192 || rows > 8) << "H " << h << " rows " << rows;
     }
-  for (bool dyn : {false, true}) {
-    EXPECT_TRUE(add_rmsnorm_preload_weight(512, 4096 / 8, dyn, true));
-    EXPECT_FALSE(add_rmsnorm_preload_weight(513, 4096 / 8, dyn, true));
-    EXPECT_TRUE(add_rmsnorm_preload_weight(256, 8192 / 8, dyn, true));
-    EXPECT_FALSE(add_rmsnorm_preload_weight(257, 8192 / 8, dyn, true));
-    EXPECT_TRUE(add_rmsnorm_preload_weight(128, 16384 / 8, dyn, true));
-    EXPECT_FALSE(add_rmsnorm_preload_weight(129, 16384 / 8, dyn, false));
-    EXPECT_FALSE(add_rmsnorm_preload_weight(8192, 4096 / 8, dyn, false));
-    EXPECT_FALSE(add_rmsnorm_preload_weight(1, 16392 / 8, dyn, false));
-    EXPECT_FALSE(add_rmsnorm_preload_weight(1, 32768 / 8, dyn, true));
+  for (bool clusters : {false, true}) {
+    EXPECT_TRUE(add_rmsnorm_preload_weight(512, 4096 / 8, clusters));
+    EXPECT_FALSE(add_rmsnorm_preload_weight(513, 4096 / 8, clusters));
+    EXPECT_TRUE(add_rmsnorm_preload_weight(256, 8192 / 8, clusters));
+    EXPECT_FALSE(add_rmsnorm_preload_weight(257, 8192 / 8, clusters));
+    EXPECT_TRUE(add_rmsnorm_preload_weight(128, 16384 / 8, clusters));
+    EXPECT_FALSE(add_rmsnorm_preload_weight(129, 16384 / 8, clusters));
+    EXPECT_FALSE(add_rmsnorm_preload_weight(8192, 4096 / 8, clusters));
+    EXPECT_FALSE(add_rmsnorm_preload_weight(1, 16392 / 8, clusters));
+    EXPECT_FALSE(add_rmsnorm_preload_weight(1, 32768 / 8, clusters));
+    EXPECT_FALSE(add_rmsnorm_preload_weight(1, 16384 / 8, clusters, 0)) << "the bench's --preload-chunks 0";
   }
 }
 

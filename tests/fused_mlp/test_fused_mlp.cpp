@@ -48,6 +48,17 @@ TEST(FusedMlpHeuristic, SplitsShortListsOnly) {
   EXPECT_FALSE(fmlp::split_groups(2 * 112, 132));
   EXPECT_EQ(fmlp::kSplitMaxRows, 8);
   EXPECT_EQ(fmlp::split_rule(), fmlp::SplitRule::kAuto);  // the default
+  // The launch (clusters of 2) and the device's choice, shared by the launcher and the bench.
+  using fmlp::SplitRule;
+  for (int64_t m : {1, 8, 9, 32})
+    for (SplitRule rule : {SplitRule::kAuto, SplitRule::kNever, SplitRule::kAlways})
+      for (bool sm90 : {false, true}) {
+        const bool launch = m <= 8 && rule != SplitRule::kNever && sm90;
+        EXPECT_EQ(fmlp::split_launch(m, rule, sm90), launch) << m << " rows, rule " << int(rule) << ", sm90 " << sm90;
+        for (int64_t listed : {1, 132, 133, 528})
+          EXPECT_EQ(fmlp::split_units(m, rule, sm90, listed, 132), launch && (rule == SplitRule::kAlways || listed <= 132))
+              << m << " rows, rule " << int(rule) << ", sm90 " << sm90 << ", " << listed << " groups";
+      }
 }
 
 TEST(FusedMlpWorkspace, Arithmetic) {

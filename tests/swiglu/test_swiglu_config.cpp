@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <tuple>
+#include <utility>
 
 #include "swiglu/config.h"
 
@@ -72,42 +73,52 @@ TEST(SwigluRowConfig, ClusterTwo) {
   EXPECT_EQ(detail::swiglu_fp8_row_config(14336 / 8, SwigluRowRule::kClusterTwo).threads, 448);
   EXPECT_EQ(detail::swiglu_fp8_row_config(16384 / 8, SwigluRowRule::kClusterTwo).threads, 512);
   EXPECT_EQ(detail::swiglu_fp8_row_config(28672 / 8, SwigluRowRule::kClusterTwo).threads, 896);
-  // kAuto takes it only where it was measured ahead: 9-32 rows wider than U = 16384 (kClusterFour
-  // takes 1-8 of U <= 32768), and 1-32 rows past U = 32768, where kClusterFour is not chosen.
+  // kAuto no longer takes it (session 13: kClusterEight is faster wherever it was).
   for (int64_t rows : {1, 8, 9, 32, 33, 2048, 8192})
     for (int64_t n : {1792, 2048, 2049, 3584, 4096, 4097})
-      EXPECT_EQ(detail::resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, rows, n) == SwigluRowRule::kClusterTwo,
-                n > 2048 && (rows <= 32 && (rows > 8 || n > 4096))) << rows << " rows, " << n << " chunks";
+      EXPECT_NE(detail::resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, rows, n, true), SwigluRowRule::kClusterTwo)
+          << rows << " rows, " << n << " chunks";
 }
 
-// kClusterFour: a quarter of the row per CTA, 2 chunks per thread, from U > 8192 to U = 65536
-// (1024 threads a quarter); elsewhere kFourShared's shape. kAuto takes it at 1-8 rows of
-// 16384 < U <= 32768 only (the measured win).
-TEST(SwigluRowConfig, ClusterFour) {
-  for (int64_t n = 1; n <= 9000; ++n) {
-    const detail::SwigluRowConfig c = detail::swiglu_fp8_row_config(n, SwigluRowRule::kClusterFour);
-    if (n >= detail::kSwigluClusterMinChunks && n <= detail::swiglu_cluster_max_chunks(4)) {
-      const int64_t quarter = (n + 3) / 4;
-      ASSERT_EQ(c.cluster, 4) << "chunks " << n;
-      ASSERT_EQ(c.v, 2) << "chunks " << n;
-      ASSERT_TRUE(c.in_registers) << "chunks " << n;
-      ASSERT_GE(int64_t(c.threads) * c.v, quarter) << "chunks " << n;
-      ASSERT_LT(int64_t(c.threads - 32) * c.v, quarter) << "chunks " << n << ": a whole idle warp";
-      ASSERT_LE(c.threads, detail::kSwigluRowMaxThreads) << "chunks " << n;
-      ASSERT_EQ(c.smem_bytes, 0) << "chunks " << n;
-    } else {
-      const detail::SwigluRowConfig f = detail::swiglu_fp8_row_config(n, SwigluRowRule::kFourShared);
-      ASSERT_EQ(c.cluster, 1) << "chunks " << n;
-      ASSERT_EQ(std::tie(c.v, c.threads, c.in_registers, c.stage, c.smem_bytes),
-                std::tie(f.v, f.threads, f.in_registers, f.stage, f.smem_bytes)) << "chunks " << n;
+// kClusterFour / kClusterEight: a quarter / an eighth of the row per CTA, 2 chunks per thread, from
+// U > 8192 to U = 65536 / 131072 (1024 threads a slice); elsewhere kFourShared's shape. kAuto takes
+// kClusterEight at 1-32 rows from U > 12288 where clusters can run, and kClusterFour nowhere.
+TEST(SwigluRowConfig, ClusterFourAndEight) {
+  for (const auto [rule, size] : {std::pair{SwigluRowRule::kClusterFour, 4}, std::pair{SwigluRowRule::kClusterEight, 8}}) {
+    EXPECT_EQ(detail::swiglu_cluster_size(rule), size);
+    for (int64_t n = 1; n <= 17000; ++n) {
+      const detail::SwigluRowConfig c = detail::swiglu_fp8_row_config(n, rule);
+      if (n >= detail::kSwigluClusterMinChunks && n <= detail::swiglu_cluster_max_chunks(size)) {
+        const int64_t slice = (n + size - 1) / size;
+        ASSERT_EQ(c.cluster, size) << "chunks " << n;
+        ASSERT_EQ(c.v, 2) << "chunks " << n;
+        ASSERT_TRUE(c.in_registers) << "chunks " << n;
+        ASSERT_GE(int64_t(c.threads) * c.v, slice) << "chunks " << n;
+        ASSERT_LT(int64_t(c.threads - 32) * c.v, slice) << "chunks " << n << ": a whole idle warp";
+        ASSERT_LE(c.threads, detail::kSwigluRowMaxThreads) << "chunks " << n;
+        ASSERT_EQ(c.smem_bytes, 0) << "chunks " << n;
+      } else {
+        const detail::SwigluRowConfig f = detail::swiglu_fp8_row_config(n, SwigluRowRule::kFourShared);
+        ASSERT_EQ(c.cluster, 1) << "chunks " << n;
+        ASSERT_EQ(std::tie(c.v, c.threads, c.in_registers, c.stage, c.smem_bytes),
+                  std::tie(f.v, f.threads, f.in_registers, f.stage, f.smem_bytes)) << "chunks " << n;
+      }
     }
   }
+  EXPECT_LE(detail::swiglu_cluster_size(SwigluRowRule::kClusterEight), detail::kSwigluClusterMaxSize);
+  EXPECT_EQ(detail::kSwigluClusterMaxSize, 8) << "the portable cluster size limit";
   EXPECT_EQ(detail::swiglu_fp8_row_config(28672 / 8, SwigluRowRule::kClusterFour).threads, 448);
   EXPECT_EQ(detail::swiglu_fp8_row_config(65536 / 8, SwigluRowRule::kClusterFour).threads, 1024);
+  EXPECT_EQ(detail::swiglu_fp8_row_config(28672 / 8, SwigluRowRule::kClusterEight).threads, 224);
+  EXPECT_EQ(detail::swiglu_fp8_row_config(131072 / 8, SwigluRowRule::kClusterEight).threads, 1024);
   for (int64_t rows : {1, 8, 9, 32, 2048})
-    for (int64_t n : {1792, 2048, 2049, 3584, 4096, 4097, 8192})
-      EXPECT_EQ(detail::resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, rows, n) == SwigluRowRule::kClusterFour,
-                rows <= 8 && n > 2048 && n <= 4096) << rows << " rows, " << n << " chunks";
+    for (int64_t n : {1024, 1025, 1536, 1537, 1792, 2048, 2049, 3584, 4096, 4097, 8192, 16384, 16385}) {
+      const SwigluRowRule got = detail::resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, rows, n, true);
+      EXPECT_EQ(got == SwigluRowRule::kClusterEight, rows <= 32 && n > 1536 && n <= 16384) << rows << " rows, " << n << " chunks";
+      EXPECT_NE(got, SwigluRowRule::kClusterFour) << rows << " rows, " << n << " chunks";
+      EXPECT_EQ(detail::swiglu_cluster_size(detail::resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, rows, n, false)), 1)
+          << rows << " rows, " << n << " chunks, no clusters";
+    }
 }
 
 TEST(SwigluRowConfig, CommonWidths) {
@@ -148,31 +159,35 @@ TEST(SwigluRowConfig, PersistentGridBlocksPerSm) {
 TEST(SwigluRowConfig, AutoRuleFollowsTheMeasuredCrossover) {
   using detail::resolve_swiglu_fp8_row_rule;
   const int64_t u14k = 14336 / 8, u16k = 16384 / 8, u28k = 28672 / 8;
-  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 1, u16k), SwigluRowRule::kTwoChunks);
-  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 32, u14k), SwigluRowRule::kTwoChunks);
-  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 2048, u14k), SwigluRowRule::kFourShared);
-  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 8192, u16k), SwigluRowRule::kFourSharedThree);
-  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 4095, u16k), SwigluRowRule::kFourShared);
-  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 4096, u28k), SwigluRowRule::kFourSharedThree);
+  // 1-32 rows from U > 12288: the 8-CTA cluster where clusters run (sm_90), else one CTA a row — in
+  // registers up to U = 16384, staged in shared memory beyond. U = 8200 keeps one CTA a row.
+  for (int64_t rows : {1, 8, 32}) {
+    for (int64_t n : {u14k, u16k, u28k, int64_t{40960 / 8}, int64_t{131072 / 8}})
+      EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, rows, n, true), SwigluRowRule::kClusterEight) << rows << ", " << n;
+    EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, rows, u16k, false), SwigluRowRule::kTwoChunks);
+    EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, rows, u28k, false), SwigluRowRule::kFourShared);
+    EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, rows, 1024, true), SwigluRowRule::kTwoChunks);
+    EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, rows, 8200 / 8, true), SwigluRowRule::kTwoChunks);
+    EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, rows, 131080 / 8, true), SwigluRowRule::kFourShared);
+  }
+  EXPECT_EQ(detail::swiglu_fp8_row_config(u28k, SwigluRowRule::kClusterEight).cluster, 8);
+  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 33, u28k, true), SwigluRowRule::kFourShared);
+  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 33, u14k, true), SwigluRowRule::kTwoChunks);
+  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 2048, u14k, true), SwigluRowRule::kFourShared);
+  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 8192, u16k, true), SwigluRowRule::kFourSharedThree);
+  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 4095, u16k, true), SwigluRowRule::kFourShared);
+  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 4096, u28k, false), SwigluRowRule::kFourSharedThree);
   // (wider than 512 threads: kFourSharedThree builds kFourShared's 2-block kernel)
   EXPECT_EQ(detail::swiglu_fp8_row_config(u28k, SwigluRowRule::kFourSharedThree).min_blocks, 1);
   EXPECT_EQ(detail::swiglu_fp8_row_config(u16k, SwigluRowRule::kFourSharedThree).min_blocks, 3);
-  // 1-32 rows wider than one SM's registers hold: the 4-CTA cluster at 1-8, the 2-CTA cluster at
-  // 9-32; from 33 rows kFourShared.
-  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 1, u28k), SwigluRowRule::kClusterFour);
-  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 8, u28k), SwigluRowRule::kClusterFour);
-  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 9, u28k), SwigluRowRule::kClusterTwo);
-  EXPECT_EQ(detail::swiglu_fp8_row_config(u28k, SwigluRowRule::kClusterFour).cluster, 4);
-  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 32, u28k), SwigluRowRule::kClusterTwo);
-  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 33, u28k), SwigluRowRule::kFourShared);
-  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 32, u16k), SwigluRowRule::kTwoChunks);
-  EXPECT_EQ(detail::swiglu_fp8_row_config(u28k, SwigluRowRule::kClusterTwo).cluster, 2);
-  // Past U = 32768 the halves no longer fit in registers: kFourShared's shape, one CTA a row.
-  EXPECT_EQ(detail::swiglu_fp8_row_config(40960 / 8, resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 1, 40960 / 8)).cluster, 1);
-  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kTwoChunks, 8192, u28k), SwigluRowRule::kTwoChunks);
-  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kFourSharedNext, 1, u14k), SwigluRowRule::kFourSharedNext);
+  // An explicit rule is kept, but a cluster rule where clusters cannot run takes kFourShared's shape.
+  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kTwoChunks, 8192, u28k, true), SwigluRowRule::kTwoChunks);
+  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kFourSharedNext, 1, u14k, true), SwigluRowRule::kFourSharedNext);
+  EXPECT_EQ(resolve_swiglu_fp8_row_rule(SwigluRowRule::kClusterTwo, 1, u28k, true), SwigluRowRule::kClusterTwo);
+  for (SwigluRowRule r : {SwigluRowRule::kClusterTwo, SwigluRowRule::kClusterFour, SwigluRowRule::kClusterEight})
+    EXPECT_EQ(resolve_swiglu_fp8_row_rule(r, 1, u28k, false), SwigluRowRule::kFourShared);
   // Narrow rows take 2 chunks per thread in registers whatever the rule resolves to.
-  EXPECT_EQ(detail::swiglu_fp8_row_config(512, resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 8192, 512)).v, 2);
+  EXPECT_EQ(detail::swiglu_fp8_row_config(512, resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, 8192, 512, true)).v, 2);
 }
 
 // The elementwise grid: one chunk per thread in 128-thread blocks up to small_chunks_per_sm chunks per

@@ -138,14 +138,15 @@ TEST_P(SwigluFp8Gpu, MatchesReference) {
 // The dynamic scale's row kernel under every shape rule (config.h): 2 chunks per thread (two-pass
 // beyond U = 16384), 4 chunks per thread staged in shared memory from U > 8192 (8200: a partial last
 // set of chunks), with and without the next row's copies (rows 300 > the persistent grid's blocks
-// at U = 28672: every block walks several rows), and split over a 2-CTA cluster (sm_90; elsewhere
-// the rule falls back to kFourShared's shape, which this checks too).
+// at U = 28672: every block walks several rows), and split over a cluster of 2, 4 or 8 CTAs (sm_90;
+// elsewhere the rule falls back to kFourShared's shape, which this checks too).
 TEST_P(SwigluFp8Gpu, EveryRowRule) {
   SKIP_WITHOUT_GPU();
   if (std::get<3>(GetParam()) != Fp8ScaleMode::kDynamicPerRow) GTEST_SKIP() << "the rules shape the dynamic-scale kernel only";
   for (auto rule : {detail::SwigluRowRule::kTwoChunks, detail::SwigluRowRule::kFourShared,
                     detail::SwigluRowRule::kFourSharedNext, detail::SwigluRowRule::kFourSharedThree,
-                    detail::SwigluRowRule::kClusterTwo, detail::SwigluRowRule::kClusterFour}) {
+                    detail::SwigluRowRule::kClusterTwo, detail::SwigluRowRule::kClusterFour,
+                    detail::SwigluRowRule::kClusterEight}) {
     detail::set_swiglu_fp8_row_rule(rule);
     for (int64_t u : {8200, 14336, 28672}) {
       Case c = base();
@@ -173,10 +174,14 @@ TEST_P(SwigluFp8Gpu, ClusterRuleEdges) {
   };
   // kClusterFour: uneven quarters (U = 8200: 3 x 257 + 254 chunks; 28680: 3 x 897 + 894), its
   // range's ends (8200, 65536) and the widths beside them (8192, 65544); 2200 rows of U = 16384
-  // (256-thread CTAs) again exceed its grid's 33 x 8 x 8 = 2112 clusters.
+  // (256-thread CTAs) again exceed its grid's 33 x 8 x 8 = 2112 clusters. kClusterEight: eighths of
+  // 1025 chunks (U = 8200: 7 x 129 + 122) and of 3585 (28680: 7 x 449 + 442), its range's ends (8200,
+  // 131072) and the widths beside them; 2200 rows of U = 16384 (128-thread CTAs) exceed its grid's
+  // 16 x 16 x 8 = 2048 clusters.
   for (const RuleWidths& rw : {RuleWidths{detail::SwigluRowRule::kClusterTwo, {8192, 8200, 28680, 32768, 32776}},
-                               RuleWidths{detail::SwigluRowRule::kClusterFour, {8192, 8200, 28680, 65536, 65544}}}) {
-    SCOPED_TRACE(rw.rule == detail::SwigluRowRule::kClusterTwo ? "2-CTA clusters" : "4-CTA clusters");
+                               RuleWidths{detail::SwigluRowRule::kClusterFour, {8192, 8200, 28680, 65536, 65544}},
+                               RuleWidths{detail::SwigluRowRule::kClusterEight, {8192, 8200, 28680, 131072, 131080}}}) {
+    SCOPED_TRACE(std::to_string(detail::swiglu_cluster_size(rw.rule)) + "-CTA clusters");
     detail::set_swiglu_fp8_row_rule(rw.rule);
     for (int64_t u : rw.widths) {
       Case c = base();
@@ -249,7 +254,7 @@ TEST(SwigluFp8Sanitizer, SharedStagedRowKernel) {
   SKIP_WITHOUT_GPU();
   for (auto rule : {detail::SwigluRowRule::kFourShared, detail::SwigluRowRule::kFourSharedNext,
                     detail::SwigluRowRule::kFourSharedThree, detail::SwigluRowRule::kClusterTwo,
-                    detail::SwigluRowRule::kClusterFour}) {
+                    detail::SwigluRowRule::kClusterFour, detail::SwigluRowRule::kClusterEight}) {
     detail::set_swiglu_fp8_row_rule(rule);
     for (auto layout : {GateUpLayout::kStacked, GateUpLayout::kInterleaved}) {
       Case c;
