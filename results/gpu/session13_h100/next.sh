@@ -3,7 +3,7 @@
 # From the repo root, carrying the five .deps paths of scripts/deps; each step is one device call
 # over the device's copy of main (this tree stays main), logs and JSON under $OUT, its table last:
 #   O=$OUT; export OUT=/tmp/o; mkdir -p $OUT; bash results/gpu/session13_h100/next.sh STEP; tar czf $O/STEP.tgz -C /tmp/o .
-#   push (run at the end of session 13: push/table.txt, not landed — no consistent gain, ±3 %; issue 14): pending/fused_mlp_split_push.patch — a split unit's two CTAs push
+#   push (run at the end of session 13: push/table.txt, not landed — no consistent gain, 2.7 % faster to 3.8 % slower; issue 14): pending/fused_mlp_split_push.patch — a split unit's two CTAs push
 #     their gate/up sums into each other's shared memory (one exposed cluster barrier instead of two,
 #     no remote loads; src/common/cluster.cuh's start-up barrier hidden under phase 1's loads). Builds
 #     main's CLI, then the patch's CLI and tests (the fused-MLP GPU tests, SplitRulesMatchTheReference
