@@ -76,6 +76,14 @@ Operands operands(const at::Tensor& x, const at::Tensor& x_scale, const at::Tens
   return o;
 }
 
+// The e4m3 output h [..., U] of the static and dynamic ops, and its view for the C++ API.
+at::Tensor e4m3_output(const at::Tensor& x, const Operands& o) {
+  return at::empty(with_last(x, o.u), x.options().dtype(at::kFloat8_e4m3fn));
+}
+auto e4m3_view(const at::Tensor& h, const Operands& o) {
+  return blockfuse::make_fp8_matrix(h.data_ptr(), o.xv.rows, o.u, std::max<int64_t>(o.u, 1));
+}
+
 at::Tensor gated_up_fp8_op(const at::Tensor& x, const at::Tensor& x_scale, const at::Tensor& w,
                            const at::Tensor& w_scale, c10::string_view activation,
                            const std::optional<at::Tensor>& out_scale) {
@@ -98,13 +106,13 @@ at::Tensor gated_up_fp8_op(const at::Tensor& x, const at::Tensor& x_scale, const
   TORCH_CHECK_VALUE(s.scalar_type() == at::kFloat && s.numel() == 1, "blockfuse.", fn, ": argument 'out_scale' has dtype ",
                     dtype_str(s), " and ", num(s.numel()), " elements; required: one float32 element (the static "
                     "per-tensor output scale), or None for a bf16 output");
-  at::Tensor h = at::empty(with_last(x, o.u), x.options().dtype(at::kFloat8_e4m3fn));
+  at::Tensor h = e4m3_output(x, o);
   blockfuse::Fp8Scale os;
   os.mode = blockfuse::Fp8ScaleMode::kStaticPerTensor;
   os.scale = s.data_ptr<float>();
   call_blockfuse([&] {
     blockfuse::gated_up_fp8(o.xm, o.sx, o.wm, o.sw,
-                            blockfuse::make_fp8_matrix(h.data_ptr(), o.xv.rows, o.u, std::max<int64_t>(o.u, 1)), os, o.act,
+                            e4m3_view(h, o), os, o.act,
                             stream);
   });
   return h;
@@ -120,7 +128,7 @@ std::tuple<at::Tensor, at::Tensor> gated_up_fp8_dynamic_op(const at::Tensor& x, 
   const Operands o = operands(x, x_scale, w, w_scale, activation, fn);
   c10::cuda::CUDAGuard guard(x.device());
   const cudaStream_t stream = current_stream(x);
-  at::Tensor q = at::empty(with_last(x, o.u), x.options().dtype(at::kFloat8_e4m3fn));
+  at::Tensor q = e4m3_output(x, o);
   std::vector<int64_t> lead(x.sizes().begin(), x.sizes().end() - 1);
   at::Tensor scales = at::empty(lead, x.options().dtype(at::kFloat));
   size_t need = 0;
@@ -131,7 +139,7 @@ std::tuple<at::Tensor, at::Tensor> gated_up_fp8_dynamic_op(const at::Tensor& x, 
   os.scale = scales.data_ptr<float>();
   call_blockfuse([&] {
     blockfuse::gated_up_fp8(o.xm, o.sx, o.wm, o.sw,
-                            blockfuse::make_fp8_matrix(q.data_ptr(), o.xv.rows, o.u, std::max<int64_t>(o.u, 1)), os, o.act,
+                            e4m3_view(q, o), os, o.act,
                             ws.data_ptr(), need, stream);
   });
   return {q, scales};

@@ -82,13 +82,16 @@ inline AddRmsNormConfig add_rmsnorm_config(int nchunks, AddRmsNormRule rule = kA
 // results/gpu/experiments/add_rmsnorm_clusters_everywhere_weight_preload.json), so they are used
 // only for H >= 8192 and rows · C <= 2 · SMs (add_rmsnorm_clusters_pay). C grows with H so a CTA
 // keeps <= 512 chunks (<= 1024 from H = 32768): v = 2 chunks per thread. H = 8192 -> c4: v2 x 128;
-// 16384 -> c4: v2 x 256; 32768 -> c8: v2 x 256; 131072 -> c8: v4 x 512; beyond
-// kAddRmsNormMaxClusterChunks the one-block path.
+// 16384 -> c8: v2 x 128; 32768 -> c8: v2 x 256; 131072 -> c8: v4 x 512; beyond
+// kAddRmsNormMaxClusterChunks the one-block path. H = 16384 took 4 CTAs until session 13; 8 measured
+// faster at 1 / 8 / 32 rows for every output (results/gpu/session13_h100/exp3/table.txt, H100, two
+// runs: bf16 out 2.72 / 2.78 / 3.22 -> 2.56 / 2.59 / 3.22 µs, dynamic FP8 3.37 / 3.41 / 4.02 -> 3.22
+// / 3.21 / 3.80).
 // The slice of CTA rank k is chunks [k*S, min((k+1)*S, nchunks)), S = ceil(nchunks / C); every
 // CTA gets >= 1 chunk (nchunks >= 1024 >> C).
 inline AddRmsNormConfig add_rmsnorm_config_sm90(int nchunks, AddRmsNormRule rule = kAddRmsNormDefaultRule) {
   if (nchunks < kAddRmsNormMinClusterChunks || nchunks > kAddRmsNormMaxClusterChunks) return add_rmsnorm_config(nchunks, rule);
-  const int c = nchunks < 4096 ? 4 : 8;
+  const int c = nchunks < 2048 ? 4 : 8;
   const int slice = (nchunks + c - 1) / c;
   const int v = slice <= 1024 ? 2 : 4;
   return {v, std::max(32, ((slice + v - 1) / v + 31) / 32 * 32), c};
@@ -125,8 +128,11 @@ inline bool add_rmsnorm_clusters_pay(int64_t rows, int cluster, int sm_count) {
 // 32 rows. At H = 8192 the one-block kernel stays ahead (bf16 2.25 / 2.36 / 2.41 against 2.49 / 2.53
 // / 2.78). So every output of H > 8192 takes the cluster kernel at <= 8 rows (until then only the
 // dynamic FP8 one), and the preloaded one-block kernel from 9 rows (9-31 not measured).
+// With 8 CTAs a row at H = 16384 (exp3/table.txt) the cluster kernel also wins at 32 rows: bf16 3.22
+// against 3.34 µs, static FP8 3.34 against 3.37, dynamic 3.80 against 4.02. So clusters take
+// H > 8192 up to 32 rows (9-31 not measured; add_rmsnorm_clusters_pay allows 33 rows of 8 CTAs).
 constexpr int64_t kAddRmsNormPreloadChunks = int64_t{1} << 18;
-constexpr int64_t kAddRmsNormClusterFirstRows = 8;
+constexpr int64_t kAddRmsNormClusterFirstRows = 32;
 inline bool add_rmsnorm_preload_weight(int64_t rows, int nchunks, bool clusters_available,
                                        int64_t preload_chunks = kAddRmsNormPreloadChunks) {
   if (nchunks > 2048 || rows * nchunks > preload_chunks) return false;

@@ -1,6 +1,6 @@
 // Internal: a cluster-wide reduction of per-warp partials by pushing them into every CTA's shared
 // memory (sm_90), for the kernels that split a row over a thread-block cluster (swiglu's dynamic-FP8
-// row kernel).
+// row kernel, add_rmsnorm's cluster kernel).
 //
 // Each warp's lanes k < C store the warp's reduced value(s) into CTA k's slots (distributed shared
 // memory), then the cluster barrier; after it every CTA combines the C x warps partials from its own

@@ -41,6 +41,14 @@ __device__ __forceinline__ float fp8_dynamic_scale(float amax_finite) {
   return amax_finite > 0.0f ? amax_finite / kFp8E4M3Max : 1.0f;
 }
 
+// A row's dynamic scale: written to *scale_out by the one thread for which `writer` holds, and
+// returned as 1/scale, the factor store_fp8x8 quantises by.
+__device__ __forceinline__ float fp8_write_dynamic_scale(float amax_finite, float* scale_out, bool writer) {
+  const float s = fp8_dynamic_scale(amax_finite);
+  if (writer) *scale_out = s;
+  return 1.0f / s;
+}
+
 // |v| if finite, else 0: the contribution of one value to a row's amax (NaN/Inf excluded).
 __device__ __forceinline__ float finite_abs(float v) { return isfinite(v) ? fabsf(v) : 0.0f; }
 

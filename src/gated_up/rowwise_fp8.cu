@@ -62,9 +62,7 @@ __global__ void __launch_bounds__(kRowwiseFp8MaxThreads) rowwise_fp8_kernel(cons
       }
 #pragma unroll
       for (int i = 0; i < V; ++i) amax = chunk_amax(raw[i], amax);
-      const float s = fp8_dynamic_scale(block_reduce<MaxOp>(amax, partial));
-      if (tid == 0) scale[r] = s;
-      const float inv = 1.0f / s;
+      const float inv = fp8_write_dynamic_scale(block_reduce<MaxOp>(amax, partial), scale + r, tid == 0);
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         const int64_t ch = tid + int64_t(i) * nt;
@@ -72,9 +70,7 @@ __global__ void __launch_bounds__(kRowwiseFp8MaxThreads) rowwise_fp8_kernel(cons
       }
     } else {
       for (int64_t ch = tid; ch < chunks; ch += nt) amax = chunk_amax(__ldcg(row + ch), amax);
-      const float s = fp8_dynamic_scale(block_reduce<MaxOp>(amax, partial));
-      if (tid == 0) scale[r] = s;
-      const float inv = 1.0f / s;
+      const float inv = fp8_write_dynamic_scale(block_reduce<MaxOp>(amax, partial), scale + r, tid == 0);
       for (int64_t ch = tid; ch < chunks; ch += nt) store_chunk(orow + ch * 8, __ldcs(row + ch), inv);
     }
   }

@@ -100,7 +100,6 @@ constexpr int swiglu_cluster_size(SwigluRowRule rule) {
 // The widest rows a cluster of `size` CTAs holds in registers (2 chunks per thread): U <= 32768 for
 // kClusterTwo, U <= 65536 for kClusterFour, U <= 131072 for kClusterEight.
 constexpr int64_t swiglu_cluster_max_chunks(int size) { return int64_t(size) * 2 * int64_t(kSwigluRowMaxThreads); }
-constexpr int64_t kSwigluClusterMaxChunks = swiglu_cluster_max_chunks(2);
 constexpr int64_t kSwigluClusterMaxRows = 32;
 constexpr int64_t kSwigluClusterAutoMinChunks = 1537;  // kAuto's cluster rule from U > 12288
 // `clusters`: whether the cluster kernel may run (sm_90 code on an sm_90+ device); without it 1-32

@@ -181,9 +181,8 @@ swiglu_fp8_rowwise_kernel(
 #pragma unroll
         for (int j = 0; j < 8; ++j) amax = fmaxf(amax, finite_abs(v[j]));
       }
-      const float s = fp8_dynamic_scale(detail::block_reduce<detail::MaxOp>(amax, partial));
-      if (tid == 0) scale[r] = s;
-      const float inv = 1.0f / s;
+      const float inv =
+          fp8_write_dynamic_scale(detail::block_reduce<detail::MaxOp>(amax, partial), scale + r, tid == 0);
       for (int64_t ch = tid; ch < chunks; ch += nt) {
         float v[8];
         chunk_values<T, kInterleaved>(row, u, ch * 8, act, v);
@@ -192,9 +191,8 @@ swiglu_fp8_rowwise_kernel(
     } else if constexpr (kStage == SwigluRowStage::kRegisters) {
       float v[V][8];
       const float amax = row_values_in_registers<T, kInterleaved, V>(row, u, 0, chunks, act, v);
-      const float s = fp8_dynamic_scale(detail::block_reduce<detail::MaxOp>(amax, partial));
-      if (tid == 0) scale[r] = s;
-      const float inv = 1.0f / s;
+      const float inv =
+          fp8_write_dynamic_scale(detail::block_reduce<detail::MaxOp>(amax, partial), scale + r, tid == 0);
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         const int64_t ch = tid + int64_t(i) * nt;
@@ -225,9 +223,8 @@ swiglu_fp8_rowwise_kernel(
       // row's copies can start now and overlap the reduction and the stores below.
       if constexpr (kStage == SwigluRowStage::kSharedNext)
         if (r + gridDim.x < rows) stage(r + gridDim.x, staged + (par ^ 1) * (2 * V * nt));
-      const float s = fp8_dynamic_scale(detail::block_reduce<detail::MaxOp>(amax, partial));
-      if (tid == 0) scale[r] = s;
-      const float inv = 1.0f / s;
+      const float inv =
+          fp8_write_dynamic_scale(detail::block_reduce<detail::MaxOp>(amax, partial), scale + r, tid == 0);
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         const int64_t ch = tid + int64_t(i) * nt;
@@ -282,9 +279,8 @@ __global__ void __launch_bounds__(kRowMaxThreads) swiglu_fp8_row_cluster_kernel(
     detail::cluster_push(part, par, rank, C, amax);
     detail::cluster_arrive();
     detail::cluster_wait();
-    const float s = fp8_dynamic_scale(detail::cluster_combine<detail::MaxOp>(part, par, C, 0));
-    if (rank == 0 && tid == 0) scale[r] = s;
-    const float inv = 1.0f / s;
+    const float inv = fp8_write_dynamic_scale(detail::cluster_combine<detail::MaxOp>(part, par, C, 0), scale + r,
+                                              rank == 0 && tid == 0);
 #pragma unroll
     for (int i = 0; i < V; ++i) {
       const int64_t c = tid + int64_t(i) * nt;

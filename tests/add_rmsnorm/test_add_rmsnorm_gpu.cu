@@ -7,8 +7,8 @@
 //     subnormal step 2^-9 · scale), saturation at ±448 included; dynamic scales within 1e-5 of the
 //     reference's (fp32 vs fp64 v), static scale read from device memory (testing/compare.h).
 // Shapes: rows 1, 3, 255 (and 65537 at H = 8 and 64), H = 8, 24 (one chunk; a masked tail), 3584,
-// 4096, 5120, 16384 (each register-path configuration; on sm_90 3584..16384 take the cluster path:
-// C = 2 or 4 CTAs per row), 8200 and 16392 (cluster slices of unequal length: the last CTA's slice
+// 4096, 5120, 16384 (each register-path configuration; on sm_90 8192..16384 take the cluster path:
+// C = 4 CTAs per row below H = 16384, 8 from it), 8200 and 16392 (cluster slices of unequal length: the last CTA's slice
 // is shorter, its tail chunks masked), 32768 / 32776 / 65536 (the largest register row; the loop
 // path; on sm_90 clusters of 8) and 131072 / 131080 (sm_90: the widest cluster shape, v = 4, and
 // the fallback to the loop path beyond it). On sm_90 the one-block kernels are also run with the

@@ -48,7 +48,7 @@ TEST(SwigluRowConfig, CoversEveryRowWidth) {
 TEST(SwigluRowConfig, ClusterTwo) {
   for (int64_t n = 1; n <= 20000; ++n) {
     const detail::SwigluRowConfig c = detail::swiglu_fp8_row_config(n, SwigluRowRule::kClusterTwo);
-    if (n >= detail::kSwigluClusterMinChunks && n <= detail::kSwigluClusterMaxChunks) {
+    if (n >= detail::kSwigluClusterMinChunks && n <= detail::swiglu_cluster_max_chunks(2)) {
       const int64_t half = (n + 1) / 2;
       ASSERT_EQ(c.cluster, 2) << "chunks " << n;
       ASSERT_EQ(c.v, 2) << "chunks " << n;
