@@ -394,7 +394,7 @@ class AddRmsNormBench final : public BenchCommand {
     const std::string kernel = (kc.cluster > 1 ? "c" + std::to_string(kc.cluster) + ":" : std::string()) +
                                (kc.v ? "v" + std::to_string(kc.v) + "x" + std::to_string(kc.threads) : "loop x" + std::to_string(kc.threads)) +
                                (mode == Mode::kDynamic && !detail::add_rmsnorm_one_exchange() ? " 2x" : "") +
-                               (kc.preload_w ? " wpre" : "");
+                               (kc.preload_w ? " wpre" : "") + (kc.streaming_stores ? " cs" : "");
     auto r = b.row({std::to_string(H), std::to_string(M), mode_name(mode), kernel, fmt(us, 2), fmt(gbs, 0), b.pct_of_copy(gbs),
                     fmt(100 * gbs / cgbs, 1), fmt(cus, 2), fmt(bus, 2), fmt(bgbs, 0), fmt(bus / us, 2), timing, ok ? "yes" : "NO"});
     r.set("H", H).set("rows", M).set("dtype", dtype_).set("fp8", mode_name(mode)).set("kernel", kernel)

@@ -108,8 +108,10 @@ void launch_shape(const AddRmsNormParams& p, const detail::AddRmsNormConfig& cfg
 }
 
 template <class T, Out kOut>
-void launch(const AddRmsNormParams& p, cudaStream_t stream) {
-  const detail::AddRmsNormConfig cfg = detail::add_rmsnorm_launch_config(p.h / 8, p.rows);
+void launch(const AddRmsNormParams& params, cudaStream_t stream) {
+  const detail::AddRmsNormConfig cfg = detail::add_rmsnorm_launch_config(params.h / 8, params.rows);
+  AddRmsNormParams p = params;
+  p.streaming_stores = cfg.streaming_stores;
   // Dynamic FP8: one reduction / cluster exchange for the sum of squares and the amax (default;
   // row.cuh: row_amax_unscaled) or two (the first kernel), switched by set_add_rmsnorm_one_exchange.
   // H = 16384, 1 / 8 / 32 rows: 4.99 / 5.04 / 5.74 µs -> 4.09 / 4.12 / 4.82 µs (H100,
@@ -167,7 +169,9 @@ AddRmsNormConfig add_rmsnorm_launch_config(int nchunks, int64_t rows) {
     const AddRmsNormConfig c = add_rmsnorm_config_sm90(nchunks, rule);
     if (add_rmsnorm_clusters_pay(rows, c.cluster, current_device_spec().sm_count)) return c;
   }
-  return add_rmsnorm_config(nchunks, rule);
+  AddRmsNormConfig c = add_rmsnorm_config(nchunks, rule);
+  c.streaming_stores = add_rmsnorm_streaming_stores(c.v, rows);
+  return c;
 }
 void set_add_rmsnorm_clusters_enabled(bool enabled) { g_clusters_enabled.store(enabled, std::memory_order_relaxed); }
 void set_add_rmsnorm_rule(AddRmsNormRule rule) { g_rule.store(int(rule), std::memory_order_relaxed); }

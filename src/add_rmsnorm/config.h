@@ -23,6 +23,7 @@ struct AddRmsNormConfig {
   int v, threads;
   int cluster = 1;
   bool preload_w = false;
+  bool streaming_stores = false;  // add_rmsnorm_streaming_stores
 };
 
 // Which v the one-block shape gives rows of 1024 < chunks <= 2048 (8192 < H <= 16384):
@@ -150,6 +151,23 @@ constexpr int64_t kAddRmsNormEarlyResOutFp8Rows = 32;
 // (constexpr: the kernel calls it too, under --expt-relaxed-constexpr.)
 constexpr bool add_rmsnorm_early_res_out(bool dtype_out, int64_t rows) {
   return dtype_out || rows <= kAddRmsNormEarlyResOutFp8Rows;
+}
+
+// Whether the one-block register kernel (v = 1..8) stores residual_out and out with st.global.cs
+// (evict first in L2) instead of plain stores. H100, one call each, two runs, plain -> streaming
+// (results/gpu/session14_h100/exp2/table.txt, exp3/table.txt; the lower run), % of copy for the bf16 /
+// static FP8 / dynamic FP8 outputs:
+//   2048 rows: H = 4096 77.0 / 73.5 / 71.6 -> 78.0 / 74.2 / 72.5, H = 8192 86.7 / 84.7 / 82.9 -> 88.2 / 86.3 / 82.8,
+//              H = 16384 90.8 / 89.3 / 87.8 -> 92.5 / 90.8 / 87.4;
+//   8192 rows: H = 4096 90.8 / 89.0 / 88.8 -> 93.1 / 92.4 / 88.9, H = 8192 94.8 / 94.3 / 93.9 -> 96.6 / 96.8 / 94.9,
+//              H = 16384 96.0 / 96.6 / 95.4 -> 98.1 / 98.7 / 96.9;
+//   but 256 rows of H = 8192 76.4 / 66.7 / 63.2 -> 66.4 / 59.3 / 61.7, and up to 0.5 µs slower at 1-32 rows
+//   (H = 8192, 1 row: 2.25 -> 2.75 µs), where a call's small output no longer stays in L2 for the next.
+// So from 2048 rows (257-2047 not measured). The loop kernel (H > 16384) reads its residual_out back
+// and keeps plain stores (not measured).
+constexpr int64_t kAddRmsNormStreamingStoresRows = 2048;
+constexpr bool add_rmsnorm_streaming_stores(int v, int64_t rows) {
+  return v >= 1 && v <= 8 && rows >= kAddRmsNormStreamingStoresRows;
 }
 
 // The shape add_rmsnorm launches for `rows` rows of nchunks chunks (every output kind alike) on the

@@ -70,13 +70,28 @@ __device__ __forceinline__ float load_row_sumsq(const uint4* xr, const uint4* rr
   return ss;
 }
 
+// One 16-byte output chunk, plain or streamed (st.global.cs: AddRmsNormParams::streaming_stores).
+__device__ __forceinline__ void store_chunk(uint4* dst, const uint4& v, bool streaming) {
+  if (streaming)
+    __stcs(dst, v);
+  else
+    *dst = v;
+}
+
 // Writes this thread's chunks of r (those below `len`) to dst (the slice's first chunk).
 template <int V>
-__device__ __forceinline__ void store_chunks(uint4* dst, int len, const uint4 (&r)[V]) {
+__device__ __forceinline__ void store_chunks(uint4* dst, int len, const uint4 (&r)[V], bool streaming) {
   const int tid = threadIdx.x, nt = blockDim.x;
 #pragma unroll
   for (int i = 0; i < V; ++i)
-    if (tid + i * nt < len) dst[tid + i * nt] = r[i];
+    if (tid + i * nt < len) store_chunk(dst + tid + i * nt, r[i], streaming);
+}
+
+// This thread's chunks of r as row `row` of residual_out, when it is written (the slice from `first`).
+template <class T, int V>
+__device__ __forceinline__ void store_res_out(const AddRmsNormParams& p, int64_t row, int first, int len,
+                                              const uint4 (&r)[V]) {
+  if (p.res_out) store_chunks<V>(row_chunks<T>(p.res_out, row, p.ldro) + first, len, r, p.streaming_stores);
 }
 
 // v = r · inv · g for one chunk; g = w or 1 + w (w: the weight chunk, already in registers).
@@ -101,9 +116,11 @@ __device__ __forceinline__ float finite_abs_max8(const float v[8]) {
 template <class T, AddRmsNormOutput kOut>
 __device__ __forceinline__ void store_out(const AddRmsNormParams& p, int64_t row, int c, const float v[8], float inv_s) {
   if constexpr (kOut == AddRmsNormOutput::kDtype) {
-    reinterpret_cast<uint4*>(static_cast<T*>(p.out) + row * p.ldo)[c] = Vec8<T>::pack(v);
+    uint4* orow = reinterpret_cast<uint4*>(static_cast<T*>(p.out) + row * p.ldo);
+    store_chunk(orow + c, Vec8<T>::pack(v), p.streaming_stores);
   } else {
-    store_fp8x8(static_cast<uint8_t*>(p.out) + row * p.ldo + 8 * int64_t(c), *reinterpret_cast<const float(*)[8]>(v), inv_s);
+    uint8_t* orow = static_cast<uint8_t*>(p.out) + row * p.ldo;
+    store_fp8x8(orow + 8 * int64_t(c), *reinterpret_cast<const float(*)[8]>(v), inv_s, p.streaming_stores);
   }
 }
 

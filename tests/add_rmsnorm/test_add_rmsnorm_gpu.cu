@@ -355,6 +355,21 @@ TEST_P(AddRmsNormGpu, OneBlockPerRowKernelsEverywhere) {
     }
 }
 
+// From kAddRmsNormStreamingStoresRows rows the register kernels store residual_out and out with
+// st.global.cs (config.h): every output kind, in place and not, padded, one row past the threshold.
+TEST_P(AddRmsNormGpu, StreamingStoresFromTwoThousandRows) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t h : {4096, 16384})
+    for (Fp8 f : {Fp8::kNone, Fp8::kStatic, Fp8::kDynamic}) {
+      Case c = shape(GetParam(), detail::kAddRmsNormStreamingStoresRows + 1, h);
+      ASSERT_TRUE(detail::add_rmsnorm_launch_config(int(h / 8), c.rows).streaming_stores) << "H " << h;
+      c.fp8 = f;
+      c.in_place = f == Fp8::kStatic;
+      c.pad = f == Fp8::kDynamic ? 8 : 0;
+      run_case(c);
+    }
+}
+
 // Every shape rule (v = 8 x 256 or 4 x 512 at 8192 < H <= 16384; kWide's 512-thread shapes at every
 // H) and both dynamic FP8 amax schemes
 // (a second reduction / cluster exchange, or the amax travelling with the sum of squares), through
