@@ -41,7 +41,8 @@ __device__ __forceinline__ void prefetch_weight(const T* w, int nchunks) {
 // of squares (row_amax_unscaled, row.cuh) — one block reduction per row instead of two.
 // kPreloadW: the weight chunks are loaded into registers with the row's (decode-sized calls,
 // config.h: add_rmsnorm_preload_weight) instead of read after the reduction.
-template <class T, int V, AddRmsNormOutput kOut, bool kOneExchange = true, bool kPreloadW = false>
+// kStream: residual_out and out by streaming stores (many rows, config.h: add_rmsnorm_streaming_stores).
+template <class T, int V, AddRmsNormOutput kOut, bool kOneExchange = true, bool kPreloadW = false, bool kStream = false>
 __global__ void __launch_bounds__(512) add_rmsnorm_regs(const AddRmsNormParams p) {
   detail::pdl_enter();  // before any global access (common/pdl.cuh)
   __shared__ float red[2][32];
@@ -74,19 +75,19 @@ __global__ void __launch_bounds__(512) add_rmsnorm_regs(const AddRmsNormParams p
     // residual_out before the reduction where that measured faster (config.h: add_rmsnorm_early_res_out):
     // its stores drain while the block waits at the reduction's barriers. Each chunk is read and
     // written by the same thread, so the in-place alias (residual_out == residual) stays safe.
-    if (early_res_out) store_res_out<T>(p, row, 0, nchunks, r);
+    if (early_res_out) store_res_out<T, V, kStream>(p, row, 0, nchunks, r);
     if constexpr (kDynamic && kOneExchange) {
       float m = row_amax_unscaled<T, V>(r, nchunks, weight, p.gemma);
       detail::block_reduce_sum_max(ss, m, red);
       const float inv = rsqrtf(ss * inv_h + p.eps);
-      if (!early_res_out) store_res_out<T>(p, row, 0, nchunks, r);
+      if (!early_res_out) store_res_out<T, V, kStream>(p, row, 0, nchunks, r);
       const float s = fp8_dynamic_scale(fold_amax(inv, m));
       if (tid == 0) p.scale[row] = s;
-      store_row<T, kOut, V>(p, row, 0, r, nchunks, weight, inv, 1.0f / s);
+      store_row<T, kOut, V, kStream>(p, row, 0, r, nchunks, weight, inv, 1.0f / s);
       continue;
     }
     const float inv = rsqrtf(block_reduce<SumOp>(ss, red[0]) * inv_h + p.eps);
-    if (!early_res_out) store_res_out<T>(p, row, 0, nchunks, r);
+    if (!early_res_out) store_res_out<T, V, kStream>(p, row, 0, nchunks, r);
     float s = static_scale;
     if constexpr (kDynamic) {
       // amax of the finite v over the row: a second reduction in the same pass, over the values
@@ -95,7 +96,7 @@ __global__ void __launch_bounds__(512) add_rmsnorm_regs(const AddRmsNormParams p
       s = fp8_dynamic_scale(amax);
       if (tid == 0) p.scale[row] = s;
     }
-    store_row<T, kOut, V>(p, row, 0, r, nchunks, weight, inv, 1.0f / s);
+    store_row<T, kOut, V, kStream>(p, row, 0, r, nchunks, weight, inv, 1.0f / s);
   }
 }
 

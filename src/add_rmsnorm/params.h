@@ -28,7 +28,6 @@ struct AddRmsNormParams {
   int h;  // elements per row, % 8 == 0
   float eps;
   bool gemma;
-  bool streaming_stores;  // residual_out and out by st.global.cs (config.h: add_rmsnorm_streaming_stores)
 };
 
 }  // namespace blockfuse

@@ -70,28 +70,31 @@ __device__ __forceinline__ float load_row_sumsq(const uint4* xr, const uint4* rr
   return ss;
 }
 
-// One 16-byte output chunk, plain or streamed (st.global.cs: AddRmsNormParams::streaming_stores).
-__device__ __forceinline__ void store_chunk(uint4* dst, const uint4& v, bool streaming) {
-  if (streaming)
+// One 16-byte output chunk; kStream: st.global.cs, evict first (config.h: add_rmsnorm_streaming_stores).
+// A compile-time choice: a runtime flag on the same kernels measured up to 0.5 µs slower at 1-32 rows
+// with the flag off (results/gpu/session14_h100/exp4/table.txt).
+template <bool kStream>
+__device__ __forceinline__ void store_chunk(uint4* dst, const uint4& v) {
+  if constexpr (kStream)
     __stcs(dst, v);
   else
     *dst = v;
 }
 
 // Writes this thread's chunks of r (those below `len`) to dst (the slice's first chunk).
-template <int V>
-__device__ __forceinline__ void store_chunks(uint4* dst, int len, const uint4 (&r)[V], bool streaming) {
+template <int V, bool kStream = false>
+__device__ __forceinline__ void store_chunks(uint4* dst, int len, const uint4 (&r)[V]) {
   const int tid = threadIdx.x, nt = blockDim.x;
 #pragma unroll
   for (int i = 0; i < V; ++i)
-    if (tid + i * nt < len) store_chunk(dst + tid + i * nt, r[i], streaming);
+    if (tid + i * nt < len) store_chunk<kStream>(dst + tid + i * nt, r[i]);
 }
 
 // This thread's chunks of r as row `row` of residual_out, when it is written (the slice from `first`).
-template <class T, int V>
+template <class T, int V, bool kStream = false>
 __device__ __forceinline__ void store_res_out(const AddRmsNormParams& p, int64_t row, int first, int len,
                                               const uint4 (&r)[V]) {
-  if (p.res_out) store_chunks<V>(row_chunks<T>(p.res_out, row, p.ldro) + first, len, r, p.streaming_stores);
+  if (p.res_out) store_chunks<V, kStream>(row_chunks<T>(p.res_out, row, p.ldro) + first, len, r);
 }
 
 // v = r · inv · g for one chunk; g = w or 1 + w (w: the weight chunk, already in registers).
@@ -113,14 +116,13 @@ __device__ __forceinline__ float finite_abs_max8(const float v[8]) {
 
 // Stores chunk c (elements 8c..8c+7) of the output row; fp8: q = sat(v · inv_s) with inv_s = 1 / scale
 // (common/fp8_device.cuh: non-finite v -> NaN, the quantisation every blockfuse FP8 output uses).
-template <class T, AddRmsNormOutput kOut>
+template <class T, AddRmsNormOutput kOut, bool kStream = false>
 __device__ __forceinline__ void store_out(const AddRmsNormParams& p, int64_t row, int c, const float v[8], float inv_s) {
   if constexpr (kOut == AddRmsNormOutput::kDtype) {
-    uint4* orow = reinterpret_cast<uint4*>(static_cast<T*>(p.out) + row * p.ldo);
-    store_chunk(orow + c, Vec8<T>::pack(v), p.streaming_stores);
+    store_chunk<kStream>(reinterpret_cast<uint4*>(static_cast<T*>(p.out) + row * p.ldo) + c, Vec8<T>::pack(v));
   } else {
-    uint8_t* orow = static_cast<uint8_t*>(p.out) + row * p.ldo;
-    store_fp8x8(orow + 8 * int64_t(c), *reinterpret_cast<const float(*)[8]>(v), inv_s, p.streaming_stores);
+    store_fp8x8<kStream>(static_cast<uint8_t*>(p.out) + row * p.ldo + 8 * int64_t(c),
+                         *reinterpret_cast<const float(*)[8]>(v), inv_s);
   }
 }
 
@@ -157,7 +159,7 @@ __device__ __forceinline__ float fold_amax(float inv, float max_rg) {
   return a == a ? fminf(a, 3.402823466e38f) : 0.0f;
 }
 
-template <class T, AddRmsNormOutput kOut, int V, class Weight>
+template <class T, AddRmsNormOutput kOut, int V, bool kStream = false, class Weight>
 __device__ __forceinline__ void store_row(const AddRmsNormParams& p, int64_t row, int first, const uint4 (&r)[V], int len,
                                           Weight weight, float inv, float inv_s) {
   const int tid = threadIdx.x, nt = blockDim.x;
@@ -166,7 +168,7 @@ __device__ __forceinline__ void store_row(const AddRmsNormParams& p, int64_t row
     if (tid + i * nt < len) {
       float v[8];
       norm_chunk<T>(r[i], weight(i), inv, p.gemma, v);
-      store_out<T, kOut>(p, row, first + tid + i * nt, v, inv_s);
+      store_out<T, kOut, kStream>(p, row, first + tid + i * nt, v, inv_s);
     }
 }
 
