@@ -75,19 +75,22 @@ __global__ void __launch_bounds__(512) add_rmsnorm_regs(const AddRmsNormParams p
     // residual_out before the reduction where that measured faster (config.h: add_rmsnorm_early_res_out):
     // its stores drain while the block waits at the reduction's barriers. Each chunk is read and
     // written by the same thread, so the in-place alias (residual_out == residual) stays safe.
-    if (early_res_out) store_res_out<T, V, kStream>(p, row, 0, nchunks, r);
+    if (early_res_out && p.res_out)
+      store_chunks<V, kStream>(row_chunks<T>(p.res_out, row, p.ldro), nchunks, r);
     if constexpr (kDynamic && kOneExchange) {
       float m = row_amax_unscaled<T, V>(r, nchunks, weight, p.gemma);
       detail::block_reduce_sum_max(ss, m, red);
       const float inv = rsqrtf(ss * inv_h + p.eps);
-      if (!early_res_out) store_res_out<T, V, kStream>(p, row, 0, nchunks, r);
+      if (!early_res_out && p.res_out)
+        store_chunks<V, kStream>(row_chunks<T>(p.res_out, row, p.ldro), nchunks, r);
       const float s = fp8_dynamic_scale(fold_amax(inv, m));
       if (tid == 0) p.scale[row] = s;
       store_row<T, kOut, V, kStream>(p, row, 0, r, nchunks, weight, inv, 1.0f / s);
       continue;
     }
     const float inv = rsqrtf(block_reduce<SumOp>(ss, red[0]) * inv_h + p.eps);
-    if (!early_res_out) store_res_out<T, V, kStream>(p, row, 0, nchunks, r);
+    if (!early_res_out && p.res_out)
+      store_chunks<V, kStream>(row_chunks<T>(p.res_out, row, p.ldro), nchunks, r);
     float s = static_scale;
     if constexpr (kDynamic) {
       // amax of the finite v over the row: a second reduction in the same pass, over the values

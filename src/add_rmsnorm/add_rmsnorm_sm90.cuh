@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(512, 1) add_rmsnorm_cluster(const AddRmsNormPa
     // residual_out does not depend on the norm: stored before the cluster barrier, so the stores
     // drain while the CTAs wait for each other. In place (residual_out == residual) this CTA only
     // overwrites its own slice, which it has already read.
-    store_res_out<T>(p, row, first, len, r);
+    if (p.res_out) store_chunks<V>(row_chunks<T>(p.res_out, row, p.ldro) + first, len, r);
     if constexpr (kOut == AddRmsNormOutput::kFp8DynamicScale && kOneExchange) {
       const float wss = warp_reduce<SumOp>(ss);
       const float wm = warp_reduce<MaxOp>(row_amax_unscaled<T, V>(r, len, weight, p.gemma));

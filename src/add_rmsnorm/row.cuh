@@ -70,16 +70,10 @@ __device__ __forceinline__ float load_row_sumsq(const uint4* xr, const uint4* rr
   return ss;
 }
 
-// One 16-byte output chunk; kStream: st.global.cs, evict first (config.h: add_rmsnorm_streaming_stores).
-// A compile-time choice: a runtime flag on the same kernels measured up to 0.5 µs slower at 1-32 rows
-// with the flag off (results/gpu/session14_h100/exp4/table.txt).
-template <bool kStream>
-__device__ __forceinline__ void store_chunk(uint4* dst, const uint4& v) {
-  if constexpr (kStream)
-    __stcs(dst, v);
-  else
-    *dst = v;
-}
+// kStream (here and below): the output stores are st.global.cs, evict first (config.h:
+// add_rmsnorm_streaming_stores). A compile-time choice whose plain branch is the code as it was: a
+// runtime flag, and even plain stores written through a shared helper, changed the code of the 1-32-row
+// kernels and measured up to 0.6 µs slower there (results/gpu/session14_h100/exp4, exp5).
 
 // Writes this thread's chunks of r (those below `len`) to dst (the slice's first chunk).
 template <int V, bool kStream = false>
@@ -87,15 +81,14 @@ __device__ __forceinline__ void store_chunks(uint4* dst, int len, const uint4 (&
   const int tid = threadIdx.x, nt = blockDim.x;
 #pragma unroll
   for (int i = 0; i < V; ++i)
-    if (tid + i * nt < len) store_chunk<kStream>(dst + tid + i * nt, r[i]);
+    if (tid + i * nt < len) {
+      if constexpr (kStream)
+        __stcs(dst + tid + i * nt, r[i]);
+      else
+        dst[tid + i * nt] = r[i];
+    }
 }
 
-// This thread's chunks of r as row `row` of residual_out, when it is written (the slice from `first`).
-template <class T, int V, bool kStream = false>
-__device__ __forceinline__ void store_res_out(const AddRmsNormParams& p, int64_t row, int first, int len,
-                                              const uint4 (&r)[V]) {
-  if (p.res_out) store_chunks<V, kStream>(row_chunks<T>(p.res_out, row, p.ldro) + first, len, r);
-}
 
 // v = r · inv · g for one chunk; g = w or 1 + w (w: the weight chunk, already in registers).
 template <class T>
@@ -118,11 +111,15 @@ __device__ __forceinline__ float finite_abs_max8(const float v[8]) {
 // (common/fp8_device.cuh: non-finite v -> NaN, the quantisation every blockfuse FP8 output uses).
 template <class T, AddRmsNormOutput kOut, bool kStream = false>
 __device__ __forceinline__ void store_out(const AddRmsNormParams& p, int64_t row, int c, const float v[8], float inv_s) {
-  if constexpr (kOut == AddRmsNormOutput::kDtype) {
-    store_chunk<kStream>(reinterpret_cast<uint4*>(static_cast<T*>(p.out) + row * p.ldo) + c, Vec8<T>::pack(v));
+  if constexpr (kOut == AddRmsNormOutput::kDtype && kStream) {
+    __stcs(reinterpret_cast<uint4*>(static_cast<T*>(p.out) + row * p.ldo) + c, Vec8<T>::pack(v));
+  } else if constexpr (kOut == AddRmsNormOutput::kDtype) {
+    reinterpret_cast<uint4*>(static_cast<T*>(p.out) + row * p.ldo)[c] = Vec8<T>::pack(v);
+  } else if constexpr (kStream) {
+    store_fp8x8_streaming(static_cast<uint8_t*>(p.out) + row * p.ldo + 8 * int64_t(c),
+                          *reinterpret_cast<const float(*)[8]>(v), inv_s);
   } else {
-    store_fp8x8<kStream>(static_cast<uint8_t*>(p.out) + row * p.ldo + 8 * int64_t(c),
-                         *reinterpret_cast<const float(*)[8]>(v), inv_s);
+    store_fp8x8(static_cast<uint8_t*>(p.out) + row * p.ldo + 8 * int64_t(c), *reinterpret_cast<const float(*)[8]>(v), inv_s);
   }
 }
 
