@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The next session's device plan (written at the end of session 14, whose device time was spent).
+# From the repo root, carrying the five .deps paths of scripts/deps (plus .deps/peers/partN for the
+# peers steps); each step is one device call, logs and JSON under $OUT, its table last:
+#   O=$OUT; export OUT=/tmp/o; mkdir -p $OUT; bash results/gpu/session14_h100/next.sh STEP; tar czf $O/STEP.tgz -C /tmp/o .
+#   (first) scripts/gpu-check --defer-python, then --python-only within 30 s: session 14's pytest was
+#     cut at 15 % (74 passed) when the budget ran out. Run it on whatever source the session lands
+#     first; src/add_rmsnorm/config.h's comment on add_rmsnorm_streaming_stores says "loop kernel
+#     (H > 16384)" where the loop kernel runs from H > 32768: fix it in the same check.
+#   stream257: pending/stream_from_257.patch (streaming stores from 257 rows instead of 2048) against
+#     main at 257-2048 rows of H = 4096 / 8192 / 16384, every output, two interleaved runs. Session 14
+#     measured 256 rows (slower with them) and 2048 (faster); the crossover between is unmeasured.
+#     Move kAddRmsNormStreamingStoresRows to where the patch stops losing.
+#   peers-large: add_rmsnorm and swiglu from 2048 rows beside quack, Liger and torch.compile (static)
+#     through torch, after session 14's streaming stores and L1 copies (issue 17's ≥ 1.00× quack
+#     target; session 8's 0.94-1.01× predates them). Three calls, as results/gpu/session13_h100/
+#     baselines.sh: A builds blockfuse_C (-DBLOCKFUSE_BUILD_PYTHON=ON), B carries .deps/peers/part1
+#     and copies it to /tmp, C carries .deps/peers/part2 and runs `next.sh peers-large`.
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+P=results/gpu/session14_h100/pending
+O=${OUT:-/tmp/next}; mkdir -p "$O"
+B=${BUILD_DIR:-build-gpu}
+T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+case "${1:-}" in
+  stream257)
+    scripts/deps > /dev/null 2>&1
+    cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBLOCKFUSE_CUDA_ARCHS=90 > "$O/build.log" 2>&1
+    cmake --build "$B" --target blockfuse_cli -j16 >> "$O/build.log" 2>&1 || { tail -20 "$O/build.log"; exit 1; }
+    cp "$B/bench/blockfuse" /tmp/cli_base; el "built (main)"
+    git apply "$P/stream_from_257.patch" || { echo "the patch does not apply"; exit 1; }
+    cmake --build "$B" --target blockfuse_cli -j16 >> "$O/build.log" 2>&1 && cp "$B/bench/blockfuse" /tmp/cli_s257
+    git apply -R "$P/stream_from_257.patch"; el "built (s257)"
+    for run in 1 2; do for side in base s257; do
+      timeout 100 /tmp/cli_$side bench add-rmsnorm --hidden 4096,8192,16384 --rows 257,512,1024,1536,2048 --fp8 all \
+        --json "$O/arn_${side}_$run.json" > "$O/arn_${side}_$run.log" 2>&1
+    done; el "run $run"; done
+    python3 - "$O" <<'PY'
+import glob, json, os, sys
+o = sys.argv[1]; t = {}
+for f in glob.glob(os.path.join(o, "arn_*_[12].json")):
+    side = os.path.basename(f).split("_")[1]
+    for r in json.load(open(f))["rows"]:
+        t.setdefault((r["H"], r["rows"], r["fp8"]), {}).setdefault(side, []).append((100 * r["fused_frac_of_copy"], r["verified"]))
+print("add_rmsnorm % of copy (two runs: min-max): main (plain stores below 2048 rows) -> streaming from 257 rows")
+for k in sorted(t):
+    a, b = t[k].get("base", []), t[k].get("s257", [])
+    if a and b:
+        ok = all(v for _, v in a + b)
+        print(f"{str(k):28} {min(x for x, _ in a):5.1f}-{max(x for x, _ in a):5.1f} -> {min(x for x, _ in b):5.1f}-{max(x for x, _ in b):5.1f}" + ("" if ok else "  VERIFY FAILED"))
+PY
+    ;;
+  peers-large)
+    sp=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['platlib'])")
+    ( cat /tmp/cu13.tar.xz.00 .deps/peers/part2/cu13.tar.xz.01 | tar -xJ -C "$sp" && python3 -m pip install -q --no-deps .deps/peers/part2/*.whl && python3 -c "import quack.rmsnorm, liger_kernel; print('peers installed')" ) > "$O/install.log" 2>&1; el "install rc $?"
+    SO=$(find "$B" -maxdepth 2 -name '_C.so' | head -1); echo "library: $SO"
+    export BLOCKFUSE_TORCH_LIB="$PWD/$SO" PYTHONPATH="$PWD/python"
+    M="python3 bench/memory_bound_baselines.py --rows 2048,8192,32768"
+    timeout 250 $M --ops add-rmsnorm --hidden 4096,8192,16384 --outs bf16 --impls blockfuse,compile,liger,quack --json "$O/arn_large.json" > "$O/arn_large.log" 2>&1; el "add-rmsnorm rc $?"
+    timeout 200 $M --ops swiglu --u 14336,28672 --outs bf16,fp8s,fp8d --impls blockfuse,compile,liger --json "$O/swiglu_large.json" > "$O/swiglu_large.log" 2>&1; el "swiglu rc $?"
+    tail -40 "$O/arn_large.log" "$O/swiglu_large.log"
+    ;;
+  *) sed -n '2,/^set /p' "$0" | grep '^#'; exit 2 ;;
+esac
