@@ -11,6 +11,12 @@
 #     main at 257-2048 rows of H = 4096 / 8192 / 16384, every output, two interleaved runs. Session 14
 #     measured 256 rows (slower with them) and 2048 (faster); the crossover between is unmeasured.
 #     Move kAddRmsNormStreamingStoresRows to where the patch stops losing.
+#   remap: pending/swiglu_warp_remap.patch — the interleaved staged copies coalesced within each warp
+#     (lane l copies pieces l and 32 + l of its warp's 1 KB span; a __syncwarp, not a __syncthreads,
+#     before the slots are read) against main's copies through L1; builds both CLIs and the patched
+#     tests, runs the swiglu FP8 GPU tests and the sanitizer set (memcheck, racecheck) on the patch,
+#     then both binaries at 256-8192 rows, both layouts. Land it where the interleaved rows gain
+#     (U = 28672 interleaved is 87.5 % against stacked 99.7) and the stacked ones do not move.
 #   peers-large: add_rmsnorm and swiglu from 2048 rows beside quack, Liger and torch.compile (static)
 #     through torch, after session 14's streaming stores and L1 copies (issue 17's ≥ 1.00× quack
 #     target; session 8's 0.94-1.01× predates them). Three calls, as results/gpu/session13_h100/
@@ -48,6 +54,40 @@ for k in sorted(t):
     if a and b:
         ok = all(v for _, v in a + b)
         print(f"{str(k):28} {min(x for x, _ in a):5.1f}-{max(x for x, _ in a):5.1f} -> {min(x for x, _ in b):5.1f}-{max(x for x, _ in b):5.1f}" + ("" if ok else "  VERIFY FAILED"))
+PY
+    ;;
+  remap)
+    scripts/deps > /dev/null 2>&1
+    cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBLOCKFUSE_CUDA_ARCHS=90 > "$O/build.log" 2>&1
+    cmake --build "$B" --target blockfuse_cli -j16 >> "$O/build.log" 2>&1 || { tail -20 "$O/build.log"; exit 1; }
+    cp "$B/bench/blockfuse" /tmp/cli_base; el "built (main)"
+    git apply "$P/swiglu_warp_remap.patch" || { echo "the patch does not apply"; exit 1; }
+    cmake --build "$B" --target blockfuse_cli blockfuse_gpu_tests -j16 >> "$O/build.log" 2>&1 || { tail -20 "$O/build.log"; git apply -R "$P/swiglu_warp_remap.patch"; exit 1; }
+    cp "$B/bench/blockfuse" /tmp/cli_remap; el "built (remap)"
+    "$B/tests/blockfuse_gpu_tests" --gtest_filter='SwigluFp8*' > "$O/remap_gpu.log" 2>&1
+    el "gpu tests rc $? ($(grep -c '^\[       OK' "$O/remap_gpu.log") ok, $(grep -c '^\[  FAILED' "$O/remap_gpu.log") failed lines)"
+    for tool in memcheck racecheck; do
+      compute-sanitizer --tool $tool "$B/tests/blockfuse_gpu_tests" --gtest_filter='SwigluFp8Sanitizer*' > "$O/remap_$tool.log" 2>&1
+      el "$tool rc $? ($(grep -m1 'ERROR SUMMARY\|RACECHECK SUMMARY' "$O/remap_$tool.log"))"
+    done
+    git apply -R "$P/swiglu_warp_remap.patch"
+    for run in 1 2; do for side in base remap; do for layout in interleaved stacked; do
+      timeout 60 /tmp/cli_$side bench swiglu --out fp8-dynamic --layout $layout --hidden 14336,16384,28672 --rows 256,2048,8192 \
+        --json "$O/sw_${side}_${layout}_$run.json" > "$O/sw_${side}_${layout}_$run.log" 2>&1
+    done; done; el "run $run"; done
+    python3 - "$O" <<'PY'
+import glob, json, os, sys
+o = sys.argv[1]; t = {}
+for f in glob.glob(os.path.join(o, "sw_*_[12].json")):
+    _, side, layout, run = os.path.basename(f)[:-5].split("_")
+    for r in json.load(open(f))["rows"]:
+        t.setdefault((layout, r["U"], r["M"]), {}).setdefault(side, []).append((100 * r.get("frac_of_copy", 0.0), r.get("verified", True)))
+print("swiglu_fp8 dynamic, % of copy (two runs: min-max): main (.ca copies) -> warp remap")
+for k in sorted(t):
+    a, b = t[k].get("base", []), t[k].get("remap", [])
+    if a and b:
+        ok = all(v for _, v in a + b)
+        print(f"{str(k):32} {min(x for x, _ in a):5.1f}-{max(x for x, _ in a):5.1f} -> {min(x for x, _ in b):5.1f}-{max(x for x, _ in b):5.1f}" + ("" if ok else "  VERIFY FAILED"))
 PY
     ;;
   peers-large)
