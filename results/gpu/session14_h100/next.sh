@@ -5,8 +5,7 @@
 #   O=$OUT; export OUT=/tmp/o; mkdir -p $OUT; bash results/gpu/session14_h100/next.sh STEP; tar czf $O/STEP.tgz -C /tmp/o .
 #   (first) scripts/gpu-check --defer-python, then --python-only within 30 s: session 14's pytest was
 #     cut at 15 % (74 passed) when the budget ran out. Run it on whatever source the session lands
-#     first; src/add_rmsnorm/config.h's comment on add_rmsnorm_streaming_stores says "loop kernel
-#     (H > 16384)" where the loop kernel runs from H > 32768: fix it in the same check.
+#     first, with pending/comments.patch applied (three comment fixes in hashed files).
 #   stream257: pending/stream_from_257.patch (streaming stores from 257 rows instead of 2048) against
 #     main at 257-2048 rows of H = 4096 / 8192 / 16384, every output, two interleaved runs. Session 14
 #     measured 256 rows (slower with them) and 2048 (faster); the crossover between is unmeasured.
