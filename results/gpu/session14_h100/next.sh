@@ -21,6 +21,9 @@
 #     tests, runs the swiglu FP8 GPU tests and the sanitizer set (memcheck, racecheck) on the patch,
 #     then both binaries at 256-8192 rows, both layouts. Land it where the interleaved rows gain
 #     (U = 28672 interleaved is 87.5 % against stacked 99.7) and the stacked ones do not move.
+#   smstream: pending/sm_stream.cu — one SM's DRAM streaming rate by 16-byte loads and by
+#     cp.async.bulk, 1-132 SMs active (issue 14: is a short sparse list bound by a per-SM limit on
+#     loads in flight that bulk copies escape?). Standalone; about a minute.
 #   peers-large: add_rmsnorm and swiglu from 2048 rows beside quack, Liger and torch.compile (static)
 #     through torch, after session 14's streaming stores and L1 copies (issue 17's ≥ 1.00× quack
 #     target; session 8's 0.94-1.01× predates them). Three calls, as results/gpu/session13_h100/
@@ -120,6 +123,9 @@ for k in sorted(t):
         ok = all(v for _, v in a + b)
         print(f"{str(k):32} {min(x for x, _ in a):5.1f}-{max(x for x, _ in a):5.1f} -> {min(x for x, _ in b):5.1f}-{max(x for x, _ in b):5.1f}" + ("" if ok else "  VERIFY FAILED"))
 PY
+    ;;
+  smstream)
+    nvcc -O3 -std=c++17 -arch=sm_90a "$P/sm_stream.cu" -o /tmp/sm_stream && /tmp/sm_stream | tee "$O/sm_stream.txt"
     ;;
   peers-large)
     sp=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['platlib'])")
