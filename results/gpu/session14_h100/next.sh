@@ -24,6 +24,10 @@
 #   smstream: pending/sm_stream.cu — one SM's DRAM streaming rate by 16-byte loads and by
 #     cp.async.bulk, 1-132 SMs active (issue 14: is a short sparse list bound by a per-SM limit on
 #     loads in flight that bulk copies escape?). Standalone; about a minute.
+#   pp2x2: pending/pingpong_c2x2_rows.patch — issue 16: ping-pong 128x128 with a 2x2 cluster (FP8 row
+#     2, bf16 row 4). Row 1 (the same tile, 2x1) pulls 1.5x row 0's L2 bytes per flop; multicasting x
+#     along N as well brings it back to row 0's, with the epilogue hidden by the ping-pong. Each row
+#     forced beside rows 0 and 1, beside cuBLAS(Lt), as exp1.sh did. Both instances compiled here.
 #   peers-large: add_rmsnorm and swiglu from 2048 rows beside quack, Liger and torch.compile (static)
 #     through torch, after session 14's streaming stores and L1 copies (issue 17's ≥ 1.00× quack
 #     target; session 8's 0.94-1.01× predates them). Three calls, as results/gpu/session13_h100/
@@ -126,6 +130,35 @@ PY
     ;;
   smstream)
     nvcc -O3 -std=c++17 -arch=sm_90a "$P/sm_stream.cu" -o /tmp/sm_stream && /tmp/sm_stream | tee "$O/sm_stream.txt"
+    ;;
+  pp2x2)
+    git apply "$P/pingpong_c2x2_rows.patch" || { echo "the patch does not apply"; exit 1; }
+    scripts/deps > /dev/null 2>&1
+    cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBLOCKFUSE_CUDA_ARCHS=90 > "$O/build.log" 2>&1
+    cmake --build "$B" --target blockfuse_cli -j16 >> "$O/build.log" 2>&1 || { tail -20 "$O/build.log"; git apply -R "$P/pingpong_c2x2_rows.patch"; exit 1; }
+    el "built"
+    for c in 0 1 2; do
+      timeout 150 "$B/bench/blockfuse" bench gated-up-fp8 --tile-config $c --models 8b,70b --tokens 1024,4096,8192,16384 \
+        --reps 10 --warmup 2 --no-ceilings --json "$O/f_c$c.json" > "$O/f_c$c.log" 2>&1; el "fp8 row $c rc $?"
+    done
+    for c in 0 1 4; do
+      timeout 110 "$B/bench/blockfuse" bench gated-up --kernel sm90 --tile-config $c --models 8b,70b,405b --tokens 1024,4096,16384 \
+        --reps 5 --warmup 2 --no-ceilings --json "$O/b_c$c.json" > "$O/b_c$c.log" 2>&1; el "bf16 row $c rc $?"
+    done
+    git apply -R "$P/pingpong_c2x2_rows.patch"
+    python3 - "$O" <<'PY'
+import glob, json, os, sys
+o = sys.argv[1]
+for pre, key, ratio in (("f", "c_fused_fp8_tflops", "c_over_a2"), ("b", "c_fused_tflops", "c_over_a")):
+    t = {}
+    for f in sorted(glob.glob(os.path.join(o, f"{pre}_c*.json"))):
+        for r in json.load(open(f))["rows"]:
+            t.setdefault((r["model"], r["M"]), {})[r["tile_config"]] = r
+    print("FP8: TFLOP/s and / torch._scaled_mm's default (a2)" if pre == "f" else "bf16: TFLOP/s and / cuBLAS")
+    for k in sorted(t):
+        print(f"  {k[0]:14} M={k[1]:6d}" + "".join(f" | r{c} {r[key]:5.0f} {r[ratio]:.3f}" for c, r in sorted(t[k].items()))
+              + ("" if all(r["verified"] for r in t[k].values()) else "  VERIFY FAILED"))
+PY
     ;;
   peers-large)
     sp=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['platlib'])")
