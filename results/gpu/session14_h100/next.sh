@@ -39,103 +39,84 @@ P=results/gpu/session14_h100/pending
 O=${OUT:-/tmp/next}; mkdir -p "$O"
 B=${BUILD_DIR:-build-gpu}
 T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+configure() {
+  scripts/deps > /dev/null 2>&1
+  cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBLOCKFUSE_CUDA_ARCHS=90 > "$O/build.log" 2>&1
+}
+build() {  # the targets given ($@), or the CLI
+  cmake --build "$B" --target "${@:-blockfuse_cli}" -j16 >> "$O/build.log" 2>&1 || { tail -20 "$O/build.log"; return 1; }
+}
+# main's CLI as /tmp/cli_base, the patch's as /tmp/cli_$2 ($1: the pending patch; $3...: more targets
+# built with the patch, left in $B for the step to run before it reverts the patch with `unpatch`).
+build_ab() {
+  local patch=$1 side=$2; shift 2
+  configure; build || exit 1; cp "$B/bench/blockfuse" /tmp/cli_base; el "built (main)"
+  git apply "$P/$patch.patch" || { echo "$patch does not apply"; exit 1; }
+  build blockfuse_cli "$@" || { git apply -R "$P/$patch.patch"; exit 1; }
+  cp "$B/bench/blockfuse" /tmp/cli_$side; el "built ($side)"
+}
+unpatch() { git apply -R "$P/$1.patch"; }
+# The A/B table of JSON files $O/<prefix>_<side>[_<variant>]_<run>.json: $1 prefix, $2 side, $3 title,
+# $4 the Python expression of a row's key, $5 of its % of copy.
+ab_table() {
+  python3 - "$O" "$1" "$2" "$3" "$4" "$5" <<'PY'
+import glob, json, os, sys
+o, pre, side, title, key, frac = sys.argv[1:]
+t = {}
+for f in glob.glob(os.path.join(o, f"{pre}_*_[12].json")):
+    parts = os.path.basename(f)[:-5].split("_")
+    variant = parts[2] if len(parts) == 4 else ""
+    for r in json.load(open(f))["rows"]:
+        t.setdefault(eval(key), {}).setdefault(parts[1], []).append((eval(frac), r.get("verified", True)))
+print(title)
+for k in sorted(t, key=str):
+    a, b = t[k].get("base", []), t[k].get(side, [])
+    if a and b:
+        ok = all(v for _, v in a + b)
+        print(f"{str(k):36} {min(x for x, _ in a):5.1f}-{max(x for x, _ in a):5.1f} -> {min(x for x, _ in b):5.1f}-{max(x for x, _ in b):5.1f}" + ("" if ok else "  VERIFY FAILED"))
+PY
+}
 case "${1:-}" in
   stream257)
-    scripts/deps > /dev/null 2>&1
-    cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBLOCKFUSE_CUDA_ARCHS=90 > "$O/build.log" 2>&1
-    cmake --build "$B" --target blockfuse_cli -j16 >> "$O/build.log" 2>&1 || { tail -20 "$O/build.log"; exit 1; }
-    cp "$B/bench/blockfuse" /tmp/cli_base; el "built (main)"
-    git apply "$P/stream_from_257.patch" || { echo "the patch does not apply"; exit 1; }
-    cmake --build "$B" --target blockfuse_cli -j16 >> "$O/build.log" 2>&1 && cp "$B/bench/blockfuse" /tmp/cli_s257
-    git apply -R "$P/stream_from_257.patch"; el "built (s257)"
+    build_ab stream_from_257 s257; unpatch stream_from_257
     for run in 1 2; do for side in base s257; do
       timeout 100 /tmp/cli_$side bench add-rmsnorm --hidden 4096,8192,16384 --rows 257,512,1024,1536,2048 --fp8 all \
         --json "$O/arn_${side}_$run.json" > "$O/arn_${side}_$run.log" 2>&1
     done; el "run $run"; done
-    python3 - "$O" <<'PY'
-import glob, json, os, sys
-o = sys.argv[1]; t = {}
-for f in glob.glob(os.path.join(o, "arn_*_[12].json")):
-    side = os.path.basename(f).split("_")[1]
-    for r in json.load(open(f))["rows"]:
-        t.setdefault((r["H"], r["rows"], r["fp8"]), {}).setdefault(side, []).append((100 * r["fused_frac_of_copy"], r["verified"]))
-print("add_rmsnorm % of copy (two runs: min-max): main (plain stores below 2048 rows) -> streaming from 257 rows")
-for k in sorted(t):
-    a, b = t[k].get("base", []), t[k].get("s257", [])
-    if a and b:
-        ok = all(v for _, v in a + b)
-        print(f"{str(k):28} {min(x for x, _ in a):5.1f}-{max(x for x, _ in a):5.1f} -> {min(x for x, _ in b):5.1f}-{max(x for x, _ in b):5.1f}" + ("" if ok else "  VERIFY FAILED"))
-PY
+    ab_table arn s257 "add_rmsnorm % of copy (two runs: min-max): main (plain stores below 2048 rows) -> streaming from 257 rows" \
+      '(r["H"], r["rows"], r["fp8"])' '100 * r["fused_frac_of_copy"]'
     ;;
   earlyres)
-    scripts/deps > /dev/null 2>&1
-    cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBLOCKFUSE_CUDA_ARCHS=90 > "$O/build.log" 2>&1
-    cmake --build "$B" --target blockfuse_cli -j16 >> "$O/build.log" 2>&1 || { tail -20 "$O/build.log"; exit 1; }
-    cp "$B/bench/blockfuse" /tmp/cli_base; el "built (main)"
-    git apply "$P/stream_early_res_out.patch" || { echo "the patch does not apply"; exit 1; }
-    cmake --build "$B" --target blockfuse_cli -j16 >> "$O/build.log" 2>&1 && cp "$B/bench/blockfuse" /tmp/cli_early
-    git apply -R "$P/stream_early_res_out.patch"; el "built (early)"
+    build_ab stream_early_res_out early; unpatch stream_early_res_out
     for run in 1 2; do for side in base early; do for f in static dynamic; do
       timeout 100 /tmp/cli_$side bench add-rmsnorm --hidden 4096,8192,16384 --rows 2048,8192,32768 --fp8 $f \
         --json "$O/arn_${side}_${f}_$run.json" > "$O/arn_${side}_${f}_$run.log" 2>&1
     done; done; el "run $run"; done
-    python3 - "$O" <<'PY'
-import glob, json, os, sys
-o = sys.argv[1]; t = {}
-for f in glob.glob(os.path.join(o, "arn_*_[12].json")):
-    side = os.path.basename(f).split("_")[1]
-    for r in json.load(open(f))["rows"]:
-        t.setdefault((r["H"], r["rows"], r["fp8"]), {}).setdefault(side, []).append((100 * r["fused_frac_of_copy"], r["verified"]))
-print("add_rmsnorm % of copy (two runs: min-max): main (FP8 residual_out stored late) -> early")
-for k in sorted(t):
-    a, b = t[k].get("base", []), t[k].get("early", [])
-    if a and b:
-        ok = all(v for _, v in a + b)
-        print(f"{str(k):28} {min(x for x, _ in a):5.1f}-{max(x for x, _ in a):5.1f} -> {min(x for x, _ in b):5.1f}-{max(x for x, _ in b):5.1f}" + ("" if ok else "  VERIFY FAILED"))
-PY
+    ab_table arn early "add_rmsnorm % of copy (two runs: min-max): main (FP8 residual_out stored late) -> early" \
+      '(r["H"], r["rows"], r["fp8"])' '100 * r["fused_frac_of_copy"]'
     ;;
   remap)
-    scripts/deps > /dev/null 2>&1
-    cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBLOCKFUSE_CUDA_ARCHS=90 > "$O/build.log" 2>&1
-    cmake --build "$B" --target blockfuse_cli -j16 >> "$O/build.log" 2>&1 || { tail -20 "$O/build.log"; exit 1; }
-    cp "$B/bench/blockfuse" /tmp/cli_base; el "built (main)"
-    git apply "$P/swiglu_warp_remap.patch" || { echo "the patch does not apply"; exit 1; }
-    cmake --build "$B" --target blockfuse_cli blockfuse_gpu_tests -j16 >> "$O/build.log" 2>&1 || { tail -20 "$O/build.log"; git apply -R "$P/swiglu_warp_remap.patch"; exit 1; }
-    cp "$B/bench/blockfuse" /tmp/cli_remap; el "built (remap)"
+    build_ab swiglu_warp_remap remap blockfuse_gpu_tests
     "$B/tests/blockfuse_gpu_tests" --gtest_filter='SwigluFp8*' > "$O/remap_gpu.log" 2>&1
     el "gpu tests rc $? ($(grep -c '^\[       OK' "$O/remap_gpu.log") ok, $(grep -c '^\[  FAILED' "$O/remap_gpu.log") failed lines)"
     for tool in memcheck racecheck; do
       compute-sanitizer --tool $tool "$B/tests/blockfuse_gpu_tests" --gtest_filter='SwigluFp8Sanitizer*' > "$O/remap_$tool.log" 2>&1
       el "$tool rc $? ($(grep -m1 'ERROR SUMMARY\|RACECHECK SUMMARY' "$O/remap_$tool.log"))"
     done
-    git apply -R "$P/swiglu_warp_remap.patch"
+    unpatch swiglu_warp_remap
     for run in 1 2; do for side in base remap; do for layout in interleaved stacked; do
       timeout 60 /tmp/cli_$side bench swiglu --out fp8-dynamic --layout $layout --hidden 14336,16384,28672 --rows 256,2048,8192 \
         --json "$O/sw_${side}_${layout}_$run.json" > "$O/sw_${side}_${layout}_$run.log" 2>&1
     done; done; el "run $run"; done
-    python3 - "$O" <<'PY'
-import glob, json, os, sys
-o = sys.argv[1]; t = {}
-for f in glob.glob(os.path.join(o, "sw_*_[12].json")):
-    _, side, layout, run = os.path.basename(f)[:-5].split("_")
-    for r in json.load(open(f))["rows"]:
-        t.setdefault((layout, r["U"], r["M"]), {}).setdefault(side, []).append((100 * r.get("frac_of_copy", 0.0), r.get("verified", True)))
-print("swiglu_fp8 dynamic, % of copy (two runs: min-max): main (.ca copies) -> warp remap")
-for k in sorted(t):
-    a, b = t[k].get("base", []), t[k].get("remap", [])
-    if a and b:
-        ok = all(v for _, v in a + b)
-        print(f"{str(k):32} {min(x for x, _ in a):5.1f}-{max(x for x, _ in a):5.1f} -> {min(x for x, _ in b):5.1f}-{max(x for x, _ in b):5.1f}" + ("" if ok else "  VERIFY FAILED"))
-PY
+    ab_table sw remap "swiglu_fp8 dynamic, % of copy (two runs: min-max): main (.ca copies) -> warp remap" \
+      '(variant, r["U"], r["M"])' '100 * r.get("frac_of_copy", 0.0)'
     ;;
   smstream)
     nvcc -O3 -std=c++17 -arch=sm_90a "$P/sm_stream.cu" -o /tmp/sm_stream && /tmp/sm_stream | tee "$O/sm_stream.txt"
     ;;
   pp2x2)
     git apply "$P/pingpong_c2x2_rows.patch" || { echo "the patch does not apply"; exit 1; }
-    scripts/deps > /dev/null 2>&1
-    cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBLOCKFUSE_CUDA_ARCHS=90 > "$O/build.log" 2>&1
-    cmake --build "$B" --target blockfuse_cli -j16 >> "$O/build.log" 2>&1 || { tail -20 "$O/build.log"; git apply -R "$P/pingpong_c2x2_rows.patch"; exit 1; }
+    configure; build || { unpatch pingpong_c2x2_rows; exit 1; }
     el "built"
     for c in 0 1 2; do
       timeout 150 "$B/bench/blockfuse" bench gated-up-fp8 --tile-config $c --models 8b,70b --tokens 1024,4096,8192,16384 \
@@ -145,7 +126,7 @@ PY
       timeout 110 "$B/bench/blockfuse" bench gated-up --kernel sm90 --tile-config $c --models 8b,70b,405b --tokens 1024,4096,16384 \
         --reps 5 --warmup 2 --no-ceilings --json "$O/b_c$c.json" > "$O/b_c$c.log" 2>&1; el "bf16 row $c rc $?"
     done
-    git apply -R "$P/pingpong_c2x2_rows.patch"
+    unpatch pingpong_c2x2_rows
     python3 - "$O" <<'PY'
 import glob, json, os, sys
 o = sys.argv[1]

@@ -126,21 +126,26 @@ int main() {
     const double gbs = double(blocks) * region / (ms * 1e-3) / 1e9;
     std::printf("  %-34s %4d SMs: %7.1f GB/s per SM (%7.1f in all)\n", what, blocks, gbs / blocks, gbs);
   };
-  auto time_ldg = [&](auto kernel, const char* name, int threads) {
-    for (int blocks : active) {
-      float best = 1e30f;
-      for (int rep = 0; rep < 3; ++rep) {
-        const size_t at = fresh(blocks);
-        CK(cudaEventRecord(e0));
-        kernel<<<blocks, threads>>>(reinterpret_cast<const uint4*>(buf + at), region / 16, region / 16, sink);
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        best = ms < best ? ms : best;
-      }
-      report(name, blocks, best);
+  // The best of 3 launches of launch(blocks, offset of a fresh region), in ms.
+  auto best_ms = [&](int blocks, auto launch) {
+    float best = 1e30f;
+    for (int rep = 0; rep < 3; ++rep) {
+      const size_t at = fresh(blocks);
+      CK(cudaEventRecord(e0));
+      launch(blocks, at);
+      CK(cudaEventRecord(e1));
+      CK(cudaEventSynchronize(e1));
+      float ms;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      best = ms < best ? ms : best;
     }
+    return best;
+  };
+  auto time_ldg = [&](auto kernel, const char* name, int threads) {
+    for (int blocks : active)
+      report(name, blocks, best_ms(blocks, [&](int n, size_t at) {
+               kernel<<<n, threads>>>(reinterpret_cast<const uint4*>(buf + at), region / 16, region / 16, sink);
+             }));
   };
   std::printf("ldg (16-byte non-allocating loads):\n");
   time_ldg(ldg_kernel<4>, "256 threads x 4 in flight (16 KB)", 256);
@@ -154,20 +159,10 @@ int main() {
     CK(cudaFuncSetAttribute(bulk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     char name[64];
     std::snprintf(name, sizeof name, "%d x %u KB stages (%d KB)", c.stages, c.chunk >> 10, smem >> 10);
-    for (int blocks : active) {
-      float best = 1e30f;
-      for (int rep = 0; rep < 3; ++rep) {
-        const size_t at = fresh(blocks);
-        CK(cudaEventRecord(e0));
-        bulk_kernel<<<blocks, 32, smem>>>(buf + at, region, region, c.chunk, c.stages);
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        best = ms < best ? ms : best;
-      }
-      report(name, blocks, best);
-    }
+    for (int blocks : active)
+      report(name, blocks, best_ms(blocks, [&](int n, size_t at) {
+               bulk_kernel<<<n, 32, smem>>>(buf + at, region, region, c.chunk, c.stages);
+             }));
   }
   CK(cudaGetLastError());
   return 0;
