@@ -163,9 +163,16 @@ constexpr bool add_rmsnorm_early_res_out(bool dtype_out, int64_t rows) {
 //              H = 16384 96.0 / 96.6 / 95.4 -> 98.1 / 98.7 / 96.9;
 //   but 256 rows of H = 8192 76.4 / 66.7 / 63.2 -> 66.4 / 59.3 / 61.7, and up to 0.5 µs slower at 1-32 rows
 //   (H = 8192, 1 row: 2.25 -> 2.75 µs), where a call's small output no longer stays in L2 for the next.
-// So from 2048 rows (257-2047 not measured). The loop kernel (H > 16384) reads its residual_out back
+// Between 257 and 2048 rows (session 15, results/gpu/session15_h100/call1/table.txt, the same form, two
+// runs each; the lower run):
+//   1024 rows: equal or faster for every H and output (H = 16384 bf16 85.5 -> 86.4, static FP8 83.2 ->
+//              84.1; H = 8192 79.7 / 74.6 / 72.4 -> 80.0 / 75.2 / 72.6; H = 4096 within the runs' spread);
+//   1536 rows: 0.3-2.3 points faster (H = 16384 static FP8 86.6 -> 88.9);
+//   512 rows:  the static FP8 output slower (H = 4096 49.9 -> 47.2, H = 16384 72.5 -> 71.4);
+//   257 rows:  slower (H = 8192 bf16 53.3 -> 50.7).
+// So from 1024 rows (513-1023 not measured). The loop kernel (H > 32768) reads its residual_out back
 // and keeps plain stores (not measured).
-constexpr int64_t kAddRmsNormStreamingStoresRows = 2048;
+constexpr int64_t kAddRmsNormStreamingStoresRows = 1024;
 constexpr bool add_rmsnorm_streaming_stores(int v, int64_t rows) {
   return v >= 1 && v <= 8 && rows >= kAddRmsNormStreamingStoresRows;
 }

@@ -89,7 +89,6 @@ __device__ __forceinline__ void store_chunks(uint4* dst, int len, const uint4 (&
     }
 }
 
-
 // v = r · inv · g for one chunk; g = w or 1 + w (w: the weight chunk, already in registers).
 template <class T>
 __device__ __forceinline__ void norm_chunk(const uint4& r, const uint4& w, float inv, bool gemma, float v[8]) {

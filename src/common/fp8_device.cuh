@@ -37,8 +37,7 @@ __device__ __forceinline__ void store_fp8x8(uint8_t* dst, const float (&v)[8], f
   *reinterpret_cast<uint2*>(dst) = o;
 }
 // The same by st.global.cs (evict first), for an output far larger than L2 (add_rmsnorm's config.h
-// says where it pays). A separate function: store_fp8x8 as a template on the store kind changed the
-// code of some plain-store kernels (results/gpu/session14_h100/exp5/table.txt).
+// says where it pays). A separate function, so that store_fp8x8's callers compile as before.
 __device__ __forceinline__ void store_fp8x8_streaming(uint8_t* dst, const float (&v)[8], float inv_scale) {
   uint2 o;
   o.x = uint32_t(fp8x2_quantize(v[0], v[1], inv_scale)) | (uint32_t(fp8x2_quantize(v[2], v[3], inv_scale)) << 16);

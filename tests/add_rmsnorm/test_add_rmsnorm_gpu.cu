@@ -357,7 +357,7 @@ TEST_P(AddRmsNormGpu, OneBlockPerRowKernelsEverywhere) {
 
 // From kAddRmsNormStreamingStoresRows rows the register kernels store residual_out and out with
 // st.global.cs (config.h): every output kind, in place and not, padded, one row past the threshold.
-TEST_P(AddRmsNormGpu, StreamingStoresFromTwoThousandRows) {
+TEST_P(AddRmsNormGpu, StreamingStoresFromOneThousandRows) {
   SKIP_WITHOUT_GPU();
   for (int64_t h : {4096, 16384})
     for (Fp8 f : {Fp8::kNone, Fp8::kStatic, Fp8::kDynamic}) {
