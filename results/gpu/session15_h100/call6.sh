@@ -4,7 +4,8 @@
 # reached 98.5 %. Same kernel (v2 x 256, streaming stores) both ways; the buffers' placement differs.
 #   1. timing: the C++ bench with its buffers moved (--skew-mb 0 / 3 / 7 / 64 / 160) and the torch
 #      bench, H = 4096 and 16384 x 8192 / 32768 rows, bf16 out;
-#   2. ncu (DRAM bytes and throughput, L2 hit rate, duration) of one launch in each setting.
+#   2. torch_place.py: through torch with the buffers moved by pads, out of place and in place;
+#   3. ncu (DRAM bytes and throughput, L2 hit rate, duration) of one launch in each setting.
 # Carries .wt/bins: cli_base.xz (main of call 1) and _C.so.xz (this session's main, built on the CPU
 # machine for sm_90). From the repo root:
 #   O=$OUT; export OUT=/tmp/o; mkdir -p $OUT; bash results/gpu/session15_h100/call6.sh; tar czf $O/call6.tgz -C /tmp/o .
@@ -23,6 +24,7 @@ for run in 1 2; do
   timeout 90 python3 bench/memory_bound_baselines.py --ops add-rmsnorm --hidden 4096,16384 --rows 8192,32768 --outs bf16 \
     --impls blockfuse --json "$O/torch_$run.json" > "$O/torch_$run.log" 2>&1; el "torch run $run rc $?"
 done
+timeout 150 python3 results/gpu/session15_h100/torch_place.py "$O/torch_place.json" > "$O/torch_place.log" 2>&1; el "torch placement rc $?"
 M=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_write.sum,sm__warps_active.avg.pct_of_peak_sustained_active
 NCU="ncu --clock-control none -k regex:add_rmsnorm --launch-skip 4 --launch-count 1 --metrics $M"
 timeout 90 $NCU $X/cli_base bench add-rmsnorm --hidden 4096 --rows 32768 --fp8 none --reps 3 --warmup 2 --no-ceilings > "$O/ncu_cpp.txt" 2>&1; el "ncu c++ rc $?"
@@ -41,5 +43,6 @@ for f in sorted(glob.glob(os.path.join(o, "torch_*.json"))):
     for r in json.load(open(f))["rows"]:
         print(f"  {os.path.basename(f)[:-5]}  {r['shape']:8} rows={r['rows']:5d}  {r['us']:8.2f} us ({100 * r['frac_copy']:5.1f} %)")
 PY
+echo "through torch, by placement (torch_place.py):"; cat "$O/torch_place.log"
 for f in ncu_cpp ncu_torch; do echo "$f:"; grep -E '^\s+(gpu__|dram__|lts__|sm__)' "$O/$f.txt"; done
 } | tee "$O/table.txt"
