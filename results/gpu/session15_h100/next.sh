@@ -4,8 +4,10 @@
 #   O=$OUT; export OUT=/tmp/o; mkdir -p $OUT; bash results/gpu/session15_h100/next.sh STEP; tar czf $O/STEP.tgz -C /tmp/o .
 # Steps:
 #   w16 (first; cheap): pending/fused_mlp_warps.patch (issue 14). Build the CLI with it on the CPU machine
-#     and carry it as .wt/bins/cli_w.xz (stripped, xz). `bash results/gpu/session15_h100/call9.sh` then
-#     times the fused MLP with 8 / 16 / 32 warps a block at M <= 8 (about a minute, no build).
+#     (cmake --build <dir> --target blockfuse_cli) and carry it as .wt/bins/cli_w.xz (strip, then xz).
+#     `bash results/gpu/session15_h100/call9.sh` then times the fused MLP with 8 / 16 / 32 warps a block
+#     at M <= 8 (`bench fused-mlp --warps 8,16,32`; a minute or two, no build). If it gains, add a host
+#     rule and land the patch in the GPU check below (its GPU and sanitizer tests come with it).
 #   (then) apply pending/add_rmsnorm_wide_from_1536.patch and pending/peers_rounds.patch. Both touch hashed
 #     sources. Run `scripts/gpu-check --defer-python`, then `--python-only` within 30 s, carrying the five
 #     scripts/deps paths. In the python-only call also carry .deps/peers/part1 and copy its
