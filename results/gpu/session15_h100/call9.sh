@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Session 15, call 9 (issue 14; refused: the device time was spent): the fused MLP's blocks at M <= 8 with
 # 16 or 32 warps instead of 8 (pending/fused_mlp_warps.patch: the kernel's warps a block as a template
-# parameter W, 4 gate/up loads a lane in flight and 2 down slots for W > 8; `bench fused-mlp --warps`
+# parameter W, 4 gate/up loads a lane in flight and 2 down slots (1 at W = 32) for W > 8; `bench fused-mlp --warps`
 # runs each, rows named VARIANT-w16 / -w32, each verified against the unfused pipeline). Why: call 8
 # (sm_stream2.cu) measured a block's DRAM rate at about 4 GB/s per warp with 4 loads a lane in flight,
 # so a short list's 8-warp blocks stream their rows at ~32 GB/s each. ptxas (sm_90): W = 16 no spills;
-# W = 32 spills 44-196 bytes (64 registers a thread).
+# W = 32 spills 16-72 bytes (64 registers a thread, 1 down slot).
 # Carries .wt/bins/cli_w.xz (main + the patch, built on the CPU machine, stripped). From the repo root:
 #   O=$OUT; export OUT=/tmp/o; mkdir -p $OUT; bash results/gpu/session15_h100/call9.sh; tar czf $O/call9.tgz -C /tmp/o .
 set -uo pipefail
