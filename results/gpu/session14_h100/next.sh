@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Session 15 ran every step below: results/gpu/session15_h100/README.md; its next.sh is the current plan.)
 # The next session's device plan (written at the end of session 14, whose device time was spent).
 # From the repo root, carrying the five .deps paths of scripts/deps (plus .deps/peers/partN for the
 # peers steps); each step is one device call, logs and JSON under $OUT, its table last:
