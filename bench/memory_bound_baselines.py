@@ -18,15 +18,20 @@
 Protocol: rows <= 32 timed per call from CUDA-graph replays of 20 calls (as the C++ benchmarks); 256 rows
 from a graph cycling over rotated input sets (a torch call's CPU dispatch is longer than these kernels);
 larger problems from 20 back-to-back calls between CUDA events, inputs rotated so L2 (50 MB) holds none.
-Bytes = the minimum traffic. frac_copy divides by a 1 GiB device copy, frac_same by a copy of the same
+With --rounds N every implementation of a point is timed N times, in an order rotated each round, and
+the median is reported (each round's figure in us_rounds): the same kernel's time through torch moves by
+up to 5 % with the caching allocator's state (results/gpu/session15_h100/call7/table.txt), so peers
+within that margin are compared over several rounds. Bytes = the minimum traffic. frac_copy divides by a 1 GiB device copy, frac_same by a copy of the same
 bytes timed the same way. An implementation that cannot be imported is reported and left out.
 Usage: python3 bench/memory_bound_baselines.py [--ops add-rmsnorm,swiglu] [--hidden 4096,16384]
-       [--rows 1,32,2048] [--impls blockfuse,blockfuse-nopdl,compile,liger,quack] [--outs bf16,fp8s,fp8d] [--json FILE]
+       [--rows 1,32,2048] [--impls blockfuse,blockfuse-nopdl,compile,liger,quack] [--outs bf16,fp8s,fp8d]
+       [--rounds N] [--json FILE]
 Writes the JSON after every point, so a run cut short keeps what it measured.
 """
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -153,6 +158,21 @@ def load_blockfuse():
         return None
 
 
+def timed_rounds(todo, rounds, time_one):
+    """{impl: [µs of each round]} for todo = [(impl, fn)]: every implementation timed once a round by
+    time_one(impl, fn), the order rotated by one each round (so none always runs first or after the
+    same neighbour), in todo's order. An implementation whose timing fails once (None) is left out."""
+    times = {impl: [] for impl, _ in todo}
+    for r in range(rounds):
+        k = r % max(1, len(todo))
+        for impl, fn in todo[k:] + todo[:k]:
+            if times[impl] is None:
+                continue
+            us = time_one(impl, fn)
+            times[impl] = None if us is None else times[impl] + [us]
+    return {impl: t for impl, t in times.items() if t}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--ops", default="add-rmsnorm,swiglu")
@@ -162,8 +182,12 @@ def main(argv=None):
     ap.add_argument("--impls", default="blockfuse,blockfuse-nopdl,compile,liger,quack")
     ap.add_argument("--outs", default="bf16,fp8s,fp8d")
     ap.add_argument("--compile-rows", default="", help="rows for torch.compile (default: --rows)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="time each implementation of a point N times in rotated order; report the median")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
+    if a.rounds < 1:
+        ap.error(f"--rounds must be >= 1, got {a.rounds}")
     if not torch.cuda.is_available():
         print("memory_bound_baselines: no CUDA device; nothing measured", file=sys.stderr)
         return 2
@@ -188,10 +212,12 @@ def main(argv=None):
     bf = torch.bfloat16
     t0 = time.time()
 
-    def record(op, shape, m, out, impl, nbytes, us, same_us):
+    def record(op, shape, m, out, impl, nbytes, us_rounds, same_us):
+        us = statistics.median(us_rounds)
         gbs = nbytes / (us * 1e3)
         row = {"op": op, "shape": shape, "rows": m, "out": out, "impl": impl, "bytes": nbytes, "us": us,
-               "gbs": gbs, "frac_copy": gbs / bw, "same_size_copy_us": same_us, "frac_same": same_us / us}
+               "us_rounds": us_rounds, "gbs": gbs, "frac_copy": gbs / bw, "same_size_copy_us": same_us,
+               "frac_same": same_us / us}
         res["rows"].append(row)
         print(f"{op:11} {shape:8} {m:>6} {out:5} {impl:10} {us:9.2f} us {gbs:6.0f} GB/s "
               f"{100 * gbs / bw:5.1f} %copy {100 * same_us / us:5.1f} %same  [{time.time() - t0:.0f} s]", flush=True)
@@ -199,19 +225,25 @@ def main(argv=None):
             with open(a.json, "w") as f:
                 json.dump(res, f, indent=1)
 
-    def run(op, shape, m, out, impl, nbytes, fn, n_sets, same):
+    def time_one(op, shape, m, out, impl, fn, n_sets):
         nopdl = impl == "blockfuse-nopdl"
         if nopdl:
             bo.set_programmatic_dependent_launch(False)
         try:
-            us = time_op(fn, m, n_sets)
+            return time_op(fn, m, n_sets)
         except Exception as e:  # noqa: BLE001 — one failing baseline must not end the sweep
             print(f"{op} {shape} {m} {out} {impl}: FAILED {e!r}", file=sys.stderr)
-            return
+            return None
         finally:
             if nopdl:
                 bo.set_programmatic_dependent_launch(True)
-        record(op, shape, m, out, impl, nbytes, us, same)
+
+    # Times the point's implementations (todo: [(impl, fn)]) over a.rounds rounds and records each
+    # that never failed.
+    def run_point(op, shape, m, out, nbytes, n_sets, same, todo):
+        times = timed_rounds(todo, a.rounds, lambda impl, fn: time_one(op, shape, m, out, impl, fn, n_sets))
+        for impl, us_rounds in times.items():
+            record(op, shape, m, out, impl, nbytes, us_rounds, same)
 
     inv_scale = torch.tensor(448.0 / 2.5, device="cuda")
     scale = torch.tensor(2.5 / 448.0, device="cuda")
@@ -227,6 +259,7 @@ def main(argv=None):
                     rs = [torch.rand(m, h, dtype=bf, device="cuda") * 2 - 1 for _ in range(n_sets)]
                     same = copy_us(nb, m, n_sets)
                     sh = f"H={h}"
+                    todo = []
                     if bo is not None:
                         if out == "bf16":
                             f = lambda i: bo.add_rmsnorm(xs[i], rs[i], w, EPS)  # noqa: E731
@@ -234,8 +267,7 @@ def main(argv=None):
                             f = lambda i: bo.add_rmsnorm_fp8(xs[i], rs[i], w, scale, EPS)  # noqa: E731
                         else:
                             f = lambda i: bo.add_rmsnorm_fp8(xs[i], rs[i], w, None, EPS)  # noqa: E731
-                        for impl in bf_impls:
-                            run("add-rmsnorm", sh, m, out, impl, nb, f, n_sets, same)
+                        todo += [(impl, f) for impl in bf_impls]
                     if "compile" in impls and m in compile_rows:
                         if out == "bf16":
                             c = torch.compile(add_rmsnorm_bf16, dynamic=False)
@@ -246,14 +278,13 @@ def main(argv=None):
                         else:
                             c = torch.compile(add_rmsnorm_fp8d, dynamic=False)
                             f = lambda i, c=c: c(xs[i], rs[i], w)  # noqa: E731
-                        run("add-rmsnorm", sh, m, out, "compile", nb, f, n_sets, same)
+                        todo.append(("compile", f))
                     if liger_norm is not None and out == "bf16":
-                        f = lambda i: liger_norm(xs[i], rs[i], w, EPS, 0.0, "llama")  # noqa: E731
-                        run("add-rmsnorm", sh, m, out, "liger", nb, f, n_sets, same)
+                        todo.append(("liger", lambda i: liger_norm(xs[i], rs[i], w, EPS, 0.0, "llama")))
                     if quack_norm is not None and out == "bf16":
-                        f = lambda i: quack_norm(xs[i], w, residual=rs[i], eps=EPS)  # noqa: E731
-                        run("add-rmsnorm", sh, m, out, "quack", nb, f, n_sets, same)
-                    del xs, rs
+                        todo.append(("quack", lambda i: quack_norm(xs[i], w, residual=rs[i], eps=EPS)))
+                    run_point("add-rmsnorm", sh, m, out, nb, n_sets, same, todo)
+                    del xs, rs, todo
                     torch.cuda.empty_cache()
     if "swiglu" in a.ops:
         for u in ints(a.u):
@@ -265,6 +296,7 @@ def main(argv=None):
                     gus = [torch.randn(m, 2 * u, dtype=bf, device="cuda") for _ in range(n_sets)]
                     same = copy_us(nb, m, n_sets)
                     sh = f"U={u}"
+                    todo = []
                     if bo is not None:
                         if out == "bf16":
                             f = lambda i: bo.swiglu(gus[i])  # noqa: E731
@@ -272,8 +304,7 @@ def main(argv=None):
                             f = lambda i: bo.swiglu_fp8(gus[i], scale)  # noqa: E731
                         else:
                             f = lambda i: bo.swiglu_fp8(gus[i], None)  # noqa: E731
-                        for impl in bf_impls:
-                            run("swiglu", sh, m, out, impl, nb, f, n_sets, same)
+                        todo += [(impl, f) for impl in bf_impls]
                     if "compile" in impls and m in compile_rows:
                         if out == "bf16":
                             c = torch.compile(swiglu_bf16, dynamic=False)
@@ -284,14 +315,13 @@ def main(argv=None):
                         else:
                             c = torch.compile(swiglu_fp8d, dynamic=False)
                             f = lambda i, c=c: c(gus[i])  # noqa: E731
-                        run("swiglu", sh, m, out, "compile", nb, f, n_sets, same)
+                        todo.append(("compile", f))
                     if liger_sw is not None and out == "bf16":
                         gs = [g[:, :u].contiguous() for g in gus]
                         us_ = [g[:, u:].contiguous() for g in gus]
-                        f = lambda i: liger_sw(gs[i], us_[i])  # noqa: E731
-                        run("swiglu", sh, m, out, "liger", nb, f, n_sets, same)
-                        del gs, us_
-                    del gus
+                        todo.append(("liger", lambda i: liger_sw(gs[i], us_[i])))
+                    run_point("swiglu", sh, m, out, nb, n_sets, same, todo)
+                    del gus, todo
                     torch.cuda.empty_cache()
     print(f"memory_bound_baselines: {dev}, torch {torch.__version__}, copy {bw:.0f} GB/s, {time.time() - t0:.0f} s")
     return 0

@@ -390,7 +390,7 @@ class AddRmsNormBench final : public BenchCommand {
     b.log("%s: %.2f µs %.0f GB/s (%s%% of copy, %.1f%% of the same-size copy %.2f µs), baseline %.2f µs, x%.2f %s",
           point.c_str(), us, gbs, b.pct_of_copy(gbs).c_str(), 100 * gbs / cgbs, cus, bus, bus / us, ok ? "verified" : "VERIFY FAILED");
     const std::string timing = (method.is_graph() ? method.label() + " " : std::string()) + "rot " + std::to_string(sets);
-    const detail::AddRmsNormConfig kc = detail::add_rmsnorm_launch_config(int(H / 8), M);
+    const detail::AddRmsNormConfig kc = detail::add_rmsnorm_launch_config(int(H / 8), M, mode == Mode::kDynamic);
     const std::string kernel = (kc.cluster > 1 ? "c" + std::to_string(kc.cluster) + ":" : std::string()) +
                                (kc.v ? "v" + std::to_string(kc.v) + "x" + std::to_string(kc.threads) : "loop x" + std::to_string(kc.threads)) +
                                (mode == Mode::kDynamic && !detail::add_rmsnorm_one_exchange() ? " 2x" : "") +

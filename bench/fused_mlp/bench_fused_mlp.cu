@@ -58,7 +58,7 @@ Check rel_l2_check(DType dt, const void* a, const void* b, int64_t n) {
 
 class FusedMlpBench final : public BenchCommand {
   std::vector<std::string> shapes_ = {"llama3-8b", "llama3-70b", "llama2-7b"};
-  std::vector<int64_t> ms_ = {1, 4, 16, 32}, sparsities_ = {50, 75, 90}, nbs_ = {0}, sparse_nbs_ = {0};
+  std::vector<int64_t> ms_ = {1, 4, 16, 32}, sparsities_ = {50, 75, 90}, nbs_ = {0}, sparse_nbs_ = {0}, warps_ = {0};
   std::vector<std::string> splits_ = {"auto"};
   int calls_ = 10, max_gib_ = 24;
 
@@ -85,6 +85,9 @@ class FusedMlpBench final : public BenchCommand {
             "union lists with the heuristic's block size (--sparse-nb 0) at M <= 8 on sm_90: split each 16-neuron "
             "group over a 2-CTA cluster where the list is short (auto), never, or always; rows other than auto are "
             "named sparse-S-split-RULE");
+    o.ints("--warps", warps_, 0, 32,
+           "warps a block at M <= 8 (src/fused_mlp/params.h: auto_block_warps, set_block_warps): 0 (the library's "
+           "rule), 8, 16, 32; rows other than 0 are named VARIANT-wN and skip M > 8");
     o.integer("--calls", calls_, 1, 100000, "calls per captured graph");
     o.integer("--max-gib", max_gib_, 1, 1 << 20, "GiB at most for the rotated weight copies");
   }
@@ -92,6 +95,8 @@ class FusedMlpBench final : public BenchCommand {
   void run(Bench& b) override {
     for (int64_t nb : nbs_)
       if (nb != 0 && nb != 16 && nb != 32 && nb != 64) throw Error("--nb: " + std::to_string(nb) + " is not 0, 16, 32 or 64");
+    for (int64_t w : warps_)
+      if (w != 0 && w != 8 && w != 16 && w != 32) throw Error("--warps: " + std::to_string(w) + " is not 0, 8, 16 or 32");
     for (int64_t nb : sparse_nbs_)
       if (nb != 0 && nb != 16 && nb != 32 && nb != 64)
         throw Error("--sparse-nb: " + std::to_string(nb) + " is not 0, 16, 32 or 64");
@@ -109,13 +114,18 @@ class FusedMlpBench final : public BenchCommand {
     b.info()["baseline"] = "cublasGemmEx [M,2U] -> blockfuse::swiglu -> cublasGemmEx [M,K], in a CUDA graph";
     for (const std::string& key : shapes_)
       for (const auto& sh : kShapes)
-        if (key == sh.key) shape(b, sh);
+        if (key == sh.key)
+          for (int64_t w : warps_) {
+            fmlp::set_block_warps(int(w));
+            shape(b, sh, int(w));
+            fmlp::set_block_warps(fmlp::kAutoBlockWarps);
+          }
   }
 
-  void shape(Bench& b, const Shape& sh);
+  void shape(Bench& b, const Shape& sh, int warps);
 };
 
-void FusedMlpBench::shape(Bench& b, const Shape& sh) {
+void FusedMlpBench::shape(Bench& b, const Shape& sh, int warps) {
   using testing::DeviceBuffer;
   const DType dt = DType::kBF16;
   const Activation act = Activation::kSiLU;
@@ -163,7 +173,9 @@ void FusedMlpBench::shape(Bench& b, const Shape& sh) {
   const Method method = Method::graph(calls_);
   const double copy = b.copy_gbs();
 
+  const std::string wsuf = warps == fmlp::kAutoBlockWarps ? "" : "-w" + std::to_string(warps);
   for (int64_t M : ms_) {
+    if (!wsuf.empty() && M > 8) continue;  // wider blocks run at M <= 8 only
     const ConstMatrix X = make_matrix(static_cast<const void*>(xb.data()), dt, M, K);
     const Matrix Y = make_matrix(yb.data(), dt, M, K);
     auto WGU = [&](int i) { return make_matrix(static_cast<const void*>(wgu[size_t(i % sets)].data()), dt, 2 * U, K); };
@@ -186,8 +198,9 @@ void FusedMlpBench::shape(Bench& b, const Shape& sh) {
     double dense_us = 0;
     const std::string at = key + " M=" + std::to_string(M);
 
-    auto report = [&](const std::string& variant, int nb, const Timing& t, double read_bytes, const Check& chk, bool ok,
+    auto report = [&](const std::string& variant_, int nb, const Timing& t, double read_bytes, const Check& chk, bool ok,
                       double union_density) {
+      const std::string variant = variant_ + wsuf;
       const double us = t.us(), gbs = read_bytes / (t.median_ms * 1e-3) / 1e9;
       b.log("%s %s nb=%d: %.2f us, %.0f GB/s (%s%% copy), unfused %.2f us, rel_l2 %.2e%s", at.c_str(), variant.c_str(), nb,
             us, gbs, b.pct_of_copy(gbs).c_str(), tu.us(), chk.rel_l2, ok ? "" : " FAILED");

@@ -114,7 +114,7 @@ void launch_shape(const AddRmsNormParams& p, const detail::AddRmsNormConfig& cfg
 
 template <class T, Out kOut>
 void launch(const AddRmsNormParams& p, cudaStream_t stream) {
-  const detail::AddRmsNormConfig cfg = detail::add_rmsnorm_launch_config(p.h / 8, p.rows);
+  const detail::AddRmsNormConfig cfg = detail::add_rmsnorm_launch_config(p.h / 8, p.rows, kOut == Out::kFp8DynamicScale);
   // Dynamic FP8: one reduction / cluster exchange for the sum of squares and the amax (default;
   // row.cuh: row_amax_unscaled) or two (the first kernel), switched by set_add_rmsnorm_one_exchange.
   // H = 16384, 1 / 8 / 32 rows: 4.99 / 5.04 / 5.74 µs -> 4.09 / 4.12 / 4.82 µs (H100,
@@ -157,12 +157,12 @@ AddRmsNormParams make_params(const ConstMatrix& x, const ConstMatrix& residual, 
 }  // namespace
 
 namespace detail {
-AddRmsNormConfig add_rmsnorm_launch_config(int nchunks, int64_t rows) {
+AddRmsNormConfig add_rmsnorm_launch_config(int nchunks, int64_t rows, bool dynamic_fp8) {
   const auto chosen = AddRmsNormRule(g_rule.load(std::memory_order_relaxed));
   const bool clusters = g_clusters_enabled.load(std::memory_order_relaxed) && cluster_path_available();
   const bool preload =
       add_rmsnorm_preload_weight(rows, nchunks, clusters, g_preload_chunks.load(std::memory_order_relaxed));
-  const AddRmsNormRule rule = chosen == AddRmsNormRule::kAuto ? add_rmsnorm_auto_rule(nchunks, preload) : chosen;
+  const AddRmsNormRule rule = chosen == AddRmsNormRule::kAuto ? add_rmsnorm_auto_rule(nchunks, preload, rows, dynamic_fp8) : chosen;
   if (preload) {
     AddRmsNormConfig c = add_rmsnorm_config(nchunks, rule);
     c.preload_w = c.v >= 1 && c.v <= 4;  // the kV8 rule's v = 8 (bench and tests only) keeps the weight read late

@@ -49,8 +49,18 @@ constexpr AddRmsNormRule kAddRmsNormDefaultRule = AddRmsNormRule::kAuto;
 //     32768 rows, bf16 out, 83.0 / 93.6 / 94.9 -> 87.4 / 95.5 / 97.9), H = 4096 v1 x 512 is slower
 //     at 256 rows (8.13 -> 11.39 µs) and within +-1.5 points from 2048 rows.
 // H = 16384 is v4 x 512 under both.
-inline AddRmsNormRule add_rmsnorm_auto_rule(int nchunks, bool preload_w) {
+// Session 15 measured it again with streaming stores, H = 2048 / 3584 / 4096 (128 < chunks <= 512) from
+// 1536 rows, bf16 and fp16, every output, two runs each (results/gpu/session15_h100/call7/table.txt; the
+// lower run, % of copy): kWide moved more for the 16-bit and static FP8 outputs at every point (bf16,
+// H = 4096, bf16 / static out: 1536 rows 69.1 / 66.3 -> 73.4 / 69.4, 2048 rows 78.8 / 74.5 -> 80.4 / 76.7,
+// 8192 rows 93.4 / 92.6 -> 94.2 / 93.3, 32768 rows 98.4 / 99.1 -> 98.9 / 99.2; H = 3584, 2048 rows, bf16
+// out 74.4 -> 77.2); the dynamic FP8 output gained with bf16 input but lost with fp16 (H = 3584 x 32768
+// rows 95.1 -> 92.3, H = 4096 96.4 -> 95.2). At 1024 rows of H = 4096 the bf16 output lost (66.4 ->
+// 65.4, call6/table.txt). So kWide there from 1536 rows, except for the dynamic FP8 output.
+constexpr int64_t kAddRmsNormWideFromRows = 1536;
+inline AddRmsNormRule add_rmsnorm_auto_rule(int nchunks, bool preload_w, int64_t rows = 0, bool dynamic_fp8 = false) {
   if (preload_w) return nchunks <= 512 ? AddRmsNormRule::kWide : AddRmsNormRule::kV4Wide;
+  if (nchunks > 128 && nchunks <= 512 && rows >= kAddRmsNormWideFromRows && !dynamic_fp8) return AddRmsNormRule::kWide;
   return nchunks > 512 && nchunks <= 1024 ? AddRmsNormRule::kWide : AddRmsNormRule::kV4Wide;
 }
 
@@ -181,7 +191,8 @@ constexpr bool add_rmsnorm_streaming_stores(int v, int64_t rows) {
 // current device: one block with the weight preloaded for decode-sized calls, else the sm_90 cluster
 // shape where the path is available and enabled and pays, else the one-block shape
 // (defined in add_rmsnorm.cu; reads the device, so not pure; also printed by the bench).
-AddRmsNormConfig add_rmsnorm_launch_config(int nchunks, int64_t rows);
+// dynamic_fp8: the call writes the dynamic-scale FP8 output (add_rmsnorm_auto_rule's exception).
+AddRmsNormConfig add_rmsnorm_launch_config(int nchunks, int64_t rows, bool dynamic_fp8 = false);
 // Tests and the bench only: false makes every device take the one-block-per-row (sm_80) kernels,
 // so they are exercised and measured on a Hopper too. Process-wide; default true.
 void set_add_rmsnorm_clusters_enabled(bool enabled);

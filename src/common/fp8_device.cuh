@@ -29,20 +29,22 @@ __device__ __forceinline__ uint16_t fp8x2_quantize(float a, float b, float inv_s
       make_float2(fp8_prescale(a, inv_scale), fp8_prescale(b, inv_scale)), __NV_SATFINITE, __NV_E4M3));
 }
 
+// 8 values -> 8 e4m3 bytes (v[0] in the lowest byte).
+__device__ __forceinline__ uint2 pack_fp8x8(const float (&v)[8], float inv_scale) {
+  uint2 o;
+  o.x = uint32_t(fp8x2_quantize(v[0], v[1], inv_scale)) | (uint32_t(fp8x2_quantize(v[2], v[3], inv_scale)) << 16);
+  o.y = uint32_t(fp8x2_quantize(v[4], v[5], inv_scale)) | (uint32_t(fp8x2_quantize(v[6], v[7], inv_scale)) << 16);
+  return o;
+}
+
 // 8 values -> 8 bytes in one 8-byte store (dst 8-byte aligned).
 __device__ __forceinline__ void store_fp8x8(uint8_t* dst, const float (&v)[8], float inv_scale) {
-  uint2 o;
-  o.x = uint32_t(fp8x2_quantize(v[0], v[1], inv_scale)) | (uint32_t(fp8x2_quantize(v[2], v[3], inv_scale)) << 16);
-  o.y = uint32_t(fp8x2_quantize(v[4], v[5], inv_scale)) | (uint32_t(fp8x2_quantize(v[6], v[7], inv_scale)) << 16);
-  *reinterpret_cast<uint2*>(dst) = o;
+  *reinterpret_cast<uint2*>(dst) = pack_fp8x8(v, inv_scale);
 }
 // The same by st.global.cs (evict first), for an output far larger than L2 (add_rmsnorm's config.h
-// says where it pays). A separate function, so that store_fp8x8's callers compile as before.
+// says where it pays).
 __device__ __forceinline__ void store_fp8x8_streaming(uint8_t* dst, const float (&v)[8], float inv_scale) {
-  uint2 o;
-  o.x = uint32_t(fp8x2_quantize(v[0], v[1], inv_scale)) | (uint32_t(fp8x2_quantize(v[2], v[3], inv_scale)) << 16);
-  o.y = uint32_t(fp8x2_quantize(v[4], v[5], inv_scale)) | (uint32_t(fp8x2_quantize(v[6], v[7], inv_scale)) << 16);
-  __stcs(reinterpret_cast<uint2*>(dst), o);
+  __stcs(reinterpret_cast<uint2*>(dst), pack_fp8x8(v, inv_scale));
 }
 
 __device__ __forceinline__ float fp8_dynamic_scale(float amax_finite) {

@@ -108,6 +108,19 @@ int resolve_neurons(const FusedMlpConfig& c, int64_t m, int64_t k, int64_t group
 // Launches as clusters of p.split CTAs when p.split > 1 (the grid a multiple of it).
 template <class T, int NT, int NG>
 void launch_ng(const fmlp::FusedMlpParams& p, unsigned grid, cudaStream_t s) {
+  if constexpr (NT == 1) {  // wider blocks (params.h: auto_block_warps)
+    const int w = p.warps;
+    if (w == 16) {
+      detail::launch_kernel(fmlp::fused_mlp_kernel<T, 1, NG, 16>, dim3(grid), dim3(16 * 32), 0, s,
+                            dim3(unsigned(p.split), 1, 1), false, p);
+      return;
+    }
+    if (w == 32) {
+      detail::launch_kernel(fmlp::fused_mlp_kernel<T, 1, NG, 32>, dim3(grid), dim3(32 * 32), 0, s,
+                            dim3(unsigned(p.split), 1, 1), false, p);
+      return;
+    }
+  }
   detail::launch_kernel(fmlp::fused_mlp_kernel<T, NT, NG>, dim3(grid), dim3(fmlp::kWarps * 32), 0, s,
                         dim3(unsigned(p.split), 1, 1), false, p);
 }
@@ -122,6 +135,7 @@ void launch_nt(const fmlp::FusedMlpParams& p, int ng, unsigned grid, cudaStream_
 }
 
 std::atomic<int> g_split_rule{int(fmlp::SplitRule::kAuto)};
+std::atomic<int> g_block_warps{fmlp::kAutoBlockWarps};
 
 // Whether split launches may run here: sm_90+ with sm_90 code loaded for the kernel (a build for
 // sm_80 only runs on a Hopper through PTX, where the split path is a trap).
@@ -152,6 +166,11 @@ void run(const char* fn, const Problem& pr, const ConstMatrix& x, const ConstMat
   const fmlp::SplitRule rule = fmlp::split_rule();
   p.split = dynamic_groups && fmlp::split_launch(pr.m, rule, split_path_available()) ? 2 : 1;
   p.split_always = rule == fmlp::SplitRule::kAlways;
+  const int forced_warps = fmlp::block_warps();
+  p.warps = pr.m > fmlp::kSplitMaxRows ? fmlp::kWarps
+            : forced_warps != fmlp::kAutoBlockWarps
+                ? forced_warps
+                : fmlp::auto_block_warps(pr.m, detail::current_device_spec().cc_major, p.split > 1);
   const int64_t grid = fmlp::grid_blocks(p.groups, neurons) * p.split;
   if (grid > 0x7fffffff) throw_arg(fn, "w_down_t", cat("has U = ", pr.u), "fewer than 2^31 neuron blocks");
   p.x = x.data;
@@ -379,6 +398,12 @@ void fused_mlp_check_blocks(const int32_t* indices, const int32_t* counts, int64
 namespace fmlp {
 SplitRule split_rule() { return SplitRule(g_split_rule.load()); }
 void set_split_rule(SplitRule rule) { g_split_rule.store(int(rule)); }
+int block_warps() { return g_block_warps.load(); }
+void set_block_warps(int warps) {
+  if (warps != kAutoBlockWarps && warps != kWarps && warps != 16 && warps != kMaxBlockWarps)
+    throw_arg("fmlp::set_block_warps", "warps", cat("is ", warps), "0 (the rule), 8, 16 or 32");
+  g_block_warps.store(warps);
+}
 }  // namespace fmlp
 
 }  // namespace blockfuse

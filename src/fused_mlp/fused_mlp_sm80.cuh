@@ -1,8 +1,9 @@
 // The fused MLP kernel (sm80+: mma.sync, so one kernel is correct on Ampere, Ada and Hopper).
 //
-// A block of 8 warps owns NG groups of 16 neurons (dense: consecutive groups; sparse: groups of
-// the listed neuron blocks; per-token: one neuron block's groups and the mask of tokens that
-// selected it). Three phases, h never leaving the SM:
+// A block of W warps (8; 16 or 32 at M <= 8, params.h: auto_block_warps) owns NG groups of 16
+// neurons (dense: consecutive groups; sparse: groups of the listed neuron blocks; per-token: one
+// neuron block's groups and the mask of tokens that selected it). Three phases, h never leaving
+// the SM:
 //
 // 1. gate/up. The block's 2·16·ng interleaved rows of w_gate_up are 2·ng tiles of 16 rows (ng =
 //    NG, or fewer for a union list, see 3); warp w takes tile w % (2ng) and K slice w / (2ng) and
@@ -19,7 +20,7 @@
 //    4t+3 — and B uses the same permutation (h[token][4t..4t+3] is one 8-byte shared load), so the
 //    products are exact; its m (k_out) order is permuted so that lane (g, t) ends with 8
 //    consecutive y columns of tokens 2t and 2t+1: MMA i takes row g = column 8g + 2i, row g + 8 =
-//    column 8g + 2i + 1. A warp covers 64 columns (a chunk) per step, warps take chunks w, w + 8, …
+//    column 8g + 2i + 1. A warp covers 64 columns (a chunk) per step, warps take chunks w, w + W, …
 //
 // 3. reduction. Per chunk, a warp adds its fp32 partial to the workspace — kAtomic: fp32 atomics
 //    (red.global.add, four-wide on sm_90) into one [M, K] accumulator; kDeterministic: stores into
@@ -78,17 +79,23 @@ __device__ __forceinline__ bool sorted_contains(const int32_t* row, int n, int64
   return false;
 }
 
-template <class T, int NT, int NG>
-__global__ void __launch_bounds__(kWarps * 32, 2) fused_mlp_kernel(const FusedMlpParams p) {
+// W: warps a block, kWarps (two blocks an SM) or, at NT = 1 only, 16 or 32 (one block an SM;
+// params.h: auto_block_warps). The wider blocks keep 4 gate/up loads a lane in flight (U = 2) and 2
+// down slots (1 at 32 warps, 4 loads a lane): 4 loads a lane are what a warp's streaming rate uses
+// (params.h). 32 warps leave 64 registers a thread; ptxas (sm_90) still spills 16-72 bytes there
+// (none at 16 warps).
+template <class T, int NT, int NG, int W = kWarps>
+__global__ void __launch_bounds__(W * 32, W == kWarps ? 2 : 1) fused_mlp_kernel(const FusedMlpParams p) {
+  static_assert(W == kWarps || (NT == 1 && (W == 16 || W == 32)), "wider blocks only at NT = 1 (M <= 8)");
   constexpr int MP = 8 * NT;                // token rows, padded to whole 8-row MMA tiles
   constexpr int HLD = kGroup * NG + 8;      // s_h row stride (keeps 8-byte alignment, staggers banks)
   // 32-k chunks per phase-1 step (2·U weight loads in flight per lane), as decode_gemm sizes it.
-  constexpr int U = NT == 1 ? 8 : NT == 4 ? 3 : 4;
+  constexpr int U = W > kWarps ? 2 : NT == 1 ? 8 : NT == 4 ? 3 : 4;
   static_assert(NG == 1 || NG == 2 || NG == 4, "NG must be 1, 2 or 4");
 
   __shared__ int64_t s_base[NG];     // first neuron of each group, -1: inactive
   __shared__ uint32_t s_mask[NG];    // tokens that selected the group
-  __shared__ float4 s_acc[kWarps][NT][32];
+  __shared__ float4 s_acc[W][NT][32];
   __shared__ __align__(16) T s_h[MP * HLD];
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -184,7 +191,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) fused_mlp_kernel(const FusedMl
 
   if (active) {
     // ---- phase 1: gate/up rows -> h ------------------------------------------------------------
-    const int rtn = 2 * ng, ksn = kWarps / rtn;  // 16-row tiles of gate/up rows, K slices
+    const int rtn = 2 * ng, ksn = W / rtn;  // 16-row tiles of gate/up rows, K slices
     {
       const int rt = warp % rtn, ks = warp / rtn;
       const int64_t base = s_base[rt >> 1];
@@ -246,7 +253,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) fused_mlp_kernel(const FusedMl
     if (cs > 1) cg::this_cluster().sync();  // the peer's s_acc is complete (both CTAs are active alike)
 #endif
     const int nbr = kGroup * ng;  // this block's neurons
-    for (int i = threadIdx.x; i < MP * nbr; i += kWarps * 32) {
+    for (int i = threadIdx.x; i < MP * nbr; i += W * 32) {
       const int m = i / nbr, n = i % nbr;
       const int grp = n / kGroup, nn = n % kGroup;
       // Interleaved rows 2nn (up) and 2nn + 1 (gate) of the group: tile 2·grp + (2nn) / 16, row
@@ -276,7 +283,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) fused_mlp_kernel(const FusedMl
   }
 
   // ---- phase 2 + 3: down projection and reduction -----------------------------------------------
-  // A warp takes chunks warp, warp + 8, … in batches of up to 32: it adds the partials of a whole
+  // A warp takes chunks warp, warp + W, … in batches of up to 32: it adds the partials of a whole
   // batch first, then fences once and counts in on all of the batch's chunks at once (lane i on the
   // i-th), so the fence and the counter round trip are paid once per batch, not once per chunk.
   //
@@ -289,7 +296,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) fused_mlp_kernel(const FusedMl
   // (results/gpu/session12_h100/fmlp_forced.json before, exp/fmlp_slots.json after; H100). Only at
   // M <= 8 (NT = 1): with more token tiles the second path's accumulators and slots spill (ptxas
   // sm_90).
-  constexpr int S = NT <= 2 ? 4 : 2;
+  constexpr int S = W > 16 ? 1 : W > kWarps ? 2 : NT <= 2 ? 4 : 2;
   constexpr int GS = NG < S ? NG : S;
   const int cpr = NT > 1 || ng >= S ? 1 : S / ng;  // chunks per round (ng is 1, 2 or 4)
   // Group grp's 4 rows of w_down_t for this lane's 8 columns kc.. of a chunk (no load where off).
@@ -346,8 +353,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) fused_mlp_kernel(const FusedMl
   // A warp's chunks: warp, warp + CW, … with CW = 8 warps x the CTAs sharing the unit's groups (rank r
   // of a split unit starts at chunk 8r + warp), so each chunk is computed and counted in by one CTA
   // of each unit.
-  const int64_t CW = int64_t(kWarps) * cs;
-  for (int64_t c0 = int64_t(rank) * kWarps + warp; c0 < n_chunks; c0 += CW * 32) {
+  const int64_t CW = int64_t(W) * cs;
+  for (int64_t c0 = int64_t(rank) * W + warp; c0 < n_chunks; c0 += CW * 32) {
     if (active) {
       const int64_t c_end = min(n_chunks, c0 + CW * 32);
       if (cpr == 1) {

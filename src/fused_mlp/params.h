@@ -121,6 +121,7 @@ struct FusedMlpParams {
   // (split_always: a bench / test override) or only lists within split_groups.
   int split;
   int split_always;
+  int warps;               // warps a block (the launcher's choice: auto_block_warps or the override)
   int deterministic;
   int* counters;           // [chunks(k)]
   float* acc;              // atomic: [m, k]
@@ -133,6 +134,29 @@ struct FusedMlpParams {
 enum class SplitRule : int { kAuto = 0, kNever = 1, kAlways = 2 };
 SplitRule split_rule();
 void set_split_rule(SplitRule rule);
+
+// Warps a block at M <= 8 (one token tile): kWarps (two blocks an SM), 16 or 32 (one block an SM;
+// the kernel's W). Wider blocks keep 4 gate/up loads a lane in flight and 2 down slots (1 at 32
+// warps: 64 registers a thread), which is what a warp's streaming rate uses (one SM streams about
+// 4 GB/s per warp with up to 4 loads a lane in flight, results/gpu/session15_h100/call8/sm_stream2.txt).
+// The rule, measured beside 8 and 32 warps in one process (H100, results/gpu/session16_h100/call1/table.txt,
+// Llama-3 8B and 70B at M = 1 / 4 / 8): 16 warps on sm_90 wherever the launch does not split, 8 where
+// it does. 16 warps were as fast or faster on every dense, per-token and unsplit union-list row (dense 2-7 %,
+// e.g. 8B M = 1 137.0 -> 131.0 µs, 70B M = 8 574.5 -> 547.5; 50-75 %-sparse union lists 3-12 %), and slower on the
+// short lists that split (8B 90 %: 24.1 -> 30.2 µs at M = 1): a split list's 2-CTA units at one block
+// an SM take two waves where the 8-warp blocks take one. The split is chosen on the device from the
+// list's count, so a launch that may split keeps 8 warps. 32 warps were slower than 16 almost
+// everywhere. Below sm_90 not measured: 8.
+constexpr int kMaxBlockWarps = 32;
+inline int auto_block_warps(int64_t m, int cc_major, bool split_launch) {
+  return m <= kSplitMaxRows && cc_major >= 9 && !split_launch ? 16 : kWarps;
+}
+// Process-wide override for the bench and the tests, as the split rule has: 0 (kAutoBlockWarps, the
+// default: auto_block_warps), or 8, 16 or 32 at M <= 8 whatever the launch.
+constexpr int kAutoBlockWarps = 0;
+int block_warps();
+// Throws blockfuse::Error (an invalid argument) unless warps is 0, 8, 16 or 32.
+void set_block_warps(int warps);
 
 // Whether a union-list call (the heuristic's block size) of m rows launches as 2-CTA clusters under
 // `rule`, where `sm90` says split launches can run (the launcher: sm_90 code on an sm_90+ device).

@@ -75,6 +75,31 @@ TEST(AddRmsNormConfig, AutoRuleFollowsTheMeasurement) {
   EXPECT_EQ(detail::add_rmsnorm_config(1024, add_rmsnorm_auto_rule(1024, false)).threads, 512);
 }
 
+// Session 15 (config.h): rows of 128 < chunks <= 512 take kWide from 1536 rows, except for the
+// dynamic FP8 output; the rest as above.
+TEST(AddRmsNormConfig, AutoRuleWideFromFifteenHundredRows) {
+  using detail::AddRmsNormRule;
+  using detail::add_rmsnorm_auto_rule;
+  const int64_t from = detail::kAddRmsNormWideFromRows;
+  EXPECT_EQ(from, 1536);
+  for (int h : {2048, 3584, 4096}) {
+    EXPECT_EQ(add_rmsnorm_auto_rule(h / 8, false, from - 1), AddRmsNormRule::kV4Wide) << "H " << h;
+    EXPECT_EQ(add_rmsnorm_auto_rule(h / 8, false, from), AddRmsNormRule::kWide) << "H " << h;
+    EXPECT_EQ(add_rmsnorm_auto_rule(h / 8, false, int64_t{1} << 31), AddRmsNormRule::kWide) << "H " << h;
+    EXPECT_EQ(add_rmsnorm_auto_rule(h / 8, false, from, true), AddRmsNormRule::kV4Wide) << "H " << h << " dynamic";
+  }
+  EXPECT_EQ(add_rmsnorm_auto_rule(1024 / 8, false, 1 << 20), AddRmsNormRule::kV4Wide) << "H = 1024: not measured";
+  EXPECT_EQ(add_rmsnorm_auto_rule(8192 / 8, false, 1 << 20), AddRmsNormRule::kWide);
+  EXPECT_EQ(add_rmsnorm_auto_rule(16384 / 8, false, 1 << 20), AddRmsNormRule::kV4Wide);
+  // The launched shapes at H = 4096: v1 x 512 from 1536 rows, v2 x 256 below and for dynamic FP8.
+  const auto wide = detail::add_rmsnorm_config(512, add_rmsnorm_auto_rule(512, false, from));
+  EXPECT_EQ(wide.v, 1);
+  EXPECT_EQ(wide.threads, 512);
+  EXPECT_EQ(detail::add_rmsnorm_config(512, add_rmsnorm_auto_rule(512, false, from, true)).v, 2);
+  // H = 3584: v1 x 448.
+  EXPECT_EQ(detail::add_rmsnorm_config(448, add_rmsnorm_auto_rule(448, false, from)).threads, 448);
+}
+
 TEST(AddRmsNormConfig, ClusterSlicesCoverEveryRowLength) {
   for (int n = detail::kAddRmsNormMinClusterChunks; n <= detail::kAddRmsNormMaxClusterChunks; ++n) {
     const detail::AddRmsNormConfig c = detail::add_rmsnorm_config_sm90(n);

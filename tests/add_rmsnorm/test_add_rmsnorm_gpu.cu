@@ -359,6 +359,17 @@ TEST_P(AddRmsNormGpu, OneBlockPerRowKernelsEverywhere) {
 // st.global.cs (config.h): every output kind, in place and not, padded, one row past the threshold.
 TEST_P(AddRmsNormGpu, StreamingStoresFromOneThousandRows) {
   SKIP_WITHOUT_GPU();
+  // From kAddRmsNormWideFromRows rows H = 4096 takes v1 x 512 (config.h: add_rmsnorm_auto_rule),
+  // except for the dynamic FP8 output.
+  for (Fp8 f : {Fp8::kNone, Fp8::kStatic, Fp8::kDynamic}) {
+    Case c = shape(GetParam(), detail::kAddRmsNormWideFromRows + 1, 4096);
+    const auto cfg = detail::add_rmsnorm_launch_config(512, c.rows, f == Fp8::kDynamic);
+    ASSERT_TRUE(cfg.streaming_stores);
+    ASSERT_EQ(cfg.v, f == Fp8::kDynamic ? 2 : 1);
+    c.fp8 = f;
+    c.in_place = f != Fp8::kStatic;
+    run_case(c);
+  }
   for (int64_t h : {4096, 16384})
     for (Fp8 f : {Fp8::kNone, Fp8::kStatic, Fp8::kDynamic}) {
       Case c = shape(GetParam(), detail::kAddRmsNormStreamingStoresRows + 1, h);

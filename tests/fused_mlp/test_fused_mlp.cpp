@@ -61,6 +61,37 @@ TEST(FusedMlpHeuristic, SplitsShortListsOnly) {
       }
 }
 
+// The block-width override (params.h: set_block_warps): the rule (0) by default, 8, 16 and 32
+// accepted, anything else a named error that leaves the setting as it was.
+TEST(FusedMlpHeuristic, BlockWarpsOverride) {
+  EXPECT_EQ(fmlp::block_warps(), fmlp::kAutoBlockWarps);
+  EXPECT_EQ(fmlp::kWarps, 8);
+  for (int w : {16, 32, 8, 0}) {
+    fmlp::set_block_warps(w);
+    EXPECT_EQ(fmlp::block_warps(), w);
+  }
+  for (int bad : {4, 12, 24, 64, -8}) {
+    expect_arg_error([&] { fmlp::set_block_warps(bad); }, "warps", "0 (the rule), 8, 16 or 32");
+    EXPECT_EQ(fmlp::block_warps(), fmlp::kAutoBlockWarps) << "a rejected value changed the setting";
+  }
+}
+
+// The rule (params.h: auto_block_warps, results/gpu/session16_h100/call1/table.txt): 16 warps at
+// M <= 8 on sm_90+ unless the launch may split a short list over 2-CTA clusters; 8 otherwise.
+TEST(FusedMlpHeuristic, AutoBlockWarps) {
+  for (int64_t m : {1, 4, 8}) {
+    EXPECT_EQ(fmlp::auto_block_warps(m, 9, false), 16) << "M = " << m;
+    EXPECT_EQ(fmlp::auto_block_warps(m, 10, false), 16) << "M = " << m;
+    EXPECT_EQ(fmlp::auto_block_warps(m, 9, true), fmlp::kWarps) << "M = " << m << ", a split launch";
+    EXPECT_EQ(fmlp::auto_block_warps(m, 8, false), fmlp::kWarps) << "M = " << m << ", sm_80/86/89 (not measured)";
+  }
+  for (int64_t m : {9, 16, 32}) EXPECT_EQ(fmlp::auto_block_warps(m, 9, false), fmlp::kWarps) << "M = " << m;
+  // The launcher's split decision feeds it: a union list with the heuristic's block size at M <= 8
+  // on sm_90 may split unless the rule is kNever.
+  EXPECT_EQ(fmlp::auto_block_warps(1, 9, fmlp::split_launch(1, fmlp::SplitRule::kAuto, true)), fmlp::kWarps);
+  EXPECT_EQ(fmlp::auto_block_warps(1, 9, fmlp::split_launch(1, fmlp::SplitRule::kNever, true)), 16);
+}
+
 TEST(FusedMlpWorkspace, Arithmetic) {
   // Atomic: counters (ceil(K / 64) ints, rounded to 256 bytes) + an fp32 [M, K] accumulator.
   EXPECT_EQ(fused_mlp_workspace_size(4, 4096, 896, FusedMlpConfig{}), 256u + 4u * 4096 * 4);

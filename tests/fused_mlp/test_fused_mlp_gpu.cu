@@ -368,6 +368,100 @@ TEST_P(FusedMlpGpu, PerTokenLists) {
       }
 }
 
+// Sets the process-wide warps a block at M <= 8 for a scope (params.h: set_block_warps).
+struct BlockWarpsFor {
+  explicit BlockWarpsFor(int w) { fmlp::set_block_warps(w); }
+  ~BlockWarpsFor() { fmlp::set_block_warps(fmlp::kAutoBlockWarps); }
+  BlockWarpsFor(const BlockWarpsFor&) = delete;
+  BlockWarpsFor& operator=(const BlockWarpsFor&) = delete;
+};
+
+// Each block width at M <= 8 forced (params.h: set_block_warps; the rule, auto_block_warps, takes 16
+// or 8 by the launch, so the other tests cover one of them per path) against the reference, on every
+// path: dense at every block size and both reductions, union lists under every split rule (empty,
+// short, long, all blocks; odd K, so the K slices and the down phase's rounds end part-way),
+// per-token lists, and the deterministic mode bitwise reproducible. M = 9 runs the 8-warp kernel.
+TEST_P(FusedMlpGpu, EveryBlockWidthMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  const DType dt = GetParam();
+  for (int w : {8, 16, 32}) {
+    const BlockWarpsFor scoped(w);
+    for (auto [m, k] : {std::pair<int64_t, int64_t>{1, 2056}, {5, 520}, {8, 4168}, {9, 264}}) {
+      const int64_t u = 512;
+      for (const FusedMlpConfig cfg : {FusedMlpConfig{16, MlpReduction::kAtomic}, FusedMlpConfig{32, MlpReduction::kDeterministic},
+                                       FusedMlpConfig{64, MlpReduction::kAtomic}, FusedMlpConfig{0, MlpReduction::kDeterministic}}) {
+        const uint64_t seed = testing::fresh_seed();
+        SCOPED_TRACE("warps " + std::to_string(w) + " dense M=" + std::to_string(m) + " K=" + std::to_string(k) + " nb=" +
+                     std::to_string(cfg.neurons_per_block) + " " + red_name(cfg.reduction) + "; " + testing::seed_note(seed));
+        Mlp f(dt, m, k, u, seed);
+        Workspace ws(fused_mlp_workspace_size(m, k, u / 16, cfg));
+        f.poison();
+        fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
+        BF_CUDA_OK(cudaDeviceSynchronize());
+        expect_matches(f, Activation::kSiLU, nullptr);
+        if (cfg.reduction == MlpReduction::kDeterministic) {
+          const std::vector<uint16_t> first = f.y_bits();
+          f.poison();
+          fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
+          BF_CUDA_OK(cudaDeviceSynchronize());
+          EXPECT_EQ(f.y_bits(), first) << "deterministic mode not bitwise reproducible";
+        }
+      }
+      const int64_t bs = 32, nblk = u / bs;
+      for (fmlp::SplitRule rule : {fmlp::SplitRule::kNever, fmlp::SplitRule::kAlways, fmlp::SplitRule::kAuto})
+        for (double density : {0.0, 0.05, 0.4, 1.0}) {
+          const SplitRuleFor split(rule);
+          const uint64_t seed = testing::fresh_seed();
+          SCOPED_TRACE("warps " + std::to_string(w) + " union M=" + std::to_string(m) + " K=" + std::to_string(k) +
+                       " split rule " + std::to_string(int(rule)) + " density=" + std::to_string(density) + "; " +
+                       testing::seed_note(seed));
+          Mlp f(dt, m, k, u, seed);
+          std::mt19937_64 rng(seed + 1);
+          std::vector<int32_t> list;
+          for (int32_t b = 0; b < nblk; ++b)
+            if (density >= 1.0 || std::uniform_real_distribution<double>(0, 1)(rng) < density) list.push_back(b);
+          DeviceList dl(list, nblk);
+          Workspace ws(fused_mlp_workspace_size(m, k, u / 16, FusedMlpConfig{}));
+          for (int rep = 0; rep < 2; ++rep) {  // the second call finds the workspace as the first left it
+            f.poison();
+            fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU,
+                             NeuronBlockList{dl.idx.data(), dl.cnt.data(), nblk, int(bs)}, ws.p(), ws.bytes(), FusedMlpConfig{});
+            BF_CUDA_OK(cudaDeviceSynchronize());
+            std::vector<unsigned char> mask(static_cast<size_t>(m * u));
+            const int32_t cnt = int32_t(list.size());
+            fmlp::neuron_mask_from_blocks(list.data(), &cnt, 0, false, m, u, int(bs), mask.data());
+            expect_matches(f, Activation::kSiLU, mask.data());
+          }
+        }
+      {
+        const uint64_t seed = testing::fresh_seed();
+        SCOPED_TRACE("warps " + std::to_string(w) + " per-token M=" + std::to_string(m) + " K=" + std::to_string(k) + "; " +
+                     testing::seed_note(seed));
+        Mlp f(dt, m, k, u, seed);
+        std::mt19937_64 rng(seed + 7);
+        std::vector<int32_t> idx(static_cast<size_t>(m * nblk), -1), counts(static_cast<size_t>(m));
+        for (int64_t r = 0; r < m; ++r) {
+          int c = 0;
+          for (int32_t b = 0; b < nblk; ++b)
+            if (rng() % 3 == 0) idx[size_t(r * nblk + c++)] = b;
+          counts[size_t(r)] = c;
+        }
+        DeviceBuffer<int32_t> di(idx.size()), dc(counts.size());
+        cudaMemcpy(di.data(), idx.data(), idx.size() * 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(dc.data(), counts.data(), counts.size() * 4, cudaMemcpyHostToDevice);
+        Workspace ws(fused_mlp_workspace_size(m, k, u / 16, FusedMlpConfig{}));
+        f.poison();
+        fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kGeluTanh,
+                         PerTokenNeuronBlocks{di.data(), dc.data(), nblk, int(bs)}, ws.p(), ws.bytes(), FusedMlpConfig{});
+        BF_CUDA_OK(cudaDeviceSynchronize());
+        std::vector<unsigned char> mask(static_cast<size_t>(m * u));
+        fmlp::neuron_mask_from_blocks(idx.data(), counts.data(), nblk, true, m, u, int(bs), mask.data());
+        expect_matches(f, Activation::kGeluTanh, mask.data());
+      }
+    }
+  }
+}
+
 TEST_P(FusedMlpGpu, NaNStaysInItsRow) {
   SKIP_WITHOUT_GPU();
   const uint64_t seed = testing::fresh_seed();
@@ -548,6 +642,40 @@ TEST(FusedMlpSanitizer, SmallShapes) {
           fmlp::neuron_mask_from_blocks(idx.data(), counts.data(), 5, true, m, u, 16, mask.data());
           expect_matches(f, Activation::kSiLU, mask.data());
         }
+}
+
+// Each block width at M <= 8 forced (params.h: set_block_warps) under the sanitizers: dense, a union
+// list split over clusters and unsplit, M = 1 and 8.
+TEST(FusedMlpSanitizer, EveryBlockWidth) {
+  SKIP_WITHOUT_GPU();
+  for (int w : {8, 16, 32}) {
+    const BlockWarpsFor scoped(w);
+    for (int64_t m : {1, 8})
+      for (fmlp::SplitRule rule : {fmlp::SplitRule::kNever, fmlp::SplitRule::kAlways}) {
+        const SplitRuleFor split(rule);
+        const uint64_t seed = testing::fresh_seed();
+        SCOPED_TRACE("warps " + std::to_string(w) + " M=" + std::to_string(m) + " split rule " + std::to_string(int(rule)) +
+                     "; " + testing::seed_note(seed));
+        const int64_t k = 1032, u = 80;
+        Mlp f(DType::kBF16, m, k, u, seed);
+        Workspace ws(fused_mlp_workspace_size(m, k, u / 16, FusedMlpConfig{16, MlpReduction::kDeterministic}));
+        f.poison();
+        fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(),
+                  FusedMlpConfig{16, MlpReduction::kDeterministic});
+        BF_CUDA_OK(cudaDeviceSynchronize());
+        expect_matches(f, Activation::kSiLU, nullptr);
+        std::vector<int32_t> list = {0, 2, 4};
+        DeviceList dl(list, 5);
+        f.poison();
+        fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, NeuronBlockList{dl.idx.data(), dl.cnt.data(), 5, 16},
+                         ws.p(), ws.bytes(), FusedMlpConfig{});
+        BF_CUDA_OK(cudaDeviceSynchronize());
+        std::vector<unsigned char> mask(static_cast<size_t>(m * u));
+        const int32_t cnt = 3;
+        fmlp::neuron_mask_from_blocks(list.data(), &cnt, 0, false, m, u, 16, mask.data());
+        expect_matches(f, Activation::kSiLU, mask.data());
+      }
+  }
 }
 
 }  // namespace
