@@ -170,7 +170,7 @@ void run(const char* fn, const Problem& pr, const ConstMatrix& x, const ConstMat
   p.warps = pr.m > fmlp::kSplitMaxRows ? fmlp::kWarps
             : forced_warps != fmlp::kAutoBlockWarps
                 ? forced_warps
-                : fmlp::auto_block_warps(pr.m, detail::current_device_spec().cc_major, p.split > 1);
+                : fmlp::auto_block_warps(pr.m, detail::current_device_spec().cc_major, dynamic_groups);
   const int64_t grid = fmlp::grid_blocks(p.groups, neurons) * p.split;
   if (grid > 0x7fffffff) throw_arg(fn, "w_down_t", cat("has U = ", pr.u), "fewer than 2^31 neuron blocks");
   p.x = x.data;

@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(W * 32, W == kWarps ? 2 : 1) fused_mlp_kernel(
     const int64_t count = min(max(int64_t(*p.cnt), int64_t(0)), p.capacity);
     const int64_t listed = count * p.list_groups_per_block;
     // (split launches are M <= kSplitMaxRows: one token tile)
-    if (NT == 1 && p.split > 1 && (p.split_always || split_groups(listed, p.sm_count))) {
+    if (NT == 1 && p.split > 1 && (p.split_always || split_groups(listed, p.sm_count, W))) {
       cs = p.split;
       rank = int(blockIdx.x % unsigned(cs));
       unit = blockIdx.x / unsigned(cs);

@@ -71,9 +71,14 @@ BF_FMLP_HD inline int modeled_neurons_per_block(int64_t m, int64_t k, int64_t gr
 // H100): 90 / 95 %-sparse lists at M = 1 / 4 / 8 1.16-1.47x faster (8B x 90 % at M = 1: 27.9 -> 24.1
 // µs; 70B x 95 %: 46.1 -> 37.2); splitting every list (the `always` rule) was slower from 50 % to 90 %
 // at M = 4 and 8 (e.g. 70B x 90 %, M = 8: 133.4 against 102.6 µs), where a list has more groups than
-// SMs, hence the bound.
+// SMs, hence the bound. With blocks of W > 8 warps (one an SM, auto_block_warps below) a list splits
+// only where its 2-CTA units still fit one wave, listed_groups · W / 8 <= SMs: at 16 warps a list of
+// 67-132 groups split in two waves (8B × 90 % at M = 1: 30.2 µs against 24.9 unsplit and 24.1 for the
+// 8-warp split, results/gpu/session16_h100/call1/table.txt and call3/table.txt).
 constexpr int kSplitMaxRows = 8;  // M up to one 8-token MMA tile
-BF_FMLP_HD inline bool split_groups(int64_t listed_groups, int sms) { return listed_groups <= sms; }
+BF_FMLP_HD inline bool split_groups(int64_t listed_groups, int sms, int warps = 8) {
+  return listed_groups * (warps / 8) <= sms;
+}
 
 // Workspace: [counters: int per chunk][fp32 y accumulator [m, K] (atomic)][deterministic: int flag
 // per block, then fp32 partials [blocks][m][K], after room for the largest accumulator (kMaxRows)].
@@ -139,17 +144,26 @@ void set_split_rule(SplitRule rule);
 // the kernel's W). Wider blocks keep 4 gate/up loads a lane in flight and 2 down slots (1 at 32
 // warps: 64 registers a thread), which is what a warp's streaming rate uses (one SM streams about
 // 4 GB/s per warp with up to 4 loads a lane in flight, results/gpu/session15_h100/call8/sm_stream2.txt).
-// The rule, measured beside 8 and 32 warps in one process (H100, results/gpu/session16_h100/call1/table.txt,
-// Llama-3 8B and 70B at M = 1 / 4 / 8): 16 warps on sm_90 wherever the launch does not split, 8 where
-// it does. 16 warps were as fast or faster on every dense, per-token and unsplit union-list row (dense 2-7 %,
-// e.g. 8B M = 1 137.0 -> 131.0 µs, 70B M = 8 574.5 -> 547.5; 50-75 %-sparse union lists 3-12 %), and slower on the
-// short lists that split (8B 90 %: 24.1 -> 30.2 µs at M = 1): a split list's 2-CTA units at one block
-// an SM take two waves where the 8-warp blocks take one. The split is chosen on the device from the
-// list's count, so a launch that may split keeps 8 warps. 32 warps were slower than 16 almost
-// everywhere. Below sm_90 not measured: 8.
+// The rule: 16 warps for union lists with the heuristic's block size at M <= 8 on sm_90; 8 for dense
+// and per-token grids, for more token tiles, and below sm_90 (not measured). Measured at Llama-3 8B
+// and 70B, M = 1 / 4 / 8, each comparison in one process:
+// - H100, 8 / 16 / 32 warps forced (results/gpu/session16_h100/call1/table.txt): 16 warps faster on
+//   dense (2-7 %, 8B M = 1 137.0 -> 131.0 µs), per-token (up to 10 %) and unsplit union lists (3-12 %);
+//   slower where a list split in two waves (split_groups above); 32 warps slower than 16 almost
+//   everywhere.
+// - H100, union lists at 16 warps with this split threshold against 8 warps (call3/table.txt): lists
+//   of more than 132 groups 4-13 % faster (8B 75 % at M = 1: 46.1 -> 42.5 µs), of at most 66 groups
+//   (split at 16 warps) up to 8 % faster, of 67-132 groups 1-4 % slower (unsplit at 16 warps, one
+//   block an SM: a third of the SMs idle; 8B 90 % at M = 1: 24.3 -> 24.9 µs).
+// - H200, 16 warps everywhere against 8 (call5_h200/table.txt): union lists of more than 132 groups
+//   5-22 % faster except 70B 50 % at M = 1 (4 % slower) and M = 4 (level), the 67-132 band 3-7 % slower; but dense
+//   up to 7 % slower at M = 1 and 4 (8B M = 1: 101.3 -> 108.9 µs) and per-token lists from 6 % slower
+//   to 24 % faster. A 16-warp block keeps 32 KB of loads in flight an SM where two 8-warp blocks keep
+//   128 KB (U, fused_mlp_sm80.cuh), which the H200's higher bandwidth appears to need (not measured).
+//   Hence 16 warps for union lists only.
 constexpr int kMaxBlockWarps = 32;
-inline int auto_block_warps(int64_t m, int cc_major, bool split_launch) {
-  return m <= kSplitMaxRows && cc_major >= 9 && !split_launch ? 16 : kWarps;
+inline int auto_block_warps(int64_t m, int cc_major, bool union_list) {
+  return union_list && m <= kSplitMaxRows && cc_major >= 9 ? 16 : kWarps;
 }
 // Process-wide override for the bench and the tests, as the split rule has: 0 (kAutoBlockWarps, the
 // default: auto_block_warps), or 8, 16 or 32 at M <= 8 whatever the launch.
@@ -165,8 +179,9 @@ inline bool split_launch(int64_t m, SplitRule rule, bool sm90) {
 }
 // Whether such a call with `listed_groups` 16-neuron groups in its list splits them (the device's
 // choice in the kernel, from the count it reads; the bench reports the block size from it).
-inline bool split_units(int64_t m, SplitRule rule, bool sm90, int64_t listed_groups, int sms) {
-  return split_launch(m, rule, sm90) && (rule == SplitRule::kAlways || split_groups(listed_groups, sms));
+// `warps`: the block's (split_groups).
+inline bool split_units(int64_t m, SplitRule rule, bool sm90, int64_t listed_groups, int sms, int warps = kWarps) {
+  return split_launch(m, rule, sm90) && (rule == SplitRule::kAlways || split_groups(listed_groups, sms, warps));
 }
 
 }  // namespace blockfuse::fmlp

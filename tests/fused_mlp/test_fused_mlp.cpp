@@ -38,14 +38,23 @@ TEST(FusedMlpHeuristic, PicksAValidBlockSize) {
 }
 
 // Split launches (params.h): a union list's 16-neuron groups are shared by a 2-CTA cluster only
-// while the list has at most one group per SM, and only at M <= 8 (one token tile).
+// while the split units fit one wave — at most one group per SM with 8-warp blocks (two an SM), half
+// that with 16 (one an SM), a quarter with 32 — and only at M <= 8 (one token tile).
 TEST(FusedMlpHeuristic, SplitsShortListsOnly) {
   for (int sms : {1, 108, 132})
-    for (int64_t listed : {int64_t(0), int64_t(1), int64_t(sms) - 1, int64_t(sms), int64_t(sms) + 1, int64_t(4) * sms})
+    for (int64_t listed : {int64_t(0), int64_t(1), int64_t(sms) - 1, int64_t(sms), int64_t(sms) + 1, int64_t(4) * sms}) {
       EXPECT_EQ(fmlp::split_groups(listed, sms), listed <= sms) << listed << " groups, " << sms << " SMs";
-  // Llama-3 8B on an H100 (448 blocks of 32 neurons, 2 groups each): 90 % sparse splits, 75 % does not.
+      EXPECT_EQ(fmlp::split_groups(listed, sms, 8), listed <= sms) << listed << " groups, " << sms << " SMs";
+      EXPECT_EQ(fmlp::split_groups(listed, sms, 16), 2 * listed <= sms) << listed << " groups, " << sms << " SMs, 16 warps";
+      EXPECT_EQ(fmlp::split_groups(listed, sms, 32), 4 * listed <= sms) << listed << " groups, " << sms << " SMs, 32 warps";
+    }
+  // Llama-3 8B on an H100 (448 blocks of 32 neurons, 2 groups each): 90 % sparse (44 blocks) splits
+  // at 8 warps, not at 16; 95 % (22 blocks) at both; 75 % at neither.
   EXPECT_TRUE(fmlp::split_groups(2 * 44, 132));
+  EXPECT_FALSE(fmlp::split_groups(2 * 44, 132, 16));
+  EXPECT_TRUE(fmlp::split_groups(2 * 22, 132, 16));
   EXPECT_FALSE(fmlp::split_groups(2 * 112, 132));
+  EXPECT_FALSE(fmlp::split_groups(2 * 112, 132, 16));
   EXPECT_EQ(fmlp::kSplitMaxRows, 8);
   EXPECT_EQ(fmlp::split_rule(), fmlp::SplitRule::kAuto);  // the default
   // The launch (clusters of 2) and the device's choice, shared by the launcher and the bench.
@@ -55,9 +64,12 @@ TEST(FusedMlpHeuristic, SplitsShortListsOnly) {
       for (bool sm90 : {false, true}) {
         const bool launch = m <= 8 && rule != SplitRule::kNever && sm90;
         EXPECT_EQ(fmlp::split_launch(m, rule, sm90), launch) << m << " rows, rule " << int(rule) << ", sm90 " << sm90;
-        for (int64_t listed : {1, 132, 133, 528})
+        for (int64_t listed : {1, 66, 67, 132, 133, 528}) {
           EXPECT_EQ(fmlp::split_units(m, rule, sm90, listed, 132), launch && (rule == SplitRule::kAlways || listed <= 132))
               << m << " rows, rule " << int(rule) << ", sm90 " << sm90 << ", " << listed << " groups";
+          EXPECT_EQ(fmlp::split_units(m, rule, sm90, listed, 132, 16), launch && (rule == SplitRule::kAlways || listed <= 66))
+              << m << " rows, rule " << int(rule) << ", sm90 " << sm90 << ", " << listed << " groups, 16 warps";
+        }
       }
 }
 
@@ -76,20 +88,17 @@ TEST(FusedMlpHeuristic, BlockWarpsOverride) {
   }
 }
 
-// The rule (params.h: auto_block_warps, results/gpu/session16_h100/call1/table.txt): 16 warps at
-// M <= 8 on sm_90+ unless the launch may split a short list over 2-CTA clusters; 8 otherwise.
+// The rule (params.h: auto_block_warps, results/gpu/session16_h100/call1, call3 and call5_h200): 16
+// warps for union lists with the heuristic's block size at M <= 8 on sm_90+; 8 for dense and
+// per-token grids, for more token tiles, and below sm_90 (not measured).
 TEST(FusedMlpHeuristic, AutoBlockWarps) {
   for (int64_t m : {1, 4, 8}) {
-    EXPECT_EQ(fmlp::auto_block_warps(m, 9, false), 16) << "M = " << m;
-    EXPECT_EQ(fmlp::auto_block_warps(m, 10, false), 16) << "M = " << m;
-    EXPECT_EQ(fmlp::auto_block_warps(m, 9, true), fmlp::kWarps) << "M = " << m << ", a split launch";
-    EXPECT_EQ(fmlp::auto_block_warps(m, 8, false), fmlp::kWarps) << "M = " << m << ", sm_80/86/89 (not measured)";
+    EXPECT_EQ(fmlp::auto_block_warps(m, 9, true), 16) << "M = " << m;
+    EXPECT_EQ(fmlp::auto_block_warps(m, 10, true), 16) << "M = " << m;
+    EXPECT_EQ(fmlp::auto_block_warps(m, 9, false), fmlp::kWarps) << "M = " << m << ", dense or per-token";
+    EXPECT_EQ(fmlp::auto_block_warps(m, 8, true), fmlp::kWarps) << "M = " << m << ", sm_80/86/89";
   }
-  for (int64_t m : {9, 16, 32}) EXPECT_EQ(fmlp::auto_block_warps(m, 9, false), fmlp::kWarps) << "M = " << m;
-  // The launcher's split decision feeds it: a union list with the heuristic's block size at M <= 8
-  // on sm_90 may split unless the rule is kNever.
-  EXPECT_EQ(fmlp::auto_block_warps(1, 9, fmlp::split_launch(1, fmlp::SplitRule::kAuto, true)), fmlp::kWarps);
-  EXPECT_EQ(fmlp::auto_block_warps(1, 9, fmlp::split_launch(1, fmlp::SplitRule::kNever, true)), 16);
+  for (int64_t m : {9, 16, 32}) EXPECT_EQ(fmlp::auto_block_warps(m, 9, true), fmlp::kWarps) << "M = " << m;
 }
 
 TEST(FusedMlpWorkspace, Arithmetic) {

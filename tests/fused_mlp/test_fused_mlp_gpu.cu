@@ -377,7 +377,7 @@ struct BlockWarpsFor {
 };
 
 // Each block width at M <= 8 forced (params.h: set_block_warps; the rule, auto_block_warps, takes 16
-// or 8 by the launch, so the other tests cover one of them per path) against the reference, on every
+// for union lists on sm_90 and 8 elsewhere, so the other tests cover those) against the reference, on every
 // path: dense at every block size and both reductions, union lists under every split rule (empty,
 // short, long, all blocks; odd K, so the K slices and the down phase's rounds end part-way),
 // per-token lists, and the deterministic mode bitwise reproducible. M = 9 runs the 8-warp kernel.
@@ -459,6 +459,44 @@ TEST_P(FusedMlpGpu, EveryBlockWidthMatchesTheReference) {
         expect_matches(f, Activation::kGeluTanh, mask.data());
       }
     }
+  }
+}
+
+// Union lists on either side of the split thresholds (params.h: split_groups): a list splits at 8
+// warps up to one group per SM, at 16 up to half that, at 32 a quarter. Lists of SMs / 4, SMs / 2,
+// SMs / 2 + 1, SMs and SMs + 1 groups, under the rule's block width and each forced one, M = 1 and 8.
+TEST_P(FusedMlpGpu, UnionListsAroundTheSplitThresholds) {
+  SKIP_WITHOUT_GPU();
+  const DType dt = GetParam();
+  int dev = 0, sms = 0;
+  BF_CUDA_OK(cudaGetDevice(&dev));
+  BF_CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int64_t bs = 16, u = 16 * (2 * int64_t(sms) + 8), nblk = u / bs;  // one group a block
+  for (int w : {fmlp::kAutoBlockWarps, 8, 16, 32}) {
+    const BlockWarpsFor scoped(w);
+    for (auto [m, k] : {std::pair<int64_t, int64_t>{1, 1032}, {8, 264}})
+      for (int64_t listed : {int64_t(sms) / 4, int64_t(sms) / 2, int64_t(sms) / 2 + 1, int64_t(sms), int64_t(sms) + 1}) {
+        const uint64_t seed = testing::fresh_seed();
+        SCOPED_TRACE("warps " + std::to_string(w) + " M=" + std::to_string(m) + " " + std::to_string(listed) + " groups of " +
+                     std::to_string(sms) + " SMs; " + testing::seed_note(seed));
+        Mlp f(dt, m, k, u, seed);
+        std::mt19937_64 rng(seed + 3);
+        std::vector<int32_t> list(static_cast<size_t>(nblk));
+        std::iota(list.begin(), list.end(), 0);
+        std::shuffle(list.begin(), list.end(), rng);
+        list.resize(static_cast<size_t>(std::max<int64_t>(listed, 1)));
+        std::sort(list.begin(), list.end());
+        DeviceList dl(list, nblk);
+        Workspace ws(fused_mlp_workspace_size(m, k, u / 16, FusedMlpConfig{}));
+        f.poison();
+        fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU,
+                         NeuronBlockList{dl.idx.data(), dl.cnt.data(), nblk, int(bs)}, ws.p(), ws.bytes(), FusedMlpConfig{});
+        BF_CUDA_OK(cudaDeviceSynchronize());
+        std::vector<unsigned char> mask(static_cast<size_t>(m * u));
+        const int32_t cnt = int32_t(list.size());
+        fmlp::neuron_mask_from_blocks(list.data(), &cnt, 0, false, m, u, int(bs), mask.data());
+        expect_matches(f, Activation::kSiLU, mask.data());
+      }
   }
 }
 
