@@ -3,7 +3,11 @@
 # Each step is one device call from the repo root, on a one-GPU H100 (name kind nvidia-h100-x1: session
 # 16's unnamed calls came on an H200 and lost a deferred GPU check between machines).
 # Steps:
-#   det (issue 14): `git apply results/gpu/session16_h100/pending/deterministic_w16.patch` (16 warps a block
+#   det-ab (issue 14, first; cheap): `next_det_ab.sh` times main against main + both deterministic-mode
+#     patches below (CLIs built on the CPU machine and carried). Land what gains; the atomic rows must stay level.
+#   det (issue 14): `git apply results/gpu/session16_h100/pending/deterministic_w16.patch` and, if det-ab
+#     showed it gains, pending/deterministic_sum_select.patch (the final sum's loads no longer wait on each
+#     block's flag; an inactive block's stale slot is selected away, the same bits) (16 warps a block
 #     for the fused MLP's deterministic mode at M <= 8 on sm_90; its C++ tests and the sanitizer passed on an
 #     H100 in session 16, pending/deterministic_w16_gpu-check.log). Then `scripts/gpu-check --defer-python`
 #     and `--python-only` within 30 s on the same machine (about 530 + 180 s held), carrying the five
