@@ -5,7 +5,8 @@
 # Steps:
 #   det-ab (issue 14, first; cheap): `next_det_ab.sh` times main against main + both deterministic-mode
 #     patches below (CLIs built on the CPU machine and carried). Land what gains; the atomic rows must stay level.
-#   det (issue 14): `git apply results/gpu/session16_h100/pending/deterministic_w16.patch` and, if det-ab
+#   det (issue 14): `git apply results/gpu/session16_h100/pending/deterministic_w16.patch`, then
+#     pending/review_mends.patch (the review's mends; it applies on top of deterministic_w16), and, if det-ab
 #     showed it gains, pending/deterministic_sum_select.patch (the final sum's loads no longer wait on each
 #     block's flag; an inactive block's stale slot is selected away, the same bits) (16 warps a block
 #     for the fused MLP's deterministic mode at M <= 8 on sm_90; its C++ tests and the sanitizer passed on an
