@@ -263,9 +263,7 @@ void FusedMlpBench::shape(Bench& b, const Shape& sh, int warps) {
                              : split == "always" ? fmlp::SplitRule::kAlways : fmlp::SplitRule::kAuto);
         const FusedMlpConfig cfg{int(forced), MlpReduction::kAtomic};
         // (a split unit's group is 16 neurons: reported as such where the rule splits this list)
-        const int bw = M > fmlp::kSplitMaxRows ? fmlp::kWarps
-                       : warps              ? warps
-                                            : fmlp::auto_block_warps(M, b.device().major, forced == 0);
+        const int bw = fmlp::launch_block_warps(M, b.device().major, forced == 0, false);
         const bool splits = !forced && fmlp::split_units(M, fmlp::split_rule(), b.device().major >= 9, active * 2, sms, bw);
         const int nb = forced ? int(forced) : splits ? 16 : fused_mlp_heuristic(M, K, active * 2, sms).neurons_per_block;
         Check chk = all_chk;

@@ -108,21 +108,14 @@ int resolve_neurons(const FusedMlpConfig& c, int64_t m, int64_t k, int64_t group
 // Launches as clusters of p.split CTAs when p.split > 1 (the grid a multiple of it).
 template <class T, int NT, int NG>
 void launch_ng(const fmlp::FusedMlpParams& p, unsigned grid, cudaStream_t s) {
+  const auto go = [&](auto kernel, int warps) {
+    detail::launch_kernel(kernel, dim3(grid), dim3(warps * 32), 0, s, dim3(unsigned(p.split), 1, 1), false, p);
+  };
   if constexpr (NT == 1) {  // wider blocks (params.h: auto_block_warps)
-    const int w = p.warps;
-    if (w == 16) {
-      detail::launch_kernel(fmlp::fused_mlp_kernel<T, 1, NG, 16>, dim3(grid), dim3(16 * 32), 0, s,
-                            dim3(unsigned(p.split), 1, 1), false, p);
-      return;
-    }
-    if (w == 32) {
-      detail::launch_kernel(fmlp::fused_mlp_kernel<T, 1, NG, 32>, dim3(grid), dim3(32 * 32), 0, s,
-                            dim3(unsigned(p.split), 1, 1), false, p);
-      return;
-    }
+    if (p.warps == 16) return go(fmlp::fused_mlp_kernel<T, 1, NG, 16>, 16);
+    if (p.warps == 32) return go(fmlp::fused_mlp_kernel<T, 1, NG, 32>, 32);
   }
-  detail::launch_kernel(fmlp::fused_mlp_kernel<T, NT, NG>, dim3(grid), dim3(fmlp::kWarps * 32), 0, s,
-                        dim3(unsigned(p.split), 1, 1), false, p);
+  go(fmlp::fused_mlp_kernel<T, NT, NG>, fmlp::kWarps);
 }
 
 template <class T, int NT>
@@ -166,11 +159,8 @@ void run(const char* fn, const Problem& pr, const ConstMatrix& x, const ConstMat
   const fmlp::SplitRule rule = fmlp::split_rule();
   p.split = dynamic_groups && fmlp::split_launch(pr.m, rule, split_path_available()) ? 2 : 1;
   p.split_always = rule == fmlp::SplitRule::kAlways;
-  const int forced_warps = fmlp::block_warps();
-  p.warps = pr.m > fmlp::kSplitMaxRows ? fmlp::kWarps
-            : forced_warps != fmlp::kAutoBlockWarps
-                ? forced_warps
-                : fmlp::auto_block_warps(pr.m, detail::current_device_spec().cc_major, dynamic_groups);
+  p.warps = fmlp::launch_block_warps(pr.m, detail::current_device_spec().cc_major, dynamic_groups,
+                                     red == MlpReduction::kDeterministic);
   const int64_t grid = fmlp::grid_blocks(p.groups, neurons) * p.split;
   if (grid > 0x7fffffff) throw_arg(fn, "w_down_t", cat("has U = ", pr.u), "fewer than 2^31 neuron blocks");
   p.x = x.data;

@@ -443,14 +443,18 @@ __global__ void __launch_bounds__(W * 32, W == kWarps ? 2 : 1) fused_mlp_kernel(
           const int64_t m = ok ? q / quads : 0, col = col0 + 4 * (ok ? q % quads : 0);
           float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
           if (ok) {
-#pragma unroll 4
+            // Every block's flag and slot are loaded, and an inactive block's (stale) slot is
+            // selected away: no load waits on a flag, so the unrolled loads are in flight together.
+            // The same sum bit for bit as skipping the block: s starts at +0 and a round-to-nearest
+            // sum is never -0, so s + 0 == s (and a NaN stays NaN).
+#pragma unroll 8
             for (int64_t b = r; b < nb; b += L) {
-              if (!__ldcg(p.flags + b)) continue;
+              const bool on = __ldcg(p.flags + b) != 0;
               const float4 v = __ldcg(reinterpret_cast<const float4*>(p.partials + (b * p.m + m) * p.k + col));
-              s.x += v.x;
-              s.y += v.y;
-              s.z += v.z;
-              s.w += v.w;
+              s.x += on ? v.x : 0.f;
+              s.y += on ? v.y : 0.f;
+              s.z += on ? v.z : 0.f;
+              s.w += on ? v.w : 0.f;
             }
           }
           for (int o = 1; o < L; o *= 2) {

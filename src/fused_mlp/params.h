@@ -76,8 +76,8 @@ BF_FMLP_HD inline int modeled_neurons_per_block(int64_t m, int64_t k, int64_t gr
 // 67-132 groups split in two waves (8B × 90 % at M = 1: 30.2 µs against 24.9 unsplit and 24.1 for the
 // 8-warp split, results/gpu/session16_h100/call1/table.txt and call3/table.txt).
 constexpr int kSplitMaxRows = 8;  // M up to one 8-token MMA tile
-BF_FMLP_HD inline bool split_groups(int64_t listed_groups, int sms, int warps = 8) {
-  return listed_groups * (warps / 8) <= sms;
+BF_FMLP_HD inline bool split_groups(int64_t listed_groups, int sms, int warps = kWarps) {
+  return listed_groups * (warps / kWarps) <= sms;
 }
 
 // Workspace: [counters: int per chunk][fp32 y accumulator [m, K] (atomic)][deterministic: int flag
@@ -144,9 +144,10 @@ void set_split_rule(SplitRule rule);
 // the kernel's W). Wider blocks keep 4 gate/up loads a lane in flight and 2 down slots (1 at 32
 // warps: 64 registers a thread), which is what a warp's streaming rate uses (one SM streams about
 // 4 GB/s per warp with up to 4 loads a lane in flight, results/gpu/session15_h100/call8/sm_stream2.txt).
-// The rule: 16 warps for union lists with the heuristic's block size at M <= 8 on sm_90; 8 for dense
-// and per-token grids, for more token tiles, and below sm_90 (not measured). Measured at Llama-3 8B
-// and 70B, M = 1 / 4 / 8, each comparison in one process:
+// The rule: 16 warps for union lists with the heuristic's block size, and in the deterministic mode,
+// at M <= 8 on sm_90; 8 for dense and per-token grids with the atomic reduction, for more token
+// tiles, and below sm_90 (not measured). Measured at Llama-3 8B and 70B, M = 1 / 4 / 8, each
+// comparison in one process:
 // - H100, 8 / 16 / 32 warps forced (results/gpu/session16_h100/call1/table.txt): 16 warps faster on
 //   dense (2-7 %, 8B M = 1 137.0 -> 131.0 µs), per-token (up to 10 %) and unsplit union lists (3-12 %);
 //   slower where a list split in two waves (split_groups above); 32 warps slower than 16 almost
@@ -156,14 +157,19 @@ void set_split_rule(SplitRule rule);
 //   (split at 16 warps) up to 8 % faster, of 67-132 groups 1-4 % slower (unsplit at 16 warps, one
 //   block an SM: a third of the SMs idle; 8B 90 % at M = 1: 24.3 -> 24.9 µs).
 // - H200, 16 warps everywhere against 8 (call5_h200/table.txt): union lists of more than 132 groups
-//   5-22 % faster except 70B 50 % at M = 1 (4 % slower) and M = 4 (level), the 67-132 band 3-7 % slower; but dense
-//   up to 7 % slower at M = 1 and 4 (8B M = 1: 101.3 -> 108.9 µs) and per-token lists from 6 % slower
-//   to 24 % faster. A 16-warp block keeps 32 KB of loads in flight an SM where two 8-warp blocks keep
-//   128 KB (U, fused_mlp_sm80.cuh), which the H200's higher bandwidth appears to need (not measured).
-//   Hence 16 warps for union lists only.
+//   5-22 % faster except 70B 50 % at M = 1 (4 % slower) and M = 4 (level), the 67-132 band 3-7 %
+//   slower; but dense up to 7 % slower at M = 1 and 4 (8B M = 1: 101.3 -> 108.9 µs) and per-token
+//   lists from 6 % slower to 24 % faster. A 16-warp block keeps 32 KB of loads in flight an SM where
+//   two 8-warp blocks keep 128 KB (U, fused_mlp_sm80.cuh), which the H200's higher bandwidth appears
+//   to need (not measured). Hence 16 warps for union lists.
+// - The deterministic mode (any grid) takes 16 warps too: its last-block sums are done by a chunk's
+//   last warp over every block's slot, and with 16 warps a block the chunks spread over twice the
+//   warps. Dense, 8 -> 16 warps: H100 1.6-1.9x faster (70B M = 1: 1912 -> 1209 µs, M = 8: 17082 ->
+//   8952; call1/table.txt), H200 1.6-1.9x (call5_h200/table.txt). Still 2-17x slower than the
+//   atomic mode.
 constexpr int kMaxBlockWarps = 32;
-inline int auto_block_warps(int64_t m, int cc_major, bool union_list) {
-  return union_list && m <= kSplitMaxRows && cc_major >= 9 ? 16 : kWarps;
+inline int auto_block_warps(int64_t m, int cc_major, bool union_list, bool deterministic = false) {
+  return (union_list || deterministic) && m <= kSplitMaxRows && cc_major >= 9 ? 16 : kWarps;
 }
 // Process-wide override for the bench and the tests, as the split rule has: 0 (kAutoBlockWarps, the
 // default: auto_block_warps), or 8, 16 or 32 at M <= 8 whatever the launch.
@@ -171,6 +177,14 @@ constexpr int kAutoBlockWarps = 0;
 int block_warps();
 // Throws blockfuse::Error (an invalid argument) unless warps is 0, 8, 16 or 32.
 void set_block_warps(int warps);
+// The warps a launch takes: 8 above M = 8, else the override where one is set, else the rule (the
+// launcher's choice; the bench reports the split from it).
+inline int launch_block_warps(int64_t m, int cc_major, bool union_list, bool deterministic) {
+  const int forced = block_warps();
+  return m > kSplitMaxRows ? kWarps
+         : forced != kAutoBlockWarps ? forced
+                                     : auto_block_warps(m, cc_major, union_list, deterministic);
+}
 
 // Whether a union-list call (the heuristic's block size) of m rows launches as 2-CTA clusters under
 // `rule`, where `sm90` says split launches can run (the launcher: sm_90 code on an sm_90+ device).

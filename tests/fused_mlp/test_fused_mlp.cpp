@@ -89,16 +89,22 @@ TEST(FusedMlpHeuristic, BlockWarpsOverride) {
 }
 
 // The rule (params.h: auto_block_warps, results/gpu/session16_h100/call1, call3 and call5_h200): 16
-// warps for union lists with the heuristic's block size at M <= 8 on sm_90+; 8 for dense and
-// per-token grids, for more token tiles, and below sm_90 (not measured).
+// warps for union lists with the heuristic's block size and in the deterministic mode at M <= 8 on
+// sm_90+; 8 for dense and per-token grids with atomics, for more token tiles, and below sm_90.
 TEST(FusedMlpHeuristic, AutoBlockWarps) {
   for (int64_t m : {1, 4, 8}) {
     EXPECT_EQ(fmlp::auto_block_warps(m, 9, true), 16) << "M = " << m;
     EXPECT_EQ(fmlp::auto_block_warps(m, 10, true), 16) << "M = " << m;
     EXPECT_EQ(fmlp::auto_block_warps(m, 9, false), fmlp::kWarps) << "M = " << m << ", dense or per-token";
     EXPECT_EQ(fmlp::auto_block_warps(m, 8, true), fmlp::kWarps) << "M = " << m << ", sm_80/86/89";
+    EXPECT_EQ(fmlp::auto_block_warps(m, 9, false, true), 16) << "M = " << m << ", deterministic";
+    EXPECT_EQ(fmlp::auto_block_warps(m, 9, true, true), 16) << "M = " << m << ", deterministic union list";
+    EXPECT_EQ(fmlp::auto_block_warps(m, 8, false, true), fmlp::kWarps) << "M = " << m << ", deterministic, sm_80/86/89";
   }
-  for (int64_t m : {9, 16, 32}) EXPECT_EQ(fmlp::auto_block_warps(m, 9, true), fmlp::kWarps) << "M = " << m;
+  for (int64_t m : {9, 16, 32}) {
+    EXPECT_EQ(fmlp::auto_block_warps(m, 9, true), fmlp::kWarps) << "M = " << m;
+    EXPECT_EQ(fmlp::auto_block_warps(m, 9, false, true), fmlp::kWarps) << "M = " << m << ", deterministic";
+  }
 }
 
 TEST(FusedMlpWorkspace, Arithmetic) {

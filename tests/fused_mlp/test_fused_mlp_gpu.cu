@@ -196,6 +196,41 @@ struct DeviceList {
   }
 };
 
+// One SiLU call of the union list `list` (capacity nblk, blocks of bs neurons) into a poisoned y,
+// checked against the reference masked to the listed blocks.
+void expect_union_list_matches(Mlp& f, const std::vector<int32_t>& list, int64_t nblk, int bs, Workspace& ws,
+                               FusedMlpConfig cfg = FusedMlpConfig{}) {
+  DeviceList dl(list, nblk);
+  f.poison();
+  fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, NeuronBlockList{dl.idx.data(), dl.cnt.data(), nblk, bs},
+                   ws.p(), ws.bytes(), cfg);
+  BF_CUDA_OK(cudaDeviceSynchronize());
+  std::vector<unsigned char> mask(static_cast<size_t>(f.m * f.u));
+  const int32_t cnt = int32_t(list.size());
+  fmlp::neuron_mask_from_blocks(list.data(), &cnt, 0, false, f.m, f.u, bs, mask.data());
+  expect_matches(f, Activation::kSiLU, mask.data());
+}
+
+// Union lists of blocks of 32 (empty, 5 %, 40 %, all) under every split rule against the reference,
+// two calls per workspace (the second finds it as the first left it). `label` heads each trace.
+void expect_split_rules_match(DType dt, int64_t m, int64_t k, int64_t u, const std::string& label) {
+  const int64_t bs = 32, nblk = u / bs;
+  for (fmlp::SplitRule rule : {fmlp::SplitRule::kNever, fmlp::SplitRule::kAlways, fmlp::SplitRule::kAuto})
+    for (double density : {0.0, 0.05, 0.4, 1.0}) {
+      const SplitRuleFor scoped(rule);
+      const uint64_t seed = testing::fresh_seed();
+      SCOPED_TRACE(label + "M=" + std::to_string(m) + " K=" + std::to_string(k) + " split rule " + std::to_string(int(rule)) +
+                   " density=" + std::to_string(density) + "; " + testing::seed_note(seed));
+      Mlp f(dt, m, k, u, seed);
+      std::mt19937_64 rng(seed + 1);
+      std::vector<int32_t> list;
+      for (int32_t b = 0; b < nblk; ++b)
+        if (density >= 1.0 || std::uniform_real_distribution<double>(0, 1)(rng) < density) list.push_back(b);
+      Workspace ws(fused_mlp_workspace_size(m, k, u / 16, FusedMlpConfig{}));
+      for (int rep = 0; rep < 2; ++rep) expect_union_list_matches(f, list, nblk, int(bs), ws);
+    }
+}
+
 TEST_P(FusedMlpGpu, SparseUnionLists) {
   SKIP_WITHOUT_GPU();
   const DType dt = GetParam();
@@ -284,33 +319,8 @@ TEST_P(FusedMlpGpu, UnionListBlockSizeFollowsTheCount) {
 // chunks shorter, a partial last round of the down phase), and M = 9 (never split).
 TEST_P(FusedMlpGpu, SplitRulesMatchTheReference) {
   SKIP_WITHOUT_GPU();
-  const DType dt = GetParam();
-  const int64_t u = 1024, bs = 32, nblk = u / bs;
   for (auto [m, k] : {std::pair<int64_t, int64_t>{1, 2056}, {5, 520}, {8, 4168}, {9, 264}})
-    for (fmlp::SplitRule rule : {fmlp::SplitRule::kNever, fmlp::SplitRule::kAlways, fmlp::SplitRule::kAuto})
-      for (double density : {0.0, 0.05, 0.4, 1.0}) {
-        const SplitRuleFor scoped(rule);
-        const uint64_t seed = testing::fresh_seed();
-        SCOPED_TRACE("M=" + std::to_string(m) + " K=" + std::to_string(k) + " split rule " + std::to_string(int(rule)) +
-                     " density=" + std::to_string(density) + "; " + testing::seed_note(seed));
-        Mlp f(dt, m, k, u, seed);
-        std::mt19937_64 rng(seed + 1);
-        std::vector<int32_t> list;
-        for (int32_t b = 0; b < nblk; ++b)
-          if (density >= 1.0 || std::uniform_real_distribution<double>(0, 1)(rng) < density) list.push_back(b);
-        DeviceList dl(list, nblk);
-        Workspace ws(fused_mlp_workspace_size(m, k, u / 16, FusedMlpConfig{}));
-        for (int rep = 0; rep < 2; ++rep) {  // the second call finds the workspace as the first left it
-          f.poison();
-          fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU,
-                           NeuronBlockList{dl.idx.data(), dl.cnt.data(), nblk, int(bs)}, ws.p(), ws.bytes(), FusedMlpConfig{});
-          BF_CUDA_OK(cudaDeviceSynchronize());
-          std::vector<unsigned char> mask(static_cast<size_t>(m * u));
-          const int32_t cnt = int32_t(list.size());
-          fmlp::neuron_mask_from_blocks(list.data(), &cnt, 0, false, m, u, int(bs), mask.data());
-          expect_matches(f, Activation::kSiLU, mask.data());
-        }
-      }
+    expect_split_rules_match(GetParam(), m, k, 1024, "");
 }
 
 TEST_P(FusedMlpGpu, AllBlocksEqualDenseBitwise) {
@@ -407,32 +417,8 @@ TEST_P(FusedMlpGpu, EveryBlockWidthMatchesTheReference) {
           EXPECT_EQ(f.y_bits(), first) << "deterministic mode not bitwise reproducible";
         }
       }
+      expect_split_rules_match(dt, m, k, u, "warps " + std::to_string(w) + " union ");
       const int64_t bs = 32, nblk = u / bs;
-      for (fmlp::SplitRule rule : {fmlp::SplitRule::kNever, fmlp::SplitRule::kAlways, fmlp::SplitRule::kAuto})
-        for (double density : {0.0, 0.05, 0.4, 1.0}) {
-          const SplitRuleFor split(rule);
-          const uint64_t seed = testing::fresh_seed();
-          SCOPED_TRACE("warps " + std::to_string(w) + " union M=" + std::to_string(m) + " K=" + std::to_string(k) +
-                       " split rule " + std::to_string(int(rule)) + " density=" + std::to_string(density) + "; " +
-                       testing::seed_note(seed));
-          Mlp f(dt, m, k, u, seed);
-          std::mt19937_64 rng(seed + 1);
-          std::vector<int32_t> list;
-          for (int32_t b = 0; b < nblk; ++b)
-            if (density >= 1.0 || std::uniform_real_distribution<double>(0, 1)(rng) < density) list.push_back(b);
-          DeviceList dl(list, nblk);
-          Workspace ws(fused_mlp_workspace_size(m, k, u / 16, FusedMlpConfig{}));
-          for (int rep = 0; rep < 2; ++rep) {  // the second call finds the workspace as the first left it
-            f.poison();
-            fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU,
-                             NeuronBlockList{dl.idx.data(), dl.cnt.data(), nblk, int(bs)}, ws.p(), ws.bytes(), FusedMlpConfig{});
-            BF_CUDA_OK(cudaDeviceSynchronize());
-            std::vector<unsigned char> mask(static_cast<size_t>(m * u));
-            const int32_t cnt = int32_t(list.size());
-            fmlp::neuron_mask_from_blocks(list.data(), &cnt, 0, false, m, u, int(bs), mask.data());
-            expect_matches(f, Activation::kSiLU, mask.data());
-          }
-        }
       {
         const uint64_t seed = testing::fresh_seed();
         SCOPED_TRACE("warps " + std::to_string(w) + " per-token M=" + std::to_string(m) + " K=" + std::to_string(k) + "; " +
@@ -486,16 +472,8 @@ TEST_P(FusedMlpGpu, UnionListsAroundTheSplitThresholds) {
         std::shuffle(list.begin(), list.end(), rng);
         list.resize(static_cast<size_t>(std::max<int64_t>(listed, 1)));
         std::sort(list.begin(), list.end());
-        DeviceList dl(list, nblk);
         Workspace ws(fused_mlp_workspace_size(m, k, u / 16, FusedMlpConfig{}));
-        f.poison();
-        fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU,
-                         NeuronBlockList{dl.idx.data(), dl.cnt.data(), nblk, int(bs)}, ws.p(), ws.bytes(), FusedMlpConfig{});
-        BF_CUDA_OK(cudaDeviceSynchronize());
-        std::vector<unsigned char> mask(static_cast<size_t>(m * u));
-        const int32_t cnt = int32_t(list.size());
-        fmlp::neuron_mask_from_blocks(list.data(), &cnt, 0, false, m, u, int(bs), mask.data());
-        expect_matches(f, Activation::kSiLU, mask.data());
+        expect_union_list_matches(f, list, nblk, int(bs), ws);
       }
   }
 }
@@ -702,16 +680,7 @@ TEST(FusedMlpSanitizer, EveryBlockWidth) {
                   FusedMlpConfig{16, MlpReduction::kDeterministic});
         BF_CUDA_OK(cudaDeviceSynchronize());
         expect_matches(f, Activation::kSiLU, nullptr);
-        std::vector<int32_t> list = {0, 2, 4};
-        DeviceList dl(list, 5);
-        f.poison();
-        fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, NeuronBlockList{dl.idx.data(), dl.cnt.data(), 5, 16},
-                         ws.p(), ws.bytes(), FusedMlpConfig{});
-        BF_CUDA_OK(cudaDeviceSynchronize());
-        std::vector<unsigned char> mask(static_cast<size_t>(m * u));
-        const int32_t cnt = 3;
-        fmlp::neuron_mask_from_blocks(list.data(), &cnt, 0, false, m, u, 16, mask.data());
-        expect_matches(f, Activation::kSiLU, mask.data());
+        expect_union_list_matches(f, {0, 2, 4}, 5, 16, ws);
       }
   }
 }
