@@ -137,6 +137,12 @@ bool split_path_available() {
   return detail::sm90_code_loaded(cache, reinterpret_cast<const void*>(fmlp::fused_mlp_kernel<__nv_bfloat16, 1, 4>));
 }
 
+// Whether the deterministic mode's second launch may carry the PDL attribute (common/launch.h).
+bool sum_pdl_available() {
+  static detail::PerDeviceCache<bool> cache;
+  return detail::pdl_launchable(cache, reinterpret_cast<const void*>(fmlp::fused_mlp_sum_kernel<__nv_bfloat16>));
+}
+
 template <class T>
 void launch(const fmlp::FusedMlpParams& p, int ng, unsigned grid, cudaStream_t s) {
   switch (int(fmlp::ceil_div(p.m, 8))) {
@@ -146,6 +152,12 @@ void launch(const fmlp::FusedMlpParams& p, int ng, unsigned grid, cudaStream_t s
     default: launch_nt<T, 4>(p, ng, grid, s); break;
   }
   BF_CHECK_LAUNCH();
+  if (p.deterministic) {  // the slots' fixed-order sum (fused_mlp_sum_kernel)
+    const int lanes = fmlp::sum_lanes(p.m, p.k, grid, sm_count_now());
+    detail::launch_kernel(fmlp::fused_mlp_sum_kernel<T>, dim3(unsigned(fmlp::sum_grid(p.m, p.k, lanes))),
+                          dim3(fmlp::kSumThreads), 0, s, dim3(1, 1, 1), sum_pdl_available(), p, lanes);
+    BF_CHECK_LAUNCH();
+  }
 }
 
 // Everything validated; the device pointers checked here, then the launch.
@@ -180,6 +192,7 @@ void run(const char* fn, const Problem& pr, const ConstMatrix& x, const ConstMat
   p.counters = reinterpret_cast<int*>(w);
   if (p.deterministic) {
     p.flags = reinterpret_cast<int*>(w + fmlp::deterministic_offset(pr.k));
+    p.det_blocks = p.flags + grid;
     p.partials = reinterpret_cast<float*>(w + fmlp::deterministic_offset(pr.k) + fmlp::flag_bytes(grid));
   } else {
     p.acc = reinterpret_cast<float*>(w + fmlp::counter_bytes(pr.k));

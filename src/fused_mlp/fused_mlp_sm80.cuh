@@ -24,10 +24,10 @@
 //
 // 3. reduction. Per chunk, a warp adds its fp32 partial to the workspace — kAtomic: fp32 atomics
 //    (red.global.add, four-wide on sm_90) into one [M, K] accumulator; kDeterministic: stores into
-//    the block's own slot. After a batch of up to 32 chunks it fences once and counts in on each of
-//    them. The warp that counts last (of the participating blocks) reads the chunk (atomic: and
-//    clears it; deterministic: sums the slots of the active blocks in block order), writes y in T
-//    and resets the counter, so the next call or graph replay finds the workspace zeroed. Dense and
+//    the block's own slot, which a second launch (fused_mlp_sum_kernel, below) sums in block order.
+//    Atomic: after a batch of up to 32 chunks a warp fences once and counts in on each of them; the
+//    warp that counts last (of the participating blocks) reads the chunk and clears it, writes y in
+//    T and resets the counter, so the next call or graph replay finds the workspace zeroed. Dense and
 //    per-token grids: every block takes part, blocks with nothing selected still count in. Union
 //    lists: the blocks the list's count needs take part (all read the count on the device), the
 //    rest return at once; with the heuristic's block size (dynamic_groups) the groups per block are
@@ -44,6 +44,7 @@
 #include "decode_gemm/decode_gemm_sm80.cuh"  // MmaType, load_w, load_x, store_y
 #include "fused_mlp/params.h"
 #include "common/activation.cuh"
+#include "common/pdl.cuh"
 
 namespace blockfuse::fmlp {
 
@@ -178,15 +179,14 @@ __global__ void __launch_bounds__(W * 32, W == kWarps ? 2 : 1) fused_mlp_kernel(
   }
   const bool active = __syncthreads_or(mine);
   if (p.deterministic) {
-    // The flag must be visible before any warp of this block counts itself in on a chunk: the last
-    // block reads it to decide whether this block's slot holds a partial. An inactive block has no
-    // barrier before its warps count in, so without this fence + barrier the reader could see the
-    // flag of the previous call (and sum that call's stale slot).
+    // The flag says whether this block's slot holds a partial, and unit 0 records how many blocks
+    // take part: fused_mlp_sum_kernel, launched after this grid, reads both once it has completed.
+    // An inactive block has nothing more to do.
     if (threadIdx.x == 0) {
       p.flags[blockIdx.x] = active;
-      __threadfence();
+      if (unit == 0) *p.det_blocks = int(blocks);
     }
-    __syncthreads();
+    if (!active) return;
   }
 
   if (active) {
@@ -403,6 +403,7 @@ __global__ void __launch_bounds__(W * 32, W == kWarps ? 2 : 1) fused_mlp_kernel(
         }
       }
     }
+    if (p.deterministic) continue;  // the slots are summed by fused_mlp_sum_kernel
     // Count in; the last of the `blocks` blocks to count in on a chunk finishes it.
     __threadfence();
     __syncwarp();
@@ -417,63 +418,69 @@ __global__ void __launch_bounds__(W * 32, W == kWarps ? 2 : 1) fused_mlp_kernel(
       const int64_t width = min(int64_t(kChunk), p.k - col0);  // a multiple of 8
       const int64_t quads = width / 4;
       T* y = static_cast<T*>(p.y);
-      if (!p.deterministic) {
-        for (int64_t q = lane; q < p.m * quads; q += 32) {
-          const int64_t m = q / quads, col = col0 + 4 * (q % quads);
-          float4* a = reinterpret_cast<float4*>(p.acc + m * p.k + col);
-          const float4 s = __ldcg(a);
-          __stcg(a, make_float4(0.f, 0.f, 0.f, 0.f));
-          T* yr = y + m * p.ldy + col;
-          store_y<T>(yr, s.x);
-          store_y<T>(yr + 1, s.y);
-          store_y<T>(yr + 2, s.z);
-          store_y<T>(yr + 3, s.w);
-        }
-      } else {
-        // L lanes per output quad split the blocks (lane r of a quad takes blocks b ≡ r mod L, in
-        // order) and combine with a fixed butterfly: a fixed order, so deterministic.
-        const int64_t items = p.m * quads;
-        int L = 1;
-        while (L < 32 && items * (2 * L) <= 32) L *= 2;
-        const int r = lane % L;
-        const int64_t nb = blocks;
-        for (int64_t q0 = 0; q0 < items; q0 += 32 / L) {
-          const int64_t q = q0 + lane / L;
-          const bool ok = q < items;
-          const int64_t m = ok ? q / quads : 0, col = col0 + 4 * (ok ? q % quads : 0);
-          float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-          if (ok) {
-            // Every block's flag and slot are loaded, and an inactive block's (stale) slot is
-            // selected away: no load waits on a flag, so the unrolled loads are in flight together.
-            // The same sum bit for bit as skipping the block: s starts at +0 and a round-to-nearest
-            // sum is never -0, so s + 0 == s (and a NaN stays NaN).
-#pragma unroll 8
-            for (int64_t b = r; b < nb; b += L) {
-              const bool on = __ldcg(p.flags + b) != 0;
-              const float4 v = __ldcg(reinterpret_cast<const float4*>(p.partials + (b * p.m + m) * p.k + col));
-              s.x += on ? v.x : 0.f;
-              s.y += on ? v.y : 0.f;
-              s.z += on ? v.z : 0.f;
-              s.w += on ? v.w : 0.f;
-            }
-          }
-          for (int o = 1; o < L; o *= 2) {
-            s.x += __shfl_xor_sync(0xffffffffu, s.x, o);
-            s.y += __shfl_xor_sync(0xffffffffu, s.y, o);
-            s.z += __shfl_xor_sync(0xffffffffu, s.z, o);
-            s.w += __shfl_xor_sync(0xffffffffu, s.w, o);
-          }
-          if (ok && r == 0) {
-            T* yr = y + m * p.ldy + col;
-            store_y<T>(yr, s.x);
-            store_y<T>(yr + 1, s.y);
-            store_y<T>(yr + 2, s.z);
-            store_y<T>(yr + 3, s.w);
-          }
-        }
+      for (int64_t q = lane; q < p.m * quads; q += 32) {
+        const int64_t m = q / quads, col = col0 + 4 * (q % quads);
+        float4* a = reinterpret_cast<float4*>(p.acc + m * p.k + col);
+        const float4 s = __ldcg(a);
+        __stcg(a, make_float4(0.f, 0.f, 0.f, 0.f));
+        T* yr = y + m * p.ldy + col;
+        store_y<T>(yr, s.x);
+        store_y<T>(yr + 1, s.y);
+        store_y<T>(yr + 2, s.z);
+        store_y<T>(yr + 3, s.w);
       }
       if (lane == 0) p.counters[c] = 0;  // every block has counted this chunk
     }
+  }
+}
+
+// The deterministic mode's reduction, a second launch after fused_mlp_kernel (with PDL where the
+// device allows, so its launch overlaps the first grid's tail): y[m, c..c+3] = the sum over the
+// `*det_blocks` blocks, in block order, of the slots whose flag is set. L lanes share an output quad
+// (lane r takes blocks b = r mod L in order) and combine with a fixed xor butterfly, so the order is
+// fixed whatever the timing: bitwise the same on every call. The 32 / L quads of a warp are
+// consecutive columns of one slot row, so a warp's loads are contiguous. L (sum_lanes, params.h)
+// gives the launch enough threads to spread the read over every SM: a second launch, because in one
+// launch only the last blocks to finish can sum, and their few warps then read every slot
+// (docs/fused_mlp.md, "The deterministic mode's sum").
+template <class T>
+__global__ void __launch_bounds__(kSumThreads) fused_mlp_sum_kernel(const FusedMlpParams p, int L) {
+  detail::pdl_wait();  // the first grid has completed: its slots, flags and count are visible
+  const int64_t nb = *p.det_blocks;
+  const int64_t quads = p.k / 4;  // K % 8 == 0
+  const int64_t items = p.m * quads;
+  const int lane = threadIdx.x & 31, per_warp = 32 / L, r = lane / per_warp;
+  const int64_t q = ((int64_t(blockIdx.x) * kSumThreads + threadIdx.x) >> 5) * per_warp + lane % per_warp;
+  const bool ok = q < items;
+  const int64_t m = ok ? q / quads : 0, col = ok ? 4 * (q % quads) : 0;
+  // Every block's flag and slot are loaded, and an inactive block's (stale) slot is selected away: no
+  // load waits on a flag, so the unrolled loads are in flight together. The same sum bit for bit as
+  // skipping the block: s starts at +0 and a round-to-nearest sum is never -0, so s + 0 == s (and a
+  // NaN stays NaN).
+  float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (ok) {
+#pragma unroll 8
+    for (int64_t b = r; b < nb; b += L) {
+      const bool on = __ldcg(p.flags + b) != 0;
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(p.partials + (b * p.m + m) * p.k + col));
+      s.x += on ? v.x : 0.f;
+      s.y += on ? v.y : 0.f;
+      s.z += on ? v.z : 0.f;
+      s.w += on ? v.w : 0.f;
+    }
+  }
+  for (int o = per_warp; o < 32; o *= 2) {
+    s.x += __shfl_xor_sync(0xffffffffu, s.x, o);
+    s.y += __shfl_xor_sync(0xffffffffu, s.y, o);
+    s.z += __shfl_xor_sync(0xffffffffu, s.z, o);
+    s.w += __shfl_xor_sync(0xffffffffu, s.w, o);
+  }
+  if (ok && r == 0) {
+    T* yr = static_cast<T*>(p.y) + m * p.ldy + col;
+    store_y<T>(yr, s.x);
+    store_y<T>(yr + 1, s.y);
+    store_y<T>(yr + 2, s.z);
+    store_y<T>(yr + 3, s.w);
   }
 }
 

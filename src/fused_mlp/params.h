@@ -81,12 +81,12 @@ BF_FMLP_HD inline bool split_groups(int64_t listed_groups, int sms, int warps = 
 }
 
 // Workspace: [counters: int per chunk][fp32 y accumulator [m, K] (atomic)][deterministic: int flag
-// per block, then fp32 partials [blocks][m][K], after room for the largest accumulator (kMaxRows)].
-// The two regions never overlap, so one workspace serves both reductions and every M: the atomic
-// accumulator must be zero before a call (the last block clears what it used), the deterministic
-// region is written before it is read.
+// per block and the count of blocks taking part, then fp32 partials [blocks][m][K], after room for
+// the largest accumulator (kMaxRows)]. The two regions never overlap, so one workspace serves both
+// reductions and every M: the atomic accumulator must be zero before a call (the last block clears
+// what it used), the deterministic region is written before it is read.
 inline size_t counter_bytes(int64_t k) { return round_up(size_t(chunks(k)) * sizeof(int), kAlign); }
-inline size_t flag_bytes(int64_t blocks) { return round_up(size_t(blocks) * sizeof(int), kAlign); }
+inline size_t flag_bytes(int64_t blocks) { return round_up(size_t(blocks + 1) * sizeof(int), kAlign); }
 // Where the deterministic region starts: after the counters and the largest atomic accumulator.
 inline size_t deterministic_offset(int64_t k) {
   return counter_bytes(k) + round_up(size_t(kMaxRows) * size_t(k) * sizeof(float), kAlign);
@@ -96,6 +96,24 @@ inline size_t workspace_bytes(int64_t m, int64_t k, int64_t list_groups, int neu
   const int64_t blocks = grid_blocks(list_groups, neurons_per_block);
   if (r == MlpReduction::kAtomic) return counter_bytes(k) + size_t(m) * size_t(k) * sizeof(float);
   return deterministic_offset(k) + flag_bytes(blocks) + size_t(blocks) * size_t(m) * size_t(k) * sizeof(float);
+}
+
+// The deterministic mode's second launch (fused_mlp_sum_kernel): kSumThreads a block, and L lanes
+// sharing each output quad of y's m·K/4 (a power of two, 1-32): the fewest that give the launch
+// kSumThreadsPerSm threads an SM (a full H100 SM's worth), but no more lanes than blocks to sum.
+// Pure, CPU-tested (SumLanes).
+constexpr int kSumThreads = 256;
+constexpr int64_t kSumThreadsPerSm = 2048;
+inline int sum_lanes(int64_t m, int64_t k, int64_t blocks, int sms) {
+  const int64_t items = m * (k / 4), want = int64_t(sms < 1 ? 1 : sms) * kSumThreadsPerSm;
+  int lanes = 1;
+  while (lanes < 32 && items * lanes < want && 2 * lanes <= blocks) lanes *= 2;
+  return lanes;
+}
+// Its grid: a warp takes 32 / L quads.
+inline int64_t sum_grid(int64_t m, int64_t k, int lanes) {
+  const int64_t warps = ceil_div(m * (k / 4), 32 / lanes);
+  return ceil_div(warps * 32, kSumThreads);
 }
 
 enum class ListMode : int { kDense = 0, kUnion = 1, kPerToken = 2 };
@@ -131,6 +149,7 @@ struct FusedMlpParams {
   int* counters;           // [chunks(k)]
   float* acc;              // atomic: [m, k]
   int* flags;              // deterministic: [gridDim.x]
+  int* det_blocks;         // deterministic: the blocks that take part (written by unit 0)
   float* partials;         // deterministic: [gridDim.x, m, k]
 };
 

@@ -4,6 +4,7 @@
 // the list -> neuron mask helper.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -111,14 +112,38 @@ TEST(FusedMlpWorkspace, Arithmetic) {
   // Atomic: counters (ceil(K / 64) ints, rounded to 256 bytes) + an fp32 [M, K] accumulator.
   EXPECT_EQ(fused_mlp_workspace_size(4, 4096, 896, FusedMlpConfig{}), 256u + 4u * 4096 * 4);
   // Deterministic, 32-neuron blocks: after the counters and the largest atomic accumulator
-  // ([32, K] fp32, so one workspace serves both reductions), a flag per block + [blocks, M, K] fp32 slots.
+  // ([32, K] fp32, so one workspace serves both reductions), a flag per block and the count of blocks
+  // taking part (rounded to 256 bytes) + [blocks, M, K] fp32 slots.
   const size_t blocks = 896 / 2;
   EXPECT_EQ(fused_mlp_workspace_size(2, 4096, 896, FusedMlpConfig{32, MlpReduction::kDeterministic}),
-            256u + 32u * 4096 * 4 + (blocks * 4 + 255) / 256 * 256 + blocks * 2 * 4096 * 4);
+            256u + 32u * 4096 * 4 + ((blocks + 1) * 4 + 255) / 256 * 256 + blocks * 2 * 4096 * 4);
+  // 64 blocks: 65 ints take a second 256-byte unit.
+  EXPECT_EQ(fused_mlp_workspace_size(1, 64, 64 * 2, FusedMlpConfig{32, MlpReduction::kDeterministic}),
+            256u + 32u * 64 * 4 + 512u + 64u * 1 * 64 * 4);
   EXPECT_EQ(fused_mlp_workspace_size(0, 4096, 896, FusedMlpConfig{}), 0u);
   expect_arg_error([] { fused_mlp_workspace_size(33, 64, 4, FusedMlpConfig{}); }, "m");
   expect_arg_error([] { fused_mlp_workspace_size(1, 60, 4, FusedMlpConfig{}); }, "k");
   expect_arg_error([] { fused_mlp_workspace_size(1, 64, 4, FusedMlpConfig{24, MlpReduction::kAtomic}); }, "config");
+}
+
+// The deterministic sum's lanes per output quad (params.h: sum_lanes, sum_grid): the fewest powers of
+// two that give 2048 threads an SM, at most 32 and at most the blocks summed; the grid covers every quad.
+TEST(FusedMlpDeterministicSum, SumLanes) {
+  EXPECT_EQ(fmlp::sum_lanes(1, 4096, 224, 132), 32);   // 1024 quads: 32 lanes give 32768 threads, < 270336
+  EXPECT_EQ(fmlp::sum_lanes(32, 8192, 448, 132), 8);   // 65536 quads: x 4 = 262144 < 270336, x 8 is enough
+  EXPECT_EQ(fmlp::sum_lanes(1, 4096, 5, 132), 4);      // no more lanes than blocks
+  EXPECT_EQ(fmlp::sum_lanes(1, 4096, 1, 132), 1);
+  EXPECT_EQ(fmlp::sum_lanes(32, 1 << 16, 448, 1), 1);  // enough quads already
+  for (int64_t m : {1, 3, 8, 17, 32})
+    for (int64_t k : {8, 64, 4104, 8192})
+      for (int64_t blocks : {1, 2, 7, 64, 448}) {
+        const int lanes = fmlp::sum_lanes(m, k, blocks, 132);
+        ASSERT_TRUE(lanes >= 1 && lanes <= 32 && (lanes & (lanes - 1)) == 0) << lanes;
+        ASSERT_LE(lanes, std::max<int64_t>(blocks, 1));
+        const int64_t quads = m * (k / 4), threads = fmlp::sum_grid(m, k, lanes) * fmlp::kSumThreads;
+        ASSERT_GE(threads / 32 * (32 / lanes), quads) << "M=" << m << " K=" << k;          // every quad
+        ASSERT_LT(threads - fmlp::kSumThreads, (quads * lanes + 31) / 32 * 32) << "M=" << m;  // no spare block
+      }
 }
 
 class FusedMlpArgs : public ::testing::TestWithParam<DType> {

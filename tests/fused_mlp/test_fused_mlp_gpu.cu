@@ -231,6 +231,34 @@ void expect_split_rules_match(DType dt, int64_t m, int64_t k, int64_t u, const s
     }
 }
 
+// The deterministic mode reads only what the call wrote: its region of a workspace filled with NaN
+// bits (it uses no counters, so the whole buffer may hold them), a longer union list and then a
+// shorter one in the same workspace (the second call's stale slots and flags past its count stay
+// unread), dense and per-token-sized grids, at M where the sum splits a quad over 1 to 32 lanes.
+TEST_P(FusedMlpGpu, DeterministicReadsOnlyWhatTheCallWrote) {
+  SKIP_WITHOUT_GPU();
+  const DType dt = GetParam();
+  const int64_t k = 1032, u = 2048, bs = 16, nblk = u / bs;
+  for (int64_t m : {1, 7, 32}) {
+    const FusedMlpConfig cfg{16, MlpReduction::kDeterministic};
+    Workspace ws(fused_mlp_workspace_size(m, k, u / 16, cfg));
+    BF_CUDA_OK(cudaMemset(ws.p(), 0xff, ws.bytes()));
+    const uint64_t seed = testing::fresh_seed();
+    SCOPED_TRACE("M=" + std::to_string(m) + "; " + testing::seed_note(seed));
+    Mlp f(dt, m, k, u, seed);
+    f.poison();
+    fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
+    BF_CUDA_OK(cudaDeviceSynchronize());
+    expect_matches(f, Activation::kSiLU, nullptr);
+    std::vector<int32_t> all(static_cast<size_t>(nblk)), few;
+    for (int32_t b = 0; b < nblk; ++b) all[size_t(b)] = b;
+    for (int32_t b = 3; b < nblk; b += 37) few.push_back(b);
+    expect_union_list_matches(f, all, nblk, int(bs), ws, cfg);
+    expect_union_list_matches(f, few, nblk, int(bs), ws, cfg);
+    expect_union_list_matches(f, {}, nblk, int(bs), ws, cfg);
+  }
+}
+
 TEST_P(FusedMlpGpu, SparseUnionLists) {
   SKIP_WITHOUT_GPU();
   const DType dt = GetParam();
