@@ -1,7 +1,9 @@
 // `blockfuse bench gated-up`: the fused gated up-projection against what a user runs today.
 //   (a) cuBLAS GEMM  x[M,K] · W[2U,K]ᵀ -> C[M,2U]          (the stacked [gate; up] weight a user has)
 //   (b) (a) + blockfuse::swiglu(C, stacked) -> h[M,U]      (the unfused pipeline, timed as one region)
-//   (c) blockfuse::gated_up(x, W_interleaved) -> h[M,U]    (fused: C never exists)
+//   (c) blockfuse::gated_up(x, W_interleaved) -> h[M,U]    (fused: C never exists; on sm90 with the
+//       workspace of gated_up_workspace_size(M, K, U, -1, options), as the torch binding passes it, so
+//       without --tile-config the heuristic's stream-K row runs where it picks one)
 // All three are charged FLOPs = 2·M·K·2U, so (b)'s figure is its effective rate. CUDA events around
 // each call, warm-up first, the median of --reps repetitions; x is rotated over enough copies to
 // span 3x L2 (the weights, >= 235 MB for every model here, already dwarf L2). Inputs are random,
@@ -163,9 +165,20 @@ class GatedUpBench final : public BenchCommand {
         b.log("%s: --kernel decode takes M <= %ld; skipped", point.c_str(), long(kDecodeGemmMaxM));
         continue;
       }
-      const int cfg = decode || tile_config_ >= 0 ? tile_config_
-                      : use90                     ? choose_gated_up_sm90_tile_config({M, K, U}, spec)
-                                                  : choose_gated_up_sm80_tile_config({M, K, U}, spec);
+      GatedUpOptions opt;
+      opt.tile_config = tile_config_;
+      opt.kernel = kern;
+      // A workspace wherever the sm90 kernel runs, sized by the options overload: a forced stream-K
+      // row's, or (the heuristic, no --tile-config) the stream-K row's where the heuristic with a
+      // workspace picks it — what a caller that passes one (the torch binding) runs.
+      const size_t ws_bytes = use90 ? gated_up_workspace_size(M, K, U, -1, opt) : 0;
+      // The heuristic's rows without a workspace and with gated_up_workspace_size(M, K, U, -1, {})
+      // bytes (the same on sm80 and decode). Without --tile-config the latter runs: ws_bytes holds it.
+      const int heur_cfg = decode ? -1
+                           : use90 ? choose_gated_up_sm90_tile_config({M, K, U}, spec)
+                                   : choose_gated_up_sm80_tile_config({M, K, U}, spec);
+      const int ws_heur_cfg = use90 ? choose_gated_up_sm90_tile_config({M, K, U}, spec, /*with_workspace=*/true) : heur_cfg;
+      const int cfg = decode || tile_config_ >= 0 ? tile_config_ : ws_heur_cfg;
       const std::string tile = decode ? "decode split 1" : tile_string(cfg, use90);
       b.log("%s K=%ld U=%ld %s tile %d (%s), %d x-copies: verifying...", point.c_str(), long(K), long(U),
             activation_name(md.act), cfg, tile.c_str(), sets);
@@ -176,17 +189,12 @@ class GatedUpBench final : public BenchCommand {
       }
       DeviceBuffer<uint16_t> c(c_elems), hb(h_elems), hf(h_elems);
       auto X = [&](int i) { return make_matrix(static_cast<const void*>(xs[size_t(i % sets)].data()), dt, M, K); };
-      GatedUpOptions opt;
-      opt.tile_config = tile_config_;
-      opt.kernel = kern;
       auto gemm = [&](int i) { b.linear(xs[size_t(i % sets)].data(), w_stacked.data(), c.data(), M, 2 * U, K, dt, dt == DType::kBF16 ? CUDA_R_16BF : CUDA_R_16F); };
       auto unfused = [&](int i) {
         gemm(i);
         swiglu(make_matrix(static_cast<const void*>(c.data()), dt, M, 2 * U), make_matrix(hb.data(), dt, M, U), md.act,
                GateUpLayout::kStacked, s);
       };
-      // A workspace where the call takes one (an sm90 stream-K row forced with --tile-config).
-      const size_t ws_bytes = kern == GatedUpKernel::kSm90 ? gated_up_workspace_size(M, K, U, -1, opt) : 0;
       DeviceBuffer<unsigned char> ws(ws_bytes > 0 ? ws_bytes : 16);
       if (ws_bytes > 0) BENCH_CUDA(cudaMemsetAsync(ws.data(), 0, ws_bytes, s));
       auto fused = [&](int i) {
@@ -227,9 +235,9 @@ class GatedUpBench final : public BenchCommand {
           .set("activation", activation_name(md.act))
           .set("kernel", std::string("blockfuse::gated_up ") + kernel_name(kern))
           .set("tile_config", cfg).set("tile_config_forced", tile_config_ >= 0).set("tile", tile)
-          .set("heuristic_tile_config", decode ? -1
-                                        : use90 ? choose_gated_up_sm90_tile_config({M, K, U}, spec)
-                                                : choose_gated_up_sm80_tile_config({M, K, U}, spec))
+          .set("heuristic_tile_config", heur_cfg)  // the heuristic's row without a workspace
+          .set("workspace_tile_config", ws_heur_cfg)  // ... with one (the row that ran unless forced)
+          .set("workspace_bytes", int64_t(ws_bytes))
           .set("baseline_gemm", "cublasGemmEx CUBLAS_COMPUTE_32F CUBLAS_GEMM_DEFAULT, 32 MiB workspace, stacked weight")
           .set("baseline_swiglu", "blockfuse::swiglu (stacked)")
           .set("flops", flops)

@@ -62,7 +62,14 @@ void gated_up(ConstMatrix x, ConstMatrix w, Matrix out, Activation act,
 // gated_up_workspace_size bytes once (16-byte aligned), zero it once, reuse it on one stream (the
 // kernel leaves it zeroed, so calls can be captured in CUDA graphs); it may be shared with
 // decode_gemm. The split is decode_gemm_heuristic(M, 2U, K, SMs)'s; the workspace must hold what
-// that split needs (checked: gated_up_workspace_size). Unused above 32 rows; null = no split.
+// that split needs (checked: gated_up_workspace_size). Null = no split.
+// Above 32 rows on the sm90a kernel the workspace buys the stream-K tile row: where the
+// heuristic's with-workspace table picks it (the H100 points where it beat the other rows by >= 2 %,
+// src/gated_up/heuristic_sm90.cpp) and the workspace holds what it needs after the decode region
+// (gated_up_workspace_size with the options) and is 16-byte aligned, that row runs; otherwise,
+// silently, the row chosen without a workspace (a workspace too small is never an error unless
+// options.tile_config forces the stream-K row). The decode region's zeroed counters are kept; the
+// stream-K region needs no zeroing by the caller (the kernel initialises it on `stream` per call).
 void gated_up(ConstMatrix x, ConstMatrix w, Matrix out, Activation act, void* workspace, size_t workspace_bytes,
               cudaStream_t stream = nullptr, const GatedUpOptions& options = {});
 
@@ -71,11 +78,15 @@ void gated_up(ConstMatrix x, ConstMatrix w, Matrix out, Activation act, void* wo
 // u >= 0, k % 8 == 0 (throws blockfuse::Error naming the argument otherwise).
 size_t gated_up_workspace_size(int64_t m, int64_t k, int64_t u, int device = -1);
 
-// The same for calls made with `options`: also covers an sm90 stream-K tile config forced through
-// options.tile_config (row 3 of src/gated_up/tile_configs_sm90.h, opt-in; its partial-tile
-// accumulators and flags sit after the decode kernel's region, which therefore stays zeroed, and
-// the kernel initialises them itself on the call's stream). Throws as above, and for an sm90 tile
-// config where the library has no sm90a kernels.
+// The same for calls made with `options`: also covers the sm90 stream-K tile row (row 3 of
+// src/gated_up/tile_configs_sm90.h), forced through options.tile_config, or — options.tile_config
+// = -1, options.kernel kAuto or kSm90, m > 32, `device` of compute capability 9.0, a build with the
+// sm90a kernels — where the heuristic with a workspace picks it at x.rows == m. Its partial-tile
+// accumulators and flags sit after the decode kernel's region, which therefore stays zeroed, and the
+// kernel initialises them itself on the call's stream. For the heuristic the stream-K part is sized
+// at m: a call with fewer rows whose stream-K row needs more runs the row chosen without a
+// workspace instead. Throws as above, and for a forced sm90 tile config where the library has no
+// sm90a kernels.
 size_t gated_up_workspace_size(int64_t m, int64_t k, int64_t u, int device, const GatedUpOptions& options);
 
 // The tile configurations the sm80 kernel is compiled for (GatedUpOptions::tile_config indexes

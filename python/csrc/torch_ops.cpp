@@ -73,13 +73,35 @@ at::Tensor gated_up_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_v
   // Up to 32 rows the decode kernel runs; where it splits K (2U too small to fill the SMs) it uses
   // the binding's decode workspace, shared with decode_gemm (workspace.h: such a shape must have
   // run once eagerly before it is captured).
+  // Above 32 rows the same buffer buys the sm90 stream-K row where the heuristic picks it with a
+  // workspace (gated_up.h; its region sits after the decode counters, which stay zeroed). That
+  // region is optional: an eager call grows the buffer, a capture passes what is reserved, and
+  // gated_up runs the row chosen without a workspace when it is too small (never an error).
   const cudaStream_t stream = current_stream(x);
+  const int device = x.device().index();
   const bool sizes_ok = wv.cols >= 8 && wv.cols % 8 == 0 && U >= 8 && U % 8 == 0;
-  const size_t need = sizes_ok ? decode_workspace_need(xv.rows, 2 * U, wv.cols, x.device().index()) : 0;
   size_t ws_bytes = 0;
-  void* ws = need > 0 ? device_workspace(WorkspaceKind::kDecodeGemm, x.device().index(), need, stream, &ws_bytes, fn,
-                                         "blockfuse.ops.decode_gemm_reserve(w)")
-                      : nullptr;
+  void* ws = nullptr;
+  if (xv.rows <= blockfuse::kDecodeGemmMaxM) {
+    const size_t need = sizes_ok ? decode_workspace_need(xv.rows, 2 * U, wv.cols, device) : 0;
+    if (need > 0)
+      ws = device_workspace(WorkspaceKind::kDecodeGemm, device, need, stream, &ws_bytes, fn,
+                            "blockfuse.ops.decode_gemm_reserve(w)");
+  } else if (sizes_ok) {
+    size_t need = 0, base = 0;
+    call_blockfuse([&] {
+      need = blockfuse::gated_up_workspace_size(xv.rows, wv.cols, U, device, blockfuse::GatedUpOptions{});
+      base = blockfuse::gated_up_workspace_size(xv.rows, wv.cols, U, device);
+    });
+    if (need > base) {  // beyond the decode region (which no call above 32 rows uses): the stream-K row's
+      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+      const bool eager = cudaStreamIsCapturing(stream, &status) == cudaSuccess && status == cudaStreamCaptureStatusNone;
+      ws = eager
+               ? device_workspace(WorkspaceKind::kDecodeGemm, device, need, stream, &ws_bytes, fn,
+                                  "one eager call of blockfuse.ops.gated_up with this shape")
+               : reserved_workspace(WorkspaceKind::kDecodeGemm, device, &ws_bytes);
+    }
+  }
   call_blockfuse([&] {
     blockfuse::gated_up(cview(x, xv, dt), cview(w, wv, dt), mview(out, ov, dt), act, ws, ws_bytes, stream);
   });

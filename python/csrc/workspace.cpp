@@ -56,6 +56,13 @@ void* device_workspace(WorkspaceKind kind, int device, size_t need, cudaStream_t
   return ws.ptr;
 }
 
+void* reserved_workspace(WorkspaceKind kind, int device, size_t* bytes, int64_t key) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  const auto it = g_ws.find({device, static_cast<int>(kind), key});
+  *bytes = it == g_ws.end() ? 0 : it->second.bytes;
+  return it == g_ws.end() ? nullptr : it->second.ptr;
+}
+
 size_t decode_workspace_need(int64_t m, int64_t n, int64_t k, int device) {
   if (m < 1 || m > blockfuse::kDecodeGemmMaxM || n < 1 || k < 0 || k % 8 != 0) return 0;
   const int sms = at::cuda::getDeviceProperties(device)->multiProcessorCount;

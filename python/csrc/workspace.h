@@ -31,6 +31,12 @@ enum class WorkspaceKind : int { kDecodeGemm = 0, kFusedMlp = 1, kRouter = 2 };
 void* device_workspace(WorkspaceKind kind, int device, size_t need, cudaStream_t stream, size_t* bytes,
                        const char* fn, const char* reserve_hint, int64_t key = 0);
 
+// The buffer `device_workspace` holds for (kind, device, key) now, never grown (nullptr and *bytes = 0
+// when there is none): for a region a call can do without, so that a capture never fails for it —
+// gated_up's sm90 stream-K row above 32 rows, which falls back to the row chosen without a workspace
+// when the buffer is too small.
+void* reserved_workspace(WorkspaceKind kind, int device, size_t* bytes, int64_t key = 0);
+
 // The bytes of the kDecodeGemm workspace one call of the decode kernel with x [m, k] and N = n
 // output columns needs under decode_gemm_heuristic's configuration (decode_gemm; gated_up's decode
 // path with n = 2U): 0 when it does not split K, and for arguments the launcher will reject (it

@@ -16,6 +16,7 @@
 #include "common/check.h"
 #include "common/device.h"
 #include "decode_gemm/launch.h"
+#include "decode_gemm/params.h"
 #include "gated_up/launch_sm80.h"
 #include "gated_up/params.h"
 #include "gated_up/tile_configs_sm80.h"
@@ -126,9 +127,13 @@ size_t gated_up_workspace_size(int64_t m, int64_t k, int64_t u, int device) {
 namespace {
 
 // Where an sm90 stream-K row's workspace starts: after the decode kernel's region (256-byte aligned),
-// so a workspace shared with the decode path keeps the zeroed counters that path relies on.
+// so a workspace shared with the decode path keeps the zeroed counters that path relies on. At
+// least past the counters' fixed region (decode_gemm/params.h: the same for every shape) even where
+// this shape's decode call does not split (region 0: Llama-3 70B, 405B): a workspace shared with
+// decode_gemm or gated_up calls of other shapes (the torch binding's) must keep those counters zero;
+// the partials after them need not be.
 size_t sm90_workspace_offset(int64_t k, int64_t u, int device) {
-  const size_t decode = decode_gemm_workspace_size(kDecodeGemmMaxM, 2 * u, k, device);
+  const size_t decode = std::max(decode_gemm_workspace_size(kDecodeGemmMaxM, 2 * u, k, device), decode::kCounterBytes);
   return (decode + 255) / 256 * 256;
 }
 
@@ -152,7 +157,24 @@ size_t gated_up_workspace_size(int64_t m, int64_t k, int64_t u, int device, cons
   constexpr const char* fn = "gated_up_workspace_size";
   const size_t base = gated_up_workspace_size(m, k, u, device);
   const bool sm90_row = options.kernel == GatedUpKernel::kSm90 && options.tile_config >= 0;
-  if (!sm90_row) return base;
+  if (!sm90_row) {
+    // The heuristic with a workspace: room for the stream-K row where it picks it at m rows on
+    // `device` (the sm90 path: above the decode kernel's rows, compute capability 9.0).
+    const bool heuristic_sm90 = options.tile_config == -1 &&
+                                (options.kernel == GatedUpKernel::kAuto || options.kernel == GatedUpKernel::kSm90) &&
+                                m > kDecodeGemmMaxM && gated_up_has_sm90();
+    if (!heuristic_sm90) return base;
+#if defined(BLOCKFUSE_HAS_SM90)
+    const detail::DeviceSpec dev = detail::device_spec(device >= 0 ? device : detail::current_device());
+    if (!(dev.cc_major == 9 && dev.cc_minor == 0)) return base;
+    const int c = choose_gated_up_sm90_tile_config(GatedUpProblem{m, k, u}, dev, /*with_workspace=*/true);
+    if (!kSm90TileConfigs[c].stream_k) return base;
+    const size_t need = sm90::workspace_bytes(c, sm90_shape_params(m, k, u, c));
+    return std::max(base, sm90_workspace_offset(k, u, device) + need);
+#else
+    return base;
+#endif
+  }
   if (options.tile_config >= kNumSm90TileConfigs)
     throw_arg(fn, "options.tile_config", cat("= ", options.tile_config),
               cat("0 <= tile_config < ", kNumSm90TileConfigs, " for kernel sm90"));
@@ -201,7 +223,22 @@ void gated_up(ConstMatrix x, ConstMatrix w, Matrix out, Activation act, void* wo
               "compute capability 9.0 (sm_90a code: wgmma/TMA)");
 #if defined(BLOCKFUSE_HAS_SM90)
   if (kernel == GatedUpKernel::kSm90) {
-    const int c90 = options.tile_config >= 0 ? options.tile_config : choose_gated_up_sm90_tile_config(prob, dev);
+    int c90 = options.tile_config;
+    if (c90 < 0) {
+      c90 = choose_gated_up_sm90_tile_config(prob, dev);
+      // With a workspace: the with-workspace table's stream-K row where it has one and the workspace
+      // holds its region (after the decode kernel's, 16-byte aligned); otherwise, silently, the row
+      // chosen without (the heuristic never turns a valid call into an error).
+      if (workspace != nullptr && reinterpret_cast<uintptr_t>(workspace) % 16 == 0) {
+        const int cw = choose_gated_up_sm90_tile_config(prob, dev, /*with_workspace=*/true);
+        if (cw != c90 && kSm90TileConfigs[cw].stream_k && sm90::smem_bytes(cw) <= dev.max_smem_per_block) {
+          GatedUpParams q = params;
+          q.sm90_max_swizzle = sm90_choose_swizzle(x.rows, out.cols, kSm90TileConfigs[cw]);
+          const size_t need = sm90::workspace_bytes(cw, q);
+          if (workspace_bytes >= sm90_workspace_offset(x.cols, out.cols, -1) + need) c90 = cw;
+        }
+      }
+    }
     if (sm90::smem_bytes(c90) > dev.max_smem_per_block)
       throw_arg(kFn, "options.tile_config", cat("= ", c90, " (sm90) needs ", sm90::smem_bytes(c90), " bytes of shared memory"),
                 cat("a config that fits this device's ", dev.max_smem_per_block, " bytes per block"));

@@ -21,9 +21,11 @@
 //      caller passes (gated_up's workspace overload; gated_up_workspace_size with the options),
 //      before the gating epilogue, which is unchanged. Opt-in (options.tile_config = 3): measured
 //      beside row 0 in session 8 (results/gpu/session8_h100/streamk/), +3 % at 8B and 70B x 4096
-//      tokens, -6 % at 8B x 16384, elsewhere within the +-3 % run-to-run spread; and a heuristic
-//      choice cannot assume the caller passed a workspace, so neither the cost model nor the
-//      measured table returns it.
+//      tokens, -6 % at 8B x 16384, elsewhere within the +-3 % run-to-run spread. A heuristic choice
+//      without a workspace cannot use it, so neither the cost model nor kSm90Measured returns it;
+//      with one (choose_gated_up_sm90_tile_config(p, dev, true): gated_up with a large enough
+//      workspace, gated_up_workspace_size with the options) the with-workspace table does, at the
+//      session-11 grid points where it beat rows 0-2 by >= 2 % median (heuristic_sm90.cpp).
 // No cluster-less rows: without the multicast the tiles are L2-bound, e.g. 128x128 at 250-330
 // TFLOP/s for 405B (docs/perf-notes.md, which lists what was measured and dropped).
 #pragma once
@@ -104,9 +106,13 @@ inline constexpr long long sm90_num_tiles(long long m, long long u, const Sm90Ti
 // The sm90 heuristic (heuristic_sm90.cpp): a pure function of the problem and the device,
 // unit-tested on the CPU (test_heuristic_sm90.cpp). Returns an index into
 // kSm90TileConfigs: the measured table's row where it has one (sm90_measured_tile_config), else the
-// cost model's (sm90_cheapest_tile_config). Compiled into every build (it is plain C++), so the tests run without the
-// sm90a kernels.
-int choose_gated_up_sm90_tile_config(const GatedUpProblem& p, const detail::DeviceSpec& dev);
+// cost model's (sm90_cheapest_tile_config). Never a stream-K row unless `with_workspace` (the caller
+// passes a workspace, sized by gated_up_workspace_size with the options): then the with-workspace
+// table (kSm90MeasuredWithWorkspace, stream-K rows allowed) is consulted first, and where it has no
+// row the choice is the one without a workspace. Compiled into every build (it is plain C++), so
+// the tests run without the sm90a kernels.
+int choose_gated_up_sm90_tile_config(const GatedUpProblem& p, const detail::DeviceSpec& dev,
+                                     bool with_workspace = false);
 
 // A point of a measured tile table (issue 16): at (K, U, M) row `row` was the fastest of the rows
 // forced in turn, on a device of `sms` SMs (scripts/tile-table --emit-cpp prints them from a sweep
@@ -116,22 +122,25 @@ struct Sm90MeasuredPoint {
   int row;
 };
 
-// The table choose_gated_up_sm90_tile_config consults (heuristic_sm90.cpp), for the tests.
+// The tables choose_gated_up_sm90_tile_config consults (heuristic_sm90.cpp), for the tests:
+// kSm90Measured (no workspace: rows 0-2 only) or, with `with_workspace`, kSm90MeasuredWithWorkspace
+// (the same points; a stream-K row where it beat the best of the others by the script's margin).
 struct Sm90MeasuredTable {
   const Sm90MeasuredPoint* points;
   int n;
   int sms;  // the SM count of the device it was measured on
 };
-Sm90MeasuredTable sm90_measured_table();
+Sm90MeasuredTable sm90_measured_table(bool with_workspace = false);
 
 // The measured row for p, or -1 (then the cost model decides). The points with p's (K, U), on a
 // device with `sms` SMs: at a measured M, that point's row; between two measured Ms, their row if
 // both agree (where they disagree, the crossover lies between them and the model, which counts the
-// waves at p.m, decides); outside the measured range, -1. Stream-K rows (they need a caller's
-// workspace) and rows outside `rows` (the kernel's tile table: kSm90TileConfigs, or the FP8 one) are
-// never returned. Pure; CPU-tested on tables the tests make (test_heuristic_sm90.cpp).
+// waves at p.m, decides); outside the measured range, -1. Rows outside `rows` (the kernel's tile
+// table: kSm90TileConfigs, or the FP8 one) are never returned, nor stream-K rows (they need a
+// caller's workspace) unless `allow_stream_k` (the with-workspace table). Pure; CPU-tested on tables
+// the tests make (test_heuristic_sm90.cpp).
 int sm90_measured_tile_config(const Sm90MeasuredPoint* table, int n, int sms, const Sm90TileConfigRow* rows, int n_rows,
-                              const GatedUpProblem& p, const detail::DeviceSpec& dev);
+                              const GatedUpProblem& p, const detail::DeviceSpec& dev, bool allow_stream_k = false);
 
 // The model behind it, over any table of rows (the FP8 heuristic uses it on its own table): the row
 // with the least waves x (bm·bn) / rate, ties to the lower index.

@@ -17,6 +17,7 @@
 #include "blockfuse/blockfuse.h"
 #include "common/check.h"
 #include "common/device.h"
+#include "decode_gemm/params.h"
 #include "gated_up/reference.h"
 #include "testing/gtest/gtest_util.h"
 #include "gated_up/tile_configs_sm90.h"
@@ -374,6 +375,62 @@ TEST(GatedUpGpu, Sm90StreamKWorkspace) {
   size_t nonzero = 0;
   for (unsigned char b : head) nonzero += b != 0;
   EXPECT_EQ(nonzero, 0u) << "the decode kernel's region of a shared workspace was written";
+}
+
+// The heuristic with a workspace (no tile config): at a point where the with-workspace table picks
+// the stream-K row (Llama-3.1 405B at 256 tokens, +2.4 % over row 1 in session 11's grid; the
+// smallest such point: 3.3 GiB of weight) a workspace of gated_up_workspace_size(m, k, u, -1, {})
+// bytes runs it; one byte less, or a misaligned pointer, falls back to the row chosen without one
+// and is no error. Correct every time (all 256 rows against the reference, output poisoned first),
+// and the decode kernel's counters at the start of the workspace stay zero.
+TEST(GatedUpGpu, Sm90HeuristicStreamKWithWorkspace) {
+  BF_SKIP_WITHOUT_GPU("gated_up");
+  const detail::DeviceSpec dev = detail::current_device_spec();
+  if (!(gated_up_has_sm90() && dev.cc_major == 9 && dev.cc_minor == 0))
+    GTEST_SKIP() << "no sm90a kernels on this build or device: the stream-K row cannot run here";
+  const Shape s{256, 16384, 53248};
+  const int cw = choose_gated_up_sm90_tile_config({s.M, s.K, s.U}, dev, /*with_workspace=*/true);
+  if (!kSm90TileConfigs[cw].stream_k)
+    GTEST_SKIP() << "the with-workspace table does not apply on this device (" << dev.sm_count
+                 << " SMs; measured on 132): no stream-K choice to test";
+  const size_t need = gated_up_workspace_size(s.M, s.K, s.U, -1, GatedUpOptions{});
+  const size_t base = gated_up_workspace_size(s.M, s.K, s.U, -1);
+  ASSERT_GT(need, base) << "the options overload sizes the heuristic's stream-K row";
+  ASSERT_GT(need, decode::kCounterBytes) << "the stream-K region starts after the decode counters";
+  size_t free_bytes = 0, total_bytes = 0;
+  BF_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const size_t w_bytes = 2 * size_t(2 * s.U) * size_t(s.K);
+  if (free_bytes < w_bytes + (size_t(1) << 30)) GTEST_SKIP() << "needs " << w_bytes / (1 << 20) << " MiB of weight + 1 GiB";
+
+  const DType dt = DType::kBF16;
+  DevBuf x(2 * size_t(s.M * s.K)), w(w_bytes), out(2 * size_t(s.M * s.U)), ref(4 * size_t(s.M * s.U)), ws(need);
+  const Matrix X{x.data(), dt, s.M, s.K, s.K}, W{w.data(), dt, 2 * s.U, s.K, s.K}, O{out.data(), dt, s.M, s.U, s.U};
+  const uint64_t seed = testing::fresh_seed();
+  testing::fill_uniform(X, -1.f, 1.f, seed);
+  testing::fill_uniform(W, -1.f / std::sqrt(float(s.K)), 1.f / std::sqrt(float(s.K)), seed + 1);
+  BF_CUDA_CHECK(cudaMemset(ws.data(), 0, need));
+  testing::gated_up_reference_gpu(X, W, reinterpret_cast<float*>(ref.data()), s.U, Activation::kSiLU);
+  struct Case {
+    size_t offset, bytes;
+    const char* what;
+  };
+  for (const Case c : {Case{0, need, "the stream-K row"}, Case{0, need - 1, "one byte short: the fallback"},
+                       Case{8, need - 8, "misaligned: the fallback"}}) {
+    testing::fill_bits(O, testing::nan_bits(dt));
+    EXPECT_NO_THROW(gated_up(X, W, O, Activation::kSiLU, static_cast<char*>(static_cast<void*>(ws.data())) + c.offset,
+                             c.bytes, nullptr))
+        << c.what;
+    BF_CUDA_CHECK(cudaDeviceSynchronize());
+    testing::expect_close(testing::compare(O, reinterpret_cast<const float*>(ref.data()), s.U, testing::tolerance(dt, 2)),
+                          std::string(c.what) + " seed=" + std::to_string(seed) + " (replay: BLOCKFUSE_TEST_SEED=" +
+                              std::to_string(seed) + ")",
+                          1e-2);
+    std::vector<unsigned char> head(decode::kCounterBytes);
+    BF_CUDA_CHECK(cudaMemcpy(head.data(), ws.data(), head.size(), cudaMemcpyDeviceToHost));
+    size_t nonzero = 0;
+    for (unsigned char b : head) nonzero += b != 0;
+    EXPECT_EQ(nonzero, 0u) << c.what << ": the decode kernel's counters were written";
+  }
 }
 
 // ---- the small set for compute-sanitizer: tails in M, K and U, every tile config ----

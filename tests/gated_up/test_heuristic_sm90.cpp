@@ -8,10 +8,15 @@
 //     weight panels leave SMs idle;
 //   * the committed measured table: the heuristic returns its row at each of its points;
 //   * invariants any heuristic must keep, over a sweep of M = 1..70000, the Llama MLP shapes and
-//     SM counts: a valid index, purity, no crash on degenerate inputs.
+//     SM counts: a valid index, purity, no crash on degenerate inputs;
+//   * with a workspace (choose_gated_up_sm90_tile_config(p, dev, true)): the with-workspace table's
+//     stream-K row at its stream-K points, the choice without a workspace everywhere else, and that
+//     table consistent with kSm90Measured (same points, rows differing only where it is stream-K).
 #include <gtest/gtest.h>
 
+#include <iterator>
 #include <utility>
+#include <vector>
 
 #include "gated_up/tile_configs_sm90.h"
 
@@ -187,6 +192,108 @@ TEST(HeuristicSm90, FollowsTheCommittedTable) {
     EXPECT_EQ(choose_gated_up_sm90_tile_config(p, kH100), q.row) << "M=" << q.m << " K=" << q.k << " U=" << q.u;
     EXPECT_EQ(choose_gated_up_sm90_tile_config(p, kH100Pcie), model(p, kH100Pcie)) << "another SM count: the model";
   }
+}
+
+// The lookup with allow_stream_k (the with-workspace table): stream-K rows are returned at a measured
+// M and between two agreeing stream-K Ms; everything else reads as without the flag.
+TEST(HeuristicSm90, MeasuredTableLookupAllowsStreamKWhenAsked) {
+  constexpr int kStreamK = 3;
+  ASSERT_TRUE(kSm90TileConfigs[kStreamK].stream_k);
+  const Sm90MeasuredPoint t[] = {
+      {4096, 14336, 512, kPingpong}, {4096, 14336, 1024, kStreamK}, {4096, 14336, 4096, kStreamK},
+      {4096, 14336, 16384, kLarge},  {8192, 28672, 2048, 99 /* not a row */},
+  };
+  const int n = int(sizeof(t) / sizeof(t[0]));
+  auto at = [&](int64_t m, int64_t k, int64_t u, bool allow, const DeviceSpec& dev = kH100) {
+    return sm90_measured_tile_config(t, n, 132, kSm90TileConfigs, kNumSm90TileConfigs, {m, k, u}, dev, allow);
+  };
+  EXPECT_EQ(at(1024, 4096, 14336, true), kStreamK);   // measured
+  EXPECT_EQ(at(2500, 4096, 14336, true), kStreamK);   // between two stream-K points
+  EXPECT_EQ(at(4096, 4096, 14336, true), kStreamK);
+  EXPECT_EQ(at(1024, 4096, 14336, false), -1);        // the same points without the flag: refused
+  EXPECT_EQ(at(2500, 4096, 14336, false), -1);
+  EXPECT_EQ(at(700, 4096, 14336, true), -1);          // between ping-pong and stream-K: the caller decides
+  EXPECT_EQ(at(8000, 4096, 14336, true), -1);         // between stream-K and the large tile
+  EXPECT_EQ(at(512, 4096, 14336, true), kPingpong);   // other rows as without the flag
+  EXPECT_EQ(at(16384, 4096, 14336, true), kLarge);
+  EXPECT_EQ(at(1024, 4096, 14336, true, kH100Pcie), -1);  // another SM count
+  EXPECT_EQ(at(2048, 8192, 28672, true), -1);             // not a row of kSm90TileConfigs
+  // A table of rows without a stream-K row (the first 3): row 3 is out of range, flag or not.
+  EXPECT_EQ(sm90_measured_tile_config(t, n, 132, kSm90TileConfigs, 3, {1024, 4096, 14336}, kH100, true), -1);
+}
+
+// The committed with-workspace table (kSm90MeasuredWithWorkspace, scripts/tile-table --emit-cpp):
+// kSm90Measured's points in the same order, the same rows except where it holds a stream-K row; it has
+// stream-K points (session 11's grid: 9 of 60 at a 2 % margin), and the heuristic with a workspace
+// returns its row at each point.
+TEST(HeuristicSm90, WithWorkspaceTableIsConsistentWithTheTable) {
+  const Sm90MeasuredTable t = sm90_measured_table(false), w = sm90_measured_table(true);
+  ASSERT_EQ(w.n, t.n) << "the with-workspace table holds every point (the lookup interpolates between neighbours)";
+  ASSERT_TRUE(w.n == 0 || w.points != nullptr);
+  EXPECT_EQ(w.sms, t.sms);
+  int stream_k_points = 0;
+  for (int i = 0; i < w.n; ++i) {
+    const Sm90MeasuredPoint &a = t.points[i], &b = w.points[i];
+    ASSERT_TRUE(a.k == b.k && a.u == b.u && a.m == b.m) << "point " << i;
+    ASSERT_TRUE(b.row >= 0 && b.row < kNumSm90TileConfigs) << "point " << i << ": row " << b.row;
+    if (kSm90TileConfigs[b.row].stream_k)
+      ++stream_k_points;
+    else
+      EXPECT_EQ(b.row, a.row) << "M=" << a.m << " K=" << a.k << " U=" << a.u << ": only stream-K rows may differ";
+    const GatedUpProblem p{b.m, b.k, b.u};
+    EXPECT_EQ(choose_gated_up_sm90_tile_config(p, kH100, true), b.row) << "M=" << b.m << " K=" << b.k << " U=" << b.u;
+  }
+  if (w.n > 0) EXPECT_GT(stream_k_points, 0) << "no stream-K point: the with-workspace table is kSm90Measured";
+}
+
+// Named points of the session-11 grid (results/gpu/session11_h100/grid): stream-K with a workspace
+// where it was >= 2 % ahead of rows 0-2, the no-workspace row elsewhere.
+TEST(HeuristicSm90, WithWorkspacePicksStreamKWhereItWasAhead) {
+  constexpr int kStreamK = 3;
+  auto ws = [](int64_t m, int64_t k, int64_t u) { return choose_gated_up_sm90_tile_config({m, k, u}, kH100, true); };
+  auto plain = [](int64_t m, int64_t k, int64_t u) { return choose_gated_up_sm90_tile_config({m, k, u}, kH100); };
+  EXPECT_EQ(ws(16384, 8192, 28672), kStreamK);    // Llama-3 70B: +9.5 % over row 0
+  EXPECT_EQ(ws(8192, 8192, 28672), kStreamK);     // Llama-3 70B: +4.1 %
+  EXPECT_EQ(ws(12000, 8192, 28672), kStreamK);    // between the two
+  EXPECT_EQ(ws(1024, 16384, 53248), kStreamK);    // Llama-3.1 405B: +4.7 %
+  EXPECT_EQ(ws(3000, 16384, 53248), kStreamK);    // between 2048 and 4096, both stream-K
+  EXPECT_EQ(ws(256, 16384, 53248), kStreamK);     // +2.4 % over row 1
+  EXPECT_EQ(ws(8192, 4608, 36864), kStreamK);     // Gemma-2 27B: +3.8 %
+  EXPECT_EQ(ws(8192, 3584, 18944), kStreamK);     // Qwen2 7B: +2.3 %
+  EXPECT_EQ(ws(512, 16384, 53248), plain(512, 16384, 53248));  // +1.96 %: under the margin
+  EXPECT_EQ(ws(4096, 4096, 14336), plain(4096, 4096, 14336));  // Llama-3 8B: +1.0 %
+  EXPECT_EQ(ws(8192, 16384, 53248), plain(8192, 16384, 53248)); // row 0 measured best
+  EXPECT_EQ(ws(300, 16384, 53248), plain(300, 16384, 53248));   // between 256 (stream-K) and 512 (row 1)
+  for (int64_t m : {256, 1024, 16384}) EXPECT_FALSE(kSm90TileConfigs[plain(m, 16384, 53248)].stream_k);
+  // Another SM count: the table does not apply, so no stream-K.
+  EXPECT_EQ(choose_gated_up_sm90_tile_config({1024, 16384, 53248}, kH100Pcie, true),
+            choose_gated_up_sm90_tile_config({1024, 16384, 53248}, kH100Pcie));
+}
+
+// Over a sweep: with a workspace the choice is the no-workspace one or the with-workspace table's
+// stream-K row (never a stream-K row the table does not give), and pure.
+TEST(HeuristicSm90, WithWorkspaceElsewhereIsTheChoiceWithout) {
+  const Sm90MeasuredTable w = sm90_measured_table(true);
+  std::vector<std::pair<int64_t, int64_t>> shapes(std::begin(kLlamaShapes), std::end(kLlamaShapes));
+  shapes.push_back({3584, 18944});  // Qwen2 7B
+  shapes.push_back({8192, 29568});  // Qwen2 72B
+  int stream_k = 0;
+  for (const DeviceSpec& dev : {kH100, kH100Pcie})
+    for (auto [k, u] : shapes)
+      for (int64_t m = 1; m <= 70000; m = m < 64 ? m + 1 : m * 9 / 8) {
+        const GatedUpProblem p{m, k, u};
+        const int c = choose_gated_up_sm90_tile_config(p, dev, true), c0 = choose_gated_up_sm90_tile_config(p, dev);
+        ASSERT_TRUE(c >= 0 && c < kNumSm90TileConfigs);
+        ASSERT_EQ(c, choose_gated_up_sm90_tile_config(p, dev, true)) << "not pure";
+        if (kSm90TileConfigs[c].stream_k) {
+          ++stream_k;
+          ASSERT_EQ(c, sm90_measured_tile_config(w.points, w.n, w.sms, kSm90TileConfigs, kNumSm90TileConfigs, p, dev, true))
+              << "M=" << m << " K=" << k << " U=" << u << ": a stream-K row only from the with-workspace table";
+        } else {
+          ASSERT_EQ(c, c0) << "M=" << m << " K=" << k << " U=" << u;
+        }
+      }
+  EXPECT_GT(stream_k, 0);
 }
 
 TEST(HeuristicSm90, TableIsWhatTheKernelSupports) {

@@ -1,0 +1,95 @@
+"""CPU tests of scripts/tile-table's emitted C++ tables: kSm90Measured (rows 0-2 only) and
+kSm90MeasuredWithWorkspace, which takes the stream-K row only where its median ratio beats the best
+other row's by at least --stream-k-margin (relative), and holds every point (see the script's
+docstring for why). Synthetic bench JSON in a temporary folder; no torch, no GPU."""
+import importlib.machinery
+import importlib.util
+import json
+import os
+import re
+
+import pytest
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "tile-table")
+
+
+def load_script():
+    loader = importlib.machinery.SourceFileLoader("tile_table", SCRIPT)
+    spec = importlib.util.spec_from_loader("tile_table", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+tt = load_script()
+
+# (M, {row: ratio}) for one model (K = 8192, U = 28672); the baseline takes 1 ms, so fused ms = 1 / ratio.
+POINTS = [
+    (1024, {0: 1.00, 1: 0.90, 2: 0.80, 3: 1.03}),    # stream-K 3 % ahead: taken
+    (2048, {0: 1.00, 1: 0.90, 2: 0.80, 3: 1.01}),    # 1 % ahead: under the default 2 % margin
+    (4096, {0: 0.95, 1: 0.97, 2: 0.80, 3: 0.985}),   # ahead of row 1 (the best other) by 1.5 %
+    (8192, {0: 1.00, 1: 0.90, 2: 0.80, 3: 0.99}),    # behind
+]
+
+
+def write_grid(folder, runs=3):
+    for run in range(runs):
+        for row in range(4):
+            rows = []
+            for m, ratios in POINTS:
+                rows.append({"model": "Test 70B", "M": m, "K": 8192, "U": 28672, "tile_config": row,
+                             "heuristic_tile_config": 0, "verified": True, "a_cublas_ms": 1.0,
+                             "c_fused_ms": 1.0 / ratios[row], "a_cublas_tflops": 700.0,
+                             "c_fused_tflops": 700.0 * ratios[row]})
+            with open(os.path.join(folder, f"r{run}_c{row}.json"), "w") as f:
+                json.dump({"benchmark": "bench gated-up", "rows": rows}, f)
+
+
+def tables(out):
+    """name -> {M: row} from the emitted C++."""
+    found = {}
+    for name, body in re.findall(r"std::array<Sm90MeasuredPoint, \d+> (\w+)\{\{\n(.*?)\n\}\};", out, re.S):
+        found[name] = {int(m): int(r) for m, r in re.findall(r"\{\d+, \d+, (\d+), (\d+)\}", body)}
+    return found
+
+
+def test_margin_rule_unit():
+    med = {0: 1.00, 1: 0.90, 3: 1.019}
+    assert tt.with_workspace_pick(med, {0, 1, 2}, {3}, 0.02) == (0, 0)
+    assert tt.with_workspace_pick(med, {0, 1, 2}, {3}, 0.01) == (3, 0)
+    # Only the rows the no-workspace table may hold count as "the best other row".
+    assert tt.with_workspace_pick({0: 1.00, 1: 1.10, 3: 1.05}, {0}, {3}, 0.02) == (3, 0)
+    # No stream-K row measured: the best other row.
+    assert tt.with_workspace_pick({0: 1.0, 1: 1.1}, None, {3}, 0.02) == (1, 1)
+
+
+@pytest.mark.parametrize("margin,expect", [(None, {1024: 3, 2048: 0, 4096: 1, 8192: 0}),
+                                           ("0.005", {1024: 3, 2048: 3, 4096: 3, 8192: 0}),
+                                           ("0.05", {1024: 0, 2048: 0, 4096: 1, 8192: 0})])
+def test_emitted_tables(tmp_path, capsys, margin, expect):
+    write_grid(str(tmp_path))
+    argv = ["--emit-cpp", "--table-rows", "0,1,2", str(tmp_path)]
+    if margin is not None:
+        argv += ["--stream-k-margin", margin]
+    assert tt.main(argv) == 0
+    t = tables(capsys.readouterr().out)
+    assert t["kSm90Measured"] == {1024: 0, 2048: 0, 4096: 1, 8192: 0}  # never the stream-K row
+    assert t["kSm90MeasuredWithWorkspace"] == expect                    # every point, stream-K past the margin
+    for m, row in t["kSm90MeasuredWithWorkspace"].items():
+        assert row == t["kSm90Measured"][m] or row == 3
+
+
+def test_committed_grid_keeps_ksm90measured(capsys):
+    """The session-11 grid regenerates kSm90Measured exactly as heuristic_sm90.cpp holds it, and the
+    with-workspace table as committed beside it."""
+    root = os.path.join(os.path.dirname(SCRIPT), "..")
+    grid = os.path.join(root, "results", "gpu", "session11_h100", "grid")
+    src = os.path.join(root, "src", "gated_up", "heuristic_sm90.cpp")
+    if not os.path.isdir(grid):
+        pytest.skip("results/gpu/session11_h100/grid is not in this checkout")
+    assert tt.main(["--emit-cpp", "--table-rows", "0,1,2", grid]) == 0
+    out = capsys.readouterr().out
+    committed = open(src).read()
+    for name in ("kSm90Measured", "kSm90MeasuredWithWorkspace"):
+        pat = r"constexpr std::array<Sm90MeasuredPoint, \d+> " + name + r"\{\{\n.*?\n\}\};"
+        assert re.search(pat, out, re.S).group(0) == re.search(pat, committed, re.S).group(0), name
