@@ -24,9 +24,9 @@
 // Numerics: fp32 accumulation everywhere; h is rounded once to the input dtype (as the unfused
 // pipeline stores it); y is rounded once. Reduction::kAtomic adds block partials with fp32 atomics
 // (the order, hence the last bits of y, may vary from call to call); Reduction::kDeterministic
-// writes each block's partial to its own workspace slot and the last block of a chunk sums the
-// slots in block order (the same inputs and configuration give the same bits), at the cost of a
-// larger workspace and more L2 traffic (docs/fused_mlp.md).
+// writes each block's partial to its own workspace slot and a second launch on the same stream sums
+// the slots in a fixed order (the same inputs and configuration give the same bits), at the cost of
+// a larger workspace and the slots' traffic (docs/fused_mlp.md).
 #pragma once
 
 #include <cstddef>

@@ -80,16 +80,39 @@ def test_emitted_tables(tmp_path, capsys, margin, expect):
 
 
 def test_committed_grid_keeps_ksm90measured(capsys):
-    """The session-11 grid regenerates kSm90Measured exactly as heuristic_sm90.cpp holds it, and the
-    with-workspace table as committed beside it."""
+    """The session-11 grid regenerates kSm90Measured exactly as heuristic_sm90.cpp holds it, and, with
+    session 17's runs of rows 0 and 3 (--stream-k-dirs), the with-workspace table as committed beside it."""
     root = os.path.join(os.path.dirname(SCRIPT), "..")
     grid = os.path.join(root, "results", "gpu", "session11_h100", "grid")
+    more = os.path.join(root, "results", "gpu", "session17_h100", "call2", "streamk")
     src = os.path.join(root, "src", "gated_up", "heuristic_sm90.cpp")
-    if not os.path.isdir(grid):
-        pytest.skip("results/gpu/session11_h100/grid is not in this checkout")
-    assert tt.main(["--emit-cpp", "--table-rows", "0,1,2", grid]) == 0
+    if not os.path.isdir(grid) or not os.path.isdir(more):
+        pytest.skip("results/gpu/session11_h100/grid or session17_h100/call2/streamk is not in this checkout")
+    assert tt.main(["--emit-cpp", "--table-rows", "0,1,2", grid, "--stream-k-dirs", more]) == 0
     out = capsys.readouterr().out
     committed = open(src).read()
     for name in ("kSm90Measured", "kSm90MeasuredWithWorkspace"):
         pat = r"constexpr std::array<Sm90MeasuredPoint, \d+> " + name + r"\{\{\n.*?\n\}\};"
         assert re.search(pat, out, re.S).group(0) == re.search(pat, committed, re.S).group(0), name
+
+
+def test_stream_k_dirs_count_only_where_they_measured_both_rows(tmp_path, capsys):
+    """--stream-k-dirs: extra runs of rows 0 and 3 move the stream-K comparison against the point's
+    kSm90Measured row where they measured both, and change nothing else."""
+    grid, more = tmp_path / "grid", tmp_path / "more"
+    grid.mkdir()
+    more.mkdir()
+    write_grid(str(grid))
+    # Three runs of rows 0 and 3 only: at 1024 row 3 now behind row 0 (the six-run median drops under
+    # the margin); at 4096 (kSm90Measured: row 1, not measured here) row 3 far ahead does not count.
+    for run in range(3):
+        for row in (0, 3):
+            rows = [{"model": "Test 70B", "M": m, "K": 8192, "U": 28672, "tile_config": row, "verified": True,
+                     "a_cublas_ms": 1.0, "c_fused_ms": 1.0 / r, "a_cublas_tflops": 700.0, "c_fused_tflops": 700.0 * r}
+                    for m, r in ((1024, {0: 1.00, 3: 0.97}[row]), (4096, {0: 0.90, 3: 1.20}[row]))]
+            with open(os.path.join(str(more), f"s{run}_c{row}.json"), "w") as f:
+                json.dump({"benchmark": "bench gated-up", "rows": rows}, f)
+    assert tt.main(["--emit-cpp", "--table-rows", "0,1,2", str(grid), "--stream-k-dirs", str(more)]) == 0
+    t = tables(capsys.readouterr().out)
+    assert t["kSm90Measured"] == {1024: 0, 2048: 0, 4096: 1, 8192: 0}
+    assert t["kSm90MeasuredWithWorkspace"] == {1024: 0, 2048: 0, 4096: 1, 8192: 0}

@@ -529,6 +529,61 @@ TEST_P(FusedMlpGpu, NaNStaysInItsRow) {
   }
 }
 
+// The deterministic mode's two launches (the slots, then their sum) captured in one graph: every
+// replay gives the eager call's bits, dense and a union list, at M = 1 (16-warp blocks) and M = 20.
+TEST_P(FusedMlpGpu, DeterministicInAGraph) {
+  SKIP_WITHOUT_GPU();
+  const int64_t k = 520, u = 1024, bs = 32, nblk = u / bs;
+  for (int64_t m : {1, 20}) {
+    const uint64_t seed = testing::fresh_seed();
+    SCOPED_TRACE("M=" + std::to_string(m) + "; " + testing::seed_note(seed));
+    Mlp f(GetParam(), m, k, u, seed);
+    const FusedMlpConfig cfg{32, MlpReduction::kDeterministic};
+    Workspace ws(fused_mlp_workspace_size(m, k, u / 16, cfg));
+    std::vector<int32_t> list;
+    for (int32_t b = 1; b < nblk; b += 3) list.push_back(b);
+    DeviceList dl(list, nblk);
+    cudaStream_t s;
+    BF_CUDA_OK(cudaStreamCreate(&s));
+    for (bool sparse : {false, true}) {
+      auto call = [&] {
+        if (sparse)
+          fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU,
+                           NeuronBlockList{dl.idx.data(), dl.cnt.data(), nblk, int(bs)}, ws.p(), ws.bytes(), cfg, s);
+        else
+          fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg, s);
+      };
+      f.poison();
+      call();
+      BF_CUDA_OK(cudaStreamSynchronize(s));
+      const std::vector<uint16_t> eager = f.y_bits();
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      BF_CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+      call();
+      BF_CUDA_OK(cudaStreamEndCapture(s, &graph));
+      BF_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+      for (int rep = 0; rep < 3; ++rep) {
+        f.poison();
+        BF_CUDA_OK(cudaGraphLaunch(exec, s));
+        BF_CUDA_OK(cudaStreamSynchronize(s));
+        EXPECT_TRUE(f.y_bits() == eager) << (sparse ? "union list" : "dense") << ": replay " << rep << " differs";
+      }
+      BF_CUDA_OK(cudaGraphExecDestroy(exec));
+      BF_CUDA_OK(cudaGraphDestroy(graph));
+      if (sparse) {
+        std::vector<unsigned char> mask(static_cast<size_t>(m * u));
+        const int32_t cnt = int32_t(list.size());
+        fmlp::neuron_mask_from_blocks(list.data(), &cnt, 0, false, m, u, int(bs), mask.data());
+        expect_matches(f, Activation::kSiLU, mask.data());
+      } else {
+        expect_matches(f, Activation::kSiLU, nullptr);
+      }
+    }
+    BF_CUDA_OK(cudaStreamDestroy(s));
+  }
+}
+
 TEST_P(FusedMlpGpu, RouterAndSparseInAGraph) {
   SKIP_WITHOUT_GPU();
   const DType dt = GetParam();
