@@ -11,6 +11,7 @@
 #     Keep U = 6 if it gains on the dense rows without losing elsewhere (ptxas: 128 registers, no spill).
 #   table (issue 16): `git apply results/gpu/session17_h100/pending/streamk_table_nine_runs.patch`
 #     (the with-workspace table over all nine runs: row 3 at 405B x 256 only; CPU tests pass).
+#   mends: `git apply results/gpu/session17_h100/pending/review_mends17.patch` (no kernel change).
 #   check: then one `scripts/gpu-check --defer-python` (carry the five .deps paths of its header) and
 #     `--python-only` within 30 s on the same machine; commit results/gpu/latest.json with the change.
 set -uo pipefail
