@@ -181,11 +181,12 @@ void set_split_rule(SplitRule rule);
 //   lists from 6 % slower to 24 % faster. A 16-warp block keeps 32 KB of loads in flight an SM where
 //   two 8-warp blocks keep 128 KB (U, fused_mlp_sm80.cuh), which the H200's higher bandwidth appears
 //   to need (not measured). Hence 16 warps for union lists.
-// - The deterministic mode (any grid) takes 16 warps too: its last-block sums are done by a chunk's
-//   last warp over every block's slot, and with 16 warps a block the chunks spread over twice the
-//   warps. Dense, 8 -> 16 warps: H100 1.6-1.9x faster (70B M = 1: 1912 -> 1209 µs, M = 8: 17082 ->
-//   8952; call1/table.txt), H200 1.6-1.9x (call5_h200/table.txt). Still 2-17x slower than the
-//   atomic mode.
+// - The deterministic mode (any grid) takes 16 warps too. Measured when its sum was still the last
+//   blocks' (a chunk's last warp over every block's slot, spread over twice the warps at 16): dense,
+//   8 -> 16 warps, H100 1.6-1.9x faster (70B M = 1: 1912 -> 1209 µs, M = 8: 17082 -> 8952;
+//   call1/table.txt), H200 1.6-1.9x (call5_h200/table.txt). Since session 17 a second launch sums the
+//   slots (fused_mlp_sum_kernel), so the first grid is the atomic one's but for its stores, and the
+//   dense reason for 8 warps (the H200) may apply again: not re-measured.
 constexpr int kMaxBlockWarps = 32;
 inline int auto_block_warps(int64_t m, int cc_major, bool union_list, bool deterministic = false) {
   return (union_list || deterministic) && m <= kSplitMaxRows && cc_major >= 9 ? 16 : kWarps;

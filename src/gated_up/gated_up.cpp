@@ -149,6 +149,20 @@ GatedUpParams sm90_shape_params(int64_t m, int64_t k, int64_t u, int config) {
   p.sm90_max_swizzle = sm90_choose_swizzle(m, u, kSm90TileConfigs[config]);
   return p;
 }
+
+// The heuristic's stream-K row for a call with a workspace (the with-workspace table's, where it has
+// one that fits the device's shared memory) and the workspace bytes it needs, decode region
+// included; row -1 where the heuristic with a workspace picks no stream-K row. The one place both
+// gated_up_workspace_size and gated_up decide it, so the size promised is the size checked.
+struct Sm90StreamKPick {
+  int row = -1;
+  size_t bytes = 0;
+};
+Sm90StreamKPick sm90_heuristic_stream_k(const GatedUpProblem& p, const detail::DeviceSpec& dev, int device) {
+  const int c = choose_gated_up_sm90_tile_config(p, dev, /*with_workspace=*/true);
+  if (!kSm90TileConfigs[c].stream_k || sm90::smem_bytes(c) > dev.max_smem_per_block) return {};
+  return {c, sm90_workspace_offset(p.k, p.u, device) + sm90::workspace_bytes(c, sm90_shape_params(p.m, p.k, p.u, c))};
+}
 #endif
 
 }  // namespace
@@ -167,10 +181,8 @@ size_t gated_up_workspace_size(int64_t m, int64_t k, int64_t u, int device, cons
 #if defined(BLOCKFUSE_HAS_SM90)
     const detail::DeviceSpec dev = detail::device_spec(device >= 0 ? device : detail::current_device());
     if (!(dev.cc_major == 9 && dev.cc_minor == 0)) return base;
-    const int c = choose_gated_up_sm90_tile_config(GatedUpProblem{m, k, u}, dev, /*with_workspace=*/true);
-    if (!kSm90TileConfigs[c].stream_k) return base;
-    const size_t need = sm90::workspace_bytes(c, sm90_shape_params(m, k, u, c));
-    return std::max(base, sm90_workspace_offset(k, u, device) + need);
+    const Sm90StreamKPick sk = sm90_heuristic_stream_k(GatedUpProblem{m, k, u}, dev, device);
+    return sk.row < 0 ? base : std::max(base, sk.bytes);
 #else
     return base;
 #endif
@@ -225,19 +237,12 @@ void gated_up(ConstMatrix x, ConstMatrix w, Matrix out, Activation act, void* wo
   if (kernel == GatedUpKernel::kSm90) {
     int c90 = options.tile_config;
     if (c90 < 0) {
-      c90 = choose_gated_up_sm90_tile_config(prob, dev);
-      // With a workspace: the with-workspace table's stream-K row where it has one and the workspace
-      // holds its region (after the decode kernel's, 16-byte aligned); otherwise, silently, the row
-      // chosen without (the heuristic never turns a valid call into an error).
-      if (workspace != nullptr && reinterpret_cast<uintptr_t>(workspace) % 16 == 0) {
-        const int cw = choose_gated_up_sm90_tile_config(prob, dev, /*with_workspace=*/true);
-        if (cw != c90 && kSm90TileConfigs[cw].stream_k && sm90::smem_bytes(cw) <= dev.max_smem_per_block) {
-          GatedUpParams q = params;
-          q.sm90_max_swizzle = sm90_choose_swizzle(x.rows, out.cols, kSm90TileConfigs[cw]);
-          const size_t need = sm90::workspace_bytes(cw, q);
-          if (workspace_bytes >= sm90_workspace_offset(x.cols, out.cols, -1) + need) c90 = cw;
-        }
-      }
+      // With a workspace: the heuristic's stream-K row where it has one and the workspace holds it
+      // (16-byte aligned); otherwise, silently, the row chosen without (the heuristic never turns a
+      // valid call into an error).
+      const bool usable = workspace != nullptr && reinterpret_cast<uintptr_t>(workspace) % 16 == 0;
+      const Sm90StreamKPick sk = usable ? sm90_heuristic_stream_k(prob, dev, -1) : Sm90StreamKPick{};
+      c90 = sk.row >= 0 && workspace_bytes >= sk.bytes ? sk.row : choose_gated_up_sm90_tile_config(prob, dev);
     }
     if (sm90::smem_bytes(c90) > dev.max_smem_per_block)
       throw_arg(kFn, "options.tile_config", cat("= ", c90, " (sm90) needs ", sm90::smem_bytes(c90), " bytes of shared memory"),
