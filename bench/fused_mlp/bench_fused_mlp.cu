@@ -21,6 +21,7 @@
 
 #include "blockfuse/fused_mlp.h"
 #include "blockfuse/swiglu.h"
+#include "common/device.h"
 #include "fused_mlp/params.h"
 #include "common/host_float.h"
 #include "harness.h"
@@ -263,7 +264,9 @@ void FusedMlpBench::shape(Bench& b, const Shape& sh, int warps) {
                              : split == "always" ? fmlp::SplitRule::kAlways : fmlp::SplitRule::kAuto);
         const FusedMlpConfig cfg{int(forced), MlpReduction::kAtomic};
         // (a split unit's group is 16 neurons: reported as such where the rule splits this list)
-        const int bw = fmlp::launch_block_warps(M, b.device().major, forced == 0, false);
+        const detail::DeviceSpec spec = detail::current_device_spec();
+        const int bw = fmlp::launch_block_warps(M, b.device().major, forced == 0, false,
+                                                fmlp::dram_gbps_per_sm(spec.dram_gbps, spec.sm_count));
         const bool splits = !forced && fmlp::split_units(M, fmlp::split_rule(), b.device().major >= 9, active * 2, sms, bw);
         const int nb = forced ? int(forced) : splits ? 16 : fused_mlp_heuristic(M, K, active * 2, sms).neurons_per_block;
         Check chk = all_chk;

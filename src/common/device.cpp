@@ -26,6 +26,15 @@ DeviceSpec device_spec(int device) {
     BF_CUDA_CHECK(cudaDeviceGetAttribute(&s.max_smem_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     BF_CUDA_CHECK(cudaDeviceGetAttribute(&s.cc_major, cudaDevAttrComputeCapabilityMajor, dev));
     BF_CUDA_CHECK(cudaDeviceGetAttribute(&s.cc_minor, cudaDevAttrComputeCapabilityMinor, dev));
+    // Only a heuristic's input (fused_mlp's block width): a device that does not report these
+    // leaves 0 ("unknown") rather than failing the call.
+    int mem_khz = 0, bus_bits = 0;
+    if (cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      mem_khz = bus_bits = 0;
+    }
+    s.dram_gbps = 2.0 * double(mem_khz) * 1e3 * double(bus_bits) / 8.0 / 1e9;
     return s;
   });
 }

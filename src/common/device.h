@@ -13,6 +13,8 @@ struct DeviceSpec {
   int sm_count;            // multiprocessors
   int max_smem_per_block;  // opt-in maximum dynamic shared memory per block, bytes
   int cc_major, cc_minor;
+  // Peak DRAM bandwidth, GB/s (memory clock x 2 x bus width); 0 where the device does not report it.
+  double dram_gbps = 0;
 };
 
 // The current CUDA device (cudaGetDevice; throws blockfuse::Error on failure).

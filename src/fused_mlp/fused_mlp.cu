@@ -171,8 +171,9 @@ void run(const char* fn, const Problem& pr, const ConstMatrix& x, const ConstMat
   const fmlp::SplitRule rule = fmlp::split_rule();
   p.split = dynamic_groups && fmlp::split_launch(pr.m, rule, split_path_available()) ? 2 : 1;
   p.split_always = rule == fmlp::SplitRule::kAlways;
-  p.warps = fmlp::launch_block_warps(pr.m, detail::current_device_spec().cc_major, dynamic_groups,
-                                     red == MlpReduction::kDeterministic);
+  const detail::DeviceSpec spec = detail::current_device_spec();
+  p.warps = fmlp::launch_block_warps(pr.m, spec.cc_major, dynamic_groups, red == MlpReduction::kDeterministic,
+                                     fmlp::dram_gbps_per_sm(spec.dram_gbps, spec.sm_count));
   const int64_t grid = fmlp::grid_blocks(p.groups, neurons) * p.split;
   if (grid > 0x7fffffff) throw_arg(fn, "w_down_t", cat("has U = ", pr.u), "fewer than 2^31 neuron blocks");
   p.x = x.data;

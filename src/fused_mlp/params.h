@@ -163,14 +163,18 @@ void set_split_rule(SplitRule rule);
 // the kernel's W). Wider blocks keep 4 gate/up loads a lane in flight and 2 down slots (1 at 32
 // warps: 64 registers a thread), which is what a warp's streaming rate uses (one SM streams about
 // 4 GB/s per warp with up to 4 loads a lane in flight, results/gpu/session15_h100/call8/sm_stream2.txt).
-// The rule: 16 warps for union lists with the heuristic's block size, and in the deterministic mode,
-// at M <= 8 on sm_90; 8 for dense and per-token grids with the atomic reduction, for more token
-// tiles, and below sm_90 (not measured). Measured at Llama-3 8B and 70B, M = 1 / 4 / 8, each
-// comparison in one process:
+// The rule: 16 warps at M <= 8 on sm_90+ for union lists with the heuristic's block size and in the
+// deterministic mode, and for dense and per-token grids too where the device's peak DRAM bandwidth
+// is at most kWideGridMaxGBpsPerSm a SM (the H100 SXM: 3352 GB/s / 132 = 25.4); 8 for dense and
+// per-token grids on faster memory (the H200: 4800 / 132 = 36.4) or where the bandwidth is unknown,
+// for more token tiles, and below sm_90 (not measured). Measured at Llama-3 8B and 70B, M = 1 / 4 / 8,
+// each comparison in one process:
 // - H100, 8 / 16 / 32 warps forced (results/gpu/session16_h100/call1/table.txt): 16 warps faster on
 //   dense (2-7 %, 8B M = 1 137.0 -> 131.0 µs), per-token (up to 10 %) and unsplit union lists (3-12 %);
 //   slower where a list split in two waves (split_groups above); 32 warps slower than 16 almost
-//   everywhere.
+//   everywhere. Again in session 18 (results/gpu/session18_h100/call1/warps_table.txt, 8 against 16
+//   forced): dense 2-7 % faster (8B M = 1 137.6 -> 131.3 µs, 70B M = 8 576.2 -> 553.2), per-token
+//   level to 11 % faster, deterministic 2-7 % faster.
 // - H100, union lists at 16 warps with this split threshold against 8 warps (call3/table.txt): lists
 //   of more than 132 groups 4-13 % faster (8B 75 % at M = 1: 46.1 -> 42.5 µs), of at most 66 groups
 //   (split at 16 warps) up to 8 % faster, of 67-132 groups 1-4 % slower (unsplit at 16 warps, one
@@ -179,17 +183,20 @@ void set_split_rule(SplitRule rule);
 //   5-22 % faster except 70B 50 % at M = 1 (4 % slower) and M = 4 (level), the 67-132 band 3-7 %
 //   slower; but dense up to 7 % slower at M = 1 and 4 (8B M = 1: 101.3 -> 108.9 µs) and per-token
 //   lists from 6 % slower to 24 % faster. A 16-warp block keeps 32 KB of loads in flight an SM where
-//   two 8-warp blocks keep 128 KB (U, fused_mlp_sm80.cuh), which the H200's higher bandwidth appears
-//   to need (not measured). Hence 16 warps for union lists.
-// - The deterministic mode (any grid) takes 16 warps too. Measured when its sum was still the last
-//   blocks' (a chunk's last warp over every block's slot, spread over twice the warps at 16): dense,
-//   8 -> 16 warps, H100 1.6-1.9x faster (70B M = 1: 1912 -> 1209 µs, M = 8: 17082 -> 8952;
-//   call1/table.txt), H200 1.6-1.9x (call5_h200/table.txt). Since session 17 a second launch sums the
-//   slots (fused_mlp_sum_kernel), so the first grid is the atomic one's but for its stores, and the
-//   dense reason for 8 warps (the H200) may apply again: not re-measured.
+//   two 8-warp blocks keep 128 KB (U, fused_mlp_sm80.cuh); by Little's law a faster memory needs more
+//   bytes in flight for the same latency, hence the bandwidth bound for dense and per-token grids
+//   (two devices measured: the bound sits between them).
+// - The deterministic mode (any grid) takes 16 warps too: before session 17 its last-block sums
+//   gained most (dense 1.6-1.9x on both devices, call1/table.txt, call5_h200/table.txt); with the sum
+//   in a second launch (fused_mlp_sum_kernel) still 2-7 % on the H100 (session 18 above), not
+//   re-measured on the H200.
 constexpr int kMaxBlockWarps = 32;
-inline int auto_block_warps(int64_t m, int cc_major, bool union_list, bool deterministic = false) {
-  return (union_list || deterministic) && m <= kSplitMaxRows && cc_major >= 9 ? 16 : kWarps;
+constexpr double kWideGridMaxGBpsPerSm = 30.0;
+// dram_gbps_per_sm: the device's peak DRAM GB/s over its SMs (dram_gbps_per_sm below; 0: unknown).
+inline int auto_block_warps(int64_t m, int cc_major, bool union_list, bool deterministic = false,
+                            double dram_gbps_per_sm = 0) {
+  const bool wide_grid = dram_gbps_per_sm > 0 && dram_gbps_per_sm <= kWideGridMaxGBpsPerSm;
+  return (union_list || deterministic || wide_grid) && m <= kSplitMaxRows && cc_major >= 9 ? 16 : kWarps;
 }
 // Process-wide override for the bench and the tests, as the split rule has: 0 (kAutoBlockWarps, the
 // default: auto_block_warps), or 8, 16 or 32 at M <= 8 whatever the launch.
@@ -199,12 +206,14 @@ int block_warps();
 void set_block_warps(int warps);
 // The warps a launch takes: 8 above M = 8, else the override where one is set, else the rule (the
 // launcher's choice; the bench reports the split from it).
-inline int launch_block_warps(int64_t m, int cc_major, bool union_list, bool deterministic) {
+inline int launch_block_warps(int64_t m, int cc_major, bool union_list, bool deterministic, double dram_gbps_per_sm) {
   const int forced = block_warps();
   return m > kSplitMaxRows ? kWarps
          : forced != kAutoBlockWarps ? forced
-                                     : auto_block_warps(m, cc_major, union_list, deterministic);
+                                     : auto_block_warps(m, cc_major, union_list, deterministic, dram_gbps_per_sm);
 }
+// Peak DRAM GB/s a SM from a device's peak bandwidth and SM count (0 where either is unknown).
+inline double dram_gbps_per_sm(double dram_gbps, int sm_count) { return sm_count > 0 ? dram_gbps / sm_count : 0.0; }
 
 // Whether a union-list call (the heuristic's block size) of m rows launches as 2-CTA clusters under
 // `rule`, where `sm90` says split launches can run (the launcher: sm_90 code on an sm_90+ device).

@@ -89,10 +89,24 @@ TEST(FusedMlpHeuristic, BlockWarpsOverride) {
   }
 }
 
-// The rule (params.h: auto_block_warps, results/gpu/session16_h100/call1, call3 and call5_h200): 16
-// warps for union lists with the heuristic's block size and in the deterministic mode at M <= 8 on
-// sm_90+; 8 for dense and per-token grids with atomics, for more token tiles, and below sm_90.
+// The rule (params.h: auto_block_warps, results/gpu/session16_h100/call1, call3 and call5_h200,
+// session18_h100/call1): 16 warps for union lists with the heuristic's block size and in the
+// deterministic mode at M <= 8 on sm_90+, and for dense and per-token grids where the peak DRAM
+// bandwidth is at most 30 GB/s a SM (the H100 SXM); 8 for dense and per-token grids with atomics on
+// faster memory (the H200) or unknown bandwidth, for more token tiles, and below sm_90.
 TEST(FusedMlpHeuristic, AutoBlockWarps) {
+  const double h100 = fmlp::dram_gbps_per_sm(3352.3, 132), h200 = fmlp::dram_gbps_per_sm(4800.0, 132);
+  EXPECT_NEAR(h100, 25.4, 0.1);
+  EXPECT_DOUBLE_EQ(fmlp::dram_gbps_per_sm(3352.3, 0), 0.0) << "no SM count: unknown";
+  for (int64_t m : {1, 4, 8}) {
+    EXPECT_EQ(fmlp::auto_block_warps(m, 9, false, false, h100), 16) << "M = " << m << ", dense on an H100";
+    EXPECT_EQ(fmlp::auto_block_warps(m, 9, false, false, h200), fmlp::kWarps) << "M = " << m << ", dense on an H200";
+    EXPECT_EQ(fmlp::auto_block_warps(m, 9, false, false, 0.0), fmlp::kWarps) << "M = " << m << ", unknown bandwidth";
+    EXPECT_EQ(fmlp::auto_block_warps(m, 9, true, false, h200), 16) << "M = " << m << ", union list on an H200";
+    EXPECT_EQ(fmlp::auto_block_warps(m, 8, false, false, h100), fmlp::kWarps) << "M = " << m << ", sm_80/86/89";
+  }
+  for (int64_t m : {9, 16, 32}) EXPECT_EQ(fmlp::auto_block_warps(m, 9, false, false, h100), fmlp::kWarps) << "M = " << m;
+
   for (int64_t m : {1, 4, 8}) {
     EXPECT_EQ(fmlp::auto_block_warps(m, 9, true), 16) << "M = " << m;
     EXPECT_EQ(fmlp::auto_block_warps(m, 10, true), 16) << "M = " << m;

@@ -415,7 +415,8 @@ struct BlockWarpsFor {
 };
 
 // Each block width at M <= 8 forced (params.h: set_block_warps; the rule, auto_block_warps, takes 16
-// for union lists on sm_90 and 8 elsewhere, so the other tests cover those) against the reference, on every
+// for union lists and the deterministic mode on sm_90, for dense and per-token grids only on memory of
+// at most 30 GB/s a SM, so the other tests cover one width of those per device) against the reference, on every
 // path: dense at every block size and both reductions, union lists under every split rule (empty,
 // short, long, all blocks; odd K, so the K slices and the down phase's rounds end part-way),
 // per-token lists, and the deterministic mode bitwise reproducible. M = 9 runs the 8-warp kernel.
