@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The next session's device plan (written at the end of session 18, whose device time was spent).
+# Name kind nvidia-h100-x1 on every call. One-chip machines counted their whole held time: plan on
+# 1800 s; a full GPU check (--defer-python + --python-only) takes about 580 s of it.
+# Steps:
+#   splith (issue 14, first): pending/split_h_local_sums.patch — a split unit's CTAs sum their own K
+#     slices first and read the peer's sums once (one remote load a value instead of 16; ptxas sm_90:
+#     registers unchanged, the W = 32 NG = 1 kernel spills less). Build two CLIs on the CPU machine
+#     (main and main + the patch: cmake --build <dir> --target blockfuse_cli; strip; xz into
+#     .wt/bins/cli_{m0,sh}.xz; carry .wt/bins) and run
+#       SIDES="m0 sh" RUNS=3 ARGS="--shapes llama3-8b,llama3-70b --m 1,4,8 --sparsity 90,95,99 --warps 0,8" \
+#         bash results/gpu/session18_h100/ab.sh
+#     Expected from the per-CTA timeline (trace/trace.txt): about 2 µs off the split rows (8B x 95 %
+#     17.4 µs, x 99 % 13 µs). With --warps 8 the 8B x 90 % list splits (176 CTAs, two an SM): if that
+#     row then beats the 16-warp unsplit one, the block-width rule for union lists of 67-132 groups
+#     should take 8 warps and split (params.h: auto_block_warps, split_groups).
+#   trace (optional): trace/trace.patch applies on main; rebuild fmlp_trace against it (the nvcc lines
+#     are in trace/README) to see the h step after the patch.
+#   check: scripts/gpu-check --defer-python, then --python-only within 30 s on the same machine;
+#     commit results/gpu/latest.json with the change.
+# Beyond: the union-list start (1.6-2.3 µs before any weight is read: count -> block-size model in
+#   double precision -> indices) could issue the index loads for every candidate block size while the
+#   model runs; phase 1 through a per-lane cp.async ring (no registers while in flight) is the larger
+#   redesign docs/fused_mlp.md names.
+set -uo pipefail
+case "${1:-}" in
+  *) sed -n '2,/^set /p' "$0" | grep '^#'; exit 2 ;;
+esac
