@@ -21,7 +21,8 @@
 #   ncu (issue 16, before resolving it): its targets ask what ncu shows where they are missed. ncu
 #     --set full of the bf16 fused kernel at its worst point against cuBLAS (Llama-3 70B x 16384 and
 #     8B x 512-1024 tokens, bench gated-up --tokens ...) and of the FP8 kernel at 8B x 16384 (0.964x
-#     _scaled_mm) beside cuBLASLt's kernel; session 17's call6_ncu.sh is the pattern (demangled names).
+#     _scaled_mm) beside cuBLASLt's kernel: ncu16.sh (written, not run; after gpu-check on the same
+#     machine it profiles build-gpu's CLI).
 # Beyond: the union-list start (1.6-2.3 µs before any weight is read: count -> block-size model in
 #   double precision -> indices) could issue the index loads for every candidate block size while the
 #   model runs; phase 1 through a per-lane cp.async ring (no registers while in flight) is the larger
