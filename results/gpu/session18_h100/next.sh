@@ -16,6 +16,8 @@
 #     should take 8 warps and split (params.h: auto_block_warps, split_groups).
 #   trace (optional): trace/trace.patch applies on main; rebuild fmlp_trace against it (the nvcc lines
 #     are in trace/README) to see the h step after the patch.
+#   gated_mlp (issue 14): git apply pending/gated_mlp_use_fused_mlp.patch (python only; its GPU tests run
+#     in the check below), and name the opt-in in docs/fused_mlp.md's "Not done" and docs/pytorch.md.
 #   check: scripts/gpu-check --defer-python, then --python-only within 30 s on the same machine;
 #     commit results/gpu/latest.json with the change.
 #   ncu (issue 16, before resolving it): its targets ask what ncu shows where they are missed. ncu
