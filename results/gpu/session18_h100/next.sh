@@ -7,13 +7,18 @@
 #     slices first and read the peer's sums once (one remote load a value instead of 16; ptxas sm_90:
 #     registers unchanged, the W = 32 NG = 1 kernel spills less). Build two CLIs on the CPU machine
 #     (main and main + the patch: cmake --build <dir> --target blockfuse_cli; strip; xz into
-#     .wt/bins/cli_{m0,sh}.xz; carry .wt/bins) and run
-#       SIDES="m0 sh" RUNS=3 ARGS="--shapes llama3-8b,llama3-70b --m 1,4,8 --sparsity 90,95,99 --warps 0,8" \
+#     .wt/bins/cli_{m0,sh,so}.xz; carry .wt/bins) and run
+#       SIDES="m0 sh so" RUNS=3 ARGS="--shapes llama3-8b,llama3-70b --m 1,4,8 --sparsity 90,95,99 --warps 0,8" \
 #         bash results/gpu/session18_h100/ab.sh
 #     Expected from the per-CTA timeline (trace/trace.txt): about 2 µs off the split rows (8B x 95 %
 #     17.4 µs, x 99 % 13 µs). With --warps 8 the 8B x 90 % list splits (176 CTAs, two an SM): if that
 #     row then beats the 16-warp unsplit one, the block-width rule for union lists of 67-132 groups
 #     should take 8 warps and split (params.h: auto_block_warps, split_groups).
+#   start (issue 14, in the same A/B as a third CLI, cli_so = main + both patches): pending/
+#     union_start_overlap.patch — an unsplit union list's block loads its indices for all three
+#     candidate block sizes before the device-side block-size model runs, so the load hides under it
+#     (the start took 2.3 µs at 8B x 90 %, 0.7 µs more than a split unit's; ptxas: registers
+#     unchanged in every kernel). Expected: up to 0.7 µs off the 8B 75 % and 90 % rows.
 #   trace (optional): trace/trace.patch applies on main; rebuild fmlp_trace against it (the nvcc lines
 #     are in trace/README) to see the h step after the patch.
 #   gated_mlp (issue 14): git apply pending/gated_mlp_use_fused_mlp.patch (python only; its GPU tests run
