@@ -8,7 +8,7 @@
 #     registers unchanged, the W = 32 NG = 1 kernel spills less). Build two CLIs on the CPU machine
 #     (main and main + the patch: cmake --build <dir> --target blockfuse_cli; strip; xz into
 #     .wt/bins/cli_{m0,sh,so}.xz; carry .wt/bins) and run
-#       SIDES="m0 sh so" RUNS=3 ARGS="--shapes llama3-8b,llama3-70b --m 1,4,8 --sparsity 90,95,99 --warps 0,8" \
+#       SIDES="m0 sh so" RUNS=3 ARGS="--shapes llama3-8b,llama3-70b --m 1,4,8 --sparsity 75,90,95,99 --warps 0,8" \
 #         bash results/gpu/session18_h100/ab.sh
 #     Expected from the per-CTA timeline (trace/trace.txt): about 2 µs off the split rows (8B x 95 %
 #     17.4 µs, x 99 % 13 µs). With --warps 8 the 8B x 90 % list splits (176 CTAs, two an SM): if that
