@@ -5,8 +5,8 @@
 # Steps:
 #   splith (issue 14, first): pending/split_h_local_sums.patch — a split unit's CTAs sum their own K
 #     slices first and read the peer's sums once (one remote load a value instead of 16; ptxas sm_90:
-#     registers unchanged, the W = 32 NG = 1 kernel spills less). Build two CLIs on the CPU machine
-#     (main and main + the patch: cmake --build <dir> --target blockfuse_cli; strip; xz into
+#     registers unchanged, the W = 32 NG = 1 kernel spills less). Build three CLIs on the CPU machine
+#     (main; main + this patch; main + this and the next patch: cmake --build <dir> --target blockfuse_cli; strip; xz into
 #     .wt/bins/cli_{m0,sh,so}.xz; carry .wt/bins) and run
 #       SIDES="m0 sh so" RUNS=3 ARGS="--shapes llama3-8b,llama3-70b --m 1,4,8 --sparsity 75,90,95,99 --warps 0,8" \
 #         bash results/gpu/session18_h100/ab.sh
@@ -30,9 +30,7 @@
 #     8B x 512-1024 tokens, bench gated-up --tokens ...) and of the FP8 kernel at 8B x 16384 (0.964x
 #     _scaled_mm) beside cuBLASLt's kernel: ncu16.sh (written, not run; after gpu-check on the same
 #     machine it profiles build-gpu's CLI).
-# Beyond: the union-list start (1.6-2.3 µs before any weight is read: count -> block-size model in
-#   double precision -> indices) could issue the index loads for every candidate block size while the
-#   model runs; phase 1 through a per-lane cp.async ring (no registers while in flight) is the larger
+# Beyond: phase 1 through a per-lane cp.async ring (no registers while in flight) is the larger
 #   redesign docs/fused_mlp.md names.
 set -uo pipefail
 case "${1:-}" in
