@@ -30,6 +30,9 @@
 #     8B x 512-1024 tokens, bench gated-up --tokens ...) and of the FP8 kernel at 8B x 16384 (0.964x
 #     _scaled_mm) beside cuBLASLt's kernel: ncu16.sh (written, not run; after gpu-check on the same
 #     machine it profiles build-gpu's CLI).
+#   table (issue 16, before the check, no device time of its own): kSm90MeasuredWithWorkspace repeats
+#     kSm90Measured's 60 points to differ at one (405B x 256 -> stream-K); keep only the stream-K points
+#     (exact-match lookup, then kSm90Measured) and have scripts/tile-table --emit-cpp write that form.
 # Beyond: phase 1 through a per-lane cp.async ring (no registers while in flight) is the larger
 #   redesign docs/fused_mlp.md names.
 set -uo pipefail
