@@ -226,3 +226,38 @@ def test_sparse_module_cuda_graph_and_compile():
         assert rel(out, want) < REL_TOL[torch.bfloat16]
         compiled = torch.compile(m, fullgraph=True)
         assert rel(compiled(x2), want) < REL_TOL[torch.bfloat16]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lead", [(1,), (3, 5), (32,)])
+def test_gated_mlp_whole_mlp_opt_in(lead, dtype):
+    """GatedMLP.use_fused_mlp: decode-sized calls through ops.fused_mlp, the result that of the
+    two-kernel path within one rounding; w_down_t rebuilt when down.weight changes; longer inputs and
+    calls needing gradients keep the two-kernel path."""
+    torch.manual_seed(20)
+    m = bnn.GatedMLP(K, U, dtype=dtype, device="cuda").use_fused_mlp()
+    assert "fused_mlp=True" in repr(m)
+    x = rnd(*lead, K, dtype=dtype, seed=21)
+    with torch.no_grad():
+        assert m._whole_mlp_applies(x)
+        want = ops.fused_mlp_reference(x, m.w_gate_up, m.down.weight.t(), "silu", out_dtype=torch.float32)
+        y = m(x)
+        assert y.shape == x.shape and y.dtype == dtype
+        assert rel(y, want) < REL_TOL[dtype]
+        m.down.weight.mul_(-0.5)  # in place: the cached transpose must follow
+        want = ops.fused_mlp_reference(x, m.w_gate_up, m.down.weight.t(), "silu", out_dtype=torch.float32)
+        assert rel(m(x), want) < REL_TOL[dtype]
+        assert not m._whole_mlp_applies(rnd(33, K, dtype=dtype, seed=22))
+    assert not m._whole_mlp_applies(x), "parameters that require grad: the kernel has no backward"
+    m.use_fused_mlp(False)
+    assert m._w_down_t is None and "fused_mlp" not in repr(m)
+
+
+def test_gated_mlp_whole_mlp_down_bias():
+    torch.manual_seed(23)
+    m = bnn.GatedMLP(K, U, dtype=torch.bfloat16, device="cuda", down_bias=True).use_fused_mlp()
+    torch.nn.init.uniform_(m.down.bias, -1, 1)
+    x = rnd(4, K, dtype=torch.bfloat16, seed=24)
+    with torch.no_grad():
+        want = m.down(m.gate_up(x)).float()
+        assert rel(m(x), want) < 2 * REL_TOL[torch.bfloat16]

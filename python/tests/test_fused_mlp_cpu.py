@@ -115,3 +115,18 @@ def test_sparse_from_hf_llama():
         torch.testing.assert_close(m(x), hf(x), rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match=r"router has shape \(3, 64\)"):
         bnn.SparseGatedMLP.from_hf(hf, router[:3], block_size=32)
+
+
+def test_gated_mlp_whole_mlp_opt_in_on_cpu_keeps_the_torch_path():
+    """use_fused_mlp on CPU tensors: the kernel does not apply, the plain-torch result is unchanged."""
+    torch.manual_seed(30)
+    m = bnn.GatedMLP(64, 128)
+    x = rand(3, 64, seed=31)
+    with torch.no_grad():
+        want = m(x)
+        m.use_fused_mlp()
+        assert not m._whole_mlp_applies(x)
+        assert torch.equal(m(x), want)
+        assert "fused_mlp=True" in repr(m)
+        m.use_fused_mlp(False)
+        assert "fused_mlp" not in repr(m)

@@ -98,6 +98,7 @@ __global__ void __launch_bounds__(W * 32, W == kWarps ? 2 : 1) fused_mlp_kernel(
   __shared__ uint32_t s_mask[NG];    // tokens that selected the group
   __shared__ float4 s_acc[W][NT][32];
   __shared__ __align__(16) T s_h[MP * HLD];
+  __shared__ float2 s_part[NT == 1 ? 8 * kGroup : 1];  // a split unit's per-CTA sums (one group)
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
@@ -248,38 +249,51 @@ __global__ void __launch_bounds__(W * 32, W == kWarps ? 2 : 1) fused_mlp_kernel(
       for (int j = 0; j < NT; ++j) s_acc[warp][j][lane] = make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
     }
     __syncthreads();
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    namespace cg = cooperative_groups;
-    if (cs > 1) cg::this_cluster().sync();  // the peer's s_acc is complete (both CTAs are active alike)
-#endif
     const int nbr = kGroup * ng;  // this block's neurons
-    for (int i = threadIdx.x; i < MP * nbr; i += W * 32) {
+    // Item i = (token m, neuron n): this CTA's sums over its K slices of the up and gate rows. Interleaved
+    // rows 2nn (up) and 2nn + 1 (gate) of the group: tile 2·grp + (2nn) / 16, row (2nn) % 16 = lane
+    // group g (+8: e bit 1); token m: j = m / 8, lane t = (m % 8) / 2, e bit 0.
+    auto slice_sums = [&](int i) {
       const int m = i / nbr, n = i % nbr;
       const int grp = n / kGroup, nn = n % kGroup;
-      // Interleaved rows 2nn (up) and 2nn + 1 (gate) of the group: tile 2·grp + (2nn) / 16, row
-      // (2nn) % 16 = lane group g (+8: e bit 1); token m: j = m / 8, lane t = (m % 8) / 2, e bit 0.
       const int rt = 2 * grp + (2 * nn) / 16, row = (2 * nn) % 16;  // the gate row is row + 1
       const int j = m / 8, tt = (m % 8) / 2, e0 = m & 1;
       float up = 0.f, gate = 0.f;
-      // Summed over the K slices of every CTA sharing the group, in rank order (so both CTAs of a
-      // split unit form the same h).
-      for (int r = 0; r < cs; ++r)
-        for (int ks = 0; ks < ksn; ++ks) {
-          const float* a = reinterpret_cast<const float*>(&s_acc[rt + rtn * ks][j][0]);
+      for (int ks = 0; ks < ksn; ++ks) {
+        const float* a = reinterpret_cast<const float*>(&s_acc[rt + rtn * ks][j][0]);
+        up += a[((row & 7) * 4 + tt) * 4 + (row >> 3) * 2 + e0];
+        gate += a[(((row + 1) & 7) * 4 + tt) * 4 + ((row + 1) >> 3) * 2 + e0];
+      }
+      return make_float2(up, gate);
+    };
+    auto store_h = [&](int i, float2 ug) {
+      const int m = i / nbr, n = i % nbr;
+      const bool on = (s_mask[n / kGroup] >> m) & 1u;  // also false for the padding rows m >= M
+      s_h[m * HLD + n] = static_cast<T>(on ? gated_act(p.act, ug.y, ug.x) : 0.f);
+    };
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-          if (cs > 1) a = cg::this_cluster().map_shared_rank(a, r);
+    if (NT == 1 && cs > 1) {
+      // A split unit (NT = 1, one group): each CTA sums its own K slices first, then reads the
+      // peer's sums once, so a value costs one remote load instead of one per slice (session 18's
+      // timeline: 3.4-3.9 µs for h in a split unit against 1.8-2.4 unsplit, results/gpu/session18_h100/
+      // trace/). Both CTAs add the two ranks' sums in rank order: the same h in both.
+      namespace cg = cooperative_groups;
+      for (int i = threadIdx.x; i < MP * nbr; i += W * 32) s_part[i] = slice_sums(i);
+      cg::this_cluster().sync();  // both CTAs' sums are complete
+      const float2* part0 = cg::this_cluster().map_shared_rank(&s_part[0], 0);
+      const float2* part1 = cg::this_cluster().map_shared_rank(&s_part[0], 1);
+      for (int i = threadIdx.x; i < MP * nbr; i += W * 32) {
+        const float2 a = part0[i], b = part1[i];
+        store_h(i, make_float2(a.x + b.x, a.y + b.y));
+      }
+      __syncthreads();
+      cg::this_cluster().sync();  // the peer has read this CTA's sums: it may exit
+    } else
 #endif
-          up += a[((row & 7) * 4 + tt) * 4 + (row >> 3) * 2 + e0];
-          gate += a[(((row + 1) & 7) * 4 + tt) * 4 + ((row + 1) >> 3) * 2 + e0];
-        }
-      const bool on = (s_mask[grp] >> m) & 1u;  // also false for the padding rows m >= M
-      const float h = on ? gated_act(p.act, gate, up) : 0.f;
-      s_h[m * HLD + n] = static_cast<T>(h);
+    {
+      for (int i = threadIdx.x; i < MP * nbr; i += W * 32) store_h(i, slice_sums(i));
+      __syncthreads();
     }
-    __syncthreads();
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (cs > 1) cg::this_cluster().sync();  // the peer has read this CTA's s_acc: it may exit
-#endif
   }
 
   // ---- phase 2 + 3: down projection and reduction -----------------------------------------------

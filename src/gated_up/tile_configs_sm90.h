@@ -24,8 +24,8 @@
 //      tokens, -6 % at 8B x 16384, elsewhere within the +-3 % run-to-run spread. A heuristic choice
 //      without a workspace cannot use it, so neither the cost model nor kSm90Measured returns it;
 //      with one (choose_gated_up_sm90_tile_config(p, dev, true): gated_up with a large enough
-//      workspace, gated_up_workspace_size with the options) the with-workspace table does, at the
-//      session-11 grid points where it beat rows 0-2 by >= 2 % median (heuristic_sm90.cpp).
+//      workspace, gated_up_workspace_size with the options) it is taken at kSm90StreamKPoints, the
+//      grid points where it beat rows 0-2 by >= 2 % median (heuristic_sm90.cpp).
 // No cluster-less rows: without the multicast the tiles are L2-bound, e.g. 128x128 at 250-330
 // TFLOP/s for 405B (docs/perf-notes.md, which lists what was measured and dropped).
 #pragma once
@@ -107,9 +107,9 @@ inline constexpr long long sm90_num_tiles(long long m, long long u, const Sm90Ti
 // unit-tested on the CPU (test_heuristic_sm90.cpp). Returns an index into
 // kSm90TileConfigs: the measured table's row where it has one (sm90_measured_tile_config), else the
 // cost model's (sm90_cheapest_tile_config). Never a stream-K row unless `with_workspace` (the caller
-// passes a workspace, sized by gated_up_workspace_size with the options): then the with-workspace
-// table (kSm90MeasuredWithWorkspace, stream-K rows allowed) is consulted first, and where it has no
-// row the choice is the one without a workspace. Compiled into every build (it is plain C++), so
+// passes a workspace, sized by gated_up_workspace_size with the options): then at a stream-K point
+// (kSm90StreamKPoints, sm90_stream_k_tile_config) its stream-K row, elsewhere the choice without a
+// workspace. Compiled into every build (it is plain C++), so
 // the tests run without the sm90a kernels.
 int choose_gated_up_sm90_tile_config(const GatedUpProblem& p, const detail::DeviceSpec& dev,
                                      bool with_workspace = false);
@@ -123,24 +123,31 @@ struct Sm90MeasuredPoint {
 };
 
 // The tables choose_gated_up_sm90_tile_config consults (heuristic_sm90.cpp), for the tests:
-// kSm90Measured (no workspace: rows 0-2 only) or, with `with_workspace`, kSm90MeasuredWithWorkspace
-// (the same points; a stream-K row where it beat the best of the others by the script's margin).
+// kSm90Measured (rows 0-2 only) or, with `stream_k_points`, kSm90StreamKPoints (only the points where
+// the stream-K row beat the best of the others by scripts/tile-table's margin).
 struct Sm90MeasuredTable {
   const Sm90MeasuredPoint* points;
   int n;
   int sms;  // the SM count of the device it was measured on
 };
-Sm90MeasuredTable sm90_measured_table(bool with_workspace = false);
+Sm90MeasuredTable sm90_measured_table(bool stream_k_points = false);
 
 // The measured row for p, or -1 (then the cost model decides). The points with p's (K, U), on a
 // device with `sms` SMs: at a measured M, that point's row; between two measured Ms, their row if
 // both agree (where they disagree, the crossover lies between them and the model, which counts the
 // waves at p.m, decides); outside the measured range, -1. Rows outside `rows` (the kernel's tile
 // table: kSm90TileConfigs, or the FP8 one) are never returned, nor stream-K rows (they need a
-// caller's workspace) unless `allow_stream_k` (the with-workspace table). Pure; CPU-tested on tables
-// the tests make (test_heuristic_sm90.cpp).
+// caller's workspace: sm90_stream_k_tile_config). Pure; CPU-tested on tables the tests make
+// (test_heuristic_sm90.cpp).
 int sm90_measured_tile_config(const Sm90MeasuredPoint* table, int n, int sms, const Sm90TileConfigRow* rows, int n_rows,
-                              const GatedUpProblem& p, const detail::DeviceSpec& dev, bool allow_stream_k = false);
+                              const GatedUpProblem& p, const detail::DeviceSpec& dev);
+
+// The stream-K row of a point of `table` (kSm90StreamKPoints) at exactly p's (K, U, M), on a device
+// with `sms` SMs, or -1. Exact: a stream-K row was measured ahead at one M, and the Ms around it may
+// take another row (405B: ping-pong at 512 tokens beside stream-K at 256). Rows outside `rows` or
+// not stream-K are never returned. Pure; CPU-tested.
+int sm90_stream_k_tile_config(const Sm90MeasuredPoint* table, int n, int sms, const Sm90TileConfigRow* rows, int n_rows,
+                              const GatedUpProblem& p, const detail::DeviceSpec& dev);
 
 // The model behind it, over any table of rows (the FP8 heuristic uses it on its own table): the row
 // with the least waves x (bm·bn) / rate, ties to the lower index.

@@ -9,9 +9,9 @@
 //   * the committed measured table: the heuristic returns its row at each of its points;
 //   * invariants any heuristic must keep, over a sweep of M = 1..70000, the Llama MLP shapes and
 //     SM counts: a valid index, purity, no crash on degenerate inputs;
-//   * with a workspace (choose_gated_up_sm90_tile_config(p, dev, true)): the with-workspace table's
-//     stream-K row at its stream-K points, the choice without a workspace everywhere else, and that
-//     table consistent with kSm90Measured (same points, rows differing only where it is stream-K).
+//   * with a workspace (choose_gated_up_sm90_tile_config(p, dev, true)): the stream-K row at exactly
+//     the stream-K points (kSm90StreamKPoints, each a point of kSm90Measured), the choice without a
+//     workspace everywhere else.
 #include <gtest/gtest.h>
 
 #include <iterator>
@@ -194,9 +194,9 @@ TEST(HeuristicSm90, FollowsTheCommittedTable) {
   }
 }
 
-// The lookup with allow_stream_k (the with-workspace table): stream-K rows are returned at a measured
-// M and between two agreeing stream-K Ms; everything else reads as without the flag.
-TEST(HeuristicSm90, MeasuredTableLookupAllowsStreamKWhenAsked) {
+// The measured lookup never returns a stream-K row; the stream-K lookup returns one at exactly a
+// stream-K point's (K, U, M) and nothing else (not between two stream-K Ms, not another row).
+TEST(HeuristicSm90, StreamKLookupIsExact) {
   constexpr int kStreamK = 3;
   ASSERT_TRUE(kSm90TileConfigs[kStreamK].stream_k);
   const Sm90MeasuredPoint t[] = {
@@ -204,46 +204,50 @@ TEST(HeuristicSm90, MeasuredTableLookupAllowsStreamKWhenAsked) {
       {4096, 14336, 16384, kLarge},  {8192, 28672, 2048, 99 /* not a row */},
   };
   const int n = int(sizeof(t) / sizeof(t[0]));
-  auto at = [&](int64_t m, int64_t k, int64_t u, bool allow, const DeviceSpec& dev = kH100) {
-    return sm90_measured_tile_config(t, n, 132, kSm90TileConfigs, kNumSm90TileConfigs, {m, k, u}, dev, allow);
+  auto measured = [&](int64_t m, int64_t k, int64_t u) {
+    return sm90_measured_tile_config(t, n, 132, kSm90TileConfigs, kNumSm90TileConfigs, {m, k, u}, kH100);
   };
-  EXPECT_EQ(at(1024, 4096, 14336, true), kStreamK);   // measured
-  EXPECT_EQ(at(2500, 4096, 14336, true), kStreamK);   // between two stream-K points
-  EXPECT_EQ(at(4096, 4096, 14336, true), kStreamK);
-  EXPECT_EQ(at(1024, 4096, 14336, false), -1);        // the same points without the flag: refused
-  EXPECT_EQ(at(2500, 4096, 14336, false), -1);
-  EXPECT_EQ(at(700, 4096, 14336, true), -1);          // between ping-pong and stream-K: the caller decides
-  EXPECT_EQ(at(8000, 4096, 14336, true), -1);         // between stream-K and the large tile
-  EXPECT_EQ(at(512, 4096, 14336, true), kPingpong);   // other rows as without the flag
-  EXPECT_EQ(at(16384, 4096, 14336, true), kLarge);
-  EXPECT_EQ(at(1024, 4096, 14336, true, kH100Pcie), -1);  // another SM count
-  EXPECT_EQ(at(2048, 8192, 28672, true), -1);             // not a row of kSm90TileConfigs
-  // A table of rows without a stream-K row (the first 3): row 3 is out of range, flag or not.
-  EXPECT_EQ(sm90_measured_tile_config(t, n, 132, kSm90TileConfigs, 3, {1024, 4096, 14336}, kH100, true), -1);
+  auto sk = [&](int64_t m, int64_t k, int64_t u, const DeviceSpec& dev = kH100, int rows = kNumSm90TileConfigs) {
+    return sm90_stream_k_tile_config(t, n, 132, kSm90TileConfigs, rows, {m, k, u}, dev);
+  };
+  EXPECT_EQ(measured(1024, 4096, 14336), -1);  // a stream-K point: refused
+  EXPECT_EQ(measured(2500, 4096, 14336), -1);
+  EXPECT_EQ(measured(512, 4096, 14336), kPingpong);
+  EXPECT_EQ(sk(1024, 4096, 14336), kStreamK);   // at the point
+  EXPECT_EQ(sk(4096, 4096, 14336), kStreamK);
+  EXPECT_EQ(sk(2500, 4096, 14336), -1);         // between two stream-K points: not carried over
+  EXPECT_EQ(sk(1025, 4096, 14336), -1);
+  EXPECT_EQ(sk(1024, 4096, 14337), -1);         // another shape
+  EXPECT_EQ(sk(512, 4096, 14336), -1);          // a point, but not a stream-K row
+  EXPECT_EQ(sk(16384, 4096, 14336), -1);
+  EXPECT_EQ(sk(2048, 8192, 28672), -1);         // not a row of kSm90TileConfigs
+  EXPECT_EQ(sk(1024, 4096, 14336, kH100Pcie), -1);   // another SM count
+  EXPECT_EQ(sk(1024, 4096, 14336, kH100, 3), -1);    // a table of rows without row 3
+  EXPECT_EQ(sm90_stream_k_tile_config(nullptr, 0, 132, kSm90TileConfigs, kNumSm90TileConfigs, {1024, 4096, 14336}, kH100), -1);
 }
 
-// The committed with-workspace table (kSm90MeasuredWithWorkspace, scripts/tile-table --emit-cpp):
-// kSm90Measured's points in the same order, the same rows except where it holds a stream-K row; it has
-// stream-K points (1 of 60 at a 2 % margin), and the heuristic with a workspace
-// returns its row at each point.
-TEST(HeuristicSm90, WithWorkspaceTableIsConsistentWithTheTable) {
+// The committed stream-K points (kSm90StreamKPoints, scripts/tile-table --emit-cpp): each a point of
+// kSm90Measured with a stream-K row (1 of 60 at a 2 % margin), and the heuristic with a workspace
+// returns it there.
+TEST(HeuristicSm90, StreamKPointsArePointsOfTheTable) {
   const Sm90MeasuredTable t = sm90_measured_table(false), w = sm90_measured_table(true);
-  ASSERT_EQ(w.n, t.n) << "the with-workspace table holds every point (the lookup interpolates between neighbours)";
-  ASSERT_TRUE(w.n == 0 || w.points != nullptr);
+  ASSERT_GT(w.n, 0) << "no stream-K point";
+  ASSERT_LT(w.n, t.n);
+  ASSERT_NE(w.points, nullptr);
   EXPECT_EQ(w.sms, t.sms);
-  int stream_k_points = 0;
   for (int i = 0; i < w.n; ++i) {
-    const Sm90MeasuredPoint &a = t.points[i], &b = w.points[i];
-    ASSERT_TRUE(a.k == b.k && a.u == b.u && a.m == b.m) << "point " << i;
+    const Sm90MeasuredPoint& b = w.points[i];
     ASSERT_TRUE(b.row >= 0 && b.row < kNumSm90TileConfigs) << "point " << i << ": row " << b.row;
-    if (kSm90TileConfigs[b.row].stream_k)
-      ++stream_k_points;
-    else
-      EXPECT_EQ(b.row, a.row) << "M=" << a.m << " K=" << a.k << " U=" << a.u << ": only stream-K rows may differ";
+    EXPECT_TRUE(kSm90TileConfigs[b.row].stream_k) << "point " << i << ": not a stream-K row";
+    int in_table = 0;
+    for (int j = 0; j < t.n; ++j) in_table += t.points[j].k == b.k && t.points[j].u == b.u && t.points[j].m == b.m;
+    EXPECT_EQ(in_table, 1) << "M=" << b.m << " K=" << b.k << " U=" << b.u << ": not a point of kSm90Measured";
+    for (int j = 0; j < i; ++j)
+      EXPECT_FALSE(w.points[j].k == b.k && w.points[j].u == b.u && w.points[j].m == b.m) << "points " << j << ", " << i;
     const GatedUpProblem p{b.m, b.k, b.u};
     EXPECT_EQ(choose_gated_up_sm90_tile_config(p, kH100, true), b.row) << "M=" << b.m << " K=" << b.k << " U=" << b.u;
+    EXPECT_FALSE(kSm90TileConfigs[choose_gated_up_sm90_tile_config(p, kH100)].stream_k);
   }
-  if (w.n > 0) EXPECT_GT(stream_k_points, 0) << "no stream-K point: the with-workspace table is kSm90Measured";
 }
 
 // Named points of the measured grid (results/gpu/session11_h100/grid, and session 17's rows 0 and 3 in
@@ -270,14 +274,14 @@ TEST(HeuristicSm90, WithWorkspacePicksStreamKWhereItWasAhead) {
             choose_gated_up_sm90_tile_config({1024, 16384, 53248}, kH100Pcie));
 }
 
-// Over a sweep: with a workspace the choice is the no-workspace one or the with-workspace table's
+// Over a sweep: with a workspace the choice is the no-workspace one or a stream-K point's
 // stream-K row (never a stream-K row the table does not give), and pure.
 TEST(HeuristicSm90, WithWorkspaceElsewhereIsTheChoiceWithout) {
   const Sm90MeasuredTable w = sm90_measured_table(true);
   std::vector<std::pair<int64_t, int64_t>> shapes(std::begin(kLlamaShapes), std::end(kLlamaShapes));
   shapes.push_back({3584, 18944});  // Qwen2 7B
   shapes.push_back({8192, 29568});  // Qwen2 72B
-  // A sweep of M, and every measured M (the stream-K points are single Ms: their neighbours disagree).
+  // A sweep of M, and every stream-K point's M.
   std::vector<int64_t> ms;
   for (int64_t m = 1; m <= 70000; m = m < 64 ? m + 1 : m * 9 / 8) ms.push_back(m);
   for (int i = 0; i < w.n; ++i) ms.push_back(w.points[i].m);
@@ -291,8 +295,8 @@ TEST(HeuristicSm90, WithWorkspaceElsewhereIsTheChoiceWithout) {
         ASSERT_EQ(c, choose_gated_up_sm90_tile_config(p, dev, true)) << "not pure";
         if (kSm90TileConfigs[c].stream_k) {
           ++stream_k;
-          ASSERT_EQ(c, sm90_measured_tile_config(w.points, w.n, w.sms, kSm90TileConfigs, kNumSm90TileConfigs, p, dev, true))
-              << "M=" << m << " K=" << k << " U=" << u << ": a stream-K row only from the with-workspace table";
+          ASSERT_EQ(c, sm90_stream_k_tile_config(w.points, w.n, w.sms, kSm90TileConfigs, kNumSm90TileConfigs, p, dev))
+              << "M=" << m << " K=" << k << " U=" << u << ": a stream-K row only at a stream-K point";
         } else {
           ASSERT_EQ(c, c0) << "M=" << m << " K=" << k << " U=" << u;
         }
