@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from . import ops
+from .fused_mlp import _HAS_OP as _HAS_FUSED_MLP_OP
 
 # Hugging Face MLP classes with gate_proj/up_proj/down_proj and forward
 #   down_proj(act_fn(gate_proj(x)) * up_proj(x))
@@ -55,11 +56,6 @@ HF_ACTIVATIONS = {
     "gelu_tanh": "gelu_tanh",
     "gelu_new": "gelu_tanh",  # transformers' NewGELUActivation: the same tanh formula
 }
-
-
-def _whole_mlp_op_available():
-    from . import fused_mlp as _fm
-    return _fm._HAS_OP
 
 
 class GatedMLP(nn.Module):
@@ -140,7 +136,7 @@ class GatedMLP(nn.Module):
         if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or d.requires_grad):
             return False  # the kernel has no backward
         rows = x.numel() // self.hidden_size if self.hidden_size else 0
-        return 1 <= rows <= 32 and _whole_mlp_op_available()
+        return 1 <= rows <= 32 and _HAS_FUSED_MLP_OP
 
     def _down_t(self):
         d = self.down.weight
@@ -152,8 +148,7 @@ class GatedMLP(nn.Module):
 
     def forward(self, x):
         if getattr(self, "_whole_mlp", False) and self._whole_mlp_applies(x):
-            from . import fused_mlp as _fm
-            y = _fm.fused_mlp(x, self.w_gate_up, self._down_t(), self.activation, self._whole_mlp_deterministic)
+            y = ops.fused_mlp(x, self.w_gate_up, self._down_t(), self.activation, self._whole_mlp_deterministic)
             return y if self.down.bias is None else y + self.down.bias
         return self.down(self.gate_up(x))
 

@@ -169,7 +169,7 @@ void run(const char* fn, const Problem& pr, const ConstMatrix& x, const ConstMat
   if (dynamic_groups) neurons = 16;
   // Split launches (params.h: kSplitMaxRows): clusters of 2 CTAs, a unit per listed group.
   const fmlp::SplitRule rule = fmlp::split_rule();
-  p.split = dynamic_groups && fmlp::split_launch(pr.m, rule, split_path_available()) ? 2 : 1;
+  p.split = dynamic_groups && fmlp::split_launch(pr.m, rule, split_path_available()) ? fmlp::kSplitCtas : 1;
   p.split_always = rule == fmlp::SplitRule::kAlways;
   const detail::DeviceSpec spec = detail::current_device_spec();
   p.warps = fmlp::launch_block_warps(pr.m, spec.cc_major, dynamic_groups, red == MlpReduction::kDeterministic,

@@ -276,18 +276,23 @@ __global__ void __launch_bounds__(W * 32, W == kWarps ? 2 : 1) fused_mlp_kernel(
       // A split unit (NT = 1, one group): each CTA sums its own K slices first, then reads the
       // peer's sums once, so a value costs one remote load instead of one per slice (session 18's
       // timeline: 3.4-3.9 µs for h in a split unit against 1.8-2.4 unsplit, results/gpu/session18_h100/
-      // trace/). Both CTAs add the two ranks' sums in rank order: the same h in both.
+      // trace/). Every CTA adds the ranks' sums in rank order: the same h in each. (cs is the
+      // launcher's p.split, kSplitCtas.)
       namespace cg = cooperative_groups;
       for (int i = threadIdx.x; i < MP * nbr; i += W * 32) s_part[i] = slice_sums(i);
-      cg::this_cluster().sync();  // both CTAs' sums are complete
-      const float2* part0 = cg::this_cluster().map_shared_rank(&s_part[0], 0);
-      const float2* part1 = cg::this_cluster().map_shared_rank(&s_part[0], 1);
+      cg::this_cluster().sync();  // every CTA's sums are complete
       for (int i = threadIdx.x; i < MP * nbr; i += W * 32) {
-        const float2 a = part0[i], b = part1[i];
-        store_h(i, make_float2(a.x + b.x, a.y + b.y));
+        float2 ug = *cg::this_cluster().map_shared_rank(&s_part[i], 0);
+#pragma unroll
+        for (int r = 1; r < kSplitCtas; ++r) {
+          const float2 v = *cg::this_cluster().map_shared_rank(&s_part[i], r);
+          ug.x += v.x;
+          ug.y += v.y;
+        }
+        store_h(i, ug);
       }
       __syncthreads();
-      cg::this_cluster().sync();  // the peer has read this CTA's sums: it may exit
+      cg::this_cluster().sync();  // the peers have read this CTA's sums: it may exit
     } else
 #endif
     {

@@ -76,6 +76,7 @@ BF_FMLP_HD inline int modeled_neurons_per_block(int64_t m, int64_t k, int64_t gr
 // 67-132 groups split in two waves (8B × 90 % at M = 1: 30.2 µs against 24.9 unsplit and 24.1 for the
 // 8-warp split, results/gpu/session16_h100/call1/table.txt and call3/table.txt).
 constexpr int kSplitMaxRows = 8;  // M up to one 8-token MMA tile
+constexpr int kSplitCtas = 2;     // CTAs a split unit's cluster holds (each half of K)
 BF_FMLP_HD inline bool split_groups(int64_t listed_groups, int sms, int warps = kWarps) {
   return listed_groups * (warps / kWarps) <= sms;
 }
