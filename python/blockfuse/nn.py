@@ -113,9 +113,10 @@ class GatedMLP(nn.Module):
         """Opt in to the whole-MLP kernel (ops.fused_mlp: gate/up, activation and down projection in
         one launch, h never in memory) for calls of 1..32 rows; longer inputs, calls that need
         gradients, CPU tensors and shapes it does not take (U % 16 != 0, a tensor-parallel down) keep
-        the two-kernel path. Not the default: dense, the whole-MLP kernel measured 0.87-0.98x the
-        two-kernel path (gated_up's decode kernel + F.linear) at 1-8 rows on an H100
-        (results/gpu/session18_h100/final/rule.log); its gain is the sparse form (SparseGatedMLP).
+        the two-kernel path. Not the default: dense, the whole-MLP kernel measured 1.01-1.02x the
+        two-kernel path (gated_up's decode kernel + F.linear) at 1 row, 0.97-0.98x at 4 and 0.72-0.73x
+        at 16 (Llama-3 8B and 70B on an H100, CUDA graphs; results/gpu/session19_h100/pybench/
+        fused_mlp_python.json); its gain is the sparse form (SparseGatedMLP).
         down.weight is transposed once into w_down_t [U, K] and again whenever it changes (run one
         call eagerly, or ops.fused_mlp_reserve, before capturing a CUDA graph). Returns self."""
         self._whole_mlp = bool(enabled)
