@@ -33,15 +33,26 @@ the module that holds them with its fake implementations —
 — and what they share (blockfuse._common): the activations, the FP8 e4m3 rule (fp8_quantize_reference,
 fp8_dequantize), available() / load_error() and set_programmatic_dependent_launch.
 """
-from ._common import (ACTIVATIONS, FP8_DTYPE, FP8_MAX, LAYOUTS, activation_and_grad, available,  # noqa: F401
+from ._common import (ACTIVATIONS, FP8_DTYPE, FP8_MAX, LAYOUTS, activation_and_grad, available,
                       fp8_dequantize, fp8_quantize_reference, load_error, set_programmatic_dependent_launch)
-from .add_rmsnorm import (add_rmsnorm, add_rmsnorm_, add_rmsnorm_fp8, add_rmsnorm_reference, rmsnorm,  # noqa: F401
+from .add_rmsnorm import (add_rmsnorm, add_rmsnorm_, add_rmsnorm_fp8, add_rmsnorm_reference, rmsnorm,
                           rmsnorm_fp8, rmsnorm_reference)
-from .attention import attention, attention_varlen  # noqa: F401
-from .decode_gemm import decode_gemm, decode_gemm_reference, decode_gemm_reserve  # noqa: F401
-from .fused_mlp import (ROUTER_MODES, fused_mlp, fused_mlp_reference, fused_mlp_reserve,  # noqa: F401
+from .attention import attention, attention_varlen
+from .decode_gemm import decode_gemm, decode_gemm_reference, decode_gemm_reserve
+from .fused_mlp import (ROUTER_MODES, fused_mlp, fused_mlp_reference, fused_mlp_reserve,
                         fused_mlp_sparse, neuron_block_router, router_reference)
-from .gated_up import (deinterleave_gate_up, deinterleave_to_stacked, gated_up, gated_up_backward,  # noqa: F401
+from .gated_up import (deinterleave_gate_up, deinterleave_to_stacked, gated_up, gated_up_backward,
                        gated_up_reference, interleave_gate_up, interleave_stacked)
-from .gated_up_fp8 import gated_up_fp8, gated_up_fp8_dynamic, gated_up_fp8_reference  # noqa: F401
-from .swiglu import swiglu, swiglu_fp8, swiglu_reference  # noqa: F401
+from .gated_up_fp8 import gated_up_fp8, gated_up_fp8_dynamic, gated_up_fp8_reference
+from .swiglu import swiglu, swiglu_fp8, swiglu_reference
+
+__all__ = [
+    "ACTIVATIONS", "FP8_DTYPE", "FP8_MAX", "LAYOUTS", "activation_and_grad", "available", "fp8_dequantize",
+    "fp8_quantize_reference", "load_error", "set_programmatic_dependent_launch", "add_rmsnorm",
+    "add_rmsnorm_", "add_rmsnorm_fp8", "add_rmsnorm_reference", "rmsnorm", "rmsnorm_fp8", "rmsnorm_reference",
+    "attention", "attention_varlen", "decode_gemm", "decode_gemm_reference", "decode_gemm_reserve",
+    "ROUTER_MODES", "fused_mlp", "fused_mlp_reference", "fused_mlp_reserve", "fused_mlp_sparse",
+    "neuron_block_router", "router_reference", "deinterleave_gate_up", "deinterleave_to_stacked", "gated_up",
+    "gated_up_backward", "gated_up_reference", "interleave_gate_up", "interleave_stacked", "gated_up_fp8",
+    "gated_up_fp8_dynamic", "gated_up_fp8_reference", "swiglu", "swiglu_fp8", "swiglu_reference",
+]
