@@ -66,3 +66,24 @@ def test_a_run_without_torch_says_so():
     r = bench("overhead")
     assert r.returncode == 2
     assert "torch is not installed" in r.stderr
+
+
+def test_gated_up_plot_only_redraws_the_charts(tmp_path):
+    """--plot-only needs no GPU: the three charts from a gated_up.json (in-process, with torch)."""
+    pytest.importorskip("torch", reason="torch is not installed: the gated-up module imports it")
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed")
+    import json
+    sys.path.insert(0, PYTHON_DIR)
+    try:
+        from blockfuse.bench.__main__ import main
+        from blockfuse.bench.gated_up import PIPELINES
+    finally:
+        sys.path.remove(PYTHON_DIR)
+    rows = [{"model": "8b", "name": "Llama-3 8B", "M": m, "pipeline": p, "tflops": 100.0 + i, "peak_act_bytes": (i + 1) << 20}
+            for m in (512, 4096) for i, p in enumerate(PIPELINES)]
+    src = tmp_path / "gated_up.json"
+    src.write_text(json.dumps({"device": "test", "ceiling_tflops_cublas_8192": 700.0, "rows": rows}))
+    out = tmp_path / "charts"
+    assert main(["gated-up", "--plot-only", str(src), "--out", str(out)]) == 0
+    for name in ("gated_up_tflops.png", "gated_up_tflops_fused_vs_triton.png", "gated_up_memory.png"):
+        assert (out / name).stat().st_size > 1000
