@@ -124,7 +124,7 @@ def load_quack():
 
 def load_blockfuse():
     try:
-        import blockfuse.ops as bo
+        from .. import ops as bo
         if not bo.available():
             print(f"blockfuse ops not available: {bo.load_error()}", file=sys.stderr)
             return None

@@ -14,7 +14,6 @@ supported, so the two halves of C are passed as views without copies.
 
 Needs triton (the package's `bench` extra); imported only when the gated-up benchmark runs.
 """
-import torch
 import triton
 import triton.language as tl
 
