@@ -1,13 +1,10 @@
-"""CPU tests of bench/memory_bound_baselines.py's rounds (--rounds N): every implementation of a point is
-timed once a round, the order rotated each round, and one that fails is left out."""
-import os
-import sys
-
+"""CPU tests of the rounds of `python -m blockfuse.bench memory-bound --rounds N` (blockfuse.bench.memory_bound):
+every implementation of a point is timed once a round, the order rotated each round, and one that fails is
+left out."""
 import pytest
 
 pytest.importorskip("torch", reason="torch is not installed: the benchmark module imports it (CPU is enough)")
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-import memory_bound_baselines as mbb  # noqa: E402
+from blockfuse.bench import memory_bound as mbb  # noqa: E402
 
 
 def test_rounds_rotate_the_order_and_keep_every_figure():
@@ -26,7 +23,7 @@ def test_rounds_rotate_the_order_and_keep_every_figure():
     assert times == {"blockfuse": [11.0, 16.0, 18.0], "quack": [22.0, 24.0, 29.0], "compile": [33.0, 35.0, 37.0]}
 
 
-def test_one_round_is_todays_order():
+def test_one_round_keeps_the_given_order():
     order = []
     todo = [(impl, None) for impl in ("a", "b")]
     assert mbb.timed_rounds(todo, 1, lambda impl, fn: order.append(impl) or 1.0) == {"a": [1.0], "b": [1.0]}

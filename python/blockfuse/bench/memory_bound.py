@@ -1,4 +1,5 @@
-"""The memory-bound ops beside their strongest baselines, in one process, one protocol.
+"""`python -m blockfuse.bench memory-bound`: the memory-bound ops beside their strongest baselines,
+in one process, one protocol.
 
   add-rmsnorm  residual_out = x + residual; out = residual_out * rsqrt(mean(residual_out^2) + eps) * w
                (fp32 math, one rounding), out in the dtype, FP8 e4m3 with a static per-tensor scale,
@@ -8,8 +9,7 @@
                             (ops.set_programmatic_dependent_launch(False) for the point)
                  compile    torch.compile(fn, dynamic=False): one compiled graph per shape
                  liger      Liger-Kernel's fused_add_rms_norm_forward (dtype out; also writes rstd)
-                 quack      quack's rmsnorm_fwd(x, w, residual=...) (dtype out; CuTe DSL, staged on the
-                            device by ../shared/peers/stage: quack.rmsnorm.rmsnorm_fwd)
+                 quack      quack's rmsnorm_fwd(x, w, residual=...) (dtype out; CuTe DSL)
   swiglu       out = silu(gate) * up from a stacked [M, 2U] tensor (Liger: separate gate and up [M, U],
                its API), dtype out / FP8 static / FP8 dynamic:
                  blockfuse  torch.ops.blockfuse.swiglu / swiglu_fp8 (and blockfuse-nopdl, as above)
@@ -20,17 +20,12 @@ from a graph cycling over rotated input sets (a torch call's CPU dispatch is lon
 larger problems from 20 back-to-back calls between CUDA events, inputs rotated so L2 (50 MB) holds none.
 With --rounds N every implementation of a point is timed N times, in an order rotated each round, and
 the median is reported (each round's figure in us_rounds): the same kernel's time through torch moves by
-up to 5 % with the caching allocator's state (results/gpu/session15_h100/call7/table.txt), so peers
-within that margin are compared over several rounds. Bytes = the minimum traffic. frac_copy divides by a 1 GiB device copy, frac_same by a copy of the same
-bytes timed the same way. An implementation that cannot be imported is reported and left out.
-Usage: python3 bench/memory_bound_baselines.py [--ops add-rmsnorm,swiglu] [--hidden 4096,16384]
-       [--rows 1,32,2048] [--impls blockfuse,blockfuse-nopdl,compile,liger,quack] [--outs bf16,fp8s,fp8d]
-       [--rounds N] [--json FILE]
-Writes the JSON after every point, so a run cut short keeps what it measured.
+up to 5 % with the caching allocator's state (H100), so peers within that margin are compared over
+several rounds. Bytes = the minimum traffic. frac_copy divides by a 1 GiB device copy, frac_same by a
+copy of the same bytes timed the same way. An implementation that cannot be imported is reported and
+left out. Writes the JSON after every point, so a run cut short keeps what it measured.
 """
-import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -38,29 +33,10 @@ import time
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_baselines import GRAPH_ROWS, sets_for, time_events, time_graph  # noqa: E402
+from .common import GRAPH_ROWS, copy_gbs, ready, sets_for, time_batched, time_graph
 
 EPS = 1e-6
 FP8 = torch.float8_e4m3fn
-
-
-def time_batched(fn, n_sets, calls=20, batches=3):
-    """Per-call µs of `calls` back-to-back calls between two events (inputs cycling over n_sets), the
-    median of `batches`: the CPU queues ahead of the GPU, so its per-call overhead stays hidden while it
-    is shorter than the kernel."""
-    for i in range(3):
-        fn(i % n_sets)
-    times = []
-    for _ in range(batches):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for i in range(calls):
-            fn(i % n_sets)
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / calls)
-    return sorted(times)[len(times) // 2]
 
 
 def time_op(fn, rows, n_sets):
@@ -148,7 +124,7 @@ def load_quack():
 
 def load_blockfuse():
     try:
-        import blockfuse.ops as bo
+        from .. import ops as bo
         if not bo.available():
             print(f"blockfuse ops not available: {bo.load_error()}", file=sys.stderr)
             return None
@@ -173,33 +149,17 @@ def timed_rounds(todo, rounds, time_one):
     return {impl: t for impl, t in times.items() if t}
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ops", default="add-rmsnorm,swiglu")
-    ap.add_argument("--hidden", default="4096,8192,16384", help="H for add-rmsnorm")
-    ap.add_argument("--u", default="4096,14336,16384,28672", help="U for swiglu")
-    ap.add_argument("--rows", default="1,8,32,256,2048,8192,32768")
-    ap.add_argument("--impls", default="blockfuse,blockfuse-nopdl,compile,liger,quack")
-    ap.add_argument("--outs", default="bf16,fp8s,fp8d")
-    ap.add_argument("--compile-rows", default="", help="rows for torch.compile (default: --rows)")
-    ap.add_argument("--rounds", type=int, default=1,
-                    help="time each implementation of a point N times in rotated order; report the median")
-    ap.add_argument("--json")
-    a = ap.parse_args(argv)
-    if a.rounds < 1:
-        ap.error(f"--rounds must be >= 1, got {a.rounds}")
-    if not torch.cuda.is_available():
-        print("memory_bound_baselines: no CUDA device; nothing measured", file=sys.stderr)
-        return 2
+def run(a):
+    """The `memory-bound` subcommand: returns the exit status."""
+    status = ready(need_ops=False)
+    if status:
+        return status
     torch._dynamo.config.cache_size_limit = 256
     ints = lambda s: [int(v) for v in s.split(",") if v]  # noqa: E731
     rows_list, impls, outs = ints(a.rows), a.impls.split(","), a.outs.split(",")
     compile_rows = set(ints(a.compile_rows) or rows_list)
     dev = torch.cuda.get_device_name()
-    big = torch.empty(1 << 29, dtype=torch.int16, device="cuda")
-    big2 = torch.empty_like(big)
-    bw = 2 * big.numel() * 2 / (time_events(lambda i: big2.copy_(big), 1, 3, 20) * 1e3)
-    del big, big2
+    bw = copy_gbs()
     res = {"device": dev, "torch": torch.__version__, "copy_gbs": bw, "rows": []}
     bo = load_blockfuse() if {"blockfuse", "blockfuse-nopdl"} & set(impls) else None
     bf_impls = [i for i in ("blockfuse", "blockfuse-nopdl") if i in impls]
@@ -323,9 +283,5 @@ def main(argv=None):
                     run_point("swiglu", sh, m, out, nb, n_sets, same, todo)
                     del gus, todo
                     torch.cuda.empty_cache()
-    print(f"memory_bound_baselines: {dev}, torch {torch.__version__}, copy {bw:.0f} GB/s, {time.time() - t0:.0f} s")
+    print(f"memory-bound: {dev}, torch {torch.__version__}, copy {bw:.0f} GB/s, {time.time() - t0:.0f} s")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,19 +1,19 @@
-"""Baseline for the Python benchmark: a standalone SwiGLU/GeGLU Triton kernel in the style of Unsloth.
+"""The Triton baseline of `python -m blockfuse.bench gated-up`: a standalone SwiGLU/GeGLU kernel in
+the style of Unsloth.
 
-The unfused pipeline the seed measures is "cuBLAS + Unsloth": torch.mm into C = [M, 2U] (columns
+The unfused pipeline it completes is "cuBLAS + Unsloth": torch.mm into C = [M, 2U] (columns
 [0, U) = gate, [U, 2U) = up), then Unsloth's elementwise kernel `swiglu_fg_kernel`, modified to
 write the result over the `up` half so no third buffer is allocated. This file is blockfuse's own
 kernel of that kind (not Unsloth's source): one program per (row, block of columns), loads gate and
 up, evaluates act(gate)·up in fp32, rounds once, stores in place (or into `out`). Strided rows are
 supported, so the two halves of C are passed as views without copies.
 
-    from triton_swiglu import swiglu_fg
+    from blockfuse.bench.triton_swiglu import swiglu_fg
     C = torch.mm(x, w_stacked.t())                 # [M, 2U]
     h = swiglu_fg(C[:, :U], C[:, U:])              # h is C[:, U:], overwritten: no new memory
 
-Used by python -m blockfuse.bench gated-up (installed with the package as blockfuse/_triton_swiglu.py).
+Needs triton (the package's `bench` extra); imported only when the gated-up benchmark runs.
 """
-import torch
 import triton
 import triton.language as tl
 
@@ -40,7 +40,7 @@ def _swiglu_fg_kernel(g_ptr, u_ptr, h_ptr, n_cols, ld_g, ld_u, ld_h,
 
 def swiglu_fg(gate, up, out=None, activation="silu", block=1024):
     """act(gate) * up for 2-D [M, U] views with contiguous rows; written into `out`, by default
-    over `up` (in place, as the seed's cuBLAS+Unsloth pipeline does). Returns the result."""
+    over `up` (in place, as the cuBLAS + Unsloth pipeline does). Returns the result."""
     if activation not in _ACT_CODES:
         raise ValueError(f"swiglu_fg: activation '{activation}'; required: one of {list(_ACT_CODES)}")
     if out is None:

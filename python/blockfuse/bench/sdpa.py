@@ -1,48 +1,35 @@
-"""PyTorch SDPA's flash (FlashAttention-2) and cuDNN backends on the shapes of `blockfuse bench
-attention`, timed the same way (median of back-to-back calls, CUDA events), beside blockfuse's
-torch op (blockfuse.ops.attention, when the binding is importable) in the same process: the
-same-run comparison from PyTorch. blockfuse's output is checked against the flash backend's before
-it is timed (max |diff| reported; a difference above 0.05 stops the run with exit status 1).
-Usage: python bench/attention/sdpa_baseline.py [--json FILE] [--s 512,1024] [--d 128] [--hkv 8]"""
-import argparse
+"""`python -m blockfuse.bench sdpa`: PyTorch SDPA's flash (FlashAttention-2) and cuDNN backends on the
+shapes of `blockfuse bench attention` (the C++ benchmark), timed the same way (median of back-to-back
+calls, CUDA events), beside blockfuse's torch op (blockfuse.ops.attention, when the compiled ops are
+there) in the same process: the same-run comparison from PyTorch. blockfuse's output is checked
+against the flash backend's before it is timed (max |diff| reported; a difference above 0.05 stops
+the run with exit status 1).
+"""
 import json
-import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-
-def time_ms(fn, warmup, reps):
-    for _ in range(warmup):
-        fn()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for i in range(reps):
-        starts[i].record()
-        fn()
-        ends[i].record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+from .common import ready, time_events
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--json")
-    ap.add_argument("--s", default="512,1024,4096,16384")
-    ap.add_argument("--d", default="128,64")
-    ap.add_argument("--hkv", default="32,8")
-    ap.add_argument("--reps", type=int, default=10)
-    args = ap.parse_args()
+def time_ms(fn, reps, warmup=3):
+    """Median ms of fn() over reps calls, CUDA events around each (common.time_events)."""
+    return time_events(lambda _: fn(), 1, warmup, reps) * 1e-3
+
+
+def run(args):
+    """The `sdpa` subcommand: returns the exit status (1 when blockfuse's output is wrong)."""
+    status = ready(need_ops=False)
+    if status:
+        return status
     B, Hq = 2, 32
-    try:
-        from blockfuse import ops as bf
-        if not bf.available():
-            raise ImportError(bf.load_error())
-    except ImportError as e:
+    from .. import ops as bf
+    if not bf.available():
+        print(f"blockfuse's torch binding is not available ({bf.load_error()}): timing SDPA only", file=sys.stderr)
         bf = None
-        print(f"blockfuse's torch binding is not importable ({e}): timing SDPA only", file=sys.stderr)
     rows = []
     for d in map(int, args.d.split(",")):
         for s in map(int, args.s.split(",")):
@@ -58,7 +45,7 @@ def main():
                         try:
                             with sdpa_kernel(backend):
                                 fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hkv != Hq)
-                                ms = time_ms(fn, 3, args.reps)
+                                ms = time_ms(fn, args.reps)
                             row[name + "_tflops"] = flops / (ms * 1e-3) / 1e12
                         except Exception as e:  # a backend without support for the shape
                             row[name + "_tflops"] = None
@@ -71,8 +58,10 @@ def main():
                         diff = (got.float() - want.transpose(1, 2).float()).abs().max().item()
                         row["blockfuse_max_abs_diff_vs_flash"] = diff
                         if not diff <= 0.05:
-                            sys.exit(f"blockfuse attention differs from SDPA flash by {diff} at D {d} S {s} Hkv {hkv} causal {causal}")
-                        ms = time_ms(lambda: bf.attention(qb, kb, vb, causal=causal), 3, args.reps)
+                            print(f"blockfuse attention differs from SDPA flash by {diff} at D {d} S {s} Hkv {hkv} "
+                                  f"causal {causal}", file=sys.stderr)
+                            return 1
+                        ms = time_ms(lambda: bf.attention(qb, kb, vb, causal=causal), args.reps)
                         row["blockfuse_tflops"] = flops / (ms * 1e-3) / 1e12
                         for name in ("flash", "cudnn"):
                             if row.get(name + "_tflops"):
@@ -84,7 +73,4 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2)
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -1,85 +1,28 @@
-"""torch baselines for the decoder-block kernels of `blockfuse bench add-rmsnorm|swiglu|decode-gemm`.
-
-Times what a PyTorch user runs today, on the same shapes and with the same protocol as the C++
-benchmarks, so the closing tables can quote blockfuse beside torch eager and torch.compile measured
-on the same machine in the same session:
+"""`python -m blockfuse.bench torch-baselines`: torch's own forms of the decoder-block ops that
+`blockfuse bench add-rmsnorm|swiglu|decode-gemm` (the C++ benchmark) measures, on the same shapes and
+with the same protocol, so the family docs can quote blockfuse beside torch eager and torch.compile
+measured on the same machine:
   decode-gemm   torch.nn.functional.linear(x, W), M = 1, 8, 16, 32 (cuBLAS through torch)
   add-rmsnorm   h = x + residual; h * rsqrt(mean(h^2) + eps) * w (Llama's RMSNorm: fp32 math),
                 eager and torch.compile; FP8 dynamic: + per-row amax scale and e4m3 cast (compiled)
   swiglu        silu(gate) * up from a stacked [M, 2U] tensor, eager and torch.compile;
                 FP8 dynamic as above (compiled)
-Rows <= 32 (decode) are timed per call from CUDA-graph replays of 20 calls (a serving loop runs them
-in a graph); larger problems with CUDA events per call, inputs rotated so L2 (50 MB) holds none.
-Bytes are the minimum traffic, as in the C++ benchmarks. Needs a GPU, torch (>= 2.1 for
-float8_e4m3fn). Usage: python3 bench/torch_baselines.py [--quick] [--json FILE]
+Rows <= 32 (decode) are timed per call from CUDA-graph replays of 20 calls (common.time_graph: a
+serving loop runs them in a graph); larger problems with CUDA events per call (common.time_events),
+inputs rotated so L2 (50 MB) holds none. Bytes are the minimum traffic, as in the C++ benchmarks.
+Needs a GPU and torch >= 2.1 (float8_e4m3fn); not the blockfuse ops.
 """
-import argparse
 import json
-import statistics
-import sys
 
 import torch
 import torch.nn.functional as F
 
-GRAPH_ROWS = 32
-GRAPH_CALLS = 20
-L2_BYTES = 50 << 20
-DECODE_SHAPES = {"qkv405": (2304, 16384), "gateup405": (13312, 16384), "down405": (16384, 6656),
-                 "gateup8b": (28672, 4096), "down8b": (4096, 14336)}
-
-
-def sets_for(nbytes):
-    return max(1, min(16, -(-3 * L2_BYTES // max(nbytes, 1))))
-
-
-def time_events(fn, n_sets, warmup, reps):
-    for i in range(warmup):
-        fn(i % n_sets)
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for i in range(reps):
-        starts[i].record()
-        fn(i % n_sets)
-        ends[i].record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3  # us
-
-
-def time_graph(fn, warmup, reps, n_sets=1, calls=GRAPH_CALLS):
-    """Per-call µs (median of reps) of a CUDA graph of `calls` calls cycling over n_sets input sets:
-    no CPU overhead, for problems whose kernel is shorter than a torch call's dispatch."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for i in range(3):
-            fn(i % n_sets)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(calls):
-            fn(i % n_sets)
-    for _ in range(warmup):
-        g.replay()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / calls)
-    return statistics.median(times)
+from .common import GRAPH_CALLS, GRAPH_ROWS, copy_gbs, ready, sets_for, time_events, time_graph
+from .shapes import DECODE_GEMM_SHAPES
 
 
 def time_op(fn, rows, n_sets, warmup=5, reps=50):
     return time_graph(fn, warmup, reps) if rows <= GRAPH_ROWS else time_events(fn, n_sets, warmup, reps)
-
-
-def copy_gbs():
-    a = torch.empty(1 << 29, dtype=torch.int16, device="cuda")  # 1 GiB
-    b = torch.empty_like(a)
-    us = time_events(lambda i: b.copy_(a), 1, 3, 20)
-    return 2 * a.numel() * 2 / (us * 1e3)
 
 
 def rmsnorm(x, res, w, eps=1e-6):
@@ -108,14 +51,11 @@ def swiglu_fp8(gu):
     return quant_dynamic(swiglu(gu))
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--json")
-    args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("torch_baselines: no CUDA device; nothing measured", file=sys.stderr)
-        return 2
+def run(args):
+    """The `torch-baselines` subcommand: returns the exit status."""
+    status = ready(need_ops=False)
+    if status:
+        return status
     dev = torch.cuda.get_device_name()
     bw = copy_gbs()
     bf = torch.bfloat16
@@ -129,7 +69,7 @@ def main(argv=None):
         table.append((kind, shape, m, impl, us, gbs, 100 * gbs / bw))
 
     # decode GEMM: y = x W^T through cuBLAS (F.linear)
-    for name, (n, k) in DECODE_SHAPES.items():
+    for name, (n, k) in DECODE_GEMM_SHAPES.items():
         if args.quick and name not in ("qkv405", "down8b"):
             continue
         wb = n * k * 2
@@ -185,7 +125,3 @@ def main(argv=None):
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,10 +1,6 @@
-"""End-to-end benchmark of blockfuse.patch_model, and the per-call overhead of the ops.
+"""`python -m blockfuse.bench model`: end-to-end, blockfuse.patch_model on a Hugging Face model.
 
-    python -m blockfuse.bench model [--models llama3-8b,gemma2-9b] [--layers 8] [--prefill 512,2048,8192]
-                                    [--batches 1,8,32] [--steps 32] [--graphs] [--json FILE]
-    python -m blockfuse.bench overhead [--json FILE]
-
-model: random-weight Hugging Face models of a real model's shape (fewer layers, to fit the time;
+Random-weight Hugging Face models of a real model's shape (fewer layers, to fit the time;
 SDPA attention, bf16), unpatched vs patched (blockfuse.patch_model: fused MLPs and add+RMSNorms),
 from one fp32 model built on the GPU with a fixed seed:
   * logits error: ‖logits − logits_fp32‖ / ‖logits_fp32‖ over 256 tokens, for each bf16 model;
@@ -18,32 +14,21 @@ from one fp32 model built on the GPU with a fixed seed:
     replays makes single timings swing), and one StaticCache step captured in a CUDA graph by hand
     and replayed back to back (the GPU time of the kernels, without the host); --profile prints the
     kernels of a step.
-overhead: µs per call, host-side (a tight loop of 2000 calls, synchronised once), of each op on a
-tiny problem against torch.nn.functional.linear on one of the same size, eager, under no_grad —
-the cost a decode step pays per op when the kernels themselves take ~2-5 µs.
 """
 import copy
 import json
-import math
 import statistics
-import sys
 import time
 
 import torch
 
-from . import ops
-from .bench import capture_graph, copy_gbs
-
-MODELS = {
-    # name: (family, hidden, intermediate, heads, kv_heads, head_dim, vocab)
-    "llama3-8b": ("llama", 4096, 14336, 32, 8, 128, 128256),
-    "gemma2-9b": ("gemma2", 3584, 14336, 16, 8, 256, 256000),
-}
+from .common import capture_graph, copy_gbs, cuda_ms, meta, ready, rel
+from .shapes import HF_MODELS
 
 
 def build_fp32(name, layers, seed=0):
     import transformers as tf
-    family, hidden, inter, heads, kv, head_dim, vocab = MODELS[name]
+    family, hidden, inter, heads, kv, head_dim, vocab = HF_MODELS[name]
     common = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
                   num_attention_heads=heads, num_key_value_heads=kv, head_dim=head_dim,
                   max_position_embeddings=16384, tie_word_embeddings=False)
@@ -62,24 +47,6 @@ def build_fp32(name, layers, seed=0):
             if "norm" in n and p.dim() == 1:
                 p.add_(0.1 * torch.randn_like(p))
     return model
-
-
-def rel(a, b):
-    return ((a.float() - b.float()).norm() / b.float().norm()).item()
-
-
-def cuda_ms(fn, reps):
-    fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        ts.append(s.elapsed_time(e))
-    return statistics.median(ts)
 
 
 @torch.no_grad()
@@ -137,7 +104,7 @@ def decode_graphs(model, steps, prompt=128):
     gen(steps)  # compile and capture
     gen(steps)
     # The host runs generate()'s loop between replays and synchronises every step, so single timings
-    # vary by +-20 % (session 5 run4: the same model 8.3 and 10.4 ms a step): medians of 5.
+    # vary by +-20 % (the same model measured 8.3 and 10.4 ms a step on an H100): medians of 5.
     t_long = statistics.median(timed(steps) for _ in range(5))
     t_short = statistics.median(timed(1) for _ in range(5))
     per = (t_long - t_short) / (steps - 1)  # the prefill and the first token cancel
@@ -215,22 +182,23 @@ def profile_decode(model, label, batch=1, prompt=128, steps=3):
 @torch.no_grad()
 def decode_floor_ms(model):
     """The least time a batch-1 decode step can take: every weight but the embedding table read once
-    from HBM at the device's copy bandwidth (bench.copy_gbs). Returns (ms, weight bytes, bandwidth
+    from HBM at the device's copy bandwidth (common.copy_gbs). Returns (ms, weight bytes, bandwidth
     in bytes/s)."""
     weight_bytes = sum(p.numel() * p.element_size() for n, p in model.named_parameters() if "embed_tokens" not in n)
     bw = copy_gbs() * 1e9
     return 1e3 * weight_bytes / bw, weight_bytes, bw
 
 
-def run_model(args):
-    import blockfuse
+def measure(args):
+    """The rows of the model table, one per model."""
+    from .. import patch
     rows = []
     for name in args.models:
         t_build = time.perf_counter()
         m32 = build_fp32(name, args.layers)
         ref = copy.deepcopy(m32).to(torch.bfloat16)
         pat = copy.deepcopy(ref)
-        blockfuse.patch_model(pat)
+        patch.patch_model(pat)
         ids = torch.randint(0, m32.config.vocab_size, (1, 256), device="cuda")
         with torch.no_grad():
             l32 = m32(ids).logits.float()
@@ -291,100 +259,16 @@ def run_model(args):
     return rows
 
 
-def host_us(fn, n=2000):
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    best = math.inf
-    for _ in range(3):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t0) / n * 1e6)
-    return best
-
-
-@torch.no_grad()
-def run_overhead():
-    from . import nn as bnn
-    bf = torch.bfloat16
-    x = torch.randn(1, 64, device="cuda", dtype=bf)
-    w = torch.randn(64, 64, device="cuda", dtype=bf)
-    w2 = torch.randn(128, 64, device="cuda", dtype=bf)
-    g = torch.randn(64, device="cuda", dtype=bf)
-    gu = torch.randn(1, 128, device="cuda", dtype=bf)
-    mlp = bnn.GatedMLP(64, 64, dtype=bf, device="cuda")
-    B = torch.ops.blockfuse
-    cases = {
-        "F.linear [1,64]x[64,64]": lambda: torch.nn.functional.linear(x, w),
-        "torch.add [1,64]": lambda: torch.add(x, x),
-        "ops.gated_up M=1 K=U=64": lambda: ops.gated_up(x, w2),
-        "torch.ops.blockfuse.gated_up (packet)": lambda: B.gated_up(x, w2),
-        "GatedMLP.gate_up (Parameter weight)": lambda: mlp.gate_up(x),
-        "ops.rmsnorm 1x64": lambda: ops.rmsnorm(x, g),
-        "ops.add_rmsnorm 1x64": lambda: ops.add_rmsnorm(x, x, g),
-        "ops.swiglu 1x128": lambda: ops.swiglu(gu),
-        "ops.decode_gemm [1,64]x[64,64]": lambda: ops.decode_gemm(x, w),
-    }
-    try:
-        from transformers.models.llama.modeling_llama import LlamaRMSNorm
-        hf = LlamaRMSNorm(64).to("cuda", bf)
-        cases["HF LlamaRMSNorm 1x64 (replaced)"] = lambda: hf(x)
-        cases["HF add + LlamaRMSNorm 1x64 (replaced)"] = lambda: hf(x + x)
-    except ImportError:
-        pass
-    res = {k: host_us(f) for k, f in cases.items()}
-    lin = res["F.linear [1,64]x[64,64]"]
-    print("| call (eager, no_grad, bf16) | µs per call | vs F.linear |")
-    print("| --- | --- | --- |")
-    for k, v in res.items():
-        print(f"| {k} | {v:.2f} | {v / lin:.2f}x |")
-    return res
-
-
-def main(argv):
-    import argparse
-    p = argparse.ArgumentParser(prog="python -m blockfuse.bench")
-    sub = p.add_subparsers(dest="command", required=True)
-    m = sub.add_parser("model", help="patched vs unpatched Hugging Face model: prefill, decode, memory, logits error")
-    m.add_argument("--models", default="llama3-8b,gemma2-9b", help=f"from: {','.join(MODELS)}")
-    m.add_argument("--layers", type=int, default=8)
-    m.add_argument("--prefill", default="512,2048,8192")
-    m.add_argument("--batches", default="1,8,32")
-    m.add_argument("--steps", type=int, default=32)
-    m.add_argument("--graphs", action="store_true", help="also batch-1 decode with StaticCache + CUDA graphs")
-    m.add_argument("--profile", action="store_true", help="print the kernels of a batch-1 decode step")
-    m.add_argument("--json", default="bench_model.json")
-    o = sub.add_parser("overhead", help="µs per call of each op on a tiny problem vs F.linear")
-    o.add_argument("--json", default="bench_overhead.json")
-    a = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("no CUDA device found: nothing was measured", file=sys.stderr)
-        return 2
-    if not ops.available():
-        print(f"blockfuse extension not available: {ops.load_error()}", file=sys.stderr)
-        return 2
-    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    try:
-        import transformers
-        meta["transformers"] = transformers.__version__
-    except ImportError:
-        pass
-    if a.command == "overhead":
-        result = {**meta, "benchmark": "per-call overhead", "us_per_call": run_overhead()}
-    else:
-        bad = [x for x in a.models.split(",") if x not in MODELS]
-        if bad:
-            p.error(f"unknown model(s) {bad}; choose from {list(MODELS)}")
-        a.models = [x for x in a.models.split(",") if x]
-        a.prefill = [int(t) for t in a.prefill.split(",") if t]
-        a.batches = [int(b) for b in a.batches.split(",") if b]
-        print(f"# {meta}")
-        print("| model | case | unpatched | patched | patched / unpatched speed | memory |")
-        print("| --- | --- | --- | --- | --- | --- |")
-        result = {**meta, "benchmark": "model", "layers": a.layers, "rows": run_model(a)}
+def run(a):
+    """The `model` subcommand: returns the exit status."""
+    status = ready()
+    if status:
+        return status
+    info = meta()
+    print(f"# {info}")
+    print("| model | case | unpatched | patched | patched / unpatched speed | memory |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    result = {**info, "benchmark": "model", "layers": a.layers, "rows": measure(a)}
     with open(a.json, "w") as f:
         json.dump(result, f, indent=1)
     print(f"wrote {a.json}")

@@ -1,12 +1,5 @@
-"""The Python benchmark: the seed's gated-MLP charts, measured from PyTorch.
-
-    python -m blockfuse.bench model ...      # patched vs unpatched HF model (blockfuse/bench_model.py)
-    python -m blockfuse.bench overhead       # µs per call of each op vs F.linear (bench_model.py)
-    python -m blockfuse.bench fused-mlp      # the fused decode MLP vs torch (bench_decode.py)
-    python -m blockfuse.bench gated-up-fp8   # the FP8 gated up-projection vs torch._scaled_mm
-    python -m blockfuse.bench sparse-prefill # SparseGatedMLP at prefill sizes (bench_decode.py)
-    python -m blockfuse.bench gated-up [--models 8b,70b,405b,gemma27b] [--tokens 512,1024,...]
-                                       [--reps-time 0.3] [--out DIR] [--quick]
+"""`python -m blockfuse.bench gated-up`: the gated up-projection against the unfused pipelines a
+PyTorch user runs, TFLOP/s and peak activation memory.
 
 For each model (hidden K, intermediate U) and token count M it times five ways of computing
 h = act(x·W_gateᵀ) ⊙ (x·W_upᵀ), all bf16 on one GPU, and measures the peak activation memory of each:
@@ -15,42 +8,33 @@ h = act(x·W_gateᵀ) ⊙ (x·W_upᵀ), all bf16 on one GPU, and measures the pe
   torch.mm + eager SwiGLU      C, then act(C[:, :U]) * C[:, U:] in eager PyTorch
   torch.mm + compiled SwiGLU   C, then the same expression through torch.compile
   torch.mm + Triton SwiGLU     C, then an Unsloth-style Triton kernel writing over the up half
-                               (bench/triton_swiglu.py): the seed's "cuBLAS + Unsloth"
+                               (blockfuse/bench/triton_swiglu.py: "cuBLAS + Unsloth")
   blockfuse fused              blockfuse.ops.gated_up: one kernel, only h [M, U] is written
 
-Method (BENCHMARKING.md): CUDA events around each call, warm-up first, the median of the
-repetitions (at least 10; as many as fit in --reps-time seconds, at most 100), x rotated among
-enough buffers to exceed 3x the L2 cache; the cuBLAS 8192^3 bf16 rate measured in the same run as
-the ceiling. TFLOP/s = 2·M·K·2U / time for every pipeline (the activation's flops are not counted).
+Method: CUDA events around each call, warm-up first, the median of the repetitions (at least 10; as
+many as fit in --reps-time seconds, at most 100), x rotated among enough buffers to exceed 3x the L2
+cache (common.time_cuda); the cuBLAS 8192^3 bf16 rate measured in the same run as the ceiling.
+TFLOP/s = 2·M·K·2U / time for every pipeline (the activation's flops are not counted).
 Memory: torch.cuda.max_memory_allocated() during one call minus the memory allocated before it:
 the activations the pipeline allocates (inputs and weights excluded). Every pipeline's output is
 checked against an fp32 reference (first and last 128 rows) before it is timed; a wrong one stops
 the run with exit status 1.
 
 Writes DIR/gated_up.json and the charts DIR/gated_up_tflops.png (all pipelines),
-DIR/gated_up_tflops_fused_vs_triton.png (blockfuse vs torch.mm + Triton, as the seed's second set)
-and DIR/gated_up_memory.png (peak activation memory).
+DIR/gated_up_tflops_fused_vs_triton.png (blockfuse vs torch.mm + Triton) and DIR/gated_up_memory.png
+(peak activation memory); --plot-only JSON redraws them from a gated_up.json.
 """
-import argparse
-import importlib.util
 import json
 import math
 import os
-import statistics
 import sys
 import time
 
 import torch
 
-from . import ops
-
-MODELS = {  # K, U, activation (BENCHMARKING.md's table)
-    "8b": ("Llama-3 8B", 4096, 14336, "silu"),
-    "70b": ("Llama-3 70B", 8192, 28672, "silu"),
-    "405b": ("Llama-3.1 405B", 16384, 53248, "silu"),
-    "gemma27b": ("Gemma-2 27B", 4608, 36864, "gelu_tanh"),
-}
-DEFAULT_TOKENS = (512, 1024, 2048, 4096, 8192, 16384)
+from .. import ops
+from .common import peak_activation_bytes, ready, time_cuda
+from .shapes import GATED_UP_MODELS
 
 MM = "torch.mm"
 EAGER = "torch.mm + eager SwiGLU"
@@ -62,22 +46,6 @@ STYLE = {MM: ("tab:gray", "--"), EAGER: ("tab:orange", "-"), COMPILED: ("tab:gre
          TRITON: ("tab:blue", "-"), FUSED: ("tab:red", "-")}
 VERIFY_ROWS = 128
 VERIFY_TOL = 2e-2  # relative Frobenius error vs fp32; bf16 pipelines land at ~2e-3..5e-3
-
-
-def _load_triton_baseline():
-    """bench/triton_swiglu.py: installed as blockfuse/_triton_swiglu.py; else from the source tree."""
-    try:
-        from . import _triton_swiglu
-        return _triton_swiglu
-    except ImportError:
-        pass
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "triton_swiglu.py")
-    if not os.path.isfile(path):
-        raise ImportError("the Triton baseline bench/triton_swiglu.py was found neither in the package nor the source tree")
-    spec = importlib.util.spec_from_file_location("blockfuse_bench_triton_swiglu", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _eager_act(g, activation):
@@ -114,63 +82,6 @@ def make_pipelines(w_stacked, w_inter, u, activation, triton_mod, compiled_fn):
     return {MM: mm, EAGER: eager, COMPILED: compiled, TRITON: triton_, FUSED: fused}
 
 
-def time_cuda(fn, xs, warmup, reps_time, min_reps=10, max_reps=100):
-    """Median milliseconds of fn(x) over rotating inputs, CUDA events around each call."""
-    for i in range(warmup):
-        fn(xs[i % len(xs)])
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    fn(xs[0])
-    torch.cuda.synchronize()
-    est = max(time.perf_counter() - t0, 1e-6)
-    reps = int(min(max_reps, max(min_reps, reps_time / est)))
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for i in range(reps):
-        starts[i].record()
-        fn(xs[i % len(xs)])
-        ends[i].record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)), reps
-
-
-def copy_gbs():
-    """The device's copy bandwidth in GB/s, the ceiling the decode benchmarks divide by: bytes read +
-    written by a 1 GiB device-to-device copy, median time (time_cuda)."""
-    n = 1 << 30
-    src = torch.empty(n, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    return 2 * n / (time_cuda(lambda _: dst.copy_(src), [None], 3, 0.2)[0] * 1e6)
-
-
-def capture_graph(fn, calls=1):
-    """A CUDA graph of `calls` calls of fn(), captured after three warm-up calls on a side stream (the
-    allocations and one-time setup a capture must not see, as torch.cuda.graphs asks)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    return g
-
-
-def peak_activation_bytes(fn, x):
-    """Peak bytes allocated during one call beyond what was allocated before it."""
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    out = fn(x)
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - base
-    del out
-    return peak
-
-
 def cublas_ceiling(dtype):
     n = 8192
     a = torch.randn(n, n, device="cuda", dtype=dtype)
@@ -189,14 +100,19 @@ def verify(name, h, x, w_inter, activation, m):
     return ok, err
 
 
-def run_gated_up(args):
-    if not torch.cuda.is_available():
-        print("no CUDA device found: nothing was measured", file=sys.stderr)
-        return 2
-    if not ops.available():
-        print(f"blockfuse extension not available: {ops.load_error()}", file=sys.stderr)
-        return 2
-    triton_mod = _load_triton_baseline()
+def run(args):
+    """The `gated-up` subcommand: returns the exit status."""
+    if args.plot_only:
+        with open(args.plot_only) as f:
+            result = json.load(f)
+        os.makedirs(args.out, exist_ok=True)
+        for path in plot(result, args.out):
+            print(f"wrote {path}")
+        return 0
+    status = ready()
+    if status:
+        return status
+    from . import triton_swiglu as triton_mod
     dtype = torch.bfloat16
     for attr in ("recompile_limit", "cache_size_limit"):
         if hasattr(torch._dynamo.config, attr):
@@ -217,7 +133,7 @@ def run_gated_up(args):
     print(hdr)
     print("|" + " --- |" * (hdr.count("|") - 1), flush=True)
     for key in args.models:
-        name, k, u, activation = MODELS[key]
+        name, k, u, activation = GATED_UP_MODELS[key]
         w_stacked = (torch.randn(2 * u, k, device="cuda", dtype=torch.float32) / math.sqrt(k)).to(dtype)
         w_inter = ops.interleave_stacked(w_stacked)  # [gate; up] -> row 2j = up_j, 2j+1 = gate_j
         pipes = make_pipelines(w_stacked, w_inter, u, activation, triton_mod, compiled_fn)
@@ -281,7 +197,8 @@ def run_gated_up(args):
 
 
 def plot(result, out_dir):
-    """The seed's three chart sets from a result dict; returns the paths written."""
+    """The three chart sets (TFLOP/s of every pipeline, blockfuse vs Triton, peak memory) from a
+    result dict; returns the paths written."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -329,44 +246,3 @@ def plot(result, out_dir):
 
 def _mib(r):
     return r["peak_act_bytes"] / float(1 << 20)
-
-
-def main(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] in ("model", "overhead"):  # the end-to-end and per-call benchmarks
-        from . import bench_model
-        return bench_model.main(argv)
-    if argv and argv[0] in ("fused-mlp", "gated-up-fp8", "sparse-prefill"):  # bench_decode.py
-        from . import bench_decode
-        return bench_decode.main(argv)
-    p = argparse.ArgumentParser(prog="python -m blockfuse.bench", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="command", required=True)
-    g = sub.add_parser("gated-up", help="TFLOP/s and peak activation memory of the gated up-projection pipelines")
-    g.add_argument("--models", default="8b,70b,405b,gemma27b", help=f"comma-separated, from: {','.join(MODELS)}")
-    g.add_argument("--tokens", default=",".join(map(str, DEFAULT_TOKENS)), help="token counts M, comma-separated")
-    g.add_argument("--warmup", type=int, default=3)
-    g.add_argument("--reps-time", type=float, default=0.3, help="seconds of repetitions per pipeline and point (10..100 reps)")
-    g.add_argument("--out", default="blockfuse-bench", help="folder for gated_up.json and the PNG charts")
-    g.add_argument("--quick", action="store_true", help="Llama-3 8B at 512 and 4096 tokens only")
-    g.add_argument("--no-plots", action="store_true", help="write the JSON only")
-    g.add_argument("--plot-only", metavar="JSON", help="redraw the charts from a gated_up.json (no GPU needed)")
-    a = p.parse_args(argv)
-    if a.plot_only:
-        with open(a.plot_only) as f:
-            result = json.load(f)
-        os.makedirs(a.out, exist_ok=True)
-        for path in plot(result, a.out):
-            print(f"wrote {path}")
-        return 0
-    if a.quick:
-        a.models, a.tokens = "8b", "512,4096"
-    a.models = [m for m in a.models.split(",") if m]
-    bad = [m for m in a.models if m not in MODELS]
-    if bad:
-        p.error(f"unknown model(s) {bad}; choose from {list(MODELS)}")
-    a.tokens = [int(t) for t in a.tokens.split(",") if t]
-    return run_gated_up(a)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
