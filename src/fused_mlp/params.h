@@ -154,11 +154,9 @@ struct FusedMlpParams {
   float* partials;         // deterministic: [gridDim.x, m, k]
 };
 
-// Process-wide override of the split rule for the bench and the tests: kAuto (split_groups), kNever,
-// kAlways (every union-list call that may split does, 16-neuron groups whatever the count).
-enum class SplitRule : int { kAuto = 0, kNever = 1, kAlways = 2 };
-SplitRule split_rule();
-void set_split_rule(SplitRule rule);
+// The split rule (FusedMlpConfig::split): kAuto (split_groups), kNever, kAlways (every union-list
+// call that may split does, 16-neuron groups whatever the count).
+using SplitRule = MlpSplitRule;
 
 // Warps a block at M <= 8 (one token tile): kWarps (two blocks an SM), 16 or 32 (one block an SM;
 // the kernel's W). Wider blocks keep 4 gate/up loads a lane in flight and 2 down slots (1 at 32
@@ -199,16 +197,13 @@ inline int auto_block_warps(int64_t m, int cc_major, bool union_list, bool deter
   const bool wide_grid = dram_gbps_per_sm > 0 && dram_gbps_per_sm <= kWideGridMaxGBpsPerSm;
   return (union_list || deterministic || wide_grid) && m <= kSplitMaxRows && cc_major >= 9 ? 16 : kWarps;
 }
-// Process-wide override for the bench and the tests, as the split rule has: 0 (kAutoBlockWarps, the
-// default: auto_block_warps), or 8, 16 or 32 at M <= 8 whatever the launch.
+// FusedMlpConfig::block_warps: 0 (kAutoBlockWarps, the default: auto_block_warps), or 8, 16 or 32
+// at M <= 8 whatever the launch.
 constexpr int kAutoBlockWarps = 0;
-int block_warps();
-// Throws blockfuse::Error (an invalid argument) unless warps is 0, 8, 16 or 32.
-void set_block_warps(int warps);
-// The warps a launch takes: 8 above M = 8, else the override where one is set, else the rule (the
-// launcher's choice; the bench reports the split from it).
-inline int launch_block_warps(int64_t m, int cc_major, bool union_list, bool deterministic, double dram_gbps_per_sm) {
-  const int forced = block_warps();
+// The warps a launch takes: 8 above M = 8, else `forced` where it is not kAutoBlockWarps, else the
+// rule (the launcher's choice; the bench reports the split from it).
+inline int launch_block_warps(int64_t m, int cc_major, bool union_list, bool deterministic, double dram_gbps_per_sm,
+                              int forced = kAutoBlockWarps) {
   return m > kSplitMaxRows ? kWarps
          : forced != kAutoBlockWarps ? forced
                                      : auto_block_warps(m, cc_major, union_list, deterministic, dram_gbps_per_sm);

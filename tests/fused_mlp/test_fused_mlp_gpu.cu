@@ -110,17 +110,39 @@ void expect_matches(const Mlp& f, Activation act, const unsigned char* mask, int
   EXPECT_EQ(finite_in_nan_row, 0) << "finite outputs in row " << skip_row << ", whose input holds a NaN";
 }
 
-const char* red_name(MlpReduction r) { return r == MlpReduction::kAtomic ? "atomic" : "deterministic"; }
-
-class FusedMlpGpu : public ::testing::TestWithParam<DType> {};
-
-// Sets the process-wide split rule for a scope (the bench / test override, params.h).
+// The launch-rule overrides (FusedMlpConfig::split, block_warps) a test sets for a scope
+// (SplitRuleFor, BlockWarpsFor); dense_mlp and sparse_mlp pass them with every call of this file.
+FusedMlpConfig g_overrides;
+FusedMlpConfig with_overrides(FusedMlpConfig c) {
+  c.split = g_overrides.split;
+  c.block_warps = g_overrides.block_warps;
+  return c;
+}
 struct SplitRuleFor {
-  explicit SplitRuleFor(fmlp::SplitRule r) { fmlp::set_split_rule(r); }
-  ~SplitRuleFor() { fmlp::set_split_rule(fmlp::SplitRule::kAuto); }
+  explicit SplitRuleFor(fmlp::SplitRule r) { g_overrides.split = r; }
+  ~SplitRuleFor() { g_overrides.split = fmlp::SplitRule::kAuto; }
   SplitRuleFor(const SplitRuleFor&) = delete;
   SplitRuleFor& operator=(const SplitRuleFor&) = delete;
 };
+struct BlockWarpsFor {
+  explicit BlockWarpsFor(int w) { g_overrides.block_warps = w; }
+  ~BlockWarpsFor() { g_overrides.block_warps = fmlp::kAutoBlockWarps; }
+  BlockWarpsFor(const BlockWarpsFor&) = delete;
+  BlockWarpsFor& operator=(const BlockWarpsFor&) = delete;
+};
+void dense_mlp(ConstMatrix x, ConstMatrix wgu, ConstMatrix wd, Matrix y, Activation act, void* ws, size_t bytes,
+               FusedMlpConfig config = {}, cudaStream_t stream = nullptr) {
+  fused_mlp(x, wgu, wd, y, act, ws, bytes, with_overrides(config), stream);
+}
+template <class Blocks>
+void sparse_mlp(ConstMatrix x, ConstMatrix wgu, ConstMatrix wd, Matrix y, Activation act, Blocks blocks, void* ws,
+                size_t bytes, FusedMlpConfig config = {}, cudaStream_t stream = nullptr) {
+  fused_mlp_sparse(x, wgu, wd, y, act, blocks, ws, bytes, with_overrides(config), stream);
+}
+
+const char* red_name(MlpReduction r) { return r == MlpReduction::kAtomic ? "atomic" : "deterministic"; }
+
+class FusedMlpGpu : public ::testing::TestWithParam<DType> {};
 
 TEST_P(FusedMlpGpu, DenseMatchesReference) {
   SKIP_WITHOUT_GPU();
@@ -142,7 +164,7 @@ TEST_P(FusedMlpGpu, DenseMatchesReference) {
         Workspace ws(fused_mlp_workspace_size(m, k, u / 16, cfg));
         for (int rep = 0; rep < 2; ++rep) {  // the second call finds the workspace as the first left it
           f.poison();
-          fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), act, ws.p(), ws.bytes(), cfg);
+          dense_mlp(f.X(), f.WGU(), f.WD(), f.Y(), act, ws.p(), ws.bytes(), cfg);
           BF_CUDA_OK(cudaDeviceSynchronize());
           expect_matches(f, act, nullptr);
         }
@@ -162,7 +184,7 @@ TEST_P(FusedMlpGpu, OneWorkspaceServesBothReductionsAndEveryM) {
       SCOPED_TRACE("M=" + std::to_string(m) + " " + red_name(cfg.reduction) + "; " + testing::seed_note(seed));
       Mlp f(GetParam(), m, k, u, seed);
       f.poison();
-      fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
+      dense_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
       BF_CUDA_OK(cudaDeviceSynchronize());
       expect_matches(f, Activation::kSiLU, nullptr);
     }
@@ -176,11 +198,11 @@ TEST_P(FusedMlpGpu, DeterministicIsBitwiseReproducible) {
   Mlp f(GetParam(), 16, 1024, 512, seed);
   const FusedMlpConfig cfg{32, MlpReduction::kDeterministic};
   Workspace ws(fused_mlp_workspace_size(16, 1024, 32, cfg));
-  fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
+  dense_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
   const std::vector<uint16_t> a = f.y_bits();
   for (int rep = 0; rep < 3; ++rep) {
     f.poison();
-    fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
+    dense_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
     EXPECT_TRUE(f.y_bits() == a) << "replay " << rep << " differs";
   }
   expect_matches(f, Activation::kSiLU, nullptr);
@@ -202,7 +224,7 @@ void expect_union_list_matches(Mlp& f, const std::vector<int32_t>& list, int64_t
                                FusedMlpConfig cfg = FusedMlpConfig{}) {
   DeviceList dl(list, nblk);
   f.poison();
-  fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, NeuronBlockList{dl.idx.data(), dl.cnt.data(), nblk, bs},
+  sparse_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, NeuronBlockList{dl.idx.data(), dl.cnt.data(), nblk, bs},
                    ws.p(), ws.bytes(), cfg);
   BF_CUDA_OK(cudaDeviceSynchronize());
   std::vector<unsigned char> mask(static_cast<size_t>(f.m * f.u));
@@ -247,7 +269,7 @@ TEST_P(FusedMlpGpu, DeterministicReadsOnlyWhatTheCallWrote) {
     SCOPED_TRACE("M=" + std::to_string(m) + "; " + testing::seed_note(seed));
     Mlp f(dt, m, k, u, seed);
     f.poison();
-    fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
+    dense_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
     BF_CUDA_OK(cudaDeviceSynchronize());
     expect_matches(f, Activation::kSiLU, nullptr);
     std::vector<int32_t> all(static_cast<size_t>(nblk)), few;
@@ -280,7 +302,7 @@ TEST_P(FusedMlpGpu, SparseUnionLists) {
           const FusedMlpConfig cfg{0, red};
           Workspace ws(fused_mlp_workspace_size(m, k, nblk * bs / 16, FusedMlpConfig{16, red}));
           f.poison();
-          fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU,
+          sparse_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU,
                            NeuronBlockList{dl.idx.data(), dl.cnt.data(), nblk, bs}, ws.p(), ws.bytes(), cfg);
           BF_CUDA_OK(cudaDeviceSynchronize());
           std::vector<unsigned char> mask(static_cast<size_t>(m * u));
@@ -331,7 +353,7 @@ TEST_P(FusedMlpGpu, UnionListBlockSizeFollowsTheCount) {
       const int32_t n = int32_t(list.size());
       BF_CUDA_OK(cudaMemcpy(dl.cnt.data(), &n, 4, cudaMemcpyHostToDevice));
       f.poison();
-      fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, NeuronBlockList{dl.idx.data(), dl.cnt.data(), nblk, int(bs)},
+      sparse_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, NeuronBlockList{dl.idx.data(), dl.cnt.data(), nblk, int(bs)},
                        ws.p(), ws.bytes(), FusedMlpConfig{});
       BF_CUDA_OK(cudaDeviceSynchronize());
       std::vector<unsigned char> mask(static_cast<size_t>(m * u));
@@ -359,13 +381,13 @@ TEST_P(FusedMlpGpu, AllBlocksEqualDenseBitwise) {
   Mlp f(GetParam(), m, k, u, seed);
   const FusedMlpConfig cfg{32, MlpReduction::kDeterministic};
   Workspace ws(fused_mlp_workspace_size(m, k, u / 16, cfg));
-  fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
+  dense_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
   const std::vector<uint16_t> dense = f.y_bits();
   std::vector<int32_t> all(static_cast<size_t>(u / 32));
   for (size_t i = 0; i < all.size(); ++i) all[i] = int32_t(i);
   DeviceList dl(all, u / 32);
   f.poison();
-  fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, NeuronBlockList{dl.idx.data(), dl.cnt.data(), u / 32, 32},
+  sparse_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, NeuronBlockList{dl.idx.data(), dl.cnt.data(), u / 32, 32},
                    ws.p(), ws.bytes(), cfg);
   EXPECT_TRUE(f.y_bits() == dense);
 }
@@ -397,7 +419,7 @@ TEST_P(FusedMlpGpu, PerTokenLists) {
         EXPECT_NO_THROW(fused_mlp_check_blocks(di.data(), dc.data(), m, nblk, nblk));
         Workspace ws(fused_mlp_workspace_size(m, k, u / 16, FusedMlpConfig{16, red}));
         f.poison();
-        fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kGeluTanh,
+        sparse_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kGeluTanh,
                          PerTokenNeuronBlocks{di.data(), dc.data(), nblk, bs}, ws.p(), ws.bytes(), FusedMlpConfig{0, red});
         BF_CUDA_OK(cudaDeviceSynchronize());
         std::vector<unsigned char> mask(static_cast<size_t>(m * u));
@@ -406,15 +428,7 @@ TEST_P(FusedMlpGpu, PerTokenLists) {
       }
 }
 
-// Sets the process-wide warps a block at M <= 8 for a scope (params.h: set_block_warps).
-struct BlockWarpsFor {
-  explicit BlockWarpsFor(int w) { fmlp::set_block_warps(w); }
-  ~BlockWarpsFor() { fmlp::set_block_warps(fmlp::kAutoBlockWarps); }
-  BlockWarpsFor(const BlockWarpsFor&) = delete;
-  BlockWarpsFor& operator=(const BlockWarpsFor&) = delete;
-};
-
-// Each block width at M <= 8 forced (params.h: set_block_warps; the rule, auto_block_warps, takes 16
+// Each block width at M <= 8 forced (FusedMlpConfig::block_warps; the rule, auto_block_warps, takes 16
 // for union lists and the deterministic mode on sm_90, for dense and per-token grids only on memory of
 // at most 30 GB/s a SM, so the other tests cover one width of those per device) against the reference, on every
 // path: dense at every block size and both reductions, union lists under every split rule (empty,
@@ -435,13 +449,13 @@ TEST_P(FusedMlpGpu, EveryBlockWidthMatchesTheReference) {
         Mlp f(dt, m, k, u, seed);
         Workspace ws(fused_mlp_workspace_size(m, k, u / 16, cfg));
         f.poison();
-        fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
+        dense_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
         BF_CUDA_OK(cudaDeviceSynchronize());
         expect_matches(f, Activation::kSiLU, nullptr);
         if (cfg.reduction == MlpReduction::kDeterministic) {
           const std::vector<uint16_t> first = f.y_bits();
           f.poison();
-          fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
+          dense_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
           BF_CUDA_OK(cudaDeviceSynchronize());
           EXPECT_EQ(f.y_bits(), first) << "deterministic mode not bitwise reproducible";
         }
@@ -466,7 +480,7 @@ TEST_P(FusedMlpGpu, EveryBlockWidthMatchesTheReference) {
         cudaMemcpy(dc.data(), counts.data(), counts.size() * 4, cudaMemcpyHostToDevice);
         Workspace ws(fused_mlp_workspace_size(m, k, u / 16, FusedMlpConfig{}));
         f.poison();
-        fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kGeluTanh,
+        sparse_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kGeluTanh,
                          PerTokenNeuronBlocks{di.data(), dc.data(), nblk, int(bs)}, ws.p(), ws.bytes(), FusedMlpConfig{});
         BF_CUDA_OK(cudaDeviceSynchronize());
         std::vector<unsigned char> mask(static_cast<size_t>(m * u));
@@ -518,13 +532,13 @@ TEST_P(FusedMlpGpu, NaNStaysInItsRow) {
     const FusedMlpConfig cfg{32, red};
     Workspace ws(fused_mlp_workspace_size(9, 256, 8, cfg));
     f.poison();
-    fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
+    dense_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
     BF_CUDA_OK(cudaDeviceSynchronize());
     expect_matches(f, Activation::kSiLU, nullptr, 5);
     // The atomic accumulator must not keep the NaN for the next call.
     f.x.set(5, 17, 0.25f);
     f.upload();
-    fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
+    dense_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
     BF_CUDA_OK(cudaDeviceSynchronize());
     expect_matches(f, Activation::kSiLU, nullptr);
   }
@@ -549,10 +563,10 @@ TEST_P(FusedMlpGpu, DeterministicInAGraph) {
     for (bool sparse : {false, true}) {
       auto call = [&] {
         if (sparse)
-          fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU,
+          sparse_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU,
                            NeuronBlockList{dl.idx.data(), dl.cnt.data(), nblk, int(bs)}, ws.p(), ws.bytes(), cfg, s);
         else
-          fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg, s);
+          dense_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg, s);
       };
       f.poison();
       call();
@@ -609,7 +623,7 @@ TEST_P(FusedMlpGpu, RouterAndSparseInAGraph) {
     cudaGraphExec_t exec;
     BF_CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     neuron_block_router(f.X(), R, mode, 0.5f, 5, out, rws.data(), rws.bytes(), s);
-    fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, NeuronBlockList{ui.data(), uc.data(), nblk, int(bs)},
+    sparse_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, NeuronBlockList{ui.data(), uc.data(), nblk, int(bs)},
                      ws.p(), ws.bytes(), FusedMlpConfig{}, s);
     BF_CUDA_OK(cudaStreamEndCapture(s, &graph));
     BF_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
@@ -706,13 +720,13 @@ TEST(FusedMlpSanitizer, SmallShapes) {
           const FusedMlpConfig cfg{nb, red};
           Workspace ws(fused_mlp_workspace_size(m, k, u / 16, cfg));
           f.poison();
-          fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
+          dense_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
           BF_CUDA_OK(cudaDeviceSynchronize());
           expect_matches(f, Activation::kSiLU, nullptr);
           std::vector<int32_t> list = {1, 3, 4};
           DeviceList dl(list, 5);
           f.poison();
-          fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, NeuronBlockList{dl.idx.data(), dl.cnt.data(), 5, 16},
+          sparse_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, NeuronBlockList{dl.idx.data(), dl.cnt.data(), 5, 16},
                            ws.p(), ws.bytes(), cfg);
           BF_CUDA_OK(cudaDeviceSynchronize());
           std::vector<unsigned char> mask(static_cast<size_t>(m * u));
@@ -722,7 +736,7 @@ TEST(FusedMlpSanitizer, SmallShapes) {
           if (red == MlpReduction::kAtomic) {  // the heuristic's block size, every unit split (M <= 8, sm_90)
             const SplitRuleFor always(fmlp::SplitRule::kAlways);
             f.poison();
-            fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU,
+            sparse_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU,
                              NeuronBlockList{dl.idx.data(), dl.cnt.data(), 5, 16}, ws.p(), ws.bytes(), FusedMlpConfig{});
             BF_CUDA_OK(cudaDeviceSynchronize());
             expect_matches(f, Activation::kSiLU, mask.data());
@@ -736,7 +750,7 @@ TEST(FusedMlpSanitizer, SmallShapes) {
           cudaMemcpy(di.data(), idx.data(), idx.size() * 4, cudaMemcpyHostToDevice);
           cudaMemcpy(dc.data(), counts.data(), counts.size() * 4, cudaMemcpyHostToDevice);
           f.poison();
-          fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, PerTokenNeuronBlocks{di.data(), dc.data(), 5, 16},
+          sparse_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, PerTokenNeuronBlocks{di.data(), dc.data(), 5, 16},
                            ws.p(), ws.bytes(), cfg);
           BF_CUDA_OK(cudaDeviceSynchronize());
           fmlp::neuron_mask_from_blocks(idx.data(), counts.data(), 5, true, m, u, 16, mask.data());
@@ -744,7 +758,7 @@ TEST(FusedMlpSanitizer, SmallShapes) {
         }
 }
 
-// Each block width at M <= 8 forced (params.h: set_block_warps) under the sanitizers: dense, a union
+// Each block width at M <= 8 forced (FusedMlpConfig::block_warps) under the sanitizers: dense, a union
 // list split over clusters and unsplit, M = 1 and 8.
 TEST(FusedMlpSanitizer, EveryBlockWidth) {
   SKIP_WITHOUT_GPU();
@@ -760,7 +774,7 @@ TEST(FusedMlpSanitizer, EveryBlockWidth) {
         Mlp f(DType::kBF16, m, k, u, seed);
         Workspace ws(fused_mlp_workspace_size(m, k, u / 16, FusedMlpConfig{16, MlpReduction::kDeterministic}));
         f.poison();
-        fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(),
+        dense_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(),
                   FusedMlpConfig{16, MlpReduction::kDeterministic});
         BF_CUDA_OK(cudaDeviceSynchronize());
         expect_matches(f, Activation::kSiLU, nullptr);
