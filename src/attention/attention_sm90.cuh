@@ -1,5 +1,5 @@
 // Internal: the sm90a (Hopper) attention forward kernel: wgmma, TMA and warp specialisation
-// (docs/attention-hopper-plan.md, stages 1-3).
+// (docs/attention.md#design).
 //
 // A CTA of 384 threads (one per SM: the shared memory allows no more) walks the tiles blockIdx.x,
 // + gridDim.x, ...: 128 query rows of one (batch, head). The grid is persistent (one CTA per SM)
@@ -16,7 +16,7 @@
 //     16 bits in registers and issues O += P·V (wgmma, A = P from registers, B = Vᵀ read MN-major
 //     straight from V's stage, so no transposing copy).
 // `setmaxnreg` gives the producer 24 registers and each consumer thread 240.
-// Overlap (FlashAttention-3's design, docs/attention-hopper-plan.md stage 3): inside a warpgroup,
+// Overlap (FlashAttention-3's design, docs/attention.md#design): inside a warpgroup,
 // step n issues S[n] = Q·K[n]ᵀ and O += P[n+1]·V[n+1] together and runs the softmax of S[n] while
 // the P·V runs (the O rescale it implies waits until no P·V is in flight); between the two
 // warpgroups, named barriers make them take turns issuing GEMMs (ping-pong), so one's softmax

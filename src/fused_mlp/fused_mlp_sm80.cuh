@@ -274,9 +274,8 @@ __global__ void __launch_bounds__(W * 32, W == kWarps ? 2 : 1) fused_mlp_kernel(
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (NT == 1 && cs > 1) {
       // A split unit (NT = 1, one group): each CTA sums its own K slices first, then reads the
-      // peer's sums once, so a value costs one remote load instead of one per slice (session 18's
-      // timeline: 3.4-3.9 µs for h in a split unit against 1.8-2.4 unsplit, results/gpu/session18_h100/
-      // trace/). Every CTA adds the ranks' sums in rank order: the same h in each. (cs is the
+      // peer's sums once, so a value costs one remote load instead of one per slice (1.03-1.05x on
+      // split lists, H100; docs/fused_mlp.md#tuning). Every CTA adds the ranks' sums in rank order: the same h in each. (cs is the
       // launcher's p.split, kSplitCtas.)
       namespace cg = cooperative_groups;
       for (int i = threadIdx.x; i < MP * nbr; i += W * 32) s_part[i] = slice_sums(i);
@@ -312,7 +311,7 @@ __global__ void __launch_bounds__(W * 32, W == kWarps ? 2 : 1) fused_mlp_kernel(
   // 32-neuron blocks, and the union lists' blocks that chose ng < NG on the device) fills them with
   // the groups of S / ng consecutive chunks of this warp (one 16-neuron chunk alone is only 4 loads
   // per lane): 90 %-sparse 8B at M = 1 29.5 -> 27.4 µs, forced 16-neuron blocks 27.2 -> 25.2
-  // (results/gpu/session12_h100/fmlp_forced.json before, exp/fmlp_slots.json after; H100). Only at
+  // (H100; docs/fused_mlp.md#tuning). Only at
   // M <= 8 (NT = 1): with more token tiles the second path's accumulators and slots spill (ptxas
   // sm_90).
   constexpr int S = W > 16 ? 1 : W > kWarps ? 2 : NT <= 2 ? 4 : 2;
