@@ -24,7 +24,7 @@
 //
 // 3. reduction. Per chunk, a warp adds its fp32 partial to the workspace — kAtomic: fp32 atomics
 //    (red.global.add, four-wide on sm_90) into one [M, K] accumulator; kDeterministic: stores into
-//    the block's own slot, which a second launch (fused_mlp_sum_kernel, below) sums in block order.
+//    the block's own slot, which a second launch (fused_mlp_sum_kernel, reduce_sm80.cuh) sums in block order.
 //    Atomic: after a batch of up to 32 chunks a warp fences once and counts in on each of them; the
 //    warp that counts last (of the participating blocks) reads the chunk and clears it, writes y in
 //    T and resets the counter, so the next call or graph replay finds the workspace zeroed. Dense and
@@ -43,6 +43,7 @@
 
 #include "decode_gemm/decode_gemm_sm80.cuh"  // MmaType, load_w, load_x, store_y
 #include "fused_mlp/params.h"
+#include "fused_mlp/reduce_sm80.cuh"  // red_add8, fused_mlp_sum_kernel
 #include "common/activation.cuh"
 #include "common/pdl.cuh"
 
@@ -52,20 +53,6 @@ using decode::load_w;
 using decode::load_x;
 using decode::MmaType;
 using decode::store_y;
-
-// Adds 8 consecutive fp32 values to global memory (16-byte aligned), no return value.
-__device__ __forceinline__ void red_add8(float* p, const float (&v)[8]) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3])
-               : "memory");
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p + 4), "f"(v[4]), "f"(v[5]), "f"(v[6]),
-               "f"(v[7])
-               : "memory");
-#else
-#pragma unroll
-  for (int e = 0; e < 8; ++e) atomicAdd(p + e, v[e]);
-#endif
-}
 
 // Is block number e in the sorted row [row, row + n)? (per-token lists)
 __device__ __forceinline__ bool sorted_contains(const int32_t* row, int n, int64_t e) {
@@ -449,56 +436,6 @@ __global__ void __launch_bounds__(W * 32, W == kWarps ? 2 : 1) fused_mlp_kernel(
       }
       if (lane == 0) p.counters[c] = 0;  // every block has counted this chunk
     }
-  }
-}
-
-// The deterministic mode's reduction, a second launch after fused_mlp_kernel (with PDL where the
-// device allows, so its launch overlaps the first grid's tail): y[m, c..c+3] = the sum over the
-// `*det_blocks` blocks, in block order, of the slots whose flag is set. L lanes share an output quad
-// (lane r takes blocks b = r mod L in order) and combine with a fixed xor butterfly, so the order is
-// fixed whatever the timing: bitwise the same on every call. The 32 / L quads of a warp are
-// consecutive columns of one slot row, so a warp's loads are contiguous. L (sum_lanes, params.h)
-// gives the launch enough threads to spread the read over every SM: a second launch, because in one
-// launch only the last blocks to finish can sum, and their few warps then read every slot
-// (docs/fused_mlp.md, "The deterministic mode's sum").
-template <class T>
-__global__ void __launch_bounds__(kSumThreads) fused_mlp_sum_kernel(const FusedMlpParams p, int L) {
-  detail::pdl_wait();  // the first grid has completed: its slots, flags and count are visible
-  const int64_t nb = *p.det_blocks;
-  const int64_t quads = p.k / 4;  // K % 8 == 0
-  const int64_t items = p.m * quads;
-  const int lane = threadIdx.x & 31, per_warp = 32 / L, r = lane / per_warp;
-  const int64_t q = ((int64_t(blockIdx.x) * kSumThreads + threadIdx.x) >> 5) * per_warp + lane % per_warp;
-  const bool ok = q < items;
-  const int64_t m = ok ? q / quads : 0, col = ok ? 4 * (q % quads) : 0;
-  // Every block's flag and slot are loaded, and an inactive block's (stale) slot is selected away: no
-  // load waits on a flag, so the unrolled loads are in flight together. The same sum bit for bit as
-  // skipping the block: s starts at +0 and a round-to-nearest sum is never -0, so s + 0 == s (and a
-  // NaN stays NaN).
-  float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (ok) {
-#pragma unroll 8
-    for (int64_t b = r; b < nb; b += L) {
-      const bool on = __ldcg(p.flags + b) != 0;
-      const float4 v = __ldcg(reinterpret_cast<const float4*>(p.partials + (b * p.m + m) * p.k + col));
-      s.x += on ? v.x : 0.f;
-      s.y += on ? v.y : 0.f;
-      s.z += on ? v.z : 0.f;
-      s.w += on ? v.w : 0.f;
-    }
-  }
-  for (int o = per_warp; o < 32; o *= 2) {
-    s.x += __shfl_xor_sync(0xffffffffu, s.x, o);
-    s.y += __shfl_xor_sync(0xffffffffu, s.y, o);
-    s.z += __shfl_xor_sync(0xffffffffu, s.z, o);
-    s.w += __shfl_xor_sync(0xffffffffu, s.w, o);
-  }
-  if (ok && r == 0) {
-    T* yr = static_cast<T*>(p.y) + m * p.ldy + col;
-    store_y<T>(yr, s.x);
-    store_y<T>(yr + 1, s.y);
-    store_y<T>(yr + 2, s.z);
-    store_y<T>(yr + 3, s.w);
   }
 }
 
