@@ -152,14 +152,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> add_rmsnorm_fp8_op(const at::Tens
   return {out, res_out, row_scales};
 }
 
-void impls(torch::Library& m) {
-  m.impl("rmsnorm", &rmsnorm_op);
-  m.impl("add_rmsnorm", &add_rmsnorm_op);
-  m.impl("add_rmsnorm_", &add_rmsnorm_inplace_op);
-  m.impl("rmsnorm_fp8", &rmsnorm_fp8_op);
-  m.impl("add_rmsnorm_fp8", &add_rmsnorm_fp8_op);
-}
-
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
@@ -171,4 +163,10 @@ TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
                "bool gemma=False) -> (Tensor, Tensor, Tensor)"});
 }
 
-BLOCKFUSE_TORCH_IMPLS(impls)
+BLOCKFUSE_TORCH_IMPLS(m) {
+  m.impl("rmsnorm", &rmsnorm_op);
+  m.impl("add_rmsnorm", &add_rmsnorm_op);
+  m.impl("add_rmsnorm_", &add_rmsnorm_inplace_op);
+  m.impl("rmsnorm_fp8", &rmsnorm_fp8_op);
+  m.impl("add_rmsnorm_fp8", &add_rmsnorm_fp8_op);
+}

@@ -239,9 +239,11 @@ inline void def_ops(torch::Library& m, std::initializer_list<const char*> schema
 
 }  // namespace blockfuse_torch
 
-// Registers a family's kernels, `impls(torch::Library&)`, for CUDA and for CPU tensors: the same
-// functions serve both, since their first check names the argument that is not on CUDA.
-#define BLOCKFUSE_TORCH_IMPLS(impls)                      \
-  TORCH_LIBRARY_IMPL(blockfuse, CUDA, m) { impls(m); }    \
-  TORCH_LIBRARY_IMPL(blockfuse, CPU, m) { impls(m); }
-
+// Registers a family's kernels for CUDA and for CPU tensors: the same functions serve both, since
+// their first check names the argument that is not on CUDA. Written
+//   BLOCKFUSE_TORCH_IMPLS(m) { m.impl("op", &op_fn); ... }
+#define BLOCKFUSE_TORCH_IMPLS(m)                                             \
+  static void blockfuse_torch_impls(torch::Library&);                       \
+  TORCH_LIBRARY_IMPL(blockfuse, CUDA, lib) { blockfuse_torch_impls(lib); }  \
+  TORCH_LIBRARY_IMPL(blockfuse, CPU, lib) { blockfuse_torch_impls(lib); }   \
+  static void blockfuse_torch_impls(torch::Library& m)

@@ -61,11 +61,6 @@ int64_t decode_gemm_reserve_op(const at::Tensor& w) {
   return static_cast<int64_t>(bytes);
 }
 
-void impls(torch::Library& m) {
-  m.impl("decode_gemm", &decode_gemm_op);
-  m.impl("decode_gemm_reserve", &decode_gemm_reserve_op);
-}
-
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
@@ -73,4 +68,7 @@ TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
   m.def("decode_gemm_reserve(Tensor w) -> int");  // a host int: no fake, not traced
 }
 
-BLOCKFUSE_TORCH_IMPLS(impls)
+BLOCKFUSE_TORCH_IMPLS(m) {
+  m.impl("decode_gemm", &decode_gemm_op);
+  m.impl("decode_gemm_reserve", &decode_gemm_reserve_op);
+}

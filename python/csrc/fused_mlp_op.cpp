@@ -204,13 +204,6 @@ int64_t fused_mlp_reserve_op(const at::Tensor& w_down_t, bool deterministic) {
   return static_cast<int64_t>(bytes + router_bytes);
 }
 
-void impls(torch::Library& m) {
-  m.impl("fused_mlp", &fused_mlp_op);
-  m.impl("fused_mlp_sparse", &fused_mlp_sparse_op);
-  m.impl("neuron_block_router", &neuron_block_router_op);
-  m.impl("fused_mlp_reserve", &fused_mlp_reserve_op);
-}
-
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
@@ -223,4 +216,9 @@ TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
   m.def("fused_mlp_reserve(Tensor w_down_t, bool deterministic=False) -> int");  // a host int: no fake, not traced
 }
 
-BLOCKFUSE_TORCH_IMPLS(impls)
+BLOCKFUSE_TORCH_IMPLS(m) {
+  m.impl("fused_mlp", &fused_mlp_op);
+  m.impl("fused_mlp_sparse", &fused_mlp_sparse_op);
+  m.impl("neuron_block_router", &neuron_block_router_op);
+  m.impl("fused_mlp_reserve", &fused_mlp_reserve_op);
+}

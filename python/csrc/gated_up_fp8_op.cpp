@@ -143,11 +143,6 @@ std::tuple<at::Tensor, at::Tensor> gated_up_fp8_dynamic_op(const at::Tensor& x, 
   return {q, scales};
 }
 
-void impls(torch::Library& m) {
-  m.impl("gated_up_fp8", &gated_up_fp8_op);
-  m.impl("gated_up_fp8_dynamic", &gated_up_fp8_dynamic_op);
-}
-
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
@@ -157,4 +152,7 @@ TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
                "-> (Tensor, Tensor)"});
 }
 
-BLOCKFUSE_TORCH_IMPLS(impls)
+BLOCKFUSE_TORCH_IMPLS(m) {
+  m.impl("gated_up_fp8", &gated_up_fp8_op);
+  m.impl("gated_up_fp8_dynamic", &gated_up_fp8_dynamic_op);
+}

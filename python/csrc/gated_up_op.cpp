@@ -196,17 +196,27 @@ at::Tensor interleave_gate_up_op(const at::Tensor& gate, const at::Tensor& up) {
   return out;
 }
 
-at::Tensor interleave_stacked_op(const at::Tensor& stacked) {
-  constexpr const char* fn = "interleave_stacked";
-  const DType dt = check_layout_args(fn, {{&stacked, "stacked"}});
-  const RowView sv = as_matrix(stacked, fn, "stacked");
-  at::Tensor out = at::empty({sv.rows, sv.cols}, stacked.options());
-  const ConstMatrix in = cview(stacked, sv, dt);
-  const Matrix o = mview(out, RowView{sv.rows, sv.cols, sv.cols}, dt);
-  on_tensor_device(
-      stacked, [&](cudaStream_t s) { blockfuse::interleave_stacked_gate_up(in, o, s); },
-      [&] { blockfuse::interleave_stacked_gate_up_host(in, o); });
+// The two row permutations [2U, K] -> [2U, K] (stacked [gate; up] <-> interleaved), by the C++
+// helpers `device(in, out, stream)` and `host(in, out)`.
+template <typename Device, typename Host>
+at::Tensor permute_rows(const at::Tensor& in, const char* fn, const char* arg, Device&& device, Host&& host) {
+  const DType dt = check_layout_args(fn, {{&in, arg}});
+  const RowView v = as_matrix(in, fn, arg);
+  at::Tensor out = at::empty({v.rows, v.cols}, in.options());
+  const ConstMatrix i = cview(in, v, dt);
+  const Matrix o = mview(out, RowView{v.rows, v.cols, v.cols}, dt);
+  on_tensor_device(in, [&](cudaStream_t s) { device(i, o, s); }, [&] { host(i, o); });
   return out;
+}
+
+at::Tensor interleave_stacked_op(const at::Tensor& stacked) {
+  return permute_rows(stacked, "interleave_stacked", "stacked", blockfuse::interleave_stacked_gate_up,
+                      blockfuse::interleave_stacked_gate_up_host);
+}
+
+at::Tensor deinterleave_to_stacked_op(const at::Tensor& w) {
+  return permute_rows(w, "deinterleave_to_stacked", "w", blockfuse::deinterleave_to_stacked,
+                      blockfuse::deinterleave_to_stacked_host);
 }
 
 std::tuple<at::Tensor, at::Tensor> deinterleave_gate_up_op(const at::Tensor& w) {
@@ -225,19 +235,6 @@ std::tuple<at::Tensor, at::Tensor> deinterleave_gate_up_op(const at::Tensor& w) 
       w, [&](cudaStream_t s) { blockfuse::deinterleave_gate_up(in, g, u, s); },
       [&] { blockfuse::deinterleave_gate_up_host(in, g, u); });
   return {gate, up};
-}
-
-at::Tensor deinterleave_to_stacked_op(const at::Tensor& w) {
-  constexpr const char* fn = "deinterleave_to_stacked";
-  const DType dt = check_layout_args(fn, {{&w, "w"}});
-  const RowView wv = as_matrix(w, fn, "w");
-  at::Tensor out = at::empty({wv.rows, wv.cols}, w.options());
-  const ConstMatrix in = cview(w, wv, dt);
-  const Matrix o = mview(out, RowView{wv.rows, wv.cols, wv.cols}, dt);
-  on_tensor_device(
-      w, [&](cudaStream_t s) { blockfuse::deinterleave_to_stacked(in, o, s); },
-      [&] { blockfuse::deinterleave_to_stacked_host(in, o); });
-  return out;
 }
 
 void impls(torch::Library& m) {

@@ -78,11 +78,6 @@ std::tuple<at::Tensor, at::Tensor> swiglu_fp8_op(const at::Tensor& gate_up, cons
   return {out, row_scales};
 }
 
-void impls(torch::Library& m) {
-  m.impl("swiglu", &swiglu_op);
-  m.impl("swiglu_fp8", &swiglu_fp8_op);
-}
-
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
@@ -90,4 +85,7 @@ TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
                "swiglu_fp8(Tensor gate_up, Tensor? scale=None, str activation='silu', str layout='stacked') -> (Tensor, Tensor)"});
 }
 
-BLOCKFUSE_TORCH_IMPLS(impls)
+BLOCKFUSE_TORCH_IMPLS(m) {
+  m.impl("swiglu", &swiglu_op);
+  m.impl("swiglu_fp8", &swiglu_fp8_op);
+}
