@@ -1,23 +1,11 @@
-// The PyTorch binding of blockfuse: registers the blockfuse::* operators with the dispatcher.
-//
-// The binding files (python/csrc/*.cpp, glued by binding.h) are the only C++ that sees torch. They
-// turn tensors into blockfuse's plain matrix views (pointer, dtype, rows, cols, row stride), check
-// what a view cannot express (device, dtype, a contiguous last dimension, leading dimensions that
-// flatten into rows with one row stride) with ValueErrors that name the argument, and call the C++
-// API on the current CUDA stream. Outputs come from at::empty (the caching allocator), so every op
-// can be captured in a CUDA graph. The C++ API validates again and throws blockfuse::Error; it is
-// re-raised as a Python ValueError with the same message.
-//
-// Python loads this library with torch.ops.load_library (python/blockfuse/_lib.py) — no pybind —
-// and registers the fake (meta) implementations (python/blockfuse/ops.py). This file defines the
-// library (TORCH_LIBRARY); the other files add their ops with TORCH_LIBRARY_FRAGMENT.
-//
-// Ops of this file (schemas at the end):
+// The PyTorch ops of the fused gated up-projection (include/blockfuse/gated_up.h) and of its
+// interleaved weight layout (include/blockfuse/weight_layout.h):
 //   gated_up(x [..., K], w [2U, K] interleaved, activation) -> h [..., U]         CUDA; autograd in C++
 //   interleave_gate_up(gate [U, K], up [U, K]) -> w [2U, K]                       CUDA, CPU
 //   interleave_stacked(stacked [2U, K] = [gate; up]) -> w [2U, K]                 CUDA, CPU
 //   deinterleave_gate_up(w [2U, K]) -> (gate [U, K], up [U, K])                   CUDA, CPU
 //   deinterleave_to_stacked(w [2U, K]) -> stacked [2U, K]                         CUDA, CPU
+// Schemas at the end; the fake implementations are in the Python package.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/autograd.h>
@@ -25,7 +13,6 @@
 
 #include <cmath>
 #include <initializer_list>
-#include <string>
 #include <tuple>
 #include <vector>
 
@@ -41,11 +28,7 @@ using namespace blockfuse_torch;
 // Validates gated_up's tensors (every error names the argument); returns U.
 int64_t check_gated_up_args(const at::Tensor& x, const at::Tensor& w) {
   constexpr const char* fn = "gated_up";
-  check_cuda(x, fn, "x");
-  check_cuda(w, fn, "w");
-  check_same_device(w, x, fn, "w", "x");
-  (void)to_dtype(x, fn, "x");
-  check_same_dtype(w, x, fn, "w", "x");
+  (void)check_operands(fn, x, {{&w, "w"}});
   TORCH_CHECK_VALUE(x.dim() >= 1, "blockfuse.gated_up: argument 'x' is 0-dimensional; required: [..., K]");
   TORCH_CHECK_VALUE(w.dim() == 2, "blockfuse.gated_up: argument 'w' has sizes ", dims(w.sizes()),
                     "; required: a 2-D interleaved weight [2U, K] (row 2j = up_j, row 2j+1 = gate_j)");
@@ -66,9 +49,7 @@ at::Tensor gated_up_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_v
   const RowView wv = as_matrix(w, fn, "w");
 
   c10::cuda::CUDAGuard guard(x.device());
-  std::vector<int64_t> out_sizes(x.sizes().begin(), x.sizes().end());
-  out_sizes.back() = U;
-  at::Tensor out = at::empty(out_sizes, x.options());  // contiguous: row stride U
+  at::Tensor out = at::empty(with_last(x, U), x.options());  // contiguous: row stride U
   const RowView ov{xv.rows, U, U};
   // Up to 32 rows the decode kernel runs; where it splits K (2U too small to fill the SMs) it uses
   // the binding's decode workspace, shared with decode_gemm (workspace.h: such a shape must have
@@ -86,7 +67,7 @@ at::Tensor gated_up_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_v
     const size_t need = sizes_ok ? decode_workspace_need(xv.rows, 2 * U, wv.cols, device) : 0;
     if (need > 0)
       ws = device_workspace(WorkspaceKind::kDecodeGemm, device, need, stream, &ws_bytes, fn,
-                            "blockfuse.ops.decode_gemm_reserve(w)");
+                            kDecodeReserveHint);
   } else if (sizes_ok) {
     size_t need = 0, base = 0;
     call_blockfuse([&] {
@@ -175,16 +156,11 @@ at::Tensor gated_up_autograd(const at::Tensor& x, const at::Tensor& w, c10::stri
 // The C++ helpers move whole rows (cudaMemcpy2DAsync on the device, memcpy on the host), so they
 // serve both backends; the tensors' device picks which.
 
-struct LayoutArg {
-  const at::Tensor* t;
-  const char* name;
-};
-
 // Checks dtype/device agreement of a helper's tensors (the first is the reference).
-DType check_layout_args(const char* fn, std::initializer_list<LayoutArg> args) {
-  const LayoutArg& ref = *args.begin();
+DType check_layout_args(const char* fn, std::initializer_list<NamedTensor> args) {
+  const NamedTensor& ref = *args.begin();
   const DType dt = to_dtype(*ref.t, fn, ref.name);
-  for (const LayoutArg& a : args) {
+  for (const NamedTensor& a : args) {
     if (a.t == ref.t) continue;
     check_same_device(*a.t, *ref.t, fn, a.name, ref.name);
     check_same_dtype(*a.t, *ref.t, fn, a.name, ref.name);
@@ -192,44 +168,55 @@ DType check_layout_args(const char* fn, std::initializer_list<LayoutArg> args) {
   return dt;
 }
 
+// Runs the device form of a layout helper (given the stream) for a CUDA tensor `t`, the host form
+// otherwise.
+template <typename Device, typename Host>
+void on_tensor_device(const at::Tensor& t, Device&& device, Host&& host) {
+  if (t.is_cuda()) {
+    c10::cuda::CUDAGuard guard(t.device());
+    const cudaStream_t stream = current_stream(t);
+    call_blockfuse([&] { device(stream); });
+  } else {
+    call_blockfuse(host);
+  }
+}
+
 at::Tensor interleave_gate_up_op(const at::Tensor& gate, const at::Tensor& up) {
   constexpr const char* fn = "interleave_gate_up";
   const DType dt = check_layout_args(fn, {{&gate, "gate"}, {&up, "up"}});
   const RowView gv = as_matrix(gate, fn, "gate"), uv = as_matrix(up, fn, "up");
-  TORCH_CHECK_VALUE(gate.sizes() == up.sizes(), "blockfuse.", fn, ": argument 'up' has sizes ",
-                    dims(up.sizes()), "; required: the sizes of 'gate' (", dims(gate.sizes()), ")");
+  check_same_sizes(up, gate, fn, "up", "gate");
   at::Tensor out = at::empty({2 * gv.rows, gv.cols}, gate.options());
   const RowView ov{2 * gv.rows, gv.cols, gv.cols};
-  if (gate.is_cuda()) {
-    c10::cuda::CUDAGuard guard(gate.device());
-    call_blockfuse([&] {
-      blockfuse::interleave_gate_up(cview(gate, gv, dt), cview(up, uv, dt), mview(out, ov, dt),
-                                    current_stream(gate));
-    });
-  } else {
-    call_blockfuse([&] {
-      blockfuse::interleave_gate_up_host(cview(gate, gv, dt), cview(up, uv, dt), mview(out, ov, dt));
-    });
-  }
+  const ConstMatrix g = cview(gate, gv, dt), u = cview(up, uv, dt);
+  const Matrix o = mview(out, ov, dt);
+  on_tensor_device(
+      gate, [&](cudaStream_t s) { blockfuse::interleave_gate_up(g, u, o, s); },
+      [&] { blockfuse::interleave_gate_up_host(g, u, o); });
+  return out;
+}
+
+// The two row permutations [2U, K] -> [2U, K] (stacked [gate; up] <-> interleaved), by the C++
+// helpers `device(in, out, stream)` and `host(in, out)`.
+template <typename Device, typename Host>
+at::Tensor permute_rows(const at::Tensor& in, const char* fn, const char* arg, Device&& device, Host&& host) {
+  const DType dt = check_layout_args(fn, {{&in, arg}});
+  const RowView v = as_matrix(in, fn, arg);
+  at::Tensor out = at::empty({v.rows, v.cols}, in.options());
+  const ConstMatrix i = cview(in, v, dt);
+  const Matrix o = mview(out, RowView{v.rows, v.cols, v.cols}, dt);
+  on_tensor_device(in, [&](cudaStream_t s) { device(i, o, s); }, [&] { host(i, o); });
   return out;
 }
 
 at::Tensor interleave_stacked_op(const at::Tensor& stacked) {
-  constexpr const char* fn = "interleave_stacked";
-  const DType dt = check_layout_args(fn, {{&stacked, "stacked"}});
-  const RowView sv = as_matrix(stacked, fn, "stacked");
-  at::Tensor out = at::empty({sv.rows, sv.cols}, stacked.options());
-  const RowView ov{sv.rows, sv.cols, sv.cols};
-  if (stacked.is_cuda()) {
-    c10::cuda::CUDAGuard guard(stacked.device());
-    call_blockfuse([&] {
-      blockfuse::interleave_stacked_gate_up(cview(stacked, sv, dt), mview(out, ov, dt),
-                                            current_stream(stacked));
-    });
-  } else {
-    call_blockfuse([&] { blockfuse::interleave_stacked_gate_up_host(cview(stacked, sv, dt), mview(out, ov, dt)); });
-  }
-  return out;
+  return permute_rows(stacked, "interleave_stacked", "stacked", blockfuse::interleave_stacked_gate_up,
+                      blockfuse::interleave_stacked_gate_up_host);
+}
+
+at::Tensor deinterleave_to_stacked_op(const at::Tensor& w) {
+  return permute_rows(w, "deinterleave_to_stacked", "w", blockfuse::deinterleave_to_stacked,
+                      blockfuse::deinterleave_to_stacked_host);
 }
 
 std::tuple<at::Tensor, at::Tensor> deinterleave_gate_up_op(const at::Tensor& w) {
@@ -242,62 +229,38 @@ std::tuple<at::Tensor, at::Tensor> deinterleave_gate_up_op(const at::Tensor& w) 
   at::Tensor gate = at::empty({U, wv.cols}, w.options());
   at::Tensor up = at::empty({U, wv.cols}, w.options());
   const RowView hv{U, wv.cols, wv.cols};
-  if (w.is_cuda()) {
-    c10::cuda::CUDAGuard guard(w.device());
-    call_blockfuse([&] {
-      blockfuse::deinterleave_gate_up(cview(w, wv, dt), mview(gate, hv, dt), mview(up, hv, dt),
-                                      current_stream(w));
-    });
-  } else {
-    call_blockfuse([&] {
-      blockfuse::deinterleave_gate_up_host(cview(w, wv, dt), mview(gate, hv, dt), mview(up, hv, dt));
-    });
-  }
+  const ConstMatrix in = cview(w, wv, dt);
+  const Matrix g = mview(gate, hv, dt), u = mview(up, hv, dt);
+  on_tensor_device(
+      w, [&](cudaStream_t s) { blockfuse::deinterleave_gate_up(in, g, u, s); },
+      [&] { blockfuse::deinterleave_gate_up_host(in, g, u); });
   return {gate, up};
 }
 
-at::Tensor deinterleave_to_stacked_op(const at::Tensor& w) {
-  constexpr const char* fn = "deinterleave_to_stacked";
-  const DType dt = check_layout_args(fn, {{&w, "w"}});
-  const RowView wv = as_matrix(w, fn, "w");
-  at::Tensor out = at::empty({wv.rows, wv.cols}, w.options());
-  const RowView ov{wv.rows, wv.cols, wv.cols};
-  if (w.is_cuda()) {
-    c10::cuda::CUDAGuard guard(w.device());
-    call_blockfuse([&] {
-      blockfuse::deinterleave_to_stacked(cview(w, wv, dt), mview(out, ov, dt), current_stream(w));
-    });
-  } else {
-    call_blockfuse([&] { blockfuse::deinterleave_to_stacked_host(cview(w, wv, dt), mview(out, ov, dt)); });
-  }
-  return out;
+void impls(torch::Library& m) {
+  m.impl("interleave_gate_up", &interleave_gate_up_op);
+  m.impl("interleave_stacked", &interleave_stacked_op);
+  m.impl("deinterleave_gate_up", &deinterleave_gate_up_op);
+  m.impl("deinterleave_to_stacked", &deinterleave_to_stacked_op);
 }
 
 }  // namespace
 
-TORCH_LIBRARY(blockfuse, m) {
-  const std::vector<at::Tag> tags{at::Tag::pt2_compliant_tag};
-  m.def("gated_up(Tensor x, Tensor w, str activation='silu') -> Tensor", tags);
-  m.def("interleave_gate_up(Tensor gate, Tensor up) -> Tensor", tags);
-  m.def("interleave_stacked(Tensor stacked) -> Tensor", tags);
-  m.def("deinterleave_gate_up(Tensor w) -> (Tensor, Tensor)", tags);
-  m.def("deinterleave_to_stacked(Tensor w) -> Tensor", tags);
+TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
+  def_ops(m, {"gated_up(Tensor x, Tensor w, str activation='silu') -> Tensor",
+               "interleave_gate_up(Tensor gate, Tensor up) -> Tensor",
+               "interleave_stacked(Tensor stacked) -> Tensor",
+               "deinterleave_gate_up(Tensor w) -> (Tensor, Tensor)",
+               "deinterleave_to_stacked(Tensor w) -> Tensor"});
 }
 
+// gated_up has a CPU kernel of its own (it only raises); the layout helpers run on both backends.
 TORCH_LIBRARY_IMPL(blockfuse, CUDA, m) {
   m.impl("gated_up", &gated_up_cuda);
-  m.impl("interleave_gate_up", &interleave_gate_up_op);
-  m.impl("interleave_stacked", &interleave_stacked_op);
-  m.impl("deinterleave_gate_up", &deinterleave_gate_up_op);
-  m.impl("deinterleave_to_stacked", &deinterleave_to_stacked_op);
+  impls(m);
 }
-
-TORCH_LIBRARY_IMPL(blockfuse, Autograd, m) { m.impl("gated_up", &gated_up_autograd); }
-
 TORCH_LIBRARY_IMPL(blockfuse, CPU, m) {
   m.impl("gated_up", &gated_up_cpu);
-  m.impl("interleave_gate_up", &interleave_gate_up_op);
-  m.impl("interleave_stacked", &interleave_stacked_op);
-  m.impl("deinterleave_gate_up", &deinterleave_gate_up_op);
-  m.impl("deinterleave_to_stacked", &deinterleave_to_stacked_op);
+  impls(m);
 }
+TORCH_LIBRARY_IMPL(blockfuse, Autograd, m) { m.impl("gated_up", &gated_up_autograd); }
