@@ -57,7 +57,7 @@ __device__ __forceinline__ void keep_packed(uint4 (&wv)[V]) {
 // instead of two of each.
 // (512, 1): with the bound alone ptxas held the V = 2 dynamic-FP8 kernels to 64 registers and spilled
 // 4 bytes; with it they take 70-72 and none spill (sm_90).
-template <class T, int V, AddRmsNormOutput kOut, bool kOneExchange = true>
+template <class T, int V, AddRmsNormOutput kOut>
 __global__ void __launch_bounds__(512, 1) add_rmsnorm_cluster(const AddRmsNormParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   detail::cluster_start_arrive();  // peers must have started before a push reaches them (cluster.cuh)
@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(512, 1) add_rmsnorm_cluster(const AddRmsNormPa
     // drain while the CTAs wait for each other. In place (residual_out == residual) this CTA only
     // overwrites its own slice, which it has already read.
     if (p.res_out) store_chunks<V>(row_chunks<T>(p.res_out, row, p.ldro) + first, len, r);
-    if constexpr (kOut == AddRmsNormOutput::kFp8DynamicScale && kOneExchange) {
+    if constexpr (kOut == AddRmsNormOutput::kFp8DynamicScale) {
       const float wss = warp_reduce<SumOp>(ss);
       const float wm = warp_reduce<MaxOp>(row_amax_unscaled<T, V>(r, len, weight, p.gemma));
       start();
@@ -117,15 +117,7 @@ __global__ void __launch_bounds__(512, 1) add_rmsnorm_cluster(const AddRmsNormPa
     detail::cluster_arrive();
     detail::cluster_wait();
     const float inv = rsqrtf(detail::cluster_combine<SumOp>(part, par, C, 0) * inv_h + p.eps);
-    float s = static_scale;
-    if constexpr (kOut == AddRmsNormOutput::kFp8DynamicScale) {
-      detail::cluster_push_one(part, par, rank, C, 1, warp_reduce<MaxOp>(row_amax<T, V>(r, len, weight, inv, p.gemma)));
-      detail::cluster_arrive();
-      detail::cluster_wait();
-      s = fp8_dynamic_scale(detail::cluster_combine<MaxOp>(part, par, C, 1));
-      if (rank == 0 && threadIdx.x == 0) p.scale[row] = s;
-    }
-    store_row<T, kOut, V>(p, row, first, r, len, weight, inv, 1.0f / s);
+    store_row<T, kOut, V>(p, row, first, r, len, weight, inv, 1.0f / static_scale);
   }
   if (!started) detail::cluster_start_wait();  // (a cluster past the rows: never launched so)
 #else

@@ -187,23 +187,4 @@ constexpr bool add_rmsnorm_streaming_stores(int v, int64_t rows) {
   return v >= 1 && v <= 8 && rows >= kAddRmsNormStreamingStoresRows;
 }
 
-// The shape add_rmsnorm launches for `rows` rows of nchunks chunks (every output kind alike) on the
-// current device: one block with the weight preloaded for decode-sized calls, else the sm_90 cluster
-// shape where the path is available and enabled and pays, else the one-block shape
-// (defined in add_rmsnorm.cu; reads the device, so not pure; also printed by the bench).
-// dynamic_fp8: the call writes the dynamic-scale FP8 output (add_rmsnorm_auto_rule's exception).
-AddRmsNormConfig add_rmsnorm_launch_config(int nchunks, int64_t rows, bool dynamic_fp8 = false);
-// Tests and the bench only: false makes every device take the one-block-per-row (sm_80) kernels,
-// so they are exercised and measured on a Hopper too. Process-wide; default true.
-void set_add_rmsnorm_clusters_enabled(bool enabled);
-// Tests and the bench only (process-wide): the one-block shape rule (default kAddRmsNormDefaultRule),
-// and whether the dynamic FP8 scale's amax shares the sum of squares' reduction and cluster exchange
-// (true, default) or takes a second one (false: the first kernel, kept for the side-by-side bench).
-void set_add_rmsnorm_rule(AddRmsNormRule rule);
-// Bench only (process-wide): the most rows x chunks that preload the weight (default
-// kAddRmsNormPreloadChunks).
-void set_add_rmsnorm_preload_chunks(int64_t chunks);
-void set_add_rmsnorm_one_exchange(bool one);
-bool add_rmsnorm_one_exchange();
-
 }  // namespace blockfuse::detail

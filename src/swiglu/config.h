@@ -178,44 +178,22 @@ inline int swiglu_row_blocks_per_sm(int threads, int smem_bytes) {
   return std::max(1, std::min(by_regs, by_smem));
 }
 
-SwigluRowRule swiglu_fp8_row_rule();
-void set_swiglu_fp8_row_rule(SwigluRowRule rule);
-
 // ---- the elementwise kernel (16-bit and static-scale FP8 outputs) -------------------------------
-// Problems of at most `small_chunks_per_sm` chunks per SM (by default every problem): one chunk
-// (8 columns) per thread in 128-thread blocks, ceil(chunks / 128) blocks. Beyond it (a bench override
-// only, --small-chunks-per-sm): kSwigluChunksPerThread chunks per thread in 256-thread blocks, both
-// chunks' loads issued before any math, at most 64 blocks per SM and a grid-stride loop beyond —
-// until session 8 the grid of every problem above 512 chunks per SM. With the fast activation, the
-// one-chunk grid against it on the H100 (results/gpu/session8_h100/exp3, µs): U = 14336 16-bit
-// 64 / 256 / 8192 / 32768 rows 3.43 / 9.46 / 237.5 / 960.3 -> 3.31 / 9.28 / 234.0 / 923.0 (32768 rows:
-// 3053 GB/s), static FP8 3.03 / 8.63 / 195.2 / 774.2 -> 2.76 / 8.22 / 192.5 / 756.2; U = 28672 16-bit
-// 8192 / 32768 rows 477.7 / 1930.7 -> 464.1 / 1844.1. Faster or equal at every point of 1-32768 rows
-// but one, 32 rows of U = 28672 16-bit (2.27 -> 2.34 µs; static FP8 there 2.64 -> 2.43).
-constexpr int kSwigluChunksPerThread = 2;
-constexpr int kSwigluElementwiseThreads = 256;
-constexpr int kSwigluSmallBlockThreads = 128;
-constexpr int64_t kSwigluSmallChunksPerSm = int64_t{1} << 30;  // 2^30 chunks per SM: every problem
+// One chunk (8 columns) per thread in 128-thread blocks, ceil(chunks / 128) blocks (a grid-stride
+// loop past 2^31 - 1 blocks): spreading a decode step's few chunks over as many SMs as possible is
+// what shortens the call, and it measured faster or equal than 2 chunks per thread in a capped grid
+// at 1-32768 rows on the H100 (docs/swiglu.md#tuning).
+constexpr int kSwigluElementwiseThreads = 128;
 
 struct SwigluElementwiseConfig {
   int64_t blocks;
   int threads;
-  int chunks_per_thread;  // 1 or kSwigluChunksPerThread
 };
 
-inline SwigluElementwiseConfig swiglu_elementwise_config(int64_t total_chunks, int sms, int64_t small_chunks_per_sm) {
+inline SwigluElementwiseConfig swiglu_elementwise_config(int64_t total_chunks) {
   constexpr int64_t kMaxGrid = 2147483647;  // beyond it the grid-stride loop covers the rest
-  if (total_chunks <= int64_t(sms) * small_chunks_per_sm)
-    return {std::min<int64_t>((total_chunks + kSwigluSmallBlockThreads - 1) / kSwigluSmallBlockThreads, kMaxGrid),
-            kSwigluSmallBlockThreads, 1};
-  const int64_t per_block = int64_t(kSwigluElementwiseThreads) * kSwigluChunksPerThread;
-  return {std::min<int64_t>((total_chunks + per_block - 1) / per_block, int64_t(sms) * 64), kSwigluElementwiseThreads,
-          kSwigluChunksPerThread};
+  return {std::min<int64_t>((total_chunks + kSwigluElementwiseThreads - 1) / kSwigluElementwiseThreads, kMaxGrid),
+          kSwigluElementwiseThreads};
 }
-
-// Process-wide override of small_chunks_per_sm for the bench and the tests (default
-// kSwigluSmallChunksPerSm).
-int64_t swiglu_small_chunks_per_sm();
-void set_swiglu_small_chunks_per_sm(int64_t chunks);
 
 }  // namespace blockfuse::detail

@@ -24,24 +24,22 @@
 
 namespace blockfuse::swiglu_detail {
 
-// The elementwise kernel's shapes (config.h: swiglu_elementwise_config).
-constexpr int kChunksPerThread = detail::kSwigluChunksPerThread;
-constexpr int kElementwiseThreads = detail::kSwigluElementwiseThreads;
 constexpr int kRowMaxThreads = detail::kSwigluRowMaxThreads;
 
 // What the elementwise kernel writes (the dynamic FP8 scale needs the row kernel below).
 enum class SwigluElementwiseOutput : int { k16Bit = 0, kFp8StaticScale = 1 };
 
-// Elementwise: thread t of the grid handles chunks t, t + stride, ... (kChunks of them, then the
-// grid-stride loop). 16-bit output, or FP8 with one per-tensor scale (read from device memory:
-// graph-safe). kChunks = kChunks for large problems (more bytes in flight per thread);
-// 1 for decode-sized ones, where spreading the few chunks over as many SMs as possible is what
-// shortens the call.
-template <class T, bool kInterleaved, SwigluElementwiseOutput kOut, int kChunks>
-__global__ void __launch_bounds__(kElementwiseThreads) swiglu_elementwise_kernel(
+// Elementwise: thread t of the grid handles chunk t, then the grid-stride loop (config.h:
+// swiglu_elementwise_config: one chunk per thread, spread over as many SMs as possible). 16-bit
+// output, or FP8 with one per-tensor scale (read from device memory: graph-safe).
+// __launch_bounds__(256): the bound the kernel has always been compiled with (its register
+// allocation); it is launched with 128-thread blocks.
+template <class T, bool kInterleaved, SwigluElementwiseOutput kOut>
+__global__ void __launch_bounds__(256) swiglu_elementwise_kernel(
     const T* __restrict__ in, int64_t ldi, void* __restrict__ out, int64_t ldo, int64_t rows, int64_t u, int act,
     const float* __restrict__ scale) {
   detail::pdl_enter();  // before any global access (common/pdl.cuh)
+  constexpr int kChunks = 1;
   const int64_t chunks_per_row = u / 8;
   const int64_t total = rows * chunks_per_row;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
