@@ -12,7 +12,7 @@
 // is shorter, its tail chunks masked), 32768 / 32776 / 65536 (the largest register row; the loop
 // path; on sm_90 clusters of 8) and 131072 / 131080 (sm_90: the widest cluster shape, v = 4, and
 // the fallback to the loop path beyond it). On sm_90 the one-block kernels are also run with the
-// clusters switched off (detail::set_add_rmsnorm_clusters_enabled). Determinism: the same inputs twice give bit-identical outputs, and a
+// clusters switched off (detail::AddRmsNormTuning::clusters). Determinism: the same inputs twice give bit-identical outputs, and a
 // constant row gives one output value in every CTA's slice (all CTAs of a cluster must use the same
 // rsqrt and scale). Outputs are poisoned (NaN) before each launch; strided cases carry sentinel
 // padding that must come back untouched. Each test skips, saying so, where no CUDA device exists.
@@ -31,6 +31,7 @@
 
 #include "add_rmsnorm/config.h"
 #include "add_rmsnorm/reference.h"
+#include "add_rmsnorm/tuning.h"
 #include "blockfuse/add_rmsnorm.h"
 #include "testing/gtest/gtest_util.h"
 #include "testing/testing.h"
@@ -70,6 +71,7 @@ struct Case {
   Fp8 fp8 = Fp8::kNone;
   float eps = 1e-6f;
   cudaStream_t stream = nullptr;
+  detail::AddRmsNormTuning tuning;  // the launch-choice overrides (default: the library's choices)
   // Edits the host inputs before the copies (to plant NaN/Inf).
   std::function<void(HostMatrix& x, HostMatrix& res)> tweak;
 };
@@ -137,12 +139,12 @@ void run_case(const Case& c) {
   opt.eps = c.eps;
   opt.gemma_one_plus_w = c.gemma;
   if (fp8)
-    add_rmsnorm_fp8(xv, resv, wv, rov, Fp8Matrix{dout8.data(), M, H, ld8},
-                    Fp8Scale{dynamic ? Fp8ScaleMode::kDynamicPerRow : Fp8ScaleMode::kStaticPerTensor,
-                             reinterpret_cast<float*>(dscale.data())},
-                    opt, c.stream);
+    detail::add_rmsnorm_fp8(xv, resv, wv, rov, Fp8Matrix{dout8.data(), M, H, ld8},
+                            Fp8Scale{dynamic ? Fp8ScaleMode::kDynamicPerRow : Fp8ScaleMode::kStaticPerTensor,
+                                     reinterpret_cast<float*>(dscale.data())},
+                            opt, c.tuning, c.stream);
   else
-    add_rmsnorm(xv, resv, wv, rov, Matrix{dout.data(), c.dt, M, H, out.ld}, opt, c.stream);
+    detail::add_rmsnorm(xv, resv, wv, rov, Matrix{dout.data(), c.dt, M, H, out.ld}, opt, c.tuning, c.stream);
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaStreamSynchronize(c.stream));
 
@@ -335,18 +337,13 @@ TEST_P(AddRmsNormGpu, OnAStream) {
 }
 
 // On sm_90 the one-block-per-row kernels (the sm_80 path) would otherwise only run for H < 3072
-// and H > 131072: run the cluster shapes through them too.
-struct ClustersOff {
-  ClustersOff() { detail::set_add_rmsnorm_clusters_enabled(false); }
-  ~ClustersOff() { detail::set_add_rmsnorm_clusters_enabled(true); }
-};
-
+// and H > 131072: run the cluster shapes through them too (clusters switched off per call).
 TEST_P(AddRmsNormGpu, OneBlockPerRowKernelsEverywhere) {
   SKIP_WITHOUT_GPU();
-  ClustersOff off;
   for (int64_t h : {3584, 4096, 5120, 8200, 16384, 16392, 32768, 65536})
     for (Fp8 f : {Fp8::kNone, Fp8::kStatic, Fp8::kDynamic}) {
       Case c = shape(GetParam(), 67, h);
+      c.tuning.clusters = false;
       c.fp8 = f;
       c.pad = h == 8200 ? 8 : 0;
       c.in_place = f == Fp8::kStatic;
@@ -382,45 +379,27 @@ TEST_P(AddRmsNormGpu, StreamingStoresFromOneThousandRows) {
 }
 
 // Every shape rule (v = 8 x 256 or 4 x 512 at 8192 < H <= 16384; kWide's 512-thread shapes at every
-// H) and both dynamic FP8 amax schemes
-// (a second reduction / cluster exchange, or the amax travelling with the sum of squares), through
-// the process-wide switches of config.h.
-struct KernelSwitches {
-  KernelSwitches(detail::AddRmsNormRule rule, bool one_exchange) {
-    detail::set_add_rmsnorm_rule(rule);
-    detail::set_add_rmsnorm_one_exchange(one_exchange);
-  }
-  ~KernelSwitches() {
-    detail::set_add_rmsnorm_rule(detail::kAddRmsNormDefaultRule);
-    detail::set_add_rmsnorm_one_exchange(true);
-  }
-};
-
-TEST_P(AddRmsNormGpu, BothShapeRulesAndExchanges) {
+// H), with and without the sm_90 clusters, through the per-call overrides (detail::AddRmsNormTuning).
+TEST_P(AddRmsNormGpu, EveryShapeRule) {
   SKIP_WITHOUT_GPU();
   for (auto rule : {detail::AddRmsNormRule::kV8, detail::AddRmsNormRule::kV4Wide, detail::AddRmsNormRule::kWide})
-    for (bool one : {true, false}) {
-      KernelSwitches sw(rule, one);
-      for (bool clusters : {true, false}) {
-        detail::set_add_rmsnorm_clusters_enabled(clusters);
-        for (int64_t h : {4096, 12288, 16384, 16392})
-          for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
-            Case c = shape(GetParam(), clusters ? 3 : 67, h);
-            c.fp8 = f;
-            c.gemma = h == 12288;
-            c.in_place = h == 16392;
-            run_case(c);
-          }
-      }
-      detail::set_add_rmsnorm_clusters_enabled(true);
-    }
+    for (bool clusters : {true, false})
+      for (int64_t h : {4096, 12288, 16384, 16392})
+        for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
+          Case c = shape(GetParam(), clusters ? 3 : 67, h);
+          c.tuning.rule = rule;
+          c.tuning.clusters = clusters;
+          c.fp8 = f;
+          c.gemma = h == 12288;
+          c.in_place = h == 16392;
+          run_case(c);
+        }
 }
 
 // The one-exchange amax (inv · max |r · g|) must give the reference's scale (finite v only) on
 // tiny rows, where inv is large (x ~ 1e-4, eps 1e-6), and on NaN / Inf rows (inv NaN or 0).
 TEST_P(AddRmsNormGpu, Fp8DynamicOneExchangeEdgeRows) {
   SKIP_WITHOUT_GPU();
-  KernelSwitches one(detail::kAddRmsNormDefaultRule, true);
   for (int64_t h : {24, 4096, 16384}) {
     Case n;
     n.dt = GetParam();
@@ -478,10 +457,10 @@ TEST(AddRmsNormSanitizer, OneBlockPerRowKernelsAndWideClustersSmall) {
     c.in_place = f == Fp8::kNone;
     run_case(c);
   }
-  ClustersOff off;
   for (int64_t h : {2048, 5120, 16392, 32776})
     for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
       Case c;
+      c.tuning.clusters = false;
       // Past 2^18 chunks per call the register kernels read the weight after the reduction
       // (config.h: add_rmsnorm_preload_weight); below it they preload it.
       c.rows = h <= 5120 ? detail::kAddRmsNormPreloadChunks / (h / 8) + 1 : 3;
@@ -492,16 +471,16 @@ TEST(AddRmsNormSanitizer, OneBlockPerRowKernelsAndWideClustersSmall) {
     }
 }
 
-// The kernels behind the switches (v = 4 x 512 shape, one-exchange dynamic amax: the cluster kernel
+// The kernels behind the overrides (v = 4 x 512 shape, one-exchange dynamic amax: the cluster kernel
 // at H = 16384 / 131072 and the one-block kernels with the clusters off), small, for the sanitizer.
 TEST(AddRmsNormSanitizer, SwitchedKernelsSmall) {
   SKIP_WITHOUT_GPU();
-  KernelSwitches sw(detail::AddRmsNormRule::kV4Wide, true);
-  for (bool clusters : {true, false}) {
-    detail::set_add_rmsnorm_clusters_enabled(clusters);
+  for (bool clusters : {true, false})
     for (int64_t h : {4096, 16384, 16392})
       for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
         Case c;
+        c.tuning.rule = detail::AddRmsNormRule::kV4Wide;
+        c.tuning.clusters = clusters;
         c.rows = 3;
         c.h = h;
         c.fp8 = f;
@@ -509,8 +488,6 @@ TEST(AddRmsNormSanitizer, SwitchedKernelsSmall) {
         c.in_place = h == 16392;
         run_case(c);
       }
-  }
-  detail::set_add_rmsnorm_clusters_enabled(true);
 }
 
 // Runs add_rmsnorm (or add_rmsnorm_fp8 with dynamic scales) on x/residual and returns the bytes of
