@@ -234,7 +234,7 @@ class AddRmsNormBench final : public BenchCommand {
               "(as python -m blockfuse.bench memory-bound); more rows with events per call");
     o.integer("--preload-chunks", preload_chunks_, 0, 1 << 30,
               "the most rows x H/8 whose call loads the weight with the row (src/add_rmsnorm/config.h: "
-              "kAddRmsNormPreloadChunks; 32 x H/8 was the rule before session 7)");
+              "kAddRmsNormPreloadChunks)");
     o.choice("--clusters", clusters_, {"on", "off"}, "sm_90 cluster kernels; off times the one-block-per-row kernels");
     o.choice("--rule", rule_, {"default", "v8", "v4wide", "wide"},
              "one-block shape (src/add_rmsnorm/config.h): default = per call (kAuto: wide where measured faster, else "

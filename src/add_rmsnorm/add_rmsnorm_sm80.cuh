@@ -36,7 +36,7 @@ __device__ __forceinline__ void prefetch_weight(const T* w, int nchunks) {
 }
 
 // Register path: T = blockDim.x threads, V chunks each. No min-blocks bound: capping V = 8 at 64
-// registers spills and does not pay (docs/decoder-kernels.md, results/gpu/experiments/README.md).
+// registers spills and does not pay (docs/add_rmsnorm.md#tuning).
 // Dynamic FP8: the amax's partial max |r · g| is reduced together with the sum of squares
 // (row_amax_unscaled, row.cuh) — one block reduction per row instead of two.
 // kPreloadW: the weight chunks are loaded into registers with the row's (decode-sized calls,
@@ -54,8 +54,8 @@ __global__ void __launch_bounds__(512) add_rmsnorm_regs(const AddRmsNormParams p
   constexpr bool kDynamic = kOut == AddRmsNormOutput::kFp8DynamicScale;
   const bool early_res_out = detail::add_rmsnorm_early_res_out(kOut == AddRmsNormOutput::kDtype, p.rows);
   // Many rows: the weight chunks are read after the reduction (L2-prefetched here): loading them into
-  // registers before the row loop measured slower, 78-87 % vs 89-98 % of copy at H = 16384
-  // (results/gpu/experiments/add_rmsnorm_clusters_off_weight_preload.txt vs README.md there).
+  // registers before the row loop measured slower, 78-87 % vs 89-98 % of copy at H = 16384 on the
+  // H100 (docs/add_rmsnorm.md#tuning).
   uint4 wr[kPreloadW ? V : 1];
   if constexpr (kPreloadW) {
 #pragma unroll

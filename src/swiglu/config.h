@@ -25,18 +25,16 @@ constexpr int kSwigluMaxDynamicSmem = 232448 - 1024;
 //                     at once); where two sets exceed 227 KB (U > 28416), kFourShared
 //   kFourSharedThree  as kFourShared, compiled for 3 blocks per SM (<= 40 registers, the whole
 //                     shared-memory carveout) where a block has <= 512 threads (U <= 16384); wider
-//                     rows as kFourShared. ncu had found kFourShared at 2 blocks per SM, bound by
-//                     both its 44 registers and the carveout
-//                     (results/gpu/memory_bound_h100/next_row/call2/ncu_swiglu_16384_8192_four.txt)
-//   kClusterTwo       (sm_90; opt-in; kAuto's at 9-32 rows of U > 16384 in sessions 11-12) the row split over a cluster of 2 CTAs,
+//                     rows as kFourShared (ncu found kFourShared at 2 blocks per SM, bound by both
+//                     its 44 registers and the carveout)
+//   kClusterTwo       (sm_90; opt-in) the row split over a cluster of 2 CTAs,
 //                     each holding its half as kTwoChunks does (2 chunks per thread in registers),
 //                     the halves' amax exchanged through distributed shared memory: for 1-32 rows,
 //                     where one SM computing a whole wide row is the time (U = 28672: 5.5-5.9 us
-//                     under kFourShared, results/gpu/session8_h100/exp3; U = 14336 on one SM under
-//                     kTwoChunks 3.1-3.3). Rows of U <= 8192 (one CTA's kTwoChunks shape suffices)
+//                     under kFourShared; U = 14336 on one SM under kTwoChunks 3.1-3.3). Rows of U <= 8192 (one CTA's kTwoChunks shape suffices)
 //                     and U > 32768 (a half past 2048 chunks) take kFourShared's shape, and so
 //                     does every row on a device or build without sm_90 code (the launcher checks)
-//   kClusterFour      (sm_90; opt-in; kAuto's at 1-8 rows of 16384 < U <= 32768 in session 12) as kClusterTwo over a
+//   kClusterFour      (sm_90; opt-in) as kClusterTwo over a
 //                     cluster of 4 CTAs, each holding a quarter of the row (U = 28672: 448 threads
 //                     a quarter). Covers 8192 < U <= 65536; elsewhere kFourShared's shape, as
 //                     kClusterTwo
@@ -44,7 +42,7 @@ constexpr int kSwigluMaxDynamicSmem = 232448 - 1024;
 //                     (U = 28672: 224 threads an eighth). Covers 8192 < U <= 131072; elsewhere
 //                     kFourShared's shape, as kClusterTwo
 //   kAuto             the default: swiglu_fp8_auto_row_rule below picks per call
-// Process-wide override for the bench and the tests (set_swiglu_fp8_row_rule).
+// The bench and the tests override it per call (tuning.h: SwigluTuning).
 enum class SwigluRowRule : int {
   kAuto = -1,
   kTwoChunks = 0,
@@ -57,36 +55,17 @@ enum class SwigluRowRule : int {
 };
 constexpr SwigluRowRule kSwigluDefaultRowRule = SwigluRowRule::kAuto;
 
-// The rule kAuto picks for `rows` rows of `chunks` 16-byte output chunks. Measured on the H100 at
-// U = 14336 / 16384 / 28672 x 1, 32, 2048, 8192 rows (results/gpu/memory_bound_h100/final_call,
-// swiglu_rule_*.json): kFourShared moves 77-82 % / 87-91 % of copy at 2048 / 8192 rows where
-// kTwoChunks moves 70-74 % / 80-83 %, and at U = 28672 (the row re-read by kTwoChunks) 75 / 84 %
-// against 48 / 52 % and 7.3 against 11 us at 1-32 rows; but at 1-32 rows of U <= 16384 kTwoChunks
-// is faster (4.0-4.5 us against 5.3-5.6). kFourSharedNext won at some points and lost at others in
-// that one run, so it stays opt-in. Between 32 and 2048 rows nothing was measured: the threshold is
-// the measured 2048 halved. kFourSharedThree against kFourShared in one run
-// (results/gpu/session4_h100/run1/swiglu_rule_*.json, U = 14336 / 16384): 94.6 / 95.7 % of copy
-// against 86.8 / 90.7 % at 8192 rows; at 2048 rows +2.1 / -1.3 points, at 256-1024 within 1.5
-// points. So it takes over from 4096 rows (the measured 8192 halved).
-// kClusterTwo against kFourShared, two runs each in one process (results/gpu/session11_h100/mem,
-// swd_*.json): at U = 28672 x 1 / 8 / 32 rows 5.19 / 5.26 / 5.49 us against 5.49 / 5.73 / 5.94 in both
-// runs; at 256 rows 26.3 against 17.1 us, and at U = 14336 / 16384 slower than kTwoChunks at every
-// row count. So it took the rows one SM's registers cannot hold (U > 16384) at <= 32 rows (sessions
-// 11-12; nothing was measured between 32 and 256 rows).
-// kClusterFour beside kAuto (then kClusterTwo there) and kClusterTwo, two runs each in one process
-// (results/gpu/session12_h100/c4, swd_*.json): at U = 28672 x 1 / 8 rows 4.46 / 4.51 us against
-// 5.18 / 5.25 in both runs, at 32 rows a tie, at 256 rows 25.3 against 17.1.
-// Since session 13 the cluster kernel pushes each warp's partial into every CTA (common/cluster.cuh)
-// and kClusterEight exists; beside main's kernel on one H100, two runs each
-// (results/gpu/session13_h100/exp1, table.txt): kClusterEight at 1 / 8 / 32 rows took 2.62 / 2.66 /
-// 3.18 us at U = 14336, 2.63 / 2.66 / 3.23 at 16384 and 2.82 / 2.95 / 4.38 at 28672, against 3.13 /
-// 3.16 / 3.22, 3.42 / 3.47 / 3.52 (kTwoChunks, one CTA a row) and 4.45 / 4.50 / 5.40 (the old kAuto)
-// — the fastest rule at every one of those points but a tie at 32 rows of 14336; at 256 rows one
-// CTA a row wins (10.8 against 12.4 us at U = 14336). A second call (exp2, kAuto then kClusterEight
-// from U > 8192) added U = 8200, where one CTA a row (kTwoChunks) is as fast at 1-8 rows (2.57 /
-// 2.61 against 2.61 / 2.63 us) and faster at 32 (2.67 against 3.10), and U = 65536, where the
-// cluster takes 3.69 / 3.70 / 7.52 us against kFourShared's 14.5-15.0. So kAuto takes kClusterEight
-// at 1-32 rows from U > 12288 (between the measured 8200 and 14336) to 131072, its widest.
+// The rule kAuto picks for `rows` rows of `chunks` 16-byte output chunks (H100; the tables:
+// docs/swiglu.md#tuning):
+//   - from 4096 rows of U > 8192, kFourSharedThree: 94.6 / 95.7 % of copy against kFourShared's
+//     86.8 / 90.7 at 8192 rows of U = 14336 / 16384 (the measured 8192 halved);
+//   - 1-32 rows of 12288 < U <= 131072 where clusters can run, kClusterEight: the fastest rule at
+//     1 / 8 / 32 rows of U = 14336-28672 (2.6-4.4 us against 3.1-5.4 for one CTA a row), while one
+//     CTA a row is as fast at U = 8200 and wins from 256 rows;
+//   - else kFourShared past U = 16384 or from 1024 rows (77-82 / 87-91 % of copy at 2048 / 8192 rows
+//     where kTwoChunks moves 70-74 / 80-83 %; at U = 28672 kTwoChunks re-reads the row), kTwoChunks
+//     for fewer rows of U <= 16384 (4.0-4.5 us against 5.3-5.6 at 1-32 rows). kFourSharedNext won
+//     at some points and lost at others, so it stays opt-in.
 constexpr int64_t kSwigluClusterMinChunks = 1025;  // the cluster rules from U > 8192
 constexpr int kSwigluClusterMaxSize = 8;           // CTAs per row of the widest cluster rule
 // CTAs per row of a cluster rule; 1 for the others.

@@ -73,7 +73,7 @@ TEST(SwigluRowConfig, ClusterTwo) {
   EXPECT_EQ(detail::swiglu_fp8_row_config(14336 / 8, SwigluRowRule::kClusterTwo).threads, 448);
   EXPECT_EQ(detail::swiglu_fp8_row_config(16384 / 8, SwigluRowRule::kClusterTwo).threads, 512);
   EXPECT_EQ(detail::swiglu_fp8_row_config(28672 / 8, SwigluRowRule::kClusterTwo).threads, 896);
-  // kAuto no longer takes it (session 13: kClusterEight is faster wherever it was).
+  // kAuto does not take it (kClusterEight measured faster wherever it would run).
   for (int64_t rows : {1, 8, 9, 32, 33, 2048, 8192})
     for (int64_t n : {1792, 2048, 2049, 3584, 4096, 4097})
       EXPECT_NE(detail::resolve_swiglu_fp8_row_rule(SwigluRowRule::kAuto, rows, n, true), SwigluRowRule::kClusterTwo)
