@@ -11,7 +11,7 @@
 // time ratio. Rows <= 32 are latency-bound decode steps: timed as 20 calls captured in one CUDA
 // graph (time_graph_per_call), the way a model's decode graph runs them. Up to --graph-rows (256):
 // a graph cycling over input copies rotated to span 3x L2 (a launch per call would dominate these
-// few-µs kernels; as `python -m blockfuse.bench memory-bound`). Larger row counts: CUDA events around each
+// few-µs kernels; as python -m blockfuse.bench memory-bound). Larger row counts: CUDA events around each
 // call, inputs and outputs rotated likewise. Out of
 // place (residual_out separate), so every repetition sees the same data.
 // Small problems cannot reach the 1 GiB copy's bandwidth (launch latency, a partly filled GPU), so
@@ -34,6 +34,7 @@
 
 #include "add_rmsnorm/config.h"
 #include "add_rmsnorm/reference.h"
+#include "add_rmsnorm/tuning.h"
 #include "blockfuse/add_rmsnorm.h"
 #include "harness.h"
 #include "common/host_float.h"
@@ -212,8 +213,8 @@ Check verify(DType dt, Mode mode, int64_t M, int64_t H, const Set& set, const st
 class AddRmsNormBench final : public BenchCommand {
   std::vector<int64_t> rows_ = {1, 8, 32, 256, 2048, 8192, 32768}, hidden_ = {4096, 16384};
   std::string dtype_ = "bf16", fp8_ = "all", clusters_ = "on", rule_ = "default";
-  detail::AddRmsNormTuning tuning_;  // from --clusters, --rule, --preload-chunks
   int graph_calls_ = 20;
+  detail::AddRmsNormTuning tuning_;
   int graph_rows_ = 256, preload_chunks_ = int(detail::kAddRmsNormPreloadChunks);
   int skew_mb_ = 0;
   Defaults defaults() const override { return {100, 30, 10}; }
@@ -230,7 +231,7 @@ class AddRmsNormBench final : public BenchCommand {
     o.integer("--graph-calls", graph_calls_, 1, 100000, "calls per captured graph (rows <= --graph-rows)");
     o.integer("--graph-rows", graph_rows_, 0, 1 << 30,
               "rows timed as CUDA-graph replays: up to 32 on one input set, above that cycling over rotated sets "
-              "(as `python -m blockfuse.bench memory-bound`); more rows with events per call");
+              "(as python -m blockfuse.bench memory-bound); more rows with events per call");
     o.integer("--preload-chunks", preload_chunks_, 0, 1 << 30,
               "the most rows x H/8 whose call loads the weight with the row (src/add_rmsnorm/config.h: "
               "kAddRmsNormPreloadChunks)");
@@ -329,13 +330,12 @@ class AddRmsNormBench final : public BenchCommand {
       RmsNormOptions opt;
       opt.eps = kEps;
       if (mode == Mode::kNone)
-        detail::add_rmsnorm_tuned(xv, rv, wv, rov, make_matrix(st.out.data(), dt, M, H), opt, tuning_, s);
+        detail::add_rmsnorm(xv, rv, wv, rov, make_matrix(st.out.data(), dt, M, H), opt, tuning_, s);
       else
-        detail::add_rmsnorm_fp8_tuned(
-            xv, rv, wv, rov, make_fp8_matrix(st.out.data(), M, H),
-            mode == Mode::kStatic ? Fp8Scale{Fp8ScaleMode::kStaticPerTensor, const_cast<float*>(static_scale_dev)}
-                                  : Fp8Scale{Fp8ScaleMode::kDynamicPerRow, st.scales.data()},
-            opt, tuning_, s);
+        detail::add_rmsnorm_fp8(xv, rv, wv, rov, make_fp8_matrix(st.out.data(), M, H),
+                                mode == Mode::kStatic ? Fp8Scale{Fp8ScaleMode::kStaticPerTensor, const_cast<float*>(static_scale_dev)}
+                                                      : Fp8Scale{Fp8ScaleMode::kDynamicPerRow, st.scales.data()},
+                                opt, tuning_, s);
     };
     const int chunks = int(H / 8);
     const int64_t n_chunks = M * chunks;

@@ -27,6 +27,7 @@
 #include "common/activation.cuh"
 #include "harness.h"
 #include "swiglu/config.h"
+#include "swiglu/tuning.h"
 #include "testing/testing.h"
 
 namespace blockfuse::bench {
@@ -126,7 +127,7 @@ class SwigluBench final : public BenchCommand {
   std::vector<int64_t> rows_ = {1, 8, 32, 256, 2048, 8192, 32768}, hidden_ = {4096, 16384};
   std::vector<std::string> outs_ = {"16-bit", "fp8-static", "fp8-dynamic"};
   std::string layout_ = "stacked", act_ = "silu", dtype_ = "bf16", row_rule_ = "default";
-  detail::SwigluTuning tuning_;  // from --row-rule
+  detail::SwigluTuning tuning_;
 
   void options(Options& o) override {
     o.about("µs and GB/s of blockfuse::swiglu / swiglu_fp8 ([M, 2U] -> [M, U]) vs an eager one-kernel-per-op "
@@ -138,7 +139,8 @@ class SwigluBench final : public BenchCommand {
     o.choice("--activation", act_, {"silu", "gelu_tanh"}, "activation");
     o.choice("--dtype", dtype_, {"bf16", "fp16"}, "element type");
     o.choice("--row-rule", row_rule_, {"default", "two", "four", "four-next", "four3", "cluster2", "cluster4", "cluster8"},
-             "dynamic FP8 row kernel shape (src/swiglu/config.h): two = 2 chunks per thread in registers; four = 4 chunks per thread staged in shared memory from U > 8192; four-next = four, "
+             "dynamic FP8 row kernel shape (src/swiglu/config.h): two = 2 chunks per thread in registers (the "
+             "first kernel); four = 4 chunks per thread staged in shared memory from U > 8192; four-next = four, "
              "each block also copying its next row (persistent grid); four3 = four compiled for 3 blocks per SM "
              "(<= 512 threads); cluster2 = the row split over a 2-CTA cluster, each half as two (sm_90, U 8200..32768); "
              "cluster4 / cluster8 = the same over 4 / 8 CTAs (sm_90, U 8200..65536 / 131072)");
@@ -173,7 +175,7 @@ class SwigluBench final : public BenchCommand {
     const int64_t in_bytes = m * 2 * u * 2;
     const int64_t out_bytes = m * u * (o == Out::kHalf ? 2 : 1) + (o == Out::kFp8Dynamic ? m * 4 : 0);
     // Up to 32 rows a graph on one input set (the decode protocol); up to kGraphRowsRotated a graph
-    // cycling over rotated inputs (as `python -m blockfuse.bench memory-bound`: a launch per call would
+    // cycling over rotated inputs (as python -m blockfuse.bench memory-bound: a launch per call would
     // dominate these few-µs kernels); beyond, events per call over rotated inputs.
     const int sets = m <= kGraphRowsMax ? 1 : rotation_sets(in_bytes + out_bytes, 8);
     const Method method = m <= kGraphRowsRotated ? Method::graph(std::max(kGraphCalls, sets)) : Method::events();
@@ -197,7 +199,7 @@ class SwigluBench final : public BenchCommand {
       if (o == Out::kHalf)
         swiglu(in, make_matrix(outs16[i].data(), dt, m, u), act, layout, s);
       else
-        detail::swiglu_fp8_tuned(in, make_fp8_matrix(outs8[i].data(), m, u), sc, act, layout, tuning_, s);
+        detail::swiglu_fp8(in, make_fp8_matrix(outs8[i].data(), m, u), sc, act, layout, tuning_, s);
     };
     auto eager = [&](int call) {
       const size_t i = size_t(call % sets);
@@ -217,8 +219,7 @@ class SwigluBench final : public BenchCommand {
     const double cgbs = double(2 * copy_bytes) / (tc.median_ms * 1e6);
     const detail::SwigluRowConfig rc =
         detail::swiglu_fp8_row_config(u / 8, detail::resolve_swiglu_fp8_row_rule(tuning_.row_rule, m, u / 8, b.device().major >= 9));
-    const detail::SwigluElementwiseConfig ec =
-        detail::swiglu_elementwise_config(m * (u / 8));
+    const detail::SwigluElementwiseConfig ec = detail::swiglu_elementwise_config(m * (u / 8));
     const std::string kernel = o != Out::kFp8Dynamic ? "elementwise c1x" +
                                                            std::to_string(ec.threads) + " b" + std::to_string(ec.blocks)
                                : "row v" + std::to_string(rc.v) + "x" + std::to_string(rc.threads) +

@@ -38,7 +38,7 @@ __device__ __forceinline__ void prefetch_weight(const T* w, int nchunks) {
 // Register path: T = blockDim.x threads, V chunks each. No min-blocks bound: capping V = 8 at 64
 // registers spills and does not pay (docs/add_rmsnorm.md#tuning).
 // Dynamic FP8: the amax's partial max |r · g| is reduced together with the sum of squares
-// (row_amax_unscaled, row.cuh), one block reduction per row instead of two (docs/add_rmsnorm.md#tuning).
+// (row_amax_unscaled, row.cuh) — one block reduction per row instead of two.
 // kPreloadW: the weight chunks are loaded into registers with the row's (decode-sized calls,
 // config.h: add_rmsnorm_preload_weight) instead of read after the reduction.
 // kStream: residual_out and out by streaming stores (many rows, config.h: add_rmsnorm_streaming_stores).

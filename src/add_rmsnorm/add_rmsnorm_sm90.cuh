@@ -5,7 +5,7 @@
 // its weight slice too. The CTAs exchange their partial sums (and FP8 amax) through distributed
 // shared memory and add them in rank order, so every CTA of the cluster computes the bit-identical
 // total and rsqrt. The row is then fetched by C SMs at once (one SM per row is per-SM bound at few
-// rows; docs/add_rmsnorm.md#tuning) and the CTAs are small.
+// rows: docs/add_rmsnorm.md#tuning) and the CTAs are small.
 //
 // Compiled into every build; below sm_90 the body is a trap and the launcher never selects it
 // (cluster_path_available() checks the architecture the loaded code was compiled for).
@@ -47,11 +47,12 @@ __device__ __forceinline__ void keep_packed(uint4 (&wv)[V]) {
 // Per row: the shared prologue (loads, partial sum of squares) -> each warp's partial pushed into
 // every CTA's shared memory -> one cluster barrier -> every CTA combines the C x warps partials in
 // rank order from its own shared memory (common/cluster.cuh: the same bits in every CTA, so the same
-// rsqrt everywhere) -> stores. The slots are double-buffered by row parity. All CTAs of a cluster
-// walk the same rows (grid-stride by clusters), so the barriers match. Pushing the partials (rather
-// than each thread pulling its peers') saves a barrier a row (docs/add_rmsnorm.md#tuning).
+// rsqrt everywhere) -> the same for the FP8 dynamic amax -> stores. The slots are double-buffered by
+// row parity (slot 0 the sum of squares, slot 1 the amax). All CTAs of a cluster walk the same rows
+// (grid-stride by clusters), so the barriers match. Pushing beat pulling the C partials from the
+// peers after the barrier, which needed a last barrier to keep them alive (docs/add_rmsnorm.md#tuning).
 // Dynamic FP8: each CTA's partial max |r · g| travels with its sum of squares (row_amax_unscaled,
-// row.cuh), so one exchange and one cluster barrier per row serve both.
+// row.cuh), so one exchange and one cluster barrier per row serve both instead of two of each.
 // (512, 1): with the bound alone ptxas held the V = 2 dynamic-FP8 kernels to 64 registers and spilled
 // 4 bytes; with it they take 70-72 and none spill (sm_90).
 template <class T, int V, AddRmsNormOutput kOut>

@@ -6,8 +6,6 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "blockfuse/add_rmsnorm.h"
-
 namespace blockfuse::detail {
 
 constexpr int kAddRmsNormLoopThreads = 512;
@@ -28,21 +26,23 @@ struct AddRmsNormConfig {
   bool streaming_stores = false;  // add_rmsnorm_streaming_stores
 };
 
-// Which v the one-block shape gives rows of 1024 < chunks <= 2048 (8192 < H <= 16384):
-//   kV8:      v = 8 x <= 256 threads (H = 16384: 75-82 registers, ptxas sm_90);
-//   kV4Wide:  v = 4 x <= 512 threads (40-53 registers): the same 3 blocks per SM, twice the warps,
-//             half the chunks per thread after the row's barrier (H = 16384: 82-86 -> 91-98 % of copy
-//             from 2048 rows, H100).
+// Which v the one-block shape gives rows (tuning story: docs/add_rmsnorm.md#tuning):
+//   kV8:      v = 8 x <= 256 threads at 1024 < chunks <= 2048 (8192 < H <= 16384);
+//   kV4Wide:  v = 4 x <= 512 threads there: the same 3 blocks per SM, twice the warps, half the
+//             chunks per thread to convert and store after the row's barrier (H = 16384: 82-86 ->
+//             91-98 % of copy at 2048-32768 rows on the H100);
 //   kWide:    the kV4Wide idea at every H: v = 1 up to 512 chunks, 2 up to 1024, 4 up to 2048, each
-//             x <= 512 threads (H = 4096 -> v1 x 512, 8192 -> v2 x 512).
-//   kAuto:    the default, per call (add_rmsnorm_auto_rule below). add_rmsnorm_config reads an
-//             unresolved kAuto as kV4Wide. The measurements: docs/add_rmsnorm.md#tuning.
+//             x <= 512 threads (H = 4096 -> v1 x 512, 8192 -> v2 x 512);
+//   kAuto:    the default, per call (add_rmsnorm_auto_rule below): kWide where it measured faster,
+//             kV4Wide elsewhere. add_rmsnorm_config reads an unresolved kAuto as kV4Wide.
+// The bench and the tests override it per call (tuning.h: AddRmsNormTuning).
 enum class AddRmsNormRule : int { kAuto = -1, kV8 = 0, kV4Wide = 1, kWide = 2 };
 constexpr AddRmsNormRule kAddRmsNormDefaultRule = AddRmsNormRule::kAuto;
 
-// kAuto's choice: kWide where it measured faster than kV4Wide on the H100 — calls that preload the
-// weight at H <= 4096, H = 8192 without the preload, and 128 < chunks <= 512 from 1536 rows except
-// for the dynamic FP8 output (which lost with fp16 input there). docs/add_rmsnorm.md#tuning.
+// kAuto's choice: kWide for H = 8192 without the weight preload (256-32768 rows up to 4.5 points of
+// copy faster on the H100), for H = 4096 with the preload (0.1-0.2 µs faster at 1-32 rows) and for
+// H = 2048-4096 from 1536 rows except the dynamic FP8 output (0.8-4 points faster; with fp16 input
+// the dynamic output lost up to 3 points); kV4Wide elsewhere (docs/add_rmsnorm.md#tuning).
 constexpr int64_t kAddRmsNormWideFromRows = 1536;
 inline AddRmsNormRule add_rmsnorm_auto_rule(int nchunks, bool preload_w, int64_t rows = 0, bool dynamic_fp8 = false) {
   if (preload_w) return nchunks <= 512 ? AddRmsNormRule::kWide : AddRmsNormRule::kV4Wide;
@@ -69,13 +69,14 @@ inline AddRmsNormConfig add_rmsnorm_config(int nchunks, AddRmsNormRule rule = kA
 }
 
 // sm_90 path for decode-sized row counts. One block per row leaves one SM to move the whole row
-// (per-SM bound: H = 16384 at 1-32 rows 6.1-7.1 µs on the H100); a cluster of C CTAs splits each row
-// into C slices that exchange partial sums through distributed shared memory, so C SMs fetch the row
-// at once. Clusters lose wherever the one-block kernel already fills the GPU, so they are used only
-// for H >= 8192 and rows · C <= 2 · SMs (add_rmsnorm_clusters_pay). C grows with H so a CTA keeps
-// <= 512 chunks (<= 1024 from H = 32768): H = 8192 -> c4: v2 x 128; 16384 -> c8: v2 x 128;
-// 32768 -> c8: v2 x 256; 131072 -> c8: v4 x 512; beyond kAddRmsNormMaxClusterChunks the one-block
-// path. 8 CTAs at H = 16384 measured faster than 4 for every output. docs/add_rmsnorm.md#tuning.
+// (H = 16384, 1-32 rows: 6.1-7.1 µs on the H100, per-SM bound). A cluster of C CTAs splits each row
+// into C slices (exchanging the partial sums through distributed shared memory), so a row is fetched
+// by C SMs at once. Clusters lose wherever the one-block kernel already has enough rows to fill the
+// GPU (H = 16384: 256-32768 rows 8-30 % slower), so they are used only for H >= 8192 and
+// rows · C <= 2 · SMs (add_rmsnorm_clusters_pay). C grows with H so a CTA keeps <= 512 chunks
+// (<= 1024 from H = 32768): v = 2 chunks per thread. H = 8192 -> c4: v2 x 128; 16384 -> c8: v2 x 128
+// (8 CTAs measured 0.15 µs faster than 4 at 1-8 rows); 32768 -> c8: v2 x 256; 131072 -> c8: v4 x 512;
+// beyond kAddRmsNormMaxClusterChunks the one-block path (docs/add_rmsnorm.md#tuning).
 // The slice of CTA rank k is chunks [k*S, min((k+1)*S, nchunks)), S = ceil(nchunks / C); every
 // CTA gets >= 1 chunk (nchunks >= 1024 >> C).
 inline AddRmsNormConfig add_rmsnorm_config_sm90(int nchunks, AddRmsNormRule rule = kAddRmsNormDefaultRule) {
@@ -93,10 +94,12 @@ inline bool add_rmsnorm_clusters_pay(int64_t rows, int cluster, int sm_count) {
 }
 
 // Decode-sized calls: one block per row with the weight loaded up front. After the reduction the
-// default kernel would still wait on an L2 round trip for the weight, which a call of a few rows
-// cannot hide (H = 4096, bf16 out, 1 row: 2.40 -> 2.22 µs on the H100). It pays while the call holds
-// at most 2^18 chunks (4 MiB of x). At H > 8192 and <= 32 rows the 8-CTA cluster kernel is faster
-// still, so it keeps those calls. docs/add_rmsnorm.md#tuning.
+// default kernel still waits on an L2 round trip for the weight, which a call of a few rows cannot
+// hide; loading it with the row removes that wait (H = 4096, 1-32 rows: 0.15-0.26 µs faster on the
+// H100). It pays while the call holds at most 2^18 chunks (4 MiB of x; faster up to 512 rows of
+// H = 4096, 256 of 8192, 128 of 16384, slower beyond). Rows of H > 8192 (up to 16384) take the
+// cluster kernel instead at <= 32 rows where clusters can run: up to 1 µs faster than the preloaded
+// one-block kernel for every output (docs/add_rmsnorm.md#tuning).
 constexpr int64_t kAddRmsNormPreloadChunks = int64_t{1} << 18;
 constexpr int64_t kAddRmsNormClusterFirstRows = 32;
 inline bool add_rmsnorm_preload_weight(int64_t rows, int nchunks, bool clusters_available,
@@ -106,9 +109,10 @@ inline bool add_rmsnorm_preload_weight(int64_t rows, int nchunks, bool clusters_
 }
 
 // Whether the one-block kernel stores a row's residual_out before the row's reduction (its stores
-// then drain while the block waits at the barriers; the cluster kernel always does) or after it:
-// before was faster for the 16-bit output at every size and for the FP8 outputs up to 32 rows, and
-// 1-3 % slower for the FP8 outputs from 256 rows. docs/add_rmsnorm.md#tuning.
+// then drain while the block waits at the barriers; the cluster kernel always does) or after it.
+// Before is faster for the 16-bit output at 1-256 rows (up to 0.44 µs on the H100) and within 1 %
+// from 2048; for the FP8 outputs faster at 1-32 rows and 1-3 % slower from 256
+// (docs/add_rmsnorm.md#tuning).
 constexpr int64_t kAddRmsNormEarlyResOutFp8Rows = 32;
 // (constexpr: the kernel calls it too, under --expt-relaxed-constexpr.)
 constexpr bool add_rmsnorm_early_res_out(bool dtype_out, int64_t rows) {
@@ -116,35 +120,13 @@ constexpr bool add_rmsnorm_early_res_out(bool dtype_out, int64_t rows) {
 }
 
 // Whether the one-block register kernel (v = 1..8) stores residual_out and out with st.global.cs
-// (evict first in L2) instead of plain stores: faster from 1024 rows (H = 8192, 8192 rows, bf16 out:
-// 94.8 -> 96.6 % of copy on the H100), slower below, where a call's small output would otherwise stay
-// in L2 for the next op. The loop kernel (H > 32768) reads its residual_out back and keeps plain
-// stores. docs/add_rmsnorm.md#tuning.
+// (evict first in L2) instead of plain stores: 0.3-2.3 points of copy faster from 1024 rows on the
+// H100, but slower at 257-512 rows and up to 0.5 µs slower at 1-32, where a call's small output no
+// longer stays in L2 for the next. The loop kernel (H > 32768) reads its residual_out back and keeps
+// plain stores (docs/add_rmsnorm.md#tuning).
 constexpr int64_t kAddRmsNormStreamingStoresRows = 1024;
 constexpr bool add_rmsnorm_streaming_stores(int v, int64_t rows) {
   return v >= 1 && v <= 8 && rows >= kAddRmsNormStreamingStoresRows;
 }
-
-// Overrides of the launch choices, for the tests and the bench (add_rmsnorm_tuned): the library's
-// own calls pass the defaults.
-struct AddRmsNormTuning {
-  AddRmsNormRule rule = kAddRmsNormDefaultRule;  // the one-block shape rule
-  bool clusters = true;  // false: the one-block-per-row (sm_80) kernels on every device
-  int64_t preload_chunks = kAddRmsNormPreloadChunks;  // the most rows x chunks that preload the weight
-};
-
-// The shape add_rmsnorm launches for `rows` rows of nchunks chunks (every output kind alike) on the
-// current device: one block with the weight preloaded for decode-sized calls, else the sm_90 cluster
-// shape where the path is available and enabled and pays, else the one-block shape
-// (defined in add_rmsnorm.cu; reads the device, so not pure; also printed by the bench).
-// dynamic_fp8: the call writes the dynamic-scale FP8 output (add_rmsnorm_auto_rule's exception).
-AddRmsNormConfig add_rmsnorm_launch_config(int nchunks, int64_t rows, bool dynamic_fp8 = false,
-                                           const AddRmsNormTuning& tuning = {});
-// add_rmsnorm / add_rmsnorm_fp8 with the launch choices overridden (tests and bench only).
-void add_rmsnorm_tuned(ConstMatrix x, ConstMatrix residual, ConstMatrix weight, Matrix residual_out, Matrix out,
-                       RmsNormOptions opt, const AddRmsNormTuning& tuning, cudaStream_t stream = nullptr);
-void add_rmsnorm_fp8_tuned(ConstMatrix x, ConstMatrix residual, ConstMatrix weight, Matrix residual_out,
-                           Fp8Matrix out, Fp8Scale scale, RmsNormOptions opt, const AddRmsNormTuning& tuning,
-                           cudaStream_t stream = nullptr);
 
 }  // namespace blockfuse::detail

@@ -1,27 +1,26 @@
 // Argument validation and CUDA error reporting shared by every kernel family (see check.h).
 #include "common/check.h"
 
+#include <cstddef>
 #include <cstdint>
 
+#include "blockfuse/swiglu.h"
 #include "common/device.h"
 
 namespace blockfuse {
 
-const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::kBF16: return "bf16";
-    case DType::kFP16: return "fp16";
-  }
-  return "unknown";
+namespace {
+// The name of enumerator e of an enum whose values are 0, 1, ... (names in that order).
+template <class E, std::size_t N>
+const char* enum_name(E e, const char* const (&names)[N]) {
+  const auto i = static_cast<std::size_t>(static_cast<int>(e));
+  return i < N ? names[i] : "unknown";
 }
+}  // namespace
 
-const char* activation_name(Activation a) {
-  switch (a) {
-    case Activation::kSiLU: return "silu";
-    case Activation::kGeluTanh: return "gelu_tanh";
-  }
-  return "unknown";
-}
+const char* dtype_name(DType t) { return enum_name(t, {"bf16", "fp16"}); }
+const char* activation_name(Activation a) { return enum_name(a, {"silu", "gelu_tanh"}); }
+const char* layout_name(GateUpLayout l) { return enum_name(l, {"stacked", "interleaved"}); }
 
 namespace detail {
 

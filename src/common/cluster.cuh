@@ -23,28 +23,17 @@
 #include <cooperative_groups.h>
 
 #include "common/reduce.cuh"
+#include "common/sm90_asm.cuh"
 
 namespace blockfuse::detail {
 
 // barrier.cluster (PTX ISA 7.8, sm_90): every thread of every CTA of the cluster arrives; the wait
 // returns once all have. arrive has release and wait acquire semantics at cluster scope, so shared
 // memory stores (local or remote) before the arrive are visible to every thread after the wait.
-__device__ __forceinline__ void cluster_arrive() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.aligned;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void cluster_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
-#endif
-}
+__device__ __forceinline__ void cluster_arrive() { BF_SM90_ASM("barrier.cluster.arrive.aligned;"); }
+__device__ __forceinline__ void cluster_wait() { BF_SM90_ASM("barrier.cluster.wait.aligned;"); }
 // The start-up barrier orders nothing (no memory is exchanged before it), hence relaxed.
-__device__ __forceinline__ void cluster_start_arrive() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-#endif
-}
+__device__ __forceinline__ void cluster_start_arrive() { BF_SM90_ASM("barrier.cluster.arrive.relaxed.aligned;"); }
 __device__ __forceinline__ void cluster_start_wait() { cluster_wait(); }
 
 // N partials per warp from CTAs of up to kMaxRanks per cluster and up to 32 warps per CTA.

@@ -10,16 +10,22 @@
 
 namespace blockfuse::host {
 
-inline float bf16_to_float(uint16_t v) {
-  uint32_t u = static_cast<uint32_t>(v) << 16;
+// The float with bit pattern u, and the bit pattern of f.
+inline float float_from_bits(uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
 }
-
-inline uint16_t float_to_bf16(float f) {
+inline uint32_t float_bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
+  return u;
+}
+
+inline float bf16_to_float(uint16_t v) { return float_from_bits(static_cast<uint32_t>(v) << 16); }
+
+inline uint16_t float_to_bf16(float f) {
+  uint32_t u = float_bits(f);
   if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
   u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
   return static_cast<uint16_t>(u >> 16);
@@ -43,14 +49,11 @@ inline float fp16_to_float(uint16_t h) {
   } else {
     u = sign | ((exp + 112u) << 23) | (mant << 13);
   }
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
+  return float_from_bits(u);
 }
 
 inline uint16_t float_to_fp16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
+  const uint32_t u = float_bits(f);
   const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t abs = u & 0x7fffffffu;
   if (abs >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0));

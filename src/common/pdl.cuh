@@ -12,19 +12,13 @@
 // Both compile to nothing below sm_90 and are no-ops when the launch carried no PDL attribute.
 #pragma once
 
+#include "common/sm90_asm.cuh"
+
 namespace blockfuse::detail {
 
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
+__device__ __forceinline__ void pdl_wait() { BF_SM90_ASM("griddepcontrol.wait;"); }
 
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
+__device__ __forceinline__ void pdl_launch_dependents() { BF_SM90_ASM("griddepcontrol.launch_dependents;"); }
 
 // The prologue of a PDL-launched kernel: wait for the predecessor, then let the successor launch.
 __device__ __forceinline__ void pdl_enter() {

@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "blockfuse/swiglu.h"
-
 namespace blockfuse::detail {
 
 constexpr int kSwigluRowMaxThreads = 1024;
@@ -17,26 +15,34 @@ constexpr int kSwigluMaxDynamicSmem = 232448 - 1024;
 
 // Which rule picks the row kernel's shape (chunks > 1024, i.e. U > 8192; narrower rows take 2 chunks
 // per thread in registers under every rule):
-//   kTwoChunks        2 chunks per thread in registers, up to 1024 threads (U > 16384 re-reads the row)
+//   kTwoChunks        2 chunks per thread in registers, up to 1024 threads (the first kernel; U > 16384
+//                     re-reads the row)
 //   kFourShared       4 chunks per thread, copied into shared memory and their fp32 results kept
 //                     there (kernels.cuh: the register version spills under the 64-register cap);
-//                     a block per row
+//                     a block per row as before
 //   kFourSharedNext   as kFourShared with two slot sets, each block also copying its next row while
 //                     it reduces and stores the current one; a persistent grid (the blocks resident
 //                     at once); where two sets exceed 227 KB (U > 28416), kFourShared
 //   kFourSharedThree  as kFourShared, compiled for 3 blocks per SM (<= 40 registers, the whole
 //                     shared-memory carveout) where a block has <= 512 threads (U <= 16384); wider
-//                     rows as kFourShared (kFourShared ran at 2 blocks per SM, bound by both its 44
-//                     registers and the carveout)
-//   kClusterTwo       (sm_90) the row split over a cluster of 2 CTAs, each holding its half as
-//                     kTwoChunks does, the halves' amax exchanged through distributed shared memory:
-//                     for 1-32 rows, where one SM computing a whole wide row is the time. Rows of
-//                     U <= 8192 and U > 32768 take kFourShared's shape, and so does every row on a
-//                     device or build without sm_90 code (the launcher checks)
-//   kClusterFour      (sm_90) as kClusterTwo over 4 CTAs (8192 < U <= 65536)
-//   kClusterEight     (sm_90) as kClusterTwo over 8 CTAs, the portable limit (8192 < U <= 131072)
+//                     rows as kFourShared (ncu found kFourShared at 2 blocks per SM, bound by both
+//                     its 44 registers and the carveout)
+//   kClusterTwo       (sm_90; opt-in) the row split over a cluster of 2 CTAs,
+//                     each holding its half as kTwoChunks does (2 chunks per thread in registers),
+//                     the halves' amax exchanged through distributed shared memory: for 1-32 rows,
+//                     where one SM computing a whole wide row is the time (U = 28672: 5.5-5.9 us
+//                     under kFourShared; U = 14336 on one SM under kTwoChunks 3.1-3.3). Rows of U <= 8192 (one CTA's kTwoChunks shape suffices)
+//                     and U > 32768 (a half past 2048 chunks) take kFourShared's shape, and so
+//                     does every row on a device or build without sm_90 code (the launcher checks)
+//   kClusterFour      (sm_90; opt-in) as kClusterTwo over a
+//                     cluster of 4 CTAs, each holding a quarter of the row (U = 28672: 448 threads
+//                     a quarter). Covers 8192 < U <= 65536; elsewhere kFourShared's shape, as
+//                     kClusterTwo
+//   kClusterEight     (sm_90; kAuto's at 1-32 rows of U > 12288) as kClusterTwo over a cluster of 8 CTAs, the portable limit
+//                     (U = 28672: 224 threads an eighth). Covers 8192 < U <= 131072; elsewhere
+//                     kFourShared's shape, as kClusterTwo
 //   kAuto             the default: swiglu_fp8_auto_row_rule below picks per call
-// The measurements behind each: docs/swiglu.md#tuning.
+// The bench and the tests override it per call (tuning.h: SwigluTuning).
 enum class SwigluRowRule : int {
   kAuto = -1,
   kTwoChunks = 0,
@@ -49,11 +55,17 @@ enum class SwigluRowRule : int {
 };
 constexpr SwigluRowRule kSwigluDefaultRowRule = SwigluRowRule::kAuto;
 
-// The rule kAuto picks for `rows` rows of `chunks` 16-byte output chunks (H100): kFourSharedThree
-// from 4096 rows (94.6 / 95.7 % of copy against kFourShared's 86.8 / 90.7 at 8192 rows of U = 14336 /
-// 16384); kClusterEight at 1-32 rows of 12288 < U <= 131072 (the fastest rule there: U = 14336, 1 row
-// 2.62 against 3.13 µs); kFourShared for rows wider than 2048 chunks or from 1024 rows; kTwoChunks
-// for 1-1023 rows of U <= 16384. docs/swiglu.md#tuning.
+// The rule kAuto picks for `rows` rows of `chunks` 16-byte output chunks (H100; the tables:
+// docs/swiglu.md#tuning):
+//   - from 4096 rows of U > 8192, kFourSharedThree: 94.6 / 95.7 % of copy against kFourShared's
+//     86.8 / 90.7 at 8192 rows of U = 14336 / 16384 (the measured 8192 halved);
+//   - 1-32 rows of 12288 < U <= 131072 where clusters can run, kClusterEight: the fastest rule at
+//     1 / 8 / 32 rows of U = 14336-28672 (2.6-4.4 us against 3.1-5.4 for one CTA a row), while one
+//     CTA a row is as fast at U = 8200 and wins from 256 rows;
+//   - else kFourShared past U = 16384 or from 1024 rows (77-82 / 87-91 % of copy at 2048 / 8192 rows
+//     where kTwoChunks moves 70-74 / 80-83 %; at U = 28672 kTwoChunks re-reads the row), kTwoChunks
+//     for fewer rows of U <= 16384 (4.0-4.5 us against 5.3-5.6 at 1-32 rows). kFourSharedNext won
+//     at some points and lost at others, so it stays opt-in.
 constexpr int64_t kSwigluClusterMinChunks = 1025;  // the cluster rules from U > 8192
 constexpr int kSwigluClusterMaxSize = 8;           // CTAs per row of the widest cluster rule
 // CTAs per row of a cluster rule; 1 for the others.
@@ -145,22 +157,12 @@ inline int swiglu_row_blocks_per_sm(int threads, int smem_bytes) {
   return std::max(1, std::min(by_regs, by_smem));
 }
 
-// Overrides of the launch choices, for the tests and the bench (swiglu_fp8_tuned): the library's own
-// calls pass the defaults.
-struct SwigluTuning {
-  SwigluRowRule row_rule = kSwigluDefaultRowRule;  // the dynamic-scale row kernel's rule
-};
-// swiglu_fp8 with the launch choices overridden (tests and bench only).
-void swiglu_fp8_tuned(ConstMatrix gate_up, Fp8Matrix out, Fp8Scale scale, Activation act, GateUpLayout layout,
-                      const SwigluTuning& tuning, cudaStream_t stream = nullptr);
-
 // ---- the elementwise kernel (16-bit and static-scale FP8 outputs) -------------------------------
 // One chunk (8 columns) per thread in 128-thread blocks, ceil(chunks / 128) blocks (a grid-stride
-// loop past 2^31 - 1 blocks): at every measured size from 1 to 32768 rows as fast as or faster than
-// two chunks per thread on a capped grid (U = 14336, 32768 rows: 3053 GB/s on the H100).
-// docs/swiglu.md#tuning.
-constexpr int kSwigluElementwiseThreads = 256;  // the kernel's __launch_bounds__
-constexpr int kSwigluSmallBlockThreads = 128;
+// loop past 2^31 - 1 blocks): spreading a decode step's few chunks over as many SMs as possible is
+// what shortens the call, and it measured faster or equal than 2 chunks per thread in a capped grid
+// at 1-32768 rows on the H100 (docs/swiglu.md#tuning).
+constexpr int kSwigluElementwiseThreads = 128;
 
 struct SwigluElementwiseConfig {
   int64_t blocks;
@@ -169,8 +171,8 @@ struct SwigluElementwiseConfig {
 
 inline SwigluElementwiseConfig swiglu_elementwise_config(int64_t total_chunks) {
   constexpr int64_t kMaxGrid = 2147483647;  // beyond it the grid-stride loop covers the rest
-  return {std::min<int64_t>((total_chunks + kSwigluSmallBlockThreads - 1) / kSwigluSmallBlockThreads, kMaxGrid),
-          kSwigluSmallBlockThreads};
+  return {std::min<int64_t>((total_chunks + kSwigluElementwiseThreads - 1) / kSwigluElementwiseThreads, kMaxGrid),
+          kSwigluElementwiseThreads};
 }
 
 }  // namespace blockfuse::detail

@@ -14,17 +14,10 @@
 #include "common/launch.h"
 #include "swiglu/config.h"
 #include "swiglu/kernels.cuh"
+#include "swiglu/tuning.h"
 #include "swiglu/validate.h"
 
 namespace blockfuse {
-
-const char* layout_name(GateUpLayout l) {
-  switch (l) {
-    case GateUpLayout::kStacked: return "stacked";
-    case GateUpLayout::kInterleaved: return "interleaved";
-  }
-  return "unknown";
-}
 
 namespace {
 
@@ -36,7 +29,7 @@ bool pdl_path_available() {
   static detail::PerDeviceCache<bool> cache;
   return detail::pdl_launchable(
       cache, reinterpret_cast<const void*>(
-                 swiglu_detail::swiglu_elementwise_kernel<__nv_bfloat16, false, SwigluElementwiseOutput::k16Bit, 1>));
+                 swiglu_detail::swiglu_elementwise_kernel<__nv_bfloat16, false, SwigluElementwiseOutput::k16Bit>));
 }
 
 // Elementwise kernel: the grid config.h's swiglu_elementwise_config picks.
@@ -46,17 +39,15 @@ void launch_elementwise(const ConstMatrix& in, void* out, int64_t ldo, int64_t r
   using namespace swiglu_detail;
   const detail::SwigluElementwiseConfig cfg = detail::swiglu_elementwise_config(rows * (u / 8));
   auto* ip = static_cast<const T*>(in.data);
-  const bool il = layout == GateUpLayout::kInterleaved;
   const bool pdl = detail::pdl_rows(rows) && pdl_path_available();
-  auto go = [&](auto kernel, unsigned blocks, int threads) {
-    detail::launch_kernel(kernel, dim3(blocks), dim3(threads), 0, stream, dim3(1, 1, 1), pdl, ip, in.ld, out, ldo, rows,
-                          u, int(act), scale);
+  auto go = [&](auto kernel) {
+    detail::launch_kernel(kernel, dim3(unsigned(cfg.blocks)), dim3(cfg.threads), 0, stream, dim3(1, 1, 1), pdl, ip,
+                          in.ld, out, ldo, rows, u, int(act), scale);
   };
-  const unsigned blocks = unsigned(cfg.blocks);
-  if (il)
-    go(swiglu_elementwise_kernel<T, true, kOut, 1>, blocks, cfg.threads);
+  if (layout == GateUpLayout::kInterleaved)
+    go(swiglu_elementwise_kernel<T, true, kOut>);
   else
-    go(swiglu_elementwise_kernel<T, false, kOut, 1>, blocks, cfg.threads);
+    go(swiglu_elementwise_kernel<T, false, kOut>);
   BF_CHECK_LAUNCH();
 }
 
@@ -129,10 +120,10 @@ bool cluster_path_available() {
 
 template <class T>
 void launch_rowwise(const ConstMatrix& in, const Fp8Matrix& out, float* scale, Activation act, GateUpLayout layout,
-                    detail::SwigluRowRule chosen, cudaStream_t stream) {
+                    detail::SwigluRowRule row_rule, cudaStream_t stream) {
   const int64_t chunks = out.cols / 8;
   const detail::SwigluRowRule rule =
-      detail::resolve_swiglu_fp8_row_rule(chosen, out.rows, chunks, cluster_path_available());
+      detail::resolve_swiglu_fp8_row_rule(row_rule, out.rows, chunks, cluster_path_available());
   const detail::SwigluRowConfig cfg = detail::swiglu_fp8_row_config(chunks, rule);
   if (cfg.cluster > 1) {
     if (layout == GateUpLayout::kInterleaved)
@@ -190,22 +181,22 @@ void swiglu(ConstMatrix gate_up, Matrix out, Activation act, GateUpLayout layout
 }
 
 namespace detail {
-void swiglu_fp8_tuned(ConstMatrix gate_up, Fp8Matrix out, Fp8Scale scale, Activation act, GateUpLayout layout,
-                      const SwigluTuning& tuning, cudaStream_t stream) {
+void swiglu_fp8(ConstMatrix gate_up, Fp8Matrix out, Fp8Scale scale, Activation act, GateUpLayout layout,
+                const SwigluTuning& tuning, cudaStream_t stream) {
   constexpr const char* kFn = "swiglu_fp8";
-  detail::check_swiglu_codes_and_input(kFn, gate_up, act, layout);
-  detail::check_fp8_matrix_shape(kFn, "out", out, 8);
-  detail::check_swiglu_shapes(kFn, gate_up, out.rows, out.cols);
-  detail::check_fp8_scale(kFn, "scale", scale, out.rows, /*on_device=*/false);
+  check_swiglu_codes_and_input(kFn, gate_up, act, layout);
+  check_fp8_matrix_shape(kFn, "out", out, 8);
+  check_swiglu_shapes(kFn, gate_up, out.rows, out.cols);
+  check_fp8_scale(kFn, "scale", scale, out.rows, /*on_device=*/false);
   if (out.rows == 0 || out.cols == 0) return;
-  detail::check_device_matrix(kFn, "gate_up", gate_up);
-  detail::check_device_pointer(kFn, "out", out.data);
-  detail::check_fp8_scale(kFn, "scale", scale, out.rows, /*on_device=*/true);
-  const detail::Span scales = detail::span_of(scale, out.rows);
-  detail::check_no_overlap(kFn, "out", detail::span_of(out), "gate_up", detail::span_of(gate_up));
-  detail::check_no_overlap(kFn, "scale", scales, "gate_up", detail::span_of(gate_up));
-  detail::check_no_overlap(kFn, "scale", scales, "out", detail::span_of(out));
-  detail::check_compute_capability(kFn, 8, 0);
+  check_device_matrix(kFn, "gate_up", gate_up);
+  check_device_pointer(kFn, "out", out.data);
+  check_fp8_scale(kFn, "scale", scale, out.rows, /*on_device=*/true);
+  const Span scales = span_of(scale, out.rows);
+  check_no_overlap(kFn, "out", span_of(out), "gate_up", span_of(gate_up));
+  check_no_overlap(kFn, "scale", scales, "gate_up", span_of(gate_up));
+  check_no_overlap(kFn, "scale", scales, "out", span_of(out));
+  check_compute_capability(kFn, 8, 0);
   const bool bf16 = gate_up.dtype == DType::kBF16;
   if (scale.mode == Fp8ScaleMode::kStaticPerTensor) {
     // No row-wide dependency: the elementwise kernel spreads even one row over many SMs.
@@ -219,11 +210,12 @@ void swiglu_fp8_tuned(ConstMatrix gate_up, Fp8Matrix out, Fp8Scale scale, Activa
     launch_rowwise<__half>(gate_up, out, scale.scale, act, layout, tuning.row_rule, stream);
   }
 }
+
 }  // namespace detail
 
 void swiglu_fp8(ConstMatrix gate_up, Fp8Matrix out, Fp8Scale scale, Activation act, GateUpLayout layout,
                 cudaStream_t stream) {
-  detail::swiglu_fp8_tuned(gate_up, out, scale, act, layout, {}, stream);
+  detail::swiglu_fp8(gate_up, out, scale, act, layout, detail::SwigluTuning{}, stream);
 }
 
 }  // namespace blockfuse

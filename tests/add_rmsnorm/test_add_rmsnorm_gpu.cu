@@ -31,6 +31,7 @@
 
 #include "add_rmsnorm/config.h"
 #include "add_rmsnorm/reference.h"
+#include "add_rmsnorm/tuning.h"
 #include "blockfuse/add_rmsnorm.h"
 #include "testing/gtest/gtest_util.h"
 #include "testing/testing.h"
@@ -70,6 +71,7 @@ struct Case {
   Fp8 fp8 = Fp8::kNone;
   float eps = 1e-6f;
   cudaStream_t stream = nullptr;
+  detail::AddRmsNormTuning tuning;  // the launch-choice overrides (default: the library's choices)
   // Edits the host inputs before the copies (to plant NaN/Inf).
   std::function<void(HostMatrix& x, HostMatrix& res)> tweak;
 };
@@ -82,10 +84,6 @@ Case shape(DType dt, int64_t rows, int64_t h) {
   c.h = h;
   return c;
 }
-
-// The launch choices run_case passes (detail::add_rmsnorm_tuned): the library's defaults unless a
-// test's scope overrides them (ClustersOff, KernelRule).
-detail::AddRmsNormTuning g_tuning;
 
 bool is_nan_bits(DType t, uint16_t b) { return std::isnan(host::to_float(t, b)); }
 
@@ -141,12 +139,12 @@ void run_case(const Case& c) {
   opt.eps = c.eps;
   opt.gemma_one_plus_w = c.gemma;
   if (fp8)
-    detail::add_rmsnorm_fp8_tuned(xv, resv, wv, rov, Fp8Matrix{dout8.data(), M, H, ld8},
-                                  Fp8Scale{dynamic ? Fp8ScaleMode::kDynamicPerRow : Fp8ScaleMode::kStaticPerTensor,
-                                           reinterpret_cast<float*>(dscale.data())},
-                                  opt, g_tuning, c.stream);
+    detail::add_rmsnorm_fp8(xv, resv, wv, rov, Fp8Matrix{dout8.data(), M, H, ld8},
+                            Fp8Scale{dynamic ? Fp8ScaleMode::kDynamicPerRow : Fp8ScaleMode::kStaticPerTensor,
+                                     reinterpret_cast<float*>(dscale.data())},
+                            opt, c.tuning, c.stream);
   else
-    detail::add_rmsnorm_tuned(xv, resv, wv, rov, Matrix{dout.data(), c.dt, M, H, out.ld}, opt, g_tuning, c.stream);
+    detail::add_rmsnorm(xv, resv, wv, rov, Matrix{dout.data(), c.dt, M, H, out.ld}, opt, c.tuning, c.stream);
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaStreamSynchronize(c.stream));
 
@@ -339,18 +337,13 @@ TEST_P(AddRmsNormGpu, OnAStream) {
 }
 
 // On sm_90 the one-block-per-row kernels (the sm_80 path) would otherwise only run for H < 3072
-// and H > 131072: run the cluster shapes through them too.
-struct ClustersOff {
-  ClustersOff() { g_tuning.clusters = false; }
-  ~ClustersOff() { g_tuning.clusters = true; }
-};
-
+// and H > 131072: run the cluster shapes through them too (clusters switched off per call).
 TEST_P(AddRmsNormGpu, OneBlockPerRowKernelsEverywhere) {
   SKIP_WITHOUT_GPU();
-  ClustersOff off;
   for (int64_t h : {3584, 4096, 5120, 8200, 16384, 16392, 32768, 65536})
     for (Fp8 f : {Fp8::kNone, Fp8::kStatic, Fp8::kDynamic}) {
       Case c = shape(GetParam(), 67, h);
+      c.tuning.clusters = false;
       c.fp8 = f;
       c.pad = h == 8200 ? 8 : 0;
       c.in_place = f == Fp8::kStatic;
@@ -386,28 +379,21 @@ TEST_P(AddRmsNormGpu, StreamingStoresFromOneThousandRows) {
 }
 
 // Every shape rule (v = 8 x 256 or 4 x 512 at 8192 < H <= 16384; kWide's 512-thread shapes at every
-// H), through the tuning's rule (config.h: AddRmsNormTuning).
-struct KernelRule {
-  explicit KernelRule(detail::AddRmsNormRule rule) { g_tuning.rule = rule; }
-  ~KernelRule() { g_tuning = {}; }
-};
-
+// H), with and without the sm_90 clusters, through the per-call overrides (detail::AddRmsNormTuning).
 TEST_P(AddRmsNormGpu, EveryShapeRule) {
   SKIP_WITHOUT_GPU();
-  for (auto rule : {detail::AddRmsNormRule::kV8, detail::AddRmsNormRule::kV4Wide, detail::AddRmsNormRule::kWide}) {
-      KernelRule sw(rule);
-      for (bool clusters : {true, false}) {
-        g_tuning.clusters = clusters;
-        for (int64_t h : {4096, 12288, 16384, 16392})
-          for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
-            Case c = shape(GetParam(), clusters ? 3 : 67, h);
-            c.fp8 = f;
-            c.gemma = h == 12288;
-            c.in_place = h == 16392;
-            run_case(c);
-          }
-      }
-    }
+  for (auto rule : {detail::AddRmsNormRule::kV8, detail::AddRmsNormRule::kV4Wide, detail::AddRmsNormRule::kWide})
+    for (bool clusters : {true, false})
+      for (int64_t h : {4096, 12288, 16384, 16392})
+        for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
+          Case c = shape(GetParam(), clusters ? 3 : 67, h);
+          c.tuning.rule = rule;
+          c.tuning.clusters = clusters;
+          c.fp8 = f;
+          c.gemma = h == 12288;
+          c.in_place = h == 16392;
+          run_case(c);
+        }
 }
 
 // The one-exchange amax (inv · max |r · g|) must give the reference's scale (finite v only) on
@@ -471,10 +457,10 @@ TEST(AddRmsNormSanitizer, OneBlockPerRowKernelsAndWideClustersSmall) {
     c.in_place = f == Fp8::kNone;
     run_case(c);
   }
-  ClustersOff off;
   for (int64_t h : {2048, 5120, 16392, 32776})
     for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
       Case c;
+      c.tuning.clusters = false;
       // Past 2^18 chunks per call the register kernels read the weight after the reduction
       // (config.h: add_rmsnorm_preload_weight); below it they preload it.
       c.rows = h <= 5120 ? detail::kAddRmsNormPreloadChunks / (h / 8) + 1 : 3;
@@ -485,16 +471,16 @@ TEST(AddRmsNormSanitizer, OneBlockPerRowKernelsAndWideClustersSmall) {
     }
 }
 
-// The kernels behind the overrides (v = 4 x 512 shape, the cluster kernel at H = 16384 / 131072 and
-// the one-block kernels with the clusters off), small, for the sanitizer.
+// The kernels behind the overrides (v = 4 x 512 shape, one-exchange dynamic amax: the cluster kernel
+// at H = 16384 / 131072 and the one-block kernels with the clusters off), small, for the sanitizer.
 TEST(AddRmsNormSanitizer, SwitchedKernelsSmall) {
   SKIP_WITHOUT_GPU();
-  KernelRule sw(detail::AddRmsNormRule::kV4Wide);
-  for (bool clusters : {true, false}) {
-    g_tuning.clusters = clusters;
+  for (bool clusters : {true, false})
     for (int64_t h : {4096, 16384, 16392})
       for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
         Case c;
+        c.tuning.rule = detail::AddRmsNormRule::kV4Wide;
+        c.tuning.clusters = clusters;
         c.rows = 3;
         c.h = h;
         c.fp8 = f;
@@ -502,7 +488,6 @@ TEST(AddRmsNormSanitizer, SwitchedKernelsSmall) {
         c.in_place = h == 16392;
         run_case(c);
       }
-  }
 }
 
 // Runs add_rmsnorm (or add_rmsnorm_fp8 with dynamic scales) on x/residual and returns the bytes of

@@ -28,6 +28,7 @@
 #include "common/fp8_host.h"
 #include "testing/gtest/gtest_util.h"
 #include "swiglu/config.h"
+#include "swiglu/tuning.h"
 #include "swiglu/reference.h"
 #include "testing/testing.h"
 
@@ -55,15 +56,7 @@ struct Case {
   cudaStream_t stream = nullptr;
 };
 
-// The launch choices run_case passes (detail::swiglu_fp8_tuned): the defaults unless a test's scope
-// sets a row rule (RowRule).
-detail::SwigluTuning g_tuning;
-struct RowRule {
-  explicit RowRule(detail::SwigluRowRule rule) { g_tuning.row_rule = rule; }
-  ~RowRule() { g_tuning = {}; }
-};
-
-void run_case(const Case& c) {
+void run_case(const Case& c, const detail::SwigluTuning& tuning = {}) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(std::string(dtype_name(c.dt)) + " " + activation_name(c.act) + " " + layout_name(c.layout) + " " +
                fp8_scale_mode_name(c.mode) + " rows=" + std::to_string(c.rows) + " U=" + std::to_string(c.u) +
@@ -95,9 +88,8 @@ void run_case(const Case& c) {
   CUDA_OK(cudaMemcpy(d_in.data(), in.bits.data(), in.bits.size() * 2, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(d_out.data(), out.data(), out.size(), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(d_scale.data(), scales.data(), scales.size() * sizeof(float), cudaMemcpyHostToDevice));
-  detail::swiglu_fp8_tuned(ConstMatrix{d_in.data(), c.dt, c.rows, 2 * c.u, in.ld}, Fp8Matrix{d_out.data(), c.rows, c.u, ldo},
-                           Fp8Scale{c.mode, reinterpret_cast<float*>(d_scale.data())}, c.act, c.layout, g_tuning,
-                           c.stream);
+  detail::swiglu_fp8(ConstMatrix{d_in.data(), c.dt, c.rows, 2 * c.u, in.ld}, Fp8Matrix{d_out.data(), c.rows, c.u, ldo},
+                     Fp8Scale{c.mode, reinterpret_cast<float*>(d_scale.data())}, c.act, c.layout, tuning, c.stream);
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaStreamSynchronize(c.stream));
   CUDA_OK(cudaMemcpy(out.data(), d_out.data(), out.size(), cudaMemcpyDeviceToHost));
@@ -156,13 +148,13 @@ TEST_P(SwigluFp8Gpu, EveryRowRule) {
                     detail::SwigluRowRule::kFourSharedNext, detail::SwigluRowRule::kFourSharedThree,
                     detail::SwigluRowRule::kClusterTwo, detail::SwigluRowRule::kClusterFour,
                     detail::SwigluRowRule::kClusterEight}) {
-    RowRule scope(rule);
+    const detail::SwigluTuning tuning{rule};
     for (int64_t u : {8200, 14336, 28672}) {
       Case c = base();
       c.rows = u == 28672 && rule == detail::SwigluRowRule::kFourSharedNext ? 300 : 5;
       c.u = u;
       c.out_pad = 8;
-      run_case(c);
+      run_case(c, tuning);
     }
   }
 }
@@ -190,17 +182,17 @@ TEST_P(SwigluFp8Gpu, ClusterRuleEdges) {
                                RuleWidths{detail::SwigluRowRule::kClusterFour, {8192, 8200, 28680, 65536, 65544}},
                                RuleWidths{detail::SwigluRowRule::kClusterEight, {8192, 8200, 28680, 131072, 131080}}}) {
     SCOPED_TRACE(std::to_string(detail::swiglu_cluster_size(rw.rule)) + "-CTA clusters");
-    RowRule scope(rw.rule);
+    const detail::SwigluTuning tuning{rw.rule};
     for (int64_t u : rw.widths) {
       Case c = base();
       c.rows = 3;
       c.u = u;
       c.in_pad = 8;
       c.out_pad = 8;
-      run_case(c);
+      run_case(c, tuning);
     }
-    { Case c = base(); c.rows = 7; c.u = 14336; c.nonfinite = true; run_case(c); }
-    { Case c = base(); c.rows = 2200; c.u = 16384; run_case(c); }
+    { Case c = base(); c.rows = 7; c.u = 14336; c.nonfinite = true; run_case(c, tuning); }
+    { Case c = base(); c.rows = 2200; c.u = 16384; run_case(c, tuning); }
   }
 }
 
@@ -262,13 +254,13 @@ TEST(SwigluFp8Sanitizer, SharedStagedRowKernel) {
   for (auto rule : {detail::SwigluRowRule::kFourShared, detail::SwigluRowRule::kFourSharedNext,
                     detail::SwigluRowRule::kFourSharedThree, detail::SwigluRowRule::kClusterTwo,
                     detail::SwigluRowRule::kClusterFour, detail::SwigluRowRule::kClusterEight}) {
-    RowRule scope(rule);
+    const detail::SwigluTuning tuning{rule};
     for (auto layout : {GateUpLayout::kStacked, GateUpLayout::kInterleaved}) {
       Case c;
       c.layout = layout;
-      c.rows = 3; c.u = 8200; c.out_pad = 8; run_case(c);
-      c.rows = 400; c.u = 8200; c.out_pad = 0; run_case(c);
-      c.rows = 5; c.u = 9216; c.nonfinite = true; run_case(c);
+      c.rows = 3; c.u = 8200; c.out_pad = 8; run_case(c, tuning);
+      c.rows = 400; c.u = 8200; c.out_pad = 0; run_case(c, tuning);
+      c.rows = 5; c.u = 9216; c.nonfinite = true; run_case(c, tuning);
     }
   }
 }

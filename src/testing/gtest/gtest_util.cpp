@@ -11,7 +11,8 @@ namespace blockfuse::testing {
 
 uint64_t fresh_seed() {
   if (const char* s = std::getenv("BLOCKFUSE_TEST_SEED")) return std::strtoull(s, nullptr, 10);
-  thread_local uint64_t counter = 0;  // distinct seeds for the calls of one test (tests run on one thread)
+  // Per thread (gtest runs a test's body on one thread): calls within a test get distinct seeds.
+  thread_local uint64_t counter = 0;
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   const std::string name = info ? std::string(info->test_suite_name()) + "." + info->name() : "none";
   const uint64_t t = static_cast<uint64_t>(std::chrono::high_resolution_clock::now().time_since_epoch().count());

@@ -26,7 +26,7 @@
 
 namespace blockfuse::testing {
 
-// A fresh seed per call: the test name, a process-wide counter and the time, so reruns differ.
+// A fresh seed per call: the test name, a per-thread call counter and the time, so reruns differ.
 // BLOCKFUSE_TEST_SEED=<n> replays one (every call then returns n). Put seed_note(seed) in a
 // SCOPED_TRACE so a failure prints the seed that produced it.
 uint64_t fresh_seed();
