@@ -8,7 +8,7 @@
 namespace blockfuse::attn {
 
 template <class Element, int D, int BM, int BN, int W>
-void launch_tile(const AttnParams& p, cudaStream_t stream) {
+void launch_tile(const Params& p, cudaStream_t stream) {
   using Traits = KernelTraits<Element, D, BM, BN, W>;
   static_assert(Traits::kSmemBytes == smem_bytes(TileConfig{D, BM, BN, W}), "params.h smem_bytes");
   auto kernel = attention_fwd_sm80<Traits>;
@@ -23,7 +23,7 @@ void launch_tile(const AttnParams& p, cudaStream_t stream) {
 }
 
 template <int D, int BM, int BN, int W>
-bool launch_if(const AttnParams& p, const TileConfig& c, DType dtype, cudaStream_t stream) {
+bool launch_if(const Params& p, const TileConfig& c, DType dtype, cudaStream_t stream) {
   if (c.head_dim != D || c.block_m != BM || c.block_n != BN || c.warps != W) return false;
   if (dtype == DType::kBF16)
     launch_tile<cutlass::bfloat16_t, D, BM, BN, W>(p, stream);

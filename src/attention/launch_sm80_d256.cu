@@ -3,7 +3,7 @@
 
 namespace blockfuse::attn {
 
-void launch_sm80_d256(const AttnParams& p, const TileConfig& c, DType dtype, cudaStream_t stream) {
+void launch_sm80_d256(const Params& p, const TileConfig& c, DType dtype, cudaStream_t stream) {
   if (launch_if<256, 128, 64, 8>(p, c, dtype, stream)) return;
   if (launch_if<256, 64, 64, 4>(p, c, dtype, stream)) return;
   no_such_config(c);

@@ -43,7 +43,7 @@ inline bool auto_uses_sm90(bool built, int cc_major, int cc_minor, int64_t head_
   return built && cc_major == 9 && cc_minor == 0 && sm90_supports(head_dim) && smem_needed <= smem_limit;
 }
 
-// Window bounds as AttnParams stores them: "unbounded" is a value beyond every row.
+// Window bounds as Params stores them: "unbounded" is a value beyond every row.
 constexpr int kWindowUnbounded = 1 << 30;
 
 // The sm90a kernel's grid (CTAs along x; each walks tiles blockIdx.x, + gridDim.x, ...). Without a
@@ -60,7 +60,7 @@ inline int64_t sm90_grid_ctas(int64_t num_tiles, int sm_count, bool banded) {
 }
 
 // What the kernel is launched with. Offsets are in elements (int64: tensors may exceed 2^31).
-struct AttnParams {
+struct Params {
   const void* q;
   const void* k;
   const void* v;
