@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) attention_fwd_sm80(const
   Tensor sQ = make_tensor(make_smem_ptr(smem), typename Traits::SmemLayoutQ{});
   typename Traits::TiledMma mma;
   Tensor acc_o = partition_fragment_C(mma, Shape<Int<kBlockM>, Int<kHeadDim>>{});
-  OnlineSoftmax<EpilogueSm80<Traits>::kRows> softmax;
+  OnlineSoftmax<Traits::kRows> softmax;
   MainloopSm80<Traits>::mma(p, gQ, gK, gV, sQ, mma, acc_o, softmax, mask, softcap, m_block, n_min, n_max, rows_here,
                             seqlen_k, tid);
   EpilogueSm80<Traits>::store(p, acc_o, softmax, mma, sQ, gO, lse_off, m_block, rows_here, tid);

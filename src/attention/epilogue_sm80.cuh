@@ -16,17 +16,13 @@ using namespace cute;
 template <class Traits>
 struct EpilogueSm80 {
   using Element = typename Traits::Element;
-  static constexpr int kBlockM = Traits::kBlockM;
-  static constexpr int kHeadDim = Traits::kHeadDim;
-  static constexpr int kNWarps = Traits::kNWarps;
-  static constexpr int kRows = 2 * (kBlockM / (16 * kNWarps));  // softmax rows of a thread
 
   // No visible key for any row of this block (rows_here valid rows of gO): out = 0, LSE = −inf.
   template <class Params, class GO>
   CUTE_DEVICE static void store_empty(Params const& p, GO& gO, int64_t lse_off, int m_block, int rows_here, int tid) {
     typename Traits::GmemTiledCopyO gmem_copy_o;
     auto gmem_thr_o = gmem_copy_o.get_thread_slice(tid);
-    Tensor cO = make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{});
+    Tensor cO = make_identity_tensor(Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{});
     Tensor tOgO = gmem_thr_o.partition_D(gO);
     Tensor tOcO = gmem_thr_o.partition_D(cO);
     Tensor zero = make_tensor<Element>(shape(tOgO(_, 0, 0)));
@@ -39,7 +35,7 @@ struct EpilogueSm80 {
       }
     if (p.lse != nullptr)
       for (int r = tid; r < rows_here; r += Traits::kNThreads)
-        p.lse[lse_off + m_block * kBlockM + r] = -INFINITY;
+        p.lse[lse_off + m_block * Traits::kBlockM + r] = -INFINITY;
   }
 
   // O /= sum, LSE, O -> smem (Q's buffer, sQ) -> global (gO) in 16-byte vectors.
@@ -48,11 +44,11 @@ struct EpilogueSm80 {
                                 int64_t lse_off, int m_block, int rows_here, int tid) {
     typename Traits::GmemTiledCopyO gmem_copy_o;
     auto gmem_thr_o = gmem_copy_o.get_thread_slice(tid);
-    Tensor cO = make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{});
+    Tensor cO = make_identity_tensor(Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{});
     Tensor acc_o_rc = make_tensor(acc_o.data(), acc_rowcol(acc_o.layout()));
     const int lane = tid % 32;
 
-    float lse[kRows];
+    float lse[Traits::kRows];
     softmax.template finalize<false>(acc_o_rc, p.scale_lse, lse);
 
     Tensor rO = convert_fragment<Element>(acc_o);
@@ -67,9 +63,9 @@ struct EpilogueSm80 {
 
     if (p.lse != nullptr && lane % 4 == 0) {
       CUTE_UNROLL
-      for (int mi = 0; mi < kRows; ++mi) {
-        const int r = (tid / 32) * 16 + lane / 4 + (mi / 2) * 16 * kNWarps + (mi % 2) * 8;
-        if (r < rows_here) p.lse[lse_off + m_block * kBlockM + r] = lse[mi];
+      for (int mi = 0; mi < Traits::kRows; ++mi) {
+        const int r = (tid / 32) * 16 + lane / 4 + (mi / 2) * 16 * Traits::kNWarps + (mi % 2) * 8;
+        if (r < rows_here) p.lse[lse_off + m_block * Traits::kBlockM + r] = lse[mi];
       }
     }
 

@@ -1,6 +1,9 @@
 // Internal: instantiation and launch of the sm80 attention kernel for one tile configuration.
 #pragma once
 
+#include <cstddef>
+#include <utility>
+
 #include "attention/attention_sm80.cuh"
 #include "attention/launch.h"
 #include "common/check.h"
@@ -35,6 +38,28 @@ bool launch_if(const Params& p, const TileConfig& c, DType dtype, cudaStream_t s
 [[noreturn]] inline void no_such_config(const TileConfig& c) {
   throw Error(detail::cat("blockfuse::attention: no kernel compiled for head_dim ", c.head_dim, ", block ",
                           c.block_m, " x ", c.block_n, ", ", c.warps, " warps"));
+}
+
+// Row I of kTileConfigs, if it is of head dim D and is the configuration asked for.
+template <int D, std::size_t I>
+bool launch_row_if(const Params& p, const TileConfig& c, DType dtype, cudaStream_t stream) {
+  constexpr TileConfig t = kTileConfigs[I];
+  if constexpr (t.head_dim != D) {
+    return false;
+  } else {
+    return launch_if<D, t.block_m, t.block_n, t.warps>(p, c, dtype, stream);
+  }
+}
+
+// The kernels of every kTileConfigs row of head dim D: what launch_sm80_d<D>.cu instantiates.
+template <int D, std::size_t... I>
+void launch_head_dim(const Params& p, const TileConfig& c, DType dtype, cudaStream_t stream,
+                     std::index_sequence<I...>) {
+  if (!(launch_row_if<D, I>(p, c, dtype, stream) || ...)) no_such_config(c);
+}
+template <int D>
+void launch_head_dim(const Params& p, const TileConfig& c, DType dtype, cudaStream_t stream) {
+  launch_head_dim<D>(p, c, dtype, stream, std::make_index_sequence<kNumTileConfigs>{});
 }
 
 }  // namespace blockfuse::attn

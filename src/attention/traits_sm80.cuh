@@ -29,6 +29,7 @@ struct KernelTraits {
   static constexpr int kNWarps = kNWarps_;
   static constexpr int kNThreads = kNWarps * 32;
   static_assert(kBlockM % (16 * kNWarps) == 0, "each warp owns whole 16-row MMA tiles");
+  static constexpr int kRows = 2 * (kBlockM / (16 * kNWarps));  // softmax rows of a thread
 
   using MmaAtom = std::conditional_t<std::is_same_v<Element, cutlass::half_t>,
                                      MMA_Atom<SM80_16x8x16_F32F16F16F32_TN>,
