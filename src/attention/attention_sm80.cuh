@@ -80,9 +80,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) attention_fwd_sm80(const
   Tensor gK = local_tile(mK, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, 0));  // (BN, D, nblk)
   Tensor gV = local_tile(mV, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, 0));
 
+  typename Traits::GmemTiledCopyO gmem_copy_o;
+  auto gmem_thr_o = gmem_copy_o.get_thread_slice(tid);
+  Tensor cO = make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{});
+
   // No visible key for any row of this block: out = 0, LSE = −inf.
   if (n_max <= n_min) {
-    EpilogueSm80<Traits>::store_empty(p, gO, lse_off, m_block, rows_here, tid);
+    EpilogueSm80<Traits>::store_empty(p, gO, gmem_copy_o, gmem_thr_o, cO, lse_off, m_block, rows_here, tid);
     return;
   }
 
@@ -93,7 +97,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) attention_fwd_sm80(const
   OnlineSoftmax<Traits::kRows> softmax;
   MainloopSm80<Traits>::mma(p, gQ, gK, gV, sQ, mma, acc_o, softmax, mask, softcap, m_block, n_min, n_max, rows_here,
                             seqlen_k, tid);
-  EpilogueSm80<Traits>::store(p, acc_o, softmax, mma, sQ, gO, lse_off, m_block, rows_here, tid);
+  EpilogueSm80<Traits>::store(p, acc_o, softmax, mma, sQ, gO, gmem_copy_o, gmem_thr_o, cO, lse_off, m_block, rows_here,
+                              tid);
 }
 
 }  // namespace blockfuse::attn

@@ -18,11 +18,9 @@ struct EpilogueSm80 {
   using Element = typename Traits::Element;
 
   // No visible key for any row of this block (rows_here valid rows of gO): out = 0, LSE = −inf.
-  template <class Params, class GO>
-  CUTE_DEVICE static void store_empty(Params const& p, GO& gO, int64_t lse_off, int m_block, int rows_here, int tid) {
-    typename Traits::GmemTiledCopyO gmem_copy_o;
-    auto gmem_thr_o = gmem_copy_o.get_thread_slice(tid);
-    Tensor cO = make_identity_tensor(Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{});
+  template <class Params, class GO, class CopyO, class ThrO, class CO>
+  CUTE_DEVICE static void store_empty(Params const& p, GO& gO, CopyO const& gmem_copy_o, ThrO const& gmem_thr_o,
+                                      CO const& cO, int64_t lse_off, int m_block, int rows_here, int tid) {
     Tensor tOgO = gmem_thr_o.partition_D(gO);
     Tensor tOcO = gmem_thr_o.partition_D(cO);
     Tensor zero = make_tensor<Element>(shape(tOgO(_, 0, 0)));
@@ -39,12 +37,11 @@ struct EpilogueSm80 {
   }
 
   // O /= sum, LSE, O -> smem (Q's buffer, sQ) -> global (gO) in 16-byte vectors.
-  template <class Params, class AccO, class Softmax, class Mma, class SQ, class GO>
+  // gmem_copy_o, gmem_thr_o, cO: the global O copy, made by the caller before the main loop.
+  template <class Params, class AccO, class Softmax, class Mma, class SQ, class GO, class CopyO, class ThrO, class CO>
   CUTE_DEVICE static void store(Params const& p, AccO& acc_o, Softmax& softmax, Mma const& mma, SQ& sQ, GO& gO,
-                                int64_t lse_off, int m_block, int rows_here, int tid) {
-    typename Traits::GmemTiledCopyO gmem_copy_o;
-    auto gmem_thr_o = gmem_copy_o.get_thread_slice(tid);
-    Tensor cO = make_identity_tensor(Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{});
+                                CopyO const& gmem_copy_o, ThrO const& gmem_thr_o, CO const& cO, int64_t lse_off,
+                                int m_block, int rows_here, int tid) {
     Tensor acc_o_rc = make_tensor(acc_o.data(), acc_rowcol(acc_o.layout()));
     const int lane = tid % 32;
 
