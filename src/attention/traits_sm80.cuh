@@ -1,6 +1,6 @@
 // Internal: the compile-time configuration of the sm80 attention kernel (tile, warps, mma.sync
 // atom, swizzled shared-memory layouts, global copies) and the register views of its accumulators.
-// The kernel is attention_sm80.cuh; its parts are mainloop_sm80.cuh and epilogue_sm80.cuh.
+// The kernel is attention_sm80.cuh; its GEMM and copy helpers are gemm_sm80.cuh.
 #pragma once
 
 #include <cmath>
