@@ -7,7 +7,7 @@
 // --warmup, CUDA events around each, median. The inputs (≥ 8 MB per tensor at S = 512) are not
 // rotated: attention re-reads K and V from L2 by design, and a model's prefill does the same.
 // The ceiling is the cuBLAS bf16 GEMM (8192³) measured in the same run. The baseline, PyTorch
-// SDPA's flash (FlashAttention-2) and cuDNN backends, is measured by bench/attention/sdpa_baseline.py.
+// SDPA's flash (FlashAttention-2) and cuDNN backends, is measured by `python -m blockfuse.bench sdpa`.
 //
 // Output: progress on stderr, a table on stdout, with --json FILE the run and its rows.
 #include <algorithm>

@@ -205,9 +205,9 @@ void check_devices(const AttnConstTensor& q, const AttnConstTensor& k, const Att
   }
 }
 
-attn::AttnParams make_params(const AttnConstTensor& q, const AttnConstTensor& k, const AttnConstTensor& v,
+attn::Params make_params(const AttnConstTensor& q, const AttnConstTensor& k, const AttnConstTensor& v,
                              const AttnTensor& out, float* lse, const AttentionParams& prm, const Validated& val) {
-  attn::AttnParams p{};
+  attn::Params p{};
   p.q = q.data;
   p.k = k.data;
   p.v = v.data;
@@ -255,7 +255,7 @@ attn::AttnParams make_params(const AttnConstTensor& q, const AttnConstTensor& k,
 void run(const AttnConstTensor& q, const AttnConstTensor& k, const AttnConstTensor& v, const AttnTensor& out,
          float* lse, const AttentionParams& prm, const Validated& val, const AttentionConfig& c, cudaStream_t stream) {
   detail::check_compute_capability(kFn, 8, 0);
-  const attn::AttnParams p = make_params(q, k, v, out, lse, prm, val);
+  const attn::Params p = make_params(q, k, v, out, lse, prm, val);
   const attn::TileConfig t{static_cast<int>(q.head_dim), c.block_m, c.block_n, c.warps};
   switch (t.head_dim) {
     case 64: attn::launch_sm80_d64(p, t, q.dtype, stream); break;
@@ -303,7 +303,7 @@ void run_sm90(const AttnConstTensor& q, const AttnConstTensor& k, const AttnCons
   if (need > dev.max_smem_per_block)
     throw Error(cat("blockfuse::attention: the sm90a kernel needs ", need, " bytes of shared memory; the current device allows ",
                     dev.max_smem_per_block, " per block"));
-  const attn::AttnParams p = make_params(q, k, v, out, lse, prm, val);
+  const attn::Params p = make_params(q, k, v, out, lse, prm, val);
   const bool bf16 = q.dtype == DType::kBF16;
   if (q.head_dim == 64)
     bf16 ? attn::sm90::launch_d64_bf16(p, stream) : attn::sm90::launch_d64_fp16(p, stream);

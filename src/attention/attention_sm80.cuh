@@ -1,5 +1,7 @@
 // Internal: the sm80 attention forward kernel (FlashAttention-2's algorithm, written with CuTe).
 // Runs on compute capability >= 8.0, Hopper included (mma.sync; the wgmma kernel is attention_sm90.cuh).
+// Its configuration (tile, warps, mma.sync atom, shared-memory layouts, accumulator views) is
+// traits_sm80.cuh, its register-level GEMM and copy helpers gemm_sm80.cuh.
 //
 // One block computes O for kBlockM query rows of one (batch, head):
 //   Q tile  -> shared memory once (cp.async, 16-byte vectors, swizzled layout: conflict-free ldmatrix)
@@ -16,141 +18,28 @@
 //   with 16-byte vectors; LSE = m·scale + log(sum) per row.
 // K and V each have one shared-memory buffer: the copy of one overlaps the GEMM on the other, which
 // is FlashAttention-2's two-stage pipeline.
+//
+// The main loop and the epilogue stay in this one function body: moved into force-inlined
+// functions (as the sm90a kernel's are), ptxas allocated the 128 x 64 D = 64 kernel 252-255
+// registers instead of 236, so the split waits for a GPU check (docs/attention.md#design).
 #pragma once
 
 #include <cmath>
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
-#include <cute/tensor.hpp>
-#include <cutlass/array.h>
-#include <cutlass/numeric_conversion.h>
-#include <cutlass/numeric_types.h>
-
+#include "attention/gemm_sm80.cuh"
 #include "attention/mask.cuh"
 #include "attention/params.h"
 #include "attention/softmax.cuh"
+#include "attention/traits_sm80.cuh"
 
 namespace blockfuse::attn {
 
 using namespace cute;
 
-template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_>
-struct KernelTraits {
-  using Element = Element_;  // cutlass::bfloat16_t or cutlass::half_t
-  static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = kBlockM_;
-  static constexpr int kBlockN = kBlockN_;
-  static constexpr int kNWarps = kNWarps_;
-  static constexpr int kNThreads = kNWarps * 32;
-  static_assert(kBlockM % (16 * kNWarps) == 0, "each warp owns whole 16-row MMA tiles");
-
-  using MmaAtom = std::conditional_t<std::is_same_v<Element, cutlass::half_t>,
-                                     MMA_Atom<SM80_16x8x16_F32F16F16F32_TN>,
-                                     MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>>;
-  // Warps stacked along M; N tile 16 so B fragments load with one ldmatrix.x4 (two n8 tiles).
-  using TiledMma = TiledMMA<MmaAtom, Layout<Shape<Int<kNWarps>, _1, _1>>, Tile<Int<16 * kNWarps>, _16, _16>>;
-
-  // Shared memory: rows of 64 elements (128 bytes) swizzled with Swizzle<3,3,3> so that the eight
-  // 16-byte ldmatrix row reads of a phase hit eight different bank groups.
-  static constexpr int kBlockKSmem = 64;
-  using SmemLayoutAtom = decltype(composition(
-      Swizzle<3, 3, 3>{}, Layout<Shape<_8, Int<kBlockKSmem>>, Stride<Int<kBlockKSmem>, _1>>{}));
-  using SmemLayoutQ = decltype(tile_to_shape(SmemLayoutAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-  using SmemLayoutKV = decltype(tile_to_shape(SmemLayoutAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
-  // V viewed as Vᵀ [D, kBlockN] for the B operand of P·V (read with ldmatrix.trans).
-  using SmemLayoutVt = decltype(composition(
-      SmemLayoutKV{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, GenRowMajor{})));
-  using SmemLayoutVtNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutVt{}));
-  using SmemLayoutO = SmemLayoutQ;
-
-  using SmemCopyAtom = Copy_Atom<SM75_U32x4_LDSM_N, Element>;
-  using SmemCopyAtomTransposed = Copy_Atom<SM75_U16x8_LDSM_T, Element>;
-  using SmemCopyAtomO = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<128>, Element>;
-
-  // Global <-> shared: 16-byte vectors, 8 threads per 64-element row segment.
-  static constexpr int kElemsPerLoad = 16 / sizeof(Element);
-  static constexpr int kThreadsPerRow = kBlockKSmem / kElemsPerLoad;
-  using GmemLayoutAtom = Layout<Shape<Int<kNThreads / kThreadsPerRow>, Int<kThreadsPerRow>>,
-                                Stride<Int<kThreadsPerRow>, _1>>;
-  using GmemTiledCopyQKV = decltype(make_tiled_copy(
-      Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, Element>{}, GmemLayoutAtom{}, Layout<Shape<_1, _8>>{}));
-  using GmemTiledCopyO = decltype(make_tiled_copy(
-      Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<128>, Element>{}, GmemLayoutAtom{}, Layout<Shape<_1, _8>>{}));
-
-  static constexpr int kSmemBytes = (kBlockM + 2 * kBlockN) * kHeadDim * int(sizeof(Element));
-};
-
-// ---- register-level helpers ------------------------------------------------------------------
-
-// The m16n8 accumulator layout ((2, 2), MMA_M, MMA_N) viewed as (row, col) = ((2, MMA_M), (2, MMA_N)).
-template <class Layout>
-__device__ auto acc_rowcol(Layout acc) {
-  auto l = logical_divide(acc, Shape<_2>{});
-  return make_layout(make_layout(get<0, 1>(l), get<1>(l)), make_layout(get<0, 0>(l), get<2>(l)));
-}
-
-// The accumulator of S = Q·Kᵀ (m16n8) viewed as the A operand of P·V (m16n8k16): two adjacent n8
-// tiles form one k16 slice. ((2, 2), MMA_M, MMA_N) -> ((4, 2), MMA_M, MMA_N / 2).
-template <class Layout>
-__device__ auto acc_as_a(Layout acc) {
-  auto l = logical_divide(acc, Shape<Underscore, Underscore, _2>{});
-  return make_layout(make_layout(get<0>(l), get<2, 0>(l)), get<1>(l), get<2, 1>(l));
-}
-
-// acc += A·B with both operands read from shared memory, the next k-slice's ldmatrix issued
-// before the current slice's MMAs.
-template <class Acc, class RA, class RB, class SA, class SB, class Mma, class CA, class CB, class TA, class TB>
-__device__ void gemm_ss(Acc& acc, RA& rA, RB& rB, SA const& sA, SB const& sB, Mma const& mma,
-                        CA const& copy_a, CB const& copy_b, TA const& thr_a, TB const& thr_b) {
-  auto rA_v = thr_a.retile_D(rA);
-  auto rB_v = thr_b.retile_D(rB);
-  copy(copy_a, sA(_, _, _0{}), rA_v(_, _, _0{}));
-  copy(copy_b, sB(_, _, _0{}), rB_v(_, _, _0{}));
-  CUTE_UNROLL
-  for (int i = 0; i < size<2>(rA); ++i) {
-    if (i < size<2>(rA) - 1) {
-      copy(copy_a, sA(_, _, i + 1), rA_v(_, _, i + 1));
-      copy(copy_b, sB(_, _, i + 1), rB_v(_, _, i + 1));
-    }
-    cute::gemm(mma, rA(_, _, i), rB(_, _, i), acc);
-  }
-}
-
-// acc += A·B with A in registers (P) and B read from shared memory.
-template <class Acc, class RA, class RB, class SB, class Mma, class CB, class TB>
-__device__ void gemm_rs(Acc& acc, RA const& rA, RB& rB, SB const& sB, Mma const& mma, CB const& copy_b,
-                        TB const& thr_b) {
-  auto rB_v = thr_b.retile_D(rB);
-  copy(copy_b, sB(_, _, _0{}), rB_v(_, _, _0{}));
-  CUTE_UNROLL
-  for (int i = 0; i < size<2>(rA); ++i) {
-    if (i < size<2>(rA) - 1) copy(copy_b, sB(_, _, i + 1), rB_v(_, _, i + 1));
-    cute::gemm(mma, rA(_, _, i), rB(_, _, i), acc);
-  }
-}
-
-// Copies a [rows, cols] tile partitioned by a tiled copy, rows at or beyond `max_rows` skipped
-// (and zero-filled in the destination when kClear): the tails of Q, K and V.
-template <bool kClear, class TiledCopy, class S, class D, class C>
-__device__ void copy_rows(TiledCopy const& tc, S const& src, D& dst, C const& ident, int max_rows) {
-  CUTE_UNROLL
-  for (int m = 0; m < size<1>(src); ++m) {
-    if (get<0>(ident(0, m, 0)) < max_rows) {
-      CUTE_UNROLL
-      for (int k = 0; k < size<2>(src); ++k) copy(tc, src(_, m, k), dst(_, m, k));
-    } else if (kClear) {
-      clear(dst(_, m, _));
-    }
-  }
-}
-
 // ---- the kernel -----------------------------------------------------------------------------
 
 template <class Traits>
-__global__ void __launch_bounds__(Traits::kNThreads, 1) attention_fwd_sm80(const AttnParams p) {
+__global__ void __launch_bounds__(Traits::kNThreads, 1) attention_fwd_sm80(const Params p) {
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;

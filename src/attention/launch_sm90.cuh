@@ -13,7 +13,7 @@
 namespace blockfuse::attn::sm90 {
 
 template <class Traits>
-void launch(const AttnParams& a, cudaStream_t stream) {
+void launch(const Params& a, cudaStream_t stream) {
   using Element = typename Traits::Element;
   auto kernel = attention_fwd_sm90<Traits>;
   constexpr int kSmem = Traits::kSmemBytes;
@@ -39,33 +39,15 @@ void launch(const AttnParams& a, cudaStream_t stream) {
                                st(a.v_head_stride), st(a.v_batch_stride));
   auto o = Traits::gmem_tensor(static_cast<Element*>(a.out), rows_q, a.heads_q, views, st(a.o_row_stride),
                                st(a.o_head_stride), st(a.o_batch_stride));
-  Sm90Params<Traits> p{make_tma_copy(SM90_TMA_LOAD{}, q, typename Traits::SmemLayoutQSlice{}),
+  Sm90Params<Traits> p{a,
+                       make_tma_copy(SM90_TMA_LOAD{}, q, typename Traits::SmemLayoutQSlice{}),
                        make_tma_copy(SM90_TMA_LOAD{}, k, typename Traits::SmemLayoutKStage{}),
                        make_tma_copy(SM90_TMA_LOAD{}, v, typename Traits::SmemLayoutKStage{}),
                        make_tma_copy(SM90_TMA_STORE{}, o, typename Traits::SmemLayoutQSlice{})};
-  p.out = static_cast<Element*>(a.out);
-  p.o_row_stride = a.o_row_stride;
-  p.o_head_stride = a.o_head_stride;
-  p.lse = a.lse;
-  p.lse_batch_stride = a.lse_batch_stride;
-  p.lse_head_stride = a.lse_head_stride;
-  p.cu_seqlens_q = a.cu_seqlens_q;
-  p.cu_seqlens_k = a.cu_seqlens_k;
-  p.batch = a.batch;
-  p.heads_q = a.heads_q;
-  p.heads_kv = a.heads_kv;
-  p.group = a.group;
-  p.seqlen_q = a.seqlen_q;
-  p.seqlen_k = a.seqlen_k;
   p.rows_q = rows_q;
   p.rows_k = rows_k;
   p.m_blocks = m_blocks;
   p.num_tiles = num_tiles;
-  p.scale_log2 = a.scale_log2;
-  p.scale_lse = a.scale_lse;
-  p.softcap_mul = a.softcap_mul;
-  p.window_left = a.window_left;
-  p.window_right = a.window_right;
   // Persistent (one CTA per SM: the shared memory allows no more) unless a band makes the tiles
   // uneven (sm90_grid_ctas).
   const bool banded = a.window_left < kWindowUnbounded || a.window_right < kWindowUnbounded;

@@ -3,7 +3,7 @@
 
 namespace blockfuse::attn::sm90 {
 
-void launch_d128_bf16(const AttnParams& p, cudaStream_t stream) { launch<TraitsD128<cutlass::bfloat16_t>>(p, stream); }
+void launch_d128_bf16(const Params& p, cudaStream_t stream) { launch<TraitsD128<cutlass::bfloat16_t>>(p, stream); }
 
 int smem_bytes_d128() { return TraitsD128<cutlass::bfloat16_t>::kSmemBytes; }
 

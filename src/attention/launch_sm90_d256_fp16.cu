@@ -3,6 +3,6 @@
 
 namespace blockfuse::attn::sm90 {
 
-void launch_d256_fp16(const AttnParams& p, cudaStream_t stream) { launch<TraitsD256<cutlass::half_t>>(p, stream); }
+void launch_d256_fp16(const Params& p, cudaStream_t stream) { launch<TraitsD256<cutlass::half_t>>(p, stream); }
 
 }  // namespace blockfuse::attn::sm90

@@ -1,5 +1,7 @@
-// Internal: the attention kernel's launch parameters and the table of compiled tile configurations,
-// shared by the heuristic, the validation, the launcher and the kernel (so they cannot disagree).
+// Internal: the attention family's Params (what the validating launcher, attention.cpp, hands to
+// both kernels; the sm90a kernel extends it with its TMA descriptors, Sm90Params in
+// traits_sm90.cuh) and the table of compiled tile configurations, shared by the heuristic, the
+// validation, the launchers and the kernels (so they cannot disagree).
 #pragma once
 
 #include <cstdint>
@@ -15,9 +17,9 @@ struct TileConfig {
 
 // The heuristic's choice for each head dim comes first (attention_config(D, 0)); the rest are
 // compiled for benchmarking and tuning. At D = 128, 128 x 128 with 8 warps (64 O accumulators and
-// 64 scores per thread, 96 KB of shared memory) measured 1-7 % faster on the H100 than
-// FlashAttention-2's 128 x 64 / 4 warps at S = 4096 and 16384, causal or not, Hkv 32 and 8
-// (docs/attention.md#tuning). 128 x 128 / 4 warps at D = 64 is FlashAttention-2's.
+// 64 scores per thread, 96 KB of shared memory): 1-7 % faster on H100 than FlashAttention-2's
+// 128 x 64 / 4 warps at S = 4096 and 16384, causal or not (docs/attention.md#tuning).
+// 128 x 128 / 4 warps at D = 64 is FlashAttention-2's.
 inline constexpr TileConfig kTileConfigs[] = {
     {64, 128, 128, 4}, {64, 128, 64, 4},
     {128, 128, 128, 8}, {128, 128, 64, 4}, {128, 64, 64, 4},
@@ -35,30 +37,31 @@ inline bool sm90_supports(int64_t head_dim) { return head_dim == 64 || head_dim 
 
 // Whether params.kernel = kAuto runs the sm90a kernel: the build has it, the device is compute
 // capability 9.0 exactly (sm_90a code is not forward compatible), the shape is one it handles and its
-// shared memory fits. On an H100 it measured 1.8-2.4x the sm80 kernel at D = 128, 2.0-2.5x at
-// D = 64, 1.9-2.5x at D = 256 and 1.8-2.5x varlen at D = 128 (docs/attention.md#tuning), so every shape it handles goes to it. Host-only, a pure function (tests/attention/test_attention_heuristic.cpp).
+// shared memory fits. Every shape it handles goes to it: 1.8-2.5x the sm80 kernel on H100 at every
+// head dim, batched and varlen (docs/attention.md#tuning). Host-only, a pure function
+// (tests/attention/test_attention_heuristic.cpp).
 inline bool auto_uses_sm90(bool built, int cc_major, int cc_minor, int64_t head_dim, int smem_needed, int smem_limit) {
   return built && cc_major == 9 && cc_minor == 0 && sm90_supports(head_dim) && smem_needed <= smem_limit;
 }
 
-// Window bounds as AttnParams stores them: "unbounded" is a value beyond every row.
+// Window bounds as Params stores them: "unbounded" is a value beyond every row.
 constexpr int kWindowUnbounded = 1 << 30;
 
 // The sm90a kernel's grid (CTAs along x; each walks tiles blockIdx.x, + gridDim.x, ...). Without a
 // causal mask or window every tile does the same work, and a persistent grid (one CTA per SM) lets
 // the producer load the next tile under the current epilogue. Under a band the work per tile varies,
 // and a static walk balanced worse than the hardware's block scheduler (one CTA per tile, longest
-// first): H100, D = 128, S = 16384 causal (docs/attention.md#tuning): persistent
-// 595 / 655 TFLOP/s at Hkv 32 / 8 against 685 / 662, while non-causal it gained 0.4-6 %
-// (S = 1024: 521 / 522 against 499 / 494). Host-only, a pure function.
+// first): on H100 at D = 128, S = 16384 causal the persistent walk lost up to 13 %, while
+// non-causal it gained 0.4-6 % (docs/attention.md#tuning). Host-only, a pure function.
 inline int64_t sm90_grid_ctas(int64_t num_tiles, int sm_count, bool banded) {
   constexpr int64_t kMaxGridX = (int64_t(1) << 31) - 1;
   if (banded && num_tiles <= kMaxGridX) return num_tiles;
   return num_tiles < sm_count ? num_tiles : sm_count;
 }
 
-// What the kernel is launched with. Offsets are in elements (int64: tensors may exceed 2^31).
-struct AttnParams {
+// What the kernels are launched with, one struct from the launcher to both kernels. Offsets are in
+// elements (int64: tensors may exceed 2^31).
+struct Params {
   const void* q;
   const void* k;
   const void* v;

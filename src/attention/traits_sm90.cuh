@@ -1,5 +1,7 @@
-// Internal: the sm90a attention forward kernel's compile-time traits (tile shapes, shared-memory
-// layouts, TMA and wgmma atoms) and launch parameters (attention_sm90.cuh is the kernel).
+// Internal: the compile-time configuration of the sm90a attention kernel (tile, stages, wgmma
+// atoms, shared-memory layouts, TMA descriptor types) and the kernel's launch parameters. The kernel
+// itself is attention_sm90.cuh; its parts are mainloop_sm90.cuh, epilogue_sm90.cuh and
+// tile_scheduler.cuh.
 #pragma once
 
 #include <cmath>
@@ -17,8 +19,7 @@
 #include "cutlass/numeric_types.h"
 #include "cutlass/pipeline/pipeline.hpp"
 
-#include "attention/mask.cuh"
-#include "attention/softmax.cuh"
+#include "attention/params.h"
 
 namespace blockfuse::attn::sm90 {
 
@@ -126,28 +127,17 @@ struct Sm90Traits {
                                       SmemLayoutQSlice{}));
 };
 
-// What the kernel is launched with (a __grid_constant__ parameter: the TMA descriptors are read
-// from it by address).
+// What the kernel is launched with: the family's Params plus what the host derives from them (a
+// __grid_constant__ parameter: the TMA descriptors are read from it by address).
 template <class Traits>
-struct Sm90Params {
+struct Sm90Params : Params {
   typename Traits::TmaQ tma_q;
   typename Traits::TmaKV tma_k;
   typename Traits::TmaKV tma_v;
   typename Traits::TmaO tma_o;
-  typename Traits::Element* out = nullptr;  // varlen: O is stored by predicated vector stores, not by TMA
-  int64_t o_row_stride = 0, o_head_stride = 0;
-  float* lse = nullptr;  // nullptr: not written
-  int64_t lse_batch_stride = 0, lse_head_stride = 0;
-  const int32_t* cu_seqlens_q = nullptr;  // nullptr: batched; else num_seqs + 1 offsets (varlen)
-  const int32_t* cu_seqlens_k = nullptr;
-  int batch = 0, heads_q = 0, heads_kv = 0, group = 1;  // varlen: batch = num_seqs
-  int seqlen_q = 0, seqlen_k = 0;                       // varlen: the maxima
-  int rows_q = 0, rows_k = 0;     // rows of the TMA views: seqlen (batched) or total (varlen)
-  int m_blocks = 0;               // ceil(seqlen_q / 128)
-  int64_t num_tiles = 0;          // m_blocks · heads_q · batch
-  float scale_log2 = 0, scale_lse = 0;
-  float softcap_mul = 0;                  // as AttnParams: 0 off, else the tanh argument's factor
-  int window_left = 0, window_right = 0;  // as AttnParams (causal is window_right = 0)
+  int rows_q = 0, rows_k = 0;  // rows of the TMA views: seqlen (batched) or total (varlen)
+  int m_blocks = 0;            // ceil(seqlen_q / 128)
+  int64_t num_tiles = 0;       // m_blocks · heads_q · batch
 };
 
 }  // namespace blockfuse::attn::sm90

@@ -1,0 +1,56 @@
+// Internal: the tile scheduler of the sm90a attention kernel: which tiles a CTA computes and, for
+// each, its sequence, mask and key-block range.
+//
+// CTA i computes tiles i, i + gridDim.x, ... (the grid: sm90_grid_ctas in params.h). A tile is
+// (m_block, head, b), m fastest and reversed: the CTAs running together share one head's K and V in
+// L2, and under a causal mask the longest query blocks start first. The producer and the consumers
+// derive a tile's sequence, mask and key-block range from the same call, so they agree. Varlen:
+// sequence b is rows [cu[b], cu[b+1]) of the packed tensors; a tile past its sequence's end is
+// skipped by both. (The sm80 kernel is not persistent: one block per tile, the hardware's block
+// scheduler walks them, longest query blocks first; attention_sm80.cuh.)
+#pragma once
+
+#include <cstdint>
+
+#include <cute/config.hpp>
+
+#include "attention/mask.cuh"
+
+namespace blockfuse::attn::sm90 {
+
+struct Tile {
+  int m_block, head, b, n_min, n_max;
+  int offset_q, offset_k, len_q, len_k;  // batched: 0, 0, seqlen_q, seqlen_k
+  VisibilityMask mask;
+};
+
+template <int kBlockM, int kBlockN, class KernelParams>
+struct TileScheduler {
+  KernelParams const& p;
+  bool varlen;
+
+  CUTE_DEVICE Tile tile_at(int64_t t) const {
+    const int m_block = p.m_blocks - 1 - int(t % p.m_blocks);
+    const int64_t hb = t / p.m_blocks;
+    const int head = int(hb % p.heads_q), b = int(hb / p.heads_q);
+    int offset_q = 0, offset_k = 0, len_q = p.seqlen_q, len_k = p.seqlen_k;
+    if (varlen) {
+      offset_q = p.cu_seqlens_q[b];
+      len_q = p.cu_seqlens_q[b + 1] - offset_q;
+      offset_k = p.cu_seqlens_k[b];
+      len_k = p.cu_seqlens_k[b + 1] - offset_k;
+    }
+    Tile tl{m_block, head, b, 0, 0, offset_q, offset_k, len_q, len_k,
+            VisibilityMask(len_q, len_k, p.window_left, p.window_right)};
+    tl.mask.template n_block_range<kBlockM, kBlockN>(m_block, tl.n_min, tl.n_max);
+    return tl;
+  }
+  CUTE_DEVICE static bool tile_is_empty(const Tile& tl) { return tl.m_block * kBlockM >= tl.len_q; }
+
+  // The walk: the first tile of this CTA, the end, the stride.
+  CUTE_DEVICE static int64_t first() { return blockIdx.x; }
+  CUTE_DEVICE int64_t end() const { return p.num_tiles; }
+  CUTE_DEVICE static int64_t stride() { return gridDim.x; }
+};
+
+}  // namespace blockfuse::attn::sm90
