@@ -87,7 +87,7 @@ class FusedMlpBench final : public BenchCommand {
             "group over a 2-CTA cluster where the list is short (auto), never, or always; rows other than auto are "
             "named sparse-S-split-RULE");
     o.ints("--warps", warps_, 0, 32,
-           "warps a block at M <= 8 (src/fused_mlp/params.h: auto_block_warps, set_block_warps): 0 (the library's "
+           "warps a block at M <= 8 (FusedMlpConfig::block_warps; the rule: src/fused_mlp/params.h auto_block_warps): 0 (the library's "
            "rule), 8, 16, 32; rows other than 0 are named VARIANT-wN and skip M > 8");
     o.integer("--calls", calls_, 1, 100000, "calls per captured graph");
     o.integer("--max-gib", max_gib_, 1, 1 << 20, "GiB at most for the rotated weight copies");
@@ -116,11 +116,7 @@ class FusedMlpBench final : public BenchCommand {
     for (const std::string& key : shapes_)
       for (const auto& sh : kShapes)
         if (key == sh.key)
-          for (int64_t w : warps_) {
-            fmlp::set_block_warps(int(w));
-            shape(b, sh, int(w));
-            fmlp::set_block_warps(fmlp::kAutoBlockWarps);
-          }
+          for (int64_t w : warps_) shape(b, sh, int(w));
   }
 
   void shape(Bench& b, const Shape& sh, int warps);
@@ -131,6 +127,8 @@ void FusedMlpBench::shape(Bench& b, const Shape& sh, int warps) {
   const DType dt = DType::kBF16;
   const Activation act = Activation::kSiLU;
   const cudaStream_t s = b.stream();
+  // The library's rules but for the forced block width (warps 0: the rule).
+  const FusedMlpConfig defaults{0, MlpReduction::kAtomic, MlpSplitRule::kAuto, warps};
   const int sms = b.device().sms;
   const std::string key = sh.key;
   const int64_t K = sh.k, U = sh.u, nblk = U / 32;
@@ -156,7 +154,7 @@ void FusedMlpBench::shape(Bench& b, const Shape& sh, int warps) {
   for (int64_t M : ms_)
     for (int nb : {16, 32, 64})
       for (MlpReduction red : {MlpReduction::kAtomic, MlpReduction::kDeterministic})
-        ws_need = std::max(ws_need, fused_mlp_workspace_size(M, K, U / 16, FusedMlpConfig{nb, red}));
+        ws_need = std::max(ws_need, fused_mlp_workspace_size(M, K, U / 16, FusedMlpConfig{nb, red, MlpSplitRule::kAuto, warps}));
   DeviceBuffer<unsigned char> ws(ws_need);
   if (ws_need) BENCH_CUDA(cudaMemsetAsync(ws.data(), 0, ws.bytes(), s));
   // 8 random union lists per sparsity (same count), and per-token lists.
@@ -220,7 +218,7 @@ void FusedMlpBench::shape(Bench& b, const Shape& sh, int warps) {
     for (int64_t nb : nbs_)
       for (MlpReduction red : {MlpReduction::kAtomic, MlpReduction::kDeterministic}) {
         if (red == MlpReduction::kDeterministic && nb != 0) continue;
-        const FusedMlpConfig cfg{int(nb), red};
+        const FusedMlpConfig cfg{int(nb), red, MlpSplitRule::kAuto, warps};
         const std::string variant = red == MlpReduction::kAtomic ? "dense" : "dense-deterministic";
         testing::fill_bits(Y, testing::nan_bits(dt), s);
         fused_mlp(X, WGU(0), WD(0), Y, act, ws.data(), ws.bytes(), cfg, s);
@@ -235,7 +233,7 @@ void FusedMlpBench::shape(Bench& b, const Shape& sh, int warps) {
     // sparse path with every block listed must equal dense: checked once per M before timing.
     testing::fill_bits(Y, testing::nan_bits(dt), s);
     fused_mlp_sparse(X, WGU(0), WD(0), Y, act, NeuronBlockList{all_idx.data(), all_cnt.data(), nblk, 32}, ws.data(), ws.bytes(),
-                     FusedMlpConfig{}, s);
+                     defaults, s);
     BENCH_CUDA(cudaStreamSynchronize(s));
     const Check all_chk = rel_l2_check(dt, yb.data(), yr.data(), M * K);
     const bool sparse_ok = b.verify(at + " sparse all-blocks", all_chk);
@@ -260,23 +258,20 @@ void FusedMlpBench::shape(Bench& b, const Shape& sh, int warps) {
       // path all_chk checked against the unfused pipeline with every block listed).
       for (int64_t forced : sparse_nbs_)
       for (const std::string& split : forced ? std::vector<std::string>{"auto"} : splits_) {
-        fmlp::set_split_rule(split == "never" ? fmlp::SplitRule::kNever
-                             : split == "always" ? fmlp::SplitRule::kAlways : fmlp::SplitRule::kAuto);
-        const FusedMlpConfig cfg{int(forced), MlpReduction::kAtomic};
+        const MlpSplitRule rule = split == "never" ? MlpSplitRule::kNever
+                                  : split == "always" ? MlpSplitRule::kAlways : MlpSplitRule::kAuto;
+        const FusedMlpConfig cfg{int(forced), MlpReduction::kAtomic, rule, warps};
         // (a split unit's group is 16 neurons: reported as such where the rule splits this list)
         const detail::DeviceSpec spec = detail::current_device_spec();
         const int bw = fmlp::launch_block_warps(M, b.device().major, forced == 0, false,
-                                                fmlp::dram_gbps_per_sm(spec.dram_gbps, spec.sm_count));
-        const bool splits = !forced && fmlp::split_units(M, fmlp::split_rule(), b.device().major >= 9, active * 2, sms, bw);
+                                                fmlp::dram_gbps_per_sm(spec.dram_gbps, spec.sm_count), warps);
+        const bool splits = !forced && fmlp::split_units(M, rule, b.device().major >= 9, active * 2, sms, bw);
         const int nb = forced ? int(forced) : splits ? 16 : fused_mlp_heuristic(M, K, active * 2, sms).neurons_per_block;
         Check chk = all_chk;
         bool ok = sparse_ok;
         if (forced || split != "auto") {
           // (the reference call under the default rules)
-          fmlp::set_split_rule(fmlp::SplitRule::kAuto);
-          fused_mlp_sparse(X, WGU(0), WD(0), Y, act, L(0), ws.data(), ws.bytes(), FusedMlpConfig{}, s);
-          fmlp::set_split_rule(split == "never" ? fmlp::SplitRule::kNever
-                               : split == "always" ? fmlp::SplitRule::kAlways : fmlp::SplitRule::kAuto);
+          fused_mlp_sparse(X, WGU(0), WD(0), Y, act, L(0), ws.data(), ws.bytes(), defaults, s);
           BENCH_CUDA(cudaMemcpyAsync(ys.data(), yb.data(), size_t(M * K) * 2, cudaMemcpyDeviceToDevice, s));
           testing::fill_bits(Y, testing::nan_bits(dt), s);
           fused_mlp_sparse(X, WGU(0), WD(0), Y, act, L(0), ws.data(), ws.bytes(), cfg, s);
@@ -291,7 +286,6 @@ void FusedMlpBench::shape(Bench& b, const Shape& sh, int warps) {
                    (split != "auto" ? "-split-" + split : ""),
                nb, t, wbytes * frac + io, chk, ok, frac);
       }
-      fmlp::set_split_rule(fmlp::SplitRule::kAuto);
       // Per-token lists at M > 1: each token its own random blocks of the same density.
       if (M > 1) {
         std::vector<int32_t> ti(static_cast<size_t>(M * nblk)), tc(static_cast<size_t>(M), int32_t(active));
@@ -312,7 +306,7 @@ void FusedMlpBench::shape(Bench& b, const Shape& sh, int warps) {
         BENCH_CUDA(cudaMemcpy(tok_cnt.data(), tc.data(), tc.size() * 4, cudaMemcpyHostToDevice));
         const PerTokenNeuronBlocks P{tok_idx.data(), tok_cnt.data(), nblk, 32};
         const Timing tp = b.time(
-            [&](int i) { fused_mlp_sparse(X, WGU(i), WD(i), Y, act, P, ws.data(), ws.bytes(), FusedMlpConfig{}, s); }, method);
+            [&](int i) { fused_mlp_sparse(X, WGU(i), WD(i), Y, act, P, ws.data(), ws.bytes(), defaults, s); }, method);
         const double ud = double(nu) / double(nblk);
         report("per-token-" + std::to_string(sp), fused_mlp_heuristic(M, K, U / 16, sms).neurons_per_block, tp,
                wbytes * ud + io, all_chk, sparse_ok, ud);

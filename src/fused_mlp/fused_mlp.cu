@@ -7,8 +7,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <atomic>
-
 #include "common/device.h"
 #include "common/check.h"
 #include "common/launch.h"
@@ -71,6 +69,10 @@ void validate_config(const char* fn, const FusedMlpConfig& c) {
     throw_arg(fn, "config", cat("has neurons_per_block = ", c.neurons_per_block), "0 (heuristic), 16, 32 or 64");
   if (c.reduction != MlpReduction::kAtomic && c.reduction != MlpReduction::kDeterministic)
     throw_arg(fn, "config", cat("has reduction = ", int(c.reduction)), "MlpReduction::kAtomic or kDeterministic");
+  if (c.split_rule != MlpSplitRule::kAuto && c.split_rule != MlpSplitRule::kNever && c.split_rule != MlpSplitRule::kAlways)
+    throw_arg(fn, "config", cat("has split_rule = ", int(c.split_rule)), "MlpSplitRule::kAuto, kNever or kAlways");
+  if (!fmlp::valid_block_warps(c.block_warps))
+    throw_arg(fn, "config", cat("has block_warps = ", c.block_warps), "0 (the rule), 8, 16 or 32");
 }
 
 void validate_block_size(const char* fn, const char* arg, int bs, int64_t u) {
@@ -127,9 +129,6 @@ void launch_nt(const fmlp::FusedMlpParams& p, int ng, unsigned grid, cudaStream_
   }
 }
 
-std::atomic<int> g_split_rule{int(fmlp::SplitRule::kAuto)};
-std::atomic<int> g_block_warps{fmlp::kAutoBlockWarps};
-
 // Whether split launches may run here: sm_90+ with sm_90 code loaded for the kernel (a build for
 // sm_80 only runs on a Hopper through PTX, where the split path is a trap).
 bool split_path_available() {
@@ -162,18 +161,19 @@ void launch(const fmlp::FusedMlpParams& p, int ng, unsigned grid, cudaStream_t s
 
 // Everything validated; the device pointers checked here, then the launch.
 void run(const char* fn, const Problem& pr, const ConstMatrix& x, const ConstMatrix& wgu, const ConstMatrix& wd,
-         const Matrix& y, Activation act, fmlp::FusedMlpParams p, int neurons, MlpReduction red, void* ws,
+         const Matrix& y, Activation act, fmlp::FusedMlpParams p, int neurons, const FusedMlpConfig& config, void* ws,
          cudaStream_t stream, bool dynamic_groups = false) {
+  const MlpReduction red = config.reduction;
   detail::check_compute_capability(fn, 8, 0);
   // Dynamic groups: one block per listed group (the most the list can need), up to 4 groups each.
   if (dynamic_groups) neurons = 16;
   // Split launches (params.h: kSplitMaxRows): clusters of 2 CTAs, a unit per listed group.
-  const fmlp::SplitRule rule = fmlp::split_rule();
+  const fmlp::SplitRule rule = config.split_rule;
   p.split = dynamic_groups && fmlp::split_launch(pr.m, rule, split_path_available()) ? fmlp::kSplitCtas : 1;
   p.split_always = rule == fmlp::SplitRule::kAlways;
   const detail::DeviceSpec spec = detail::current_device_spec();
   p.warps = fmlp::launch_block_warps(pr.m, spec.cc_major, dynamic_groups, red == MlpReduction::kDeterministic,
-                                     fmlp::dram_gbps_per_sm(spec.dram_gbps, spec.sm_count));
+                                     fmlp::dram_gbps_per_sm(spec.dram_gbps, spec.sm_count), config.block_warps);
   const int64_t grid = fmlp::grid_blocks(p.groups, neurons) * p.split;
   if (grid > 0x7fffffff) throw_arg(fn, "w_down_t", cat("has U = ", pr.u), "fewer than 2^31 neuron blocks");
   p.x = x.data;
@@ -267,7 +267,7 @@ void fused_mlp(ConstMatrix x, ConstMatrix w_gate_up, ConstMatrix w_down_t, Matri
   p.list_groups_per_block = 1;
   p.list_blocks = groups;
   p.groups = groups;
-  run(kFn, pr, x, w_gate_up, w_down_t, y, act, p, neurons, config.reduction, workspace, stream);
+  run(kFn, pr, x, w_gate_up, w_down_t, y, act, p, neurons, config, workspace, stream);
 }
 
 namespace {
@@ -319,7 +319,7 @@ void run_sparse(const SparseList& l, const ConstMatrix& x, const ConstMatrix& w_
   // workspace has one slot per block of the grid the host sized).
   const bool dynamic = l.mode == ListMode::kUnion && config.neurons_per_block == 0 &&
                        config.reduction == MlpReduction::kAtomic;
-  run(kSparseFn, pr, x, w_gate_up, w_down_t, y, act, p, neurons, config.reduction, workspace, stream, dynamic);
+  run(kSparseFn, pr, x, w_gate_up, w_down_t, y, act, p, neurons, config, workspace, stream, dynamic);
 }
 
 }  // namespace
@@ -398,16 +398,5 @@ void fused_mlp_check_blocks(const int32_t* indices, const int32_t* counts, int64
   throw_arg(fn, "indices", cat("[", r, "][", i, "] is not greater than the entry before it"),
             "sorted ascending, no duplicates");
 }
-
-namespace fmlp {
-SplitRule split_rule() { return SplitRule(g_split_rule.load()); }
-void set_split_rule(SplitRule rule) { g_split_rule.store(int(rule)); }
-int block_warps() { return g_block_warps.load(); }
-void set_block_warps(int warps) {
-  if (warps != kAutoBlockWarps && warps != kWarps && warps != 16 && warps != kMaxBlockWarps)
-    throw_arg("fmlp::set_block_warps", "warps", cat("is ", warps), "0 (the rule), 8, 16 or 32");
-  g_block_warps.store(warps);
-}
-}  // namespace fmlp
 
 }  // namespace blockfuse

@@ -63,18 +63,12 @@ BF_FMLP_HD inline int modeled_neurons_per_block(int64_t m, int64_t k, int64_t gr
 
 // Split launches (fused_mlp_sm80.cuh): a union list with the heuristic's block size at M <= 8 on
 // sm_90 is launched as clusters of 2 CTAs, and a cluster shares one 16-neuron group between its two
-// CTAs (each reads half of K of the group's rows) where the list has at most one group per SM: a
-// short list then streams from twice as many SMs. Why: an unsplit 16-neuron block streams its rows at
-// about 25-33 GB/s (results/gpu/session12_h100/exp2/fmlp_fixed.json: Llama-3 8B, 8 blocks of a
-// 99 %-sparse list took 17-20 µs for 3.2 MB), so a list of fewer groups than SMs is bound by the rate
-// of a block, not by DRAM. Measured beside the unsplit launch in one process (exp3/fmlp_split.json,
-// H100): 90 / 95 %-sparse lists at M = 1 / 4 / 8 1.16-1.47x faster (8B x 90 % at M = 1: 27.9 -> 24.1
-// µs; 70B x 95 %: 46.1 -> 37.2); splitting every list (the `always` rule) was slower from 50 % to 90 %
-// at M = 4 and 8 (e.g. 70B x 90 %, M = 8: 133.4 against 102.6 µs), where a list has more groups than
-// SMs, hence the bound. With blocks of W > 8 warps (one an SM, auto_block_warps below) a list splits
-// only where its 2-CTA units still fit one wave, listed_groups · W / 8 <= SMs: at 16 warps a list of
-// 67-132 groups split in two waves (8B × 90 % at M = 1: 30.2 µs against 24.9 unsplit and 24.1 for the
-// 8-warp split, results/gpu/session16_h100/call1/table.txt and call3/table.txt).
+// CTAs (each reads half of K of the group's rows) where the list has at most one group per SM: an
+// unsplit 16-neuron block streams only about 25-33 GB/s, so a list of fewer groups than SMs is bound
+// by the rate of a block, not by DRAM (90 / 95 %-sparse lists at M <= 8 1.16-1.47x faster on H100;
+// splitting every list was slower where a list has more groups than SMs, hence the bound). With
+// blocks of W > 8 warps (one an SM) a list splits only where its 2-CTA units still fit one wave,
+// listed_groups · W / 8 <= SMs. docs/fused_mlp.md#tuning.
 constexpr int kSplitMaxRows = 8;  // M up to one 8-token MMA tile
 constexpr int kSplitCtas = 2;     // CTAs a split unit's cluster holds (each half of K)
 BF_FMLP_HD inline bool split_groups(int64_t listed_groups, int sms, int warps = kWarps) {
@@ -142,10 +136,10 @@ struct FusedMlpParams {
   int dynamic_groups;
   int sm_count;
   // Union lists: the CTAs of a cluster launch (1 or 2) and, with 2, whether every unit splits
-  // (split_always: a bench / test override) or only lists within split_groups.
+  // (split_always: FusedMlpConfig::split_rule kAlways) or only lists within split_groups.
   int split;
   int split_always;
-  int warps;               // warps a block (the launcher's choice: auto_block_warps or the override)
+  int warps;               // warps a block (the launcher's choice: auto_block_warps or the config's)
   int deterministic;
   int* counters;           // [chunks(k)]
   float* acc;              // atomic: [m, k]
@@ -154,43 +148,20 @@ struct FusedMlpParams {
   float* partials;         // deterministic: [gridDim.x, m, k]
 };
 
-// Process-wide override of the split rule for the bench and the tests: kAuto (split_groups), kNever,
-// kAlways (every union-list call that may split does, 16-neuron groups whatever the count).
-enum class SplitRule : int { kAuto = 0, kNever = 1, kAlways = 2 };
-SplitRule split_rule();
-void set_split_rule(SplitRule rule);
+// The split rule a call takes (FusedMlpConfig::split_rule): kAuto (split_groups), kNever, kAlways
+// (every union-list call that may split does, 16-neuron groups whatever the count).
+using SplitRule = MlpSplitRule;
 
 // Warps a block at M <= 8 (one token tile): kWarps (two blocks an SM), 16 or 32 (one block an SM;
 // the kernel's W). Wider blocks keep 4 gate/up loads a lane in flight and 2 down slots (1 at 32
-// warps: 64 registers a thread), which is what a warp's streaming rate uses (one SM streams about
-// 4 GB/s per warp with up to 4 loads a lane in flight, results/gpu/session15_h100/call8/sm_stream2.txt).
-// The rule: 16 warps at M <= 8 on sm_90+ for union lists with the heuristic's block size and in the
-// deterministic mode, and for dense and per-token grids too where the device's peak DRAM bandwidth
-// is at most kWideGridMaxGBpsPerSm a SM (the H100 SXM: 3352 GB/s / 132 = 25.4); 8 for dense and
-// per-token grids on faster memory (the H200: 4800 / 132 = 36.4) or where the bandwidth is unknown,
-// for more token tiles, and below sm_90 (not measured). Measured at Llama-3 8B and 70B, M = 1 / 4 / 8,
-// each comparison in one process:
-// - H100, 8 / 16 / 32 warps forced (results/gpu/session16_h100/call1/table.txt): 16 warps faster on
-//   dense (2-7 %, 8B M = 1 137.0 -> 131.0 µs), per-token (up to 10 %) and unsplit union lists (3-12 %);
-//   slower where a list split in two waves (split_groups above); 32 warps slower than 16 almost
-//   everywhere. Again in session 18 (results/gpu/session18_h100/call1/warps_table.txt, 8 against 16
-//   forced): dense 2-7 % faster (8B M = 1 137.6 -> 131.3 µs, 70B M = 8 576.2 -> 553.2), per-token
-//   level to 11 % faster, deterministic 2-7 % faster.
-// - H100, union lists at 16 warps with this split threshold against 8 warps (call3/table.txt): lists
-//   of more than 132 groups 4-13 % faster (8B 75 % at M = 1: 46.1 -> 42.5 µs), of at most 66 groups
-//   (split at 16 warps) up to 8 % faster, of 67-132 groups 1-4 % slower (unsplit at 16 warps, one
-//   block an SM: a third of the SMs idle; 8B 90 % at M = 1: 24.3 -> 24.9 µs).
-// - H200, 16 warps everywhere against 8 (call5_h200/table.txt): union lists of more than 132 groups
-//   5-22 % faster except 70B 50 % at M = 1 (4 % slower) and M = 4 (level), the 67-132 band 3-7 %
-//   slower; but dense up to 7 % slower at M = 1 and 4 (8B M = 1: 101.3 -> 108.9 µs) and per-token
-//   lists from 6 % slower to 24 % faster. A 16-warp block keeps 32 KB of loads in flight an SM where
-//   two 8-warp blocks keep 128 KB (U, fused_mlp_sm80.cuh); by Little's law a faster memory needs more
-//   bytes in flight for the same latency, hence the bandwidth bound for dense and per-token grids
-//   (two devices measured: the bound sits between them).
-// - The deterministic mode (any grid) takes 16 warps too: before session 17 its last-block sums
-//   gained most (dense 1.6-1.9x on both devices, call1/table.txt, call5_h200/table.txt); with the sum
-//   in a second launch (fused_mlp_sum_kernel) still 2-7 % on the H100 (session 18 above), not
-//   re-measured on the H200.
+// warps: 64 registers a thread), which is what a warp's streaming rate uses (about 4 GB/s per warp
+// with up to 4 loads a lane in flight). The rule: 16 warps at M <= 8 on sm_90+ for union lists with
+// the heuristic's block size and in the deterministic mode, and for dense and per-token grids where
+// the device's peak DRAM bandwidth is at most kWideGridMaxGBpsPerSm a SM (H100 SXM: 25.4; 2-7 %
+// faster dense, up to 10 % per-token, 3-12 % union lists); 8 for dense and per-token grids on faster
+// memory (H200: 36.4, where 16 warps were up to 7 % slower: two 8-warp blocks keep more bytes in
+// flight), where the bandwidth is unknown, for more token tiles, and below sm_90 (not measured).
+// 32 warps were slower than 16 almost everywhere. docs/fused_mlp.md#tuning.
 constexpr int kMaxBlockWarps = 32;
 constexpr double kWideGridMaxGBpsPerSm = 30.0;
 // dram_gbps_per_sm: the device's peak DRAM GB/s over its SMs (dram_gbps_per_sm below; 0: unknown).
@@ -199,16 +170,17 @@ inline int auto_block_warps(int64_t m, int cc_major, bool union_list, bool deter
   const bool wide_grid = dram_gbps_per_sm > 0 && dram_gbps_per_sm <= kWideGridMaxGBpsPerSm;
   return (union_list || deterministic || wide_grid) && m <= kSplitMaxRows && cc_major >= 9 ? 16 : kWarps;
 }
-// Process-wide override for the bench and the tests, as the split rule has: 0 (kAutoBlockWarps, the
-// default: auto_block_warps), or 8, 16 or 32 at M <= 8 whatever the launch.
+// FusedMlpConfig::block_warps: 0 (kAutoBlockWarps, the default: auto_block_warps), or 8, 16 or 32
+// at M <= 8 whatever the launch.
 constexpr int kAutoBlockWarps = 0;
-int block_warps();
-// Throws blockfuse::Error (an invalid argument) unless warps is 0, 8, 16 or 32.
-void set_block_warps(int warps);
-// The warps a launch takes: 8 above M = 8, else the override where one is set, else the rule (the
-// launcher's choice; the bench reports the split from it).
-inline int launch_block_warps(int64_t m, int cc_major, bool union_list, bool deterministic, double dram_gbps_per_sm) {
-  const int forced = block_warps();
+// Whether `warps` is a valid FusedMlpConfig::block_warps.
+inline bool valid_block_warps(int warps) {
+  return warps == kAutoBlockWarps || warps == kWarps || warps == 16 || warps == kMaxBlockWarps;
+}
+// The warps a launch takes: 8 above M = 8, else `forced` where it is not kAutoBlockWarps (the
+// config's block_warps), else the rule (the launcher's choice; the bench reports the split from it).
+inline int launch_block_warps(int64_t m, int cc_major, bool union_list, bool deterministic, double dram_gbps_per_sm,
+                              int forced = kAutoBlockWarps) {
   return m > kSplitMaxRows ? kWarps
          : forced != kAutoBlockWarps ? forced
                                      : auto_block_warps(m, cc_major, union_list, deterministic, dram_gbps_per_sm);

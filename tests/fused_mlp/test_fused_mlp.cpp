@@ -57,7 +57,7 @@ TEST(FusedMlpHeuristic, SplitsShortListsOnly) {
   EXPECT_FALSE(fmlp::split_groups(2 * 112, 132));
   EXPECT_FALSE(fmlp::split_groups(2 * 112, 132, 16));
   EXPECT_EQ(fmlp::kSplitMaxRows, 8);
-  EXPECT_EQ(fmlp::split_rule(), fmlp::SplitRule::kAuto);  // the default
+  EXPECT_EQ(FusedMlpConfig{}.split_rule, fmlp::SplitRule::kAuto);  // the default
   // The launch (clusters of 2) and the device's choice, shared by the launcher and the bench.
   using fmlp::SplitRule;
   for (int64_t m : {1, 8, 9, 32})
@@ -74,23 +74,32 @@ TEST(FusedMlpHeuristic, SplitsShortListsOnly) {
       }
 }
 
-// The block-width override (params.h: set_block_warps): the rule (0) by default, 8, 16 and 32
-// accepted, anything else a named error that leaves the setting as it was.
+// The block-width override (FusedMlpConfig::block_warps): the rule (0) by default, 8, 16 and 32
+// accepted, anything else a named error; a forced width applies at M <= 8 only. The split-rule
+// override likewise: kAuto by default, an unknown rule a named error.
 TEST(FusedMlpHeuristic, BlockWarpsOverride) {
-  EXPECT_EQ(fmlp::block_warps(), fmlp::kAutoBlockWarps);
+  EXPECT_EQ(FusedMlpConfig{}.block_warps, fmlp::kAutoBlockWarps);
   EXPECT_EQ(fmlp::kWarps, 8);
   for (int w : {16, 32, 8, 0}) {
-    fmlp::set_block_warps(w);
-    EXPECT_EQ(fmlp::block_warps(), w);
+    EXPECT_TRUE(fmlp::valid_block_warps(w)) << w;
+    FusedMlpConfig c;
+    c.block_warps = w;
+    EXPECT_GT(fused_mlp_workspace_size(1, 4096, 256, c), 0u) << w;
+    EXPECT_EQ(fmlp::launch_block_warps(8, 9, false, false, 0.0, w), w == 0 ? fmlp::kWarps : w);
+    EXPECT_EQ(fmlp::launch_block_warps(9, 9, true, true, 25.0, w), fmlp::kWarps) << "M > 8: 8 warps whatever is forced";
   }
   for (int bad : {4, 12, 24, 64, -8}) {
-    expect_arg_error([&] { fmlp::set_block_warps(bad); }, "warps", "0 (the rule), 8, 16 or 32");
-    EXPECT_EQ(fmlp::block_warps(), fmlp::kAutoBlockWarps) << "a rejected value changed the setting";
+    EXPECT_FALSE(fmlp::valid_block_warps(bad)) << bad;
+    FusedMlpConfig c;
+    c.block_warps = bad;
+    expect_arg_error([&] { fused_mlp_workspace_size(1, 4096, 256, c); }, "config", "0 (the rule), 8, 16 or 32");
   }
+  FusedMlpConfig c;
+  c.split_rule = MlpSplitRule(3);
+  expect_arg_error([&] { fused_mlp_workspace_size(1, 4096, 256, c); }, "config", "kAuto, kNever or kAlways");
 }
 
-// The rule (params.h: auto_block_warps, results/gpu/session16_h100/call1, call3 and call5_h200,
-// session18_h100/call1): 16 warps for union lists with the heuristic's block size and in the
+// The rule (params.h: auto_block_warps; docs/fused_mlp.md#tuning): 16 warps for union lists with the heuristic's block size and in the
 // deterministic mode at M <= 8 on sm_90+, and for dense and per-token grids where the peak DRAM
 // bandwidth is at most 30 GB/s a SM (the H100 SXM); 8 for dense and per-token grids with atomics on
 // faster memory (the H200) or unknown bandwidth, for more token tiles, and below sm_90.

@@ -114,13 +114,14 @@ const char* red_name(MlpReduction r) { return r == MlpReduction::kAtomic ? "atom
 
 class FusedMlpGpu : public ::testing::TestWithParam<DType> {};
 
-// Sets the process-wide split rule for a scope (the bench / test override, params.h).
-struct SplitRuleFor {
-  explicit SplitRuleFor(fmlp::SplitRule r) { fmlp::set_split_rule(r); }
-  ~SplitRuleFor() { fmlp::set_split_rule(fmlp::SplitRule::kAuto); }
-  SplitRuleFor(const SplitRuleFor&) = delete;
-  SplitRuleFor& operator=(const SplitRuleFor&) = delete;
-};
+// The heuristic's configuration (atomic) under a forced split rule and block width (the config's
+// overrides; the defaults are the library's rules).
+FusedMlpConfig forced(fmlp::SplitRule rule, int warps = fmlp::kAutoBlockWarps) {
+  FusedMlpConfig c;
+  c.split_rule = rule;
+  c.block_warps = warps;
+  return c;
+}
 
 TEST_P(FusedMlpGpu, DenseMatchesReference) {
   SKIP_WITHOUT_GPU();
@@ -212,12 +213,13 @@ void expect_union_list_matches(Mlp& f, const std::vector<int32_t>& list, int64_t
 }
 
 // Union lists of blocks of 32 (empty, 5 %, 40 %, all) under every split rule against the reference,
-// two calls per workspace (the second finds it as the first left it). `label` heads each trace.
-void expect_split_rules_match(DType dt, int64_t m, int64_t k, int64_t u, const std::string& label) {
+// two calls per workspace (the second finds it as the first left it). `label` heads each trace;
+// `warps`: the block width forced (FusedMlpConfig::block_warps).
+void expect_split_rules_match(DType dt, int64_t m, int64_t k, int64_t u, const std::string& label,
+                              int warps = fmlp::kAutoBlockWarps) {
   const int64_t bs = 32, nblk = u / bs;
   for (fmlp::SplitRule rule : {fmlp::SplitRule::kNever, fmlp::SplitRule::kAlways, fmlp::SplitRule::kAuto})
     for (double density : {0.0, 0.05, 0.4, 1.0}) {
-      const SplitRuleFor scoped(rule);
       const uint64_t seed = testing::fresh_seed();
       SCOPED_TRACE(label + "M=" + std::to_string(m) + " K=" + std::to_string(k) + " split rule " + std::to_string(int(rule)) +
                    " density=" + std::to_string(density) + "; " + testing::seed_note(seed));
@@ -227,7 +229,7 @@ void expect_split_rules_match(DType dt, int64_t m, int64_t k, int64_t u, const s
       for (int32_t b = 0; b < nblk; ++b)
         if (density >= 1.0 || std::uniform_real_distribution<double>(0, 1)(rng) < density) list.push_back(b);
       Workspace ws(fused_mlp_workspace_size(m, k, u / 16, FusedMlpConfig{}));
-      for (int rep = 0; rep < 2; ++rep) expect_union_list_matches(f, list, nblk, int(bs), ws);
+      for (int rep = 0; rep < 2; ++rep) expect_union_list_matches(f, list, nblk, int(bs), ws, forced(rule, warps));
     }
 }
 
@@ -299,7 +301,7 @@ TEST_P(FusedMlpGpu, SparseUnionLists) {
 TEST_P(FusedMlpGpu, UnionListBlockSizeFollowsTheCount) {
   SKIP_WITHOUT_GPU();
   // Unsplit, so that every block size the model picks runs (split units are 16 neurons: tested below).
-  const SplitRuleFor unsplit(fmlp::SplitRule::kNever);
+  const FusedMlpConfig unsplit = forced(fmlp::SplitRule::kNever);
   const DType dt = GetParam();
   int dev = 0, sms = 0;
   BF_CUDA_OK(cudaGetDevice(&dev));
@@ -332,7 +334,7 @@ TEST_P(FusedMlpGpu, UnionListBlockSizeFollowsTheCount) {
       BF_CUDA_OK(cudaMemcpy(dl.cnt.data(), &n, 4, cudaMemcpyHostToDevice));
       f.poison();
       fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, NeuronBlockList{dl.idx.data(), dl.cnt.data(), nblk, int(bs)},
-                       ws.p(), ws.bytes(), FusedMlpConfig{});
+                       ws.p(), ws.bytes(), unsplit);
       BF_CUDA_OK(cudaDeviceSynchronize());
       std::vector<unsigned char> mask(static_cast<size_t>(m * u));
       fmlp::neuron_mask_from_blocks(list.data(), &n, 0, false, m, u, int(bs), mask.data());
@@ -406,15 +408,7 @@ TEST_P(FusedMlpGpu, PerTokenLists) {
       }
 }
 
-// Sets the process-wide warps a block at M <= 8 for a scope (params.h: set_block_warps).
-struct BlockWarpsFor {
-  explicit BlockWarpsFor(int w) { fmlp::set_block_warps(w); }
-  ~BlockWarpsFor() { fmlp::set_block_warps(fmlp::kAutoBlockWarps); }
-  BlockWarpsFor(const BlockWarpsFor&) = delete;
-  BlockWarpsFor& operator=(const BlockWarpsFor&) = delete;
-};
-
-// Each block width at M <= 8 forced (params.h: set_block_warps; the rule, auto_block_warps, takes 16
+// Each block width at M <= 8 forced (FusedMlpConfig::block_warps; the rule, auto_block_warps, takes 16
 // for union lists and the deterministic mode on sm_90, for dense and per-token grids only on memory of
 // at most 30 GB/s a SM, so the other tests cover one width of those per device) against the reference, on every
 // path: dense at every block size and both reductions, union lists under every split rule (empty,
@@ -424,11 +418,11 @@ TEST_P(FusedMlpGpu, EveryBlockWidthMatchesTheReference) {
   SKIP_WITHOUT_GPU();
   const DType dt = GetParam();
   for (int w : {8, 16, 32}) {
-    const BlockWarpsFor scoped(w);
     for (auto [m, k] : {std::pair<int64_t, int64_t>{1, 2056}, {5, 520}, {8, 4168}, {9, 264}}) {
       const int64_t u = 512;
-      for (const FusedMlpConfig cfg : {FusedMlpConfig{16, MlpReduction::kAtomic}, FusedMlpConfig{32, MlpReduction::kDeterministic},
-                                       FusedMlpConfig{64, MlpReduction::kAtomic}, FusedMlpConfig{0, MlpReduction::kDeterministic}}) {
+      const MlpSplitRule au = MlpSplitRule::kAuto;
+      for (const FusedMlpConfig cfg : {FusedMlpConfig{16, MlpReduction::kAtomic, au, w}, FusedMlpConfig{32, MlpReduction::kDeterministic, au, w},
+                                       FusedMlpConfig{64, MlpReduction::kAtomic, au, w}, FusedMlpConfig{0, MlpReduction::kDeterministic, au, w}}) {
         const uint64_t seed = testing::fresh_seed();
         SCOPED_TRACE("warps " + std::to_string(w) + " dense M=" + std::to_string(m) + " K=" + std::to_string(k) + " nb=" +
                      std::to_string(cfg.neurons_per_block) + " " + red_name(cfg.reduction) + "; " + testing::seed_note(seed));
@@ -446,7 +440,7 @@ TEST_P(FusedMlpGpu, EveryBlockWidthMatchesTheReference) {
           EXPECT_EQ(f.y_bits(), first) << "deterministic mode not bitwise reproducible";
         }
       }
-      expect_split_rules_match(dt, m, k, u, "warps " + std::to_string(w) + " union ");
+      expect_split_rules_match(dt, m, k, u, "warps " + std::to_string(w) + " union ", w);
       const int64_t bs = 32, nblk = u / bs;
       {
         const uint64_t seed = testing::fresh_seed();
@@ -467,7 +461,8 @@ TEST_P(FusedMlpGpu, EveryBlockWidthMatchesTheReference) {
         Workspace ws(fused_mlp_workspace_size(m, k, u / 16, FusedMlpConfig{}));
         f.poison();
         fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kGeluTanh,
-                         PerTokenNeuronBlocks{di.data(), dc.data(), nblk, int(bs)}, ws.p(), ws.bytes(), FusedMlpConfig{});
+                         PerTokenNeuronBlocks{di.data(), dc.data(), nblk, int(bs)}, ws.p(), ws.bytes(),
+                         forced(MlpSplitRule::kAuto, w));
         BF_CUDA_OK(cudaDeviceSynchronize());
         std::vector<unsigned char> mask(static_cast<size_t>(m * u));
         fmlp::neuron_mask_from_blocks(idx.data(), counts.data(), nblk, true, m, u, int(bs), mask.data());
@@ -488,7 +483,6 @@ TEST_P(FusedMlpGpu, UnionListsAroundTheSplitThresholds) {
   BF_CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const int64_t bs = 16, u = 16 * (2 * int64_t(sms) + 8), nblk = u / bs;  // one group a block
   for (int w : {fmlp::kAutoBlockWarps, 8, 16, 32}) {
-    const BlockWarpsFor scoped(w);
     for (auto [m, k] : {std::pair<int64_t, int64_t>{1, 1032}, {8, 264}})
       for (int64_t listed : {int64_t(sms) / 4, int64_t(sms) / 2, int64_t(sms) / 2 + 1, int64_t(sms), int64_t(sms) + 1}) {
         const uint64_t seed = testing::fresh_seed();
@@ -502,7 +496,7 @@ TEST_P(FusedMlpGpu, UnionListsAroundTheSplitThresholds) {
         list.resize(static_cast<size_t>(std::max<int64_t>(listed, 1)));
         std::sort(list.begin(), list.end());
         Workspace ws(fused_mlp_workspace_size(m, k, u / 16, FusedMlpConfig{}));
-        expect_union_list_matches(f, list, nblk, int(bs), ws);
+        expect_union_list_matches(f, list, nblk, int(bs), ws, forced(MlpSplitRule::kAuto, w));
       }
   }
 }
@@ -720,10 +714,10 @@ TEST(FusedMlpSanitizer, SmallShapes) {
           fmlp::neuron_mask_from_blocks(list.data(), &cnt, 0, false, m, u, 16, mask.data());
           expect_matches(f, Activation::kSiLU, mask.data());
           if (red == MlpReduction::kAtomic) {  // the heuristic's block size, every unit split (M <= 8, sm_90)
-            const SplitRuleFor always(fmlp::SplitRule::kAlways);
             f.poison();
             fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU,
-                             NeuronBlockList{dl.idx.data(), dl.cnt.data(), 5, 16}, ws.p(), ws.bytes(), FusedMlpConfig{});
+                             NeuronBlockList{dl.idx.data(), dl.cnt.data(), 5, 16}, ws.p(), ws.bytes(),
+                             forced(fmlp::SplitRule::kAlways));
             BF_CUDA_OK(cudaDeviceSynchronize());
             expect_matches(f, Activation::kSiLU, mask.data());
           }
@@ -744,15 +738,14 @@ TEST(FusedMlpSanitizer, SmallShapes) {
         }
 }
 
-// Each block width at M <= 8 forced (params.h: set_block_warps) under the sanitizers: dense, a union
+// Each block width at M <= 8 forced (FusedMlpConfig::block_warps) under the sanitizers: dense, a union
 // list split over clusters and unsplit, M = 1 and 8.
 TEST(FusedMlpSanitizer, EveryBlockWidth) {
   SKIP_WITHOUT_GPU();
   for (int w : {8, 16, 32}) {
-    const BlockWarpsFor scoped(w);
     for (int64_t m : {1, 8})
       for (fmlp::SplitRule rule : {fmlp::SplitRule::kNever, fmlp::SplitRule::kAlways}) {
-        const SplitRuleFor split(rule);
+        const FusedMlpConfig det{16, MlpReduction::kDeterministic, rule, w};
         const uint64_t seed = testing::fresh_seed();
         SCOPED_TRACE("warps " + std::to_string(w) + " M=" + std::to_string(m) + " split rule " + std::to_string(int(rule)) +
                      "; " + testing::seed_note(seed));
@@ -760,11 +753,10 @@ TEST(FusedMlpSanitizer, EveryBlockWidth) {
         Mlp f(DType::kBF16, m, k, u, seed);
         Workspace ws(fused_mlp_workspace_size(m, k, u / 16, FusedMlpConfig{16, MlpReduction::kDeterministic}));
         f.poison();
-        fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(),
-                  FusedMlpConfig{16, MlpReduction::kDeterministic});
+        fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), det);
         BF_CUDA_OK(cudaDeviceSynchronize());
         expect_matches(f, Activation::kSiLU, nullptr);
-        expect_union_list_matches(f, {0, 2, 4}, 5, 16, ws);
+        expect_union_list_matches(f, {0, 2, 4}, 5, 16, ws, forced(rule, w));
       }
   }
 }
