@@ -5,7 +5,7 @@
 // too few blocks at N of a few thousand to keep every SM streaming weights; decode_gemm splits K
 // over blocks (split-K) so that every SM streams, issues 16-byte loads with many in flight, and sums
 // the fp32 partials of one N tile in the last block to finish it — no second kernel, no second pass.
-// Measured on the H100 (results/gpu/bench_decode_gemm_h100.json, docs/decoder-kernels.md): 77-97 %
+// Measured on the H100 (results/decode_gemm.json, docs/decode_gemm.md): 77-97 %
 // of copy bandwidth on the Llama-3 decode shapes, 0.94-1.04x cuBLAS — whose decode path, timed the
 // same way (W rotated past L2, calls in a CUDA graph), already reaches 78-95 %.
 //
