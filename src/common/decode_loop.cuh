@@ -40,26 +40,20 @@ BF_DECODE_MMA_M16N8K16(__half, "f16")
 // W: streamed once — no L1 allocation, and L2::256B asks for the whole 256-byte piece (a warp
 // reads each row's next chunks right after). x: the read-only path, cached in L1 (every warp of
 // the block re-reads the same x slice).
-__device__ __forceinline__ uint4 load_w(const void* p, bool guard) {
-  uint4 v;
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
-      " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
-      " @p ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p), "r"(int(guard)));
-  return v;
-}
-__device__ __forceinline__ uint4 load_x(const void* p, bool guard) {
-  uint4 v;
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
-      " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
-      " @p ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p), "r"(int(guard)));
-  return v;
-}
+#define BF_DECODE_LOAD16(NAME, LD)                                                                   \
+  __device__ __forceinline__ uint4 NAME(const void* p, bool guard) {                                 \
+    uint4 v;                                                                                         \
+    asm volatile(                                                                                    \
+        "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"                                                 \
+        " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"                        \
+        " @p " LD " {%0,%1,%2,%3}, [%4];\n}\n"                                                         \
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)                                                 \
+        : "l"(p), "r"(int(guard)));                                                                  \
+    return v;                                                                                        \
+  }
+BF_DECODE_LOAD16(load_w, "ld.global.nc.L1::no_allocate.L2::256B.v4.u32")
+BF_DECODE_LOAD16(load_x, "ld.global.nc.v4.u32")
+#undef BF_DECODE_LOAD16
 
 template <class T>
 __device__ __forceinline__ void store_y(T* y, float v) { *y = static_cast<T>(v); }

@@ -284,6 +284,13 @@ struct SparseList {
   const char* cnt_name;  // "blocks.count" or "blocks.counts"
 };
 
+SparseList sparse_list(const NeuronBlockList& b) {
+  return {ListMode::kUnion, b.indices, b.count, b.capacity, b.block_size, "capacity", "blocks.count"};
+}
+SparseList sparse_list(const PerTokenNeuronBlocks& b) {
+  return {ListMode::kPerToken, b.indices, b.counts, b.ld, b.block_size, "ld", "blocks.counts"};
+}
+
 void run_sparse(const SparseList& l, const ConstMatrix& x, const ConstMatrix& w_gate_up, const ConstMatrix& w_down_t,
                 const Matrix& y, Activation act, void* workspace, size_t workspace_bytes, FusedMlpConfig config,
                 cudaStream_t stream) {
@@ -327,17 +334,13 @@ void run_sparse(const SparseList& l, const ConstMatrix& x, const ConstMatrix& w_
 void fused_mlp_sparse(ConstMatrix x, ConstMatrix w_gate_up, ConstMatrix w_down_t, Matrix y, Activation act,
                       NeuronBlockList blocks, void* workspace, size_t workspace_bytes, FusedMlpConfig config,
                       cudaStream_t stream) {
-  run_sparse({ListMode::kUnion, blocks.indices, blocks.count, blocks.capacity, blocks.block_size, "capacity",
-              "blocks.count"},
-             x, w_gate_up, w_down_t, y, act, workspace, workspace_bytes, config, stream);
+  run_sparse(sparse_list(blocks), x, w_gate_up, w_down_t, y, act, workspace, workspace_bytes, config, stream);
 }
 
 void fused_mlp_sparse(ConstMatrix x, ConstMatrix w_gate_up, ConstMatrix w_down_t, Matrix y, Activation act,
                       PerTokenNeuronBlocks blocks, void* workspace, size_t workspace_bytes, FusedMlpConfig config,
                       cudaStream_t stream) {
-  run_sparse({ListMode::kPerToken, blocks.indices, blocks.counts, blocks.ld, blocks.block_size, "ld",
-              "blocks.counts"},
-             x, w_gate_up, w_down_t, y, act, workspace, workspace_bytes, config, stream);
+  run_sparse(sparse_list(blocks), x, w_gate_up, w_down_t, y, act, workspace, workspace_bytes, config, stream);
 }
 
 // ---- debug check of device lists -----------------------------------------------------------------
