@@ -86,9 +86,9 @@ class FusedMlpBench final : public BenchCommand {
             "union lists with the heuristic's block size (--sparse-nb 0) at M <= 8 on sm_90: split each 16-neuron "
             "group over a 2-CTA cluster where the list is short (auto), never, or always; rows other than auto are "
             "named sparse-S-split-RULE");
-    o.ints("--warps", warps_, 0, 32,
+    o.ints("--warps", warps_, 0, 16,
            "warps a block at M <= 8 (FusedMlpConfig::block_warps; the rule: src/fused_mlp/params.h auto_block_warps): 0 (the library's "
-           "rule), 8, 16, 32; rows other than 0 are named VARIANT-wN and skip M > 8");
+           "rule), 8, 16; rows other than 0 are named VARIANT-wN and skip M > 8");
     o.integer("--calls", calls_, 1, 100000, "calls per captured graph");
     o.integer("--max-gib", max_gib_, 1, 1 << 20, "GiB at most for the rotated weight copies");
   }
@@ -97,7 +97,7 @@ class FusedMlpBench final : public BenchCommand {
     for (int64_t nb : nbs_)
       if (nb != 0 && nb != 16 && nb != 32 && nb != 64) throw Error("--nb: " + std::to_string(nb) + " is not 0, 16, 32 or 64");
     for (int64_t w : warps_)
-      if (w != 0 && w != 8 && w != 16 && w != 32) throw Error("--warps: " + std::to_string(w) + " is not 0, 8, 16 or 32");
+      if (w != 0 && w != 8 && w != 16) throw Error("--warps: " + std::to_string(w) + " is not 0, 8 or 16");
     for (int64_t nb : sparse_nbs_)
       if (nb != 0 && nb != 16 && nb != 32 && nb != 64)
         throw Error("--sparse-nb: " + std::to_string(nb) + " is not 0, 16, 32 or 64");

@@ -33,7 +33,7 @@ using decode::MmaType;
 // S: the down phase's load slots a lane issues before their MMAs, for W warps and NT token tiles.
 template <int NT, int W>
 __host__ __device__ constexpr int down_slots() {
-  return W > 16 ? 1 : W > kWarps ? 2 : NT <= 2 ? 4 : 2;
+  return W > kWarps ? 2 : NT <= 2 ? 4 : 2;
 }
 
 // Group grp's 4 rows of w_down_t for this lane's 8 columns kc.. of a chunk (no load where off).

@@ -72,7 +72,7 @@ void validate_config(const char* fn, const FusedMlpConfig& c) {
   if (c.split_rule != MlpSplitRule::kAuto && c.split_rule != MlpSplitRule::kNever && c.split_rule != MlpSplitRule::kAlways)
     throw_arg(fn, "config", cat("has split_rule = ", int(c.split_rule)), "MlpSplitRule::kAuto, kNever or kAlways");
   if (!fmlp::valid_block_warps(c.block_warps))
-    throw_arg(fn, "config", cat("has block_warps = ", c.block_warps), "0 (the rule), 8, 16 or 32");
+    throw_arg(fn, "config", cat("has block_warps = ", c.block_warps), "0 (the rule), 8 or 16");
 }
 
 void validate_block_size(const char* fn, const char* arg, int bs, int64_t u) {
@@ -115,7 +115,6 @@ void launch_ng(const fmlp::FusedMlpParams& p, unsigned grid, cudaStream_t s) {
   };
   if constexpr (NT == 1) {  // wider blocks (params.h: auto_block_warps)
     if (p.warps == 16) return go(fmlp::fused_mlp_kernel<T, 1, NG, 16>, 16);
-    if (p.warps == 32) return go(fmlp::fused_mlp_kernel<T, 1, NG, 32>, 32);
   }
   go(fmlp::fused_mlp_kernel<T, NT, NG>, fmlp::kWarps);
 }

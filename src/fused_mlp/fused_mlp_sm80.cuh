@@ -1,6 +1,6 @@
 // The fused MLP kernel (sm80+: mma.sync, so one kernel is correct on Ampere, Ada and Hopper).
 //
-// A block of W warps (8; 16 or 32 at M <= 8, params.h: auto_block_warps) owns NG groups of 16
+// A block of W warps (8; 16 at M <= 8, params.h: auto_block_warps) owns NG groups of 16
 // neurons (dense: consecutive groups; sparse: groups of the listed neuron blocks; per-token: one
 // neuron block's groups and the mask of tokens that selected it). The kernel is assembled from its
 // parts, h never leaving the SM:
@@ -35,14 +35,12 @@
 
 namespace blockfuse::fmlp {
 
-// W: warps a block, kWarps (two blocks an SM) or, at NT = 1 only, 16 or 32 (one block an SM;
-// params.h: auto_block_warps). The wider blocks keep 4 gate/up loads a lane in flight (U = 2) and 2
-// down slots (1 at 32 warps, 4 loads a lane): 4 loads a lane are what a warp's streaming rate uses
-// (params.h). 32 warps leave 64 registers a thread; ptxas (sm_90) still spills 16-72 bytes there
-// (none at 16 warps).
+// W: warps a block, kWarps (two blocks an SM) or, at NT = 1 only, 16 (one block an SM; params.h:
+// auto_block_warps). The wider blocks keep 4 gate/up loads a lane in flight (U = 2) and 2 down slots:
+// 4 loads a lane are what a warp's streaming rate uses (params.h).
 template <class T, int NT, int NG, int W = kWarps>
 __global__ void __launch_bounds__(W * 32, W == kWarps ? 2 : 1) fused_mlp_kernel(const FusedMlpParams p) {
-  static_assert(W == kWarps || (NT == 1 && (W == 16 || W == 32)), "wider blocks only at NT = 1 (M <= 8)");
+  static_assert(W == kWarps || (NT == 1 && W == 16), "wider blocks only at NT = 1 (M <= 8)");
   constexpr int MP = 8 * NT;                // token rows, padded to whole 8-row MMA tiles
   constexpr int HLD = kGroup * NG + 8;      // s_h row stride (keeps 8-byte alignment, staggers banks)
   // 32-k chunks per phase-1 step (2·U weight loads in flight per lane), as decode_gemm sizes it.

@@ -152,17 +152,17 @@ struct FusedMlpParams {
 // (every union-list call that may split does, 16-neuron groups whatever the count).
 using SplitRule = MlpSplitRule;
 
-// Warps a block at M <= 8 (one token tile): kWarps (two blocks an SM), 16 or 32 (one block an SM;
-// the kernel's W). Wider blocks keep 4 gate/up loads a lane in flight and 2 down slots (1 at 32
-// warps: 64 registers a thread), which is what a warp's streaming rate uses (about 4 GB/s per warp
+// Warps a block at M <= 8 (one token tile): kWarps (two blocks an SM) or 16 (one block an SM; the
+// kernel's W). 16-warp blocks keep 4 gate/up loads a lane in flight and 2 down slots, which is what
+// a warp's streaming rate uses (about 4 GB/s per warp
 // with up to 4 loads a lane in flight). The rule: 16 warps at M <= 8 on sm_90+ for union lists with
 // the heuristic's block size and in the deterministic mode, and for dense and per-token grids where
 // the device's peak DRAM bandwidth is at most kWideGridMaxGBpsPerSm a SM (H100 SXM: 25.4; 2-7 %
 // faster dense, up to 10 % per-token, 3-12 % union lists); 8 for dense and per-token grids on faster
 // memory (H200: 36.4, where 16 warps were up to 7 % slower: two 8-warp blocks keep more bytes in
 // flight), where the bandwidth is unknown, for more token tiles, and below sm_90 (not measured).
-// 32 warps were slower than 16 almost everywhere. docs/fused_mlp.md#tuning.
-constexpr int kMaxBlockWarps = 32;
+// (32-warp blocks were slower than 16 almost everywhere and spilled: removed.) docs/fused_mlp.md#tuning.
+constexpr int kMaxBlockWarps = 16;
 constexpr double kWideGridMaxGBpsPerSm = 30.0;
 // dram_gbps_per_sm: the device's peak DRAM GB/s over its SMs (dram_gbps_per_sm below; 0: unknown).
 inline int auto_block_warps(int64_t m, int cc_major, bool union_list, bool deterministic = false,
@@ -170,12 +170,12 @@ inline int auto_block_warps(int64_t m, int cc_major, bool union_list, bool deter
   const bool wide_grid = dram_gbps_per_sm > 0 && dram_gbps_per_sm <= kWideGridMaxGBpsPerSm;
   return (union_list || deterministic || wide_grid) && m <= kSplitMaxRows && cc_major >= 9 ? 16 : kWarps;
 }
-// FusedMlpConfig::block_warps: 0 (kAutoBlockWarps, the default: auto_block_warps), or 8, 16 or 32
-// at M <= 8 whatever the launch.
+// FusedMlpConfig::block_warps: 0 (kAutoBlockWarps, the default: auto_block_warps), or 8 or 16 at
+// M <= 8 whatever the launch.
 constexpr int kAutoBlockWarps = 0;
 // Whether `warps` is a valid FusedMlpConfig::block_warps.
 inline bool valid_block_warps(int warps) {
-  return warps == kAutoBlockWarps || warps == kWarps || warps == 16 || warps == kMaxBlockWarps;
+  return warps == kAutoBlockWarps || warps == kWarps || warps == kMaxBlockWarps;
 }
 // The warps a launch takes: 8 above M = 8, else `forced` where it is not kAutoBlockWarps (the
 // config's block_warps), else the rule (the launcher's choice; the bench reports the split from it).

@@ -74,13 +74,13 @@ TEST(FusedMlpHeuristic, SplitsShortListsOnly) {
       }
 }
 
-// The block-width override (FusedMlpConfig::block_warps): the rule (0) by default, 8, 16 and 32
+// The block-width override (FusedMlpConfig::block_warps): the rule (0) by default, 8 and 16
 // accepted, anything else a named error; a forced width applies at M <= 8 only. The split-rule
 // override likewise: kAuto by default, an unknown rule a named error.
 TEST(FusedMlpHeuristic, BlockWarpsOverride) {
   EXPECT_EQ(FusedMlpConfig{}.block_warps, fmlp::kAutoBlockWarps);
   EXPECT_EQ(fmlp::kWarps, 8);
-  for (int w : {16, 32, 8, 0}) {
+  for (int w : {16, 8, 0}) {
     EXPECT_TRUE(fmlp::valid_block_warps(w)) << w;
     FusedMlpConfig c;
     c.block_warps = w;
@@ -88,11 +88,11 @@ TEST(FusedMlpHeuristic, BlockWarpsOverride) {
     EXPECT_EQ(fmlp::launch_block_warps(8, 9, false, false, 0.0, w), w == 0 ? fmlp::kWarps : w);
     EXPECT_EQ(fmlp::launch_block_warps(9, 9, true, true, 25.0, w), fmlp::kWarps) << "M > 8: 8 warps whatever is forced";
   }
-  for (int bad : {4, 12, 24, 64, -8}) {
+  for (int bad : {4, 12, 24, 32, 64, -8}) {
     EXPECT_FALSE(fmlp::valid_block_warps(bad)) << bad;
     FusedMlpConfig c;
     c.block_warps = bad;
-    expect_arg_error([&] { fused_mlp_workspace_size(1, 4096, 256, c); }, "config", "0 (the rule), 8, 16 or 32");
+    expect_arg_error([&] { fused_mlp_workspace_size(1, 4096, 256, c); }, "config", "0 (the rule), 8 or 16");
   }
   FusedMlpConfig c;
   c.split_rule = MlpSplitRule(3);
