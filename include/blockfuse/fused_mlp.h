@@ -50,13 +50,13 @@ enum class MlpReduction : int {
 enum class MlpSplitRule : int { kAuto = 0, kNever = 1, kAlways = 2 };
 
 // neurons_per_block: 16, 32 or 64 neurons a thread block computes (0: the heuristic's choice).
-// split_rule and block_warps override the library's launch rules for benchmarks and tests; the
+// split and block_warps override the library's launch rules for benchmarks and tests; the
 // defaults are the rules (docs/fused_mlp.md#tuning). block_warps: warps a block at M <= 8, 0 (the
 // rule), 8 or 16.
 struct FusedMlpConfig {
   int neurons_per_block = 0;
   MlpReduction reduction = MlpReduction::kAtomic;
-  MlpSplitRule split_rule = MlpSplitRule::kAuto;
+  MlpSplitRule split = MlpSplitRule::kAuto;
   int block_warps = 0;
 };
 

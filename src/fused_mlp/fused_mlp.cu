@@ -69,8 +69,8 @@ void validate_config(const char* fn, const FusedMlpConfig& c) {
     throw_arg(fn, "config", cat("has neurons_per_block = ", c.neurons_per_block), "0 (heuristic), 16, 32 or 64");
   if (c.reduction != MlpReduction::kAtomic && c.reduction != MlpReduction::kDeterministic)
     throw_arg(fn, "config", cat("has reduction = ", int(c.reduction)), "MlpReduction::kAtomic or kDeterministic");
-  if (c.split_rule != MlpSplitRule::kAuto && c.split_rule != MlpSplitRule::kNever && c.split_rule != MlpSplitRule::kAlways)
-    throw_arg(fn, "config", cat("has split_rule = ", int(c.split_rule)), "MlpSplitRule::kAuto, kNever or kAlways");
+  if (c.split != MlpSplitRule::kAuto && c.split != MlpSplitRule::kNever && c.split != MlpSplitRule::kAlways)
+    throw_arg(fn, "config", cat("has split = ", int(c.split)), "MlpSplitRule::kAuto, kNever or kAlways");
   if (!fmlp::valid_block_warps(c.block_warps))
     throw_arg(fn, "config", cat("has block_warps = ", c.block_warps), "0 (the rule), 8 or 16");
 }
@@ -167,7 +167,7 @@ void run(const char* fn, const Problem& pr, const ConstMatrix& x, const ConstMat
   // Dynamic groups: one block per listed group (the most the list can need), up to 4 groups each.
   if (dynamic_groups) neurons = 16;
   // Split launches (params.h: kSplitMaxRows): clusters of 2 CTAs, a unit per listed group.
-  const fmlp::SplitRule rule = config.split_rule;
+  const fmlp::SplitRule rule = config.split;
   p.split = dynamic_groups && fmlp::split_launch(pr.m, rule, split_path_available()) ? fmlp::kSplitCtas : 1;
   p.split_always = rule == fmlp::SplitRule::kAlways;
   const detail::DeviceSpec spec = detail::current_device_spec();

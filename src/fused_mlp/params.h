@@ -136,7 +136,7 @@ struct FusedMlpParams {
   int dynamic_groups;
   int sm_count;
   // Union lists: the CTAs of a cluster launch (1 or 2) and, with 2, whether every unit splits
-  // (split_always: FusedMlpConfig::split_rule kAlways) or only lists within split_groups.
+  // (split_always: FusedMlpConfig::split kAlways) or only lists within split_groups.
   int split;
   int split_always;
   int warps;               // warps a block (the launcher's choice: auto_block_warps or the config's)
@@ -148,7 +148,7 @@ struct FusedMlpParams {
   float* partials;         // deterministic: [gridDim.x, m, k]
 };
 
-// The split rule a call takes (FusedMlpConfig::split_rule): kAuto (split_groups), kNever, kAlways
+// The split rule a call takes (FusedMlpConfig::split): kAuto (split_groups), kNever, kAlways
 // (every union-list call that may split does, 16-neuron groups whatever the count).
 using SplitRule = MlpSplitRule;
 

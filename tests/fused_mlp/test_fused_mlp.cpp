@@ -57,7 +57,7 @@ TEST(FusedMlpHeuristic, SplitsShortListsOnly) {
   EXPECT_FALSE(fmlp::split_groups(2 * 112, 132));
   EXPECT_FALSE(fmlp::split_groups(2 * 112, 132, 16));
   EXPECT_EQ(fmlp::kSplitMaxRows, 8);
-  EXPECT_EQ(FusedMlpConfig{}.split_rule, fmlp::SplitRule::kAuto);  // the default
+  EXPECT_EQ(FusedMlpConfig{}.split, fmlp::SplitRule::kAuto);  // the default
   // The launch (clusters of 2) and the device's choice, shared by the launcher and the bench.
   using fmlp::SplitRule;
   for (int64_t m : {1, 8, 9, 32})
@@ -95,7 +95,7 @@ TEST(FusedMlpHeuristic, BlockWarpsOverride) {
     expect_arg_error([&] { fused_mlp_workspace_size(1, 4096, 256, c); }, "config", "0 (the rule), 8 or 16");
   }
   FusedMlpConfig c;
-  c.split_rule = MlpSplitRule(3);
+  c.split = MlpSplitRule(3);
   expect_arg_error([&] { fused_mlp_workspace_size(1, 4096, 256, c); }, "config", "kAuto, kNever or kAlways");
 }
 

@@ -118,7 +118,7 @@ class FusedMlpGpu : public ::testing::TestWithParam<DType> {};
 // overrides; the defaults are the library's rules).
 FusedMlpConfig forced(fmlp::SplitRule rule, int warps = fmlp::kAutoBlockWarps) {
   FusedMlpConfig c;
-  c.split_rule = rule;
+  c.split = rule;
   c.block_warps = warps;
   return c;
 }
