@@ -281,28 +281,31 @@ int rotation_sets(int64_t bytes, int max_sets) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(max_sets, want)));
 }
 
-bool require_gpu(const char* program) {
+int gpu_exit_status(const char* program) {
   if (!testing::has_cuda_device()) {
     std::fprintf(stderr,
-                 "%s: no CUDA device found. This benchmark needs an NVIDIA GPU with compute capability >= 8.0; "
-                 "nothing was measured.\n",
-                 program);
-    return false;
+                 "%s: no CUDA device found; it needs an NVIDIA GPU of compute capability >= 8.0. Nothing was run "
+                 "(exit %d).\n",
+                 program, kExitNoGpu);
+    return kExitNoGpu;
   }
   int dev = 0;
   cudaDeviceProp p{};
   if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) {
     (void)cudaGetLastError();
-    std::fprintf(stderr, "%s: cannot query CUDA device properties; nothing was measured.\n", program);
-    return false;
+    std::fprintf(stderr, "%s: cannot query CUDA device properties. Nothing was run (exit 2).\n", program);
+    return 2;
   }
   if (p.major < 8) {
-    std::fprintf(stderr, "%s: device %d (%s) has compute capability %d.%d; this benchmark needs >= 8.0.\n", program,
-                 dev, p.name, p.major, p.minor);
-    return false;
+    std::fprintf(stderr,
+                 "%s: device %d (%s) has compute capability %d.%d; it needs >= 8.0. Nothing was run (exit 2).\n",
+                 program, dev, p.name, p.major, p.minor);
+    return 2;
   }
-  return true;
+  return 0;
 }
+
+bool require_gpu(const char* program) { return gpu_exit_status(program) == 0; }
 
 std::string now_iso8601() {
   std::time_t t = std::time(nullptr);
@@ -527,7 +530,7 @@ void BenchCommand::declare(Options& o) {
 
 int BenchCommand::execute(const std::string& name) {
   const std::string program = "blockfuse bench " + name;
-  if (!require_gpu(program.c_str())) return 2;
+  if (const int rc = gpu_exit_status(program.c_str())) return rc;
   set_programmatic_dependent_launch(s_.pdl == "on");
   Bench b(name, s_);
   run(b);

@@ -258,7 +258,14 @@ Timing time_graph(const std::function<void(int)>& fn, cudaStream_t stream, int c
 // How many copies of a working set of `bytes` span >= 3x the L2 size (at least 1, at most max_sets).
 int rotation_sets(int64_t bytes, int max_sets = 16);
 
-// Returns false (printing why) when no CUDA device of compute capability >= 8.0 is usable.
+// The exit status of a command that finds no CUDA device: nothing was run. 77 is CTest's and
+// Automake's "skipped", the same status the examples (examples/common/example_util.h) return.
+constexpr int kExitNoGpu = 77;
+// 0 when a CUDA device of compute capability >= 8.0 is usable; otherwise prints why, in the same
+// form as the examples ("<program>: no CUDA device found; ... Nothing was run (exit 77).") and
+// returns the exit status: kExitNoGpu without a device, 2 for an unusable one.
+int gpu_exit_status(const char* program);
+// gpu_exit_status(program) == 0.
 bool require_gpu(const char* program);
 std::string now_iso8601();
 

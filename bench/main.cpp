@@ -3,8 +3,9 @@
 // registry and dispatches.
 //   blockfuse -h | --version | --list | <command words> [options]   (each command has -h)
 // Exit codes: 0 ok, 1 failure (an exception, or a command's own verification), 2 usage (no, or an
-// unknown, command; an unknown option; a malformed value) or no usable GPU. --list is for scripts
-// (scripts/gpu-check).
+// unknown, command; an unknown option; a malformed value) or an unusable GPU, 77 no CUDA device
+// (nothing was run; the examples exit the same way). -h lists every command; --list prints their
+// names for scripts (scripts/gpu-check).
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -104,6 +105,20 @@ int main(int argc, char** argv) {
     e.cmd->declare(*e.opts);
     entries.push_back(std::move(e));
   }
+
+  // -h lists every command, the bench ones included (CLI11 itself would list only `bench`).
+  std::string footer = "Commands (each has -h for its options):\n";
+  std::vector<CommandEntry> sorted = command_registry();
+  std::sort(sorted.begin(), sorted.end(), [](const CommandEntry& a, const CommandEntry& b) { return a.name < b.name; });
+  for (const auto& c : sorted) {
+    std::string name = c.name;
+    name.resize(std::max<size_t>(name.size() + 2, 26), ' ');
+    footer += "  blockfuse " + name + c.help + "\n";
+  }
+  footer +=
+      "Exit status: 0 ok; 1 a result failed its verification; 2 a usage error or an unusable GPU; 77 no CUDA "
+      "device (nothing was run).";
+  app.footer(footer);
 
   if (!command_words_valid(argc, argv)) return 2;
   try {

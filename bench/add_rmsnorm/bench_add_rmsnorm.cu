@@ -11,7 +11,7 @@
 // time ratio. Rows <= 32 are latency-bound decode steps: timed as 20 calls captured in one CUDA
 // graph (time_graph_per_call), the way a model's decode graph runs them. Up to --graph-rows (256):
 // a graph cycling over input copies rotated to span 3x L2 (a launch per call would dominate these
-// few-µs kernels; as bench/memory_bound_baselines.py). Larger row counts: CUDA events around each
+// few-µs kernels; as `python -m blockfuse.bench memory-bound`). Larger row counts: CUDA events around each
 // call, inputs and outputs rotated likewise. Out of
 // place (residual_out separate), so every repetition sees the same data.
 // Small problems cannot reach the 1 GiB copy's bandwidth (launch latency, a partly filled GPU), so
@@ -211,7 +211,8 @@ Check verify(DType dt, Mode mode, int64_t M, int64_t H, const Set& set, const st
 
 class AddRmsNormBench final : public BenchCommand {
   std::vector<int64_t> rows_ = {1, 8, 32, 256, 2048, 8192, 32768}, hidden_ = {4096, 16384};
-  std::string dtype_ = "bf16", fp8_ = "all", clusters_ = "on", rule_ = "default", exchange_ = "one";
+  std::string dtype_ = "bf16", fp8_ = "all", clusters_ = "on", rule_ = "default";
+  detail::AddRmsNormTuning tuning_;  // from --clusters, --rule, --preload-chunks
   int graph_calls_ = 20;
   int graph_rows_ = 256, preload_chunks_ = int(detail::kAddRmsNormPreloadChunks);
   int skew_mb_ = 0;
@@ -229,19 +230,16 @@ class AddRmsNormBench final : public BenchCommand {
     o.integer("--graph-calls", graph_calls_, 1, 100000, "calls per captured graph (rows <= --graph-rows)");
     o.integer("--graph-rows", graph_rows_, 0, 1 << 30,
               "rows timed as CUDA-graph replays: up to 32 on one input set, above that cycling over rotated sets "
-              "(as bench/memory_bound_baselines.py); more rows with events per call");
+              "(as `python -m blockfuse.bench memory-bound`); more rows with events per call");
     o.integer("--preload-chunks", preload_chunks_, 0, 1 << 30,
               "the most rows x H/8 whose call loads the weight with the row (src/add_rmsnorm/config.h: "
-              "kAddRmsNormPreloadChunks; 32 x H/8 was the rule before session 7)");
+              "kAddRmsNormPreloadChunks)");
     o.choice("--clusters", clusters_, {"on", "off"}, "sm_90 cluster kernels; off times the one-block-per-row kernels");
     o.choice("--rule", rule_, {"default", "v8", "v4wide", "wide"},
              "one-block shape (src/add_rmsnorm/config.h): default = per call (kAuto: wide where measured faster, else "
              "v4wide), v8 = 8 chunks x 256 threads for 8192 < H <= 16384, "
              "v4wide = 4 chunks x 512 threads there, wide = up to 512 threads at every H <= 16384 (v1 x 512 at "
              "H = 4096, v2 x 512 at 8192)");
-    o.choice("--exchange", exchange_, {"one", "two"},
-             "dynamic FP8: amax reduced with the sum of squares (one, the default) or in a second "
-             "reduction/cluster exchange (two, the first kernel)");
     o.integer("--skew-mb", skew_mb_, 0, 1024,
               "MiB allocated between consecutive buffers of a point (x, residual, residual_out, out), meant to move "
               "their relative placement; the JSON records the offsets actually obtained (2 MiB left them unchanged "
@@ -249,13 +247,12 @@ class AddRmsNormBench final : public BenchCommand {
   }
 
   void run(Bench& b) override {
-    detail::set_add_rmsnorm_clusters_enabled(clusters_ == "on");
-    detail::set_add_rmsnorm_rule(rule_ == "v8" ? detail::AddRmsNormRule::kV8
-                                 : rule_ == "v4wide" ? detail::AddRmsNormRule::kV4Wide
-                                 : rule_ == "wide"   ? detail::AddRmsNormRule::kWide
-                                                     : detail::kAddRmsNormDefaultRule);
-    detail::set_add_rmsnorm_one_exchange(exchange_ == "one");
-    detail::set_add_rmsnorm_preload_chunks(preload_chunks_);
+    tuning_.clusters = clusters_ == "on";
+    tuning_.rule = rule_ == "v8"       ? detail::AddRmsNormRule::kV8
+                   : rule_ == "v4wide" ? detail::AddRmsNormRule::kV4Wide
+                   : rule_ == "wide"   ? detail::AddRmsNormRule::kWide
+                                       : detail::kAddRmsNormDefaultRule;
+    tuning_.preload_chunks = preload_chunks_;
     b.info()["preload_chunks"] = preload_chunks_;
     b.info()["graph_rows"] = graph_rows_;
     const DType dt = dtype_ == "bf16" ? DType::kBF16 : DType::kFP16;
@@ -332,12 +329,13 @@ class AddRmsNormBench final : public BenchCommand {
       RmsNormOptions opt;
       opt.eps = kEps;
       if (mode == Mode::kNone)
-        add_rmsnorm(xv, rv, wv, rov, make_matrix(st.out.data(), dt, M, H), opt, s);
+        detail::add_rmsnorm_tuned(xv, rv, wv, rov, make_matrix(st.out.data(), dt, M, H), opt, tuning_, s);
       else
-        add_rmsnorm_fp8(xv, rv, wv, rov, make_fp8_matrix(st.out.data(), M, H),
-                        mode == Mode::kStatic ? Fp8Scale{Fp8ScaleMode::kStaticPerTensor, const_cast<float*>(static_scale_dev)}
-                                              : Fp8Scale{Fp8ScaleMode::kDynamicPerRow, st.scales.data()},
-                        opt, s);
+        detail::add_rmsnorm_fp8_tuned(
+            xv, rv, wv, rov, make_fp8_matrix(st.out.data(), M, H),
+            mode == Mode::kStatic ? Fp8Scale{Fp8ScaleMode::kStaticPerTensor, const_cast<float*>(static_scale_dev)}
+                                  : Fp8Scale{Fp8ScaleMode::kDynamicPerRow, st.scales.data()},
+            opt, tuning_, s);
     };
     const int chunks = int(H / 8);
     const int64_t n_chunks = M * chunks;
@@ -390,10 +388,9 @@ class AddRmsNormBench final : public BenchCommand {
     b.log("%s: %.2f µs %.0f GB/s (%s%% of copy, %.1f%% of the same-size copy %.2f µs), baseline %.2f µs, x%.2f %s",
           point.c_str(), us, gbs, b.pct_of_copy(gbs).c_str(), 100 * gbs / cgbs, cus, bus, bus / us, ok ? "verified" : "VERIFY FAILED");
     const std::string timing = (method.is_graph() ? method.label() + " " : std::string()) + "rot " + std::to_string(sets);
-    const detail::AddRmsNormConfig kc = detail::add_rmsnorm_launch_config(int(H / 8), M, mode == Mode::kDynamic);
+    const detail::AddRmsNormConfig kc = detail::add_rmsnorm_launch_config(int(H / 8), M, mode == Mode::kDynamic, tuning_);
     const std::string kernel = (kc.cluster > 1 ? "c" + std::to_string(kc.cluster) + ":" : std::string()) +
                                (kc.v ? "v" + std::to_string(kc.v) + "x" + std::to_string(kc.threads) : "loop x" + std::to_string(kc.threads)) +
-                               (mode == Mode::kDynamic && !detail::add_rmsnorm_one_exchange() ? " 2x" : "") +
                                (kc.preload_w ? " wpre" : "") + (kc.streaming_stores ? " cs" : "");
     auto r = b.row({std::to_string(H), std::to_string(M), mode_name(mode), kernel, fmt(us, 2), fmt(gbs, 0), b.pct_of_copy(gbs),
                     fmt(100 * gbs / cgbs, 1), fmt(cus, 2), fmt(bus, 2), fmt(bgbs, 0), fmt(bus / us, 2), timing, ok ? "yes" : "NO"});
@@ -402,7 +399,7 @@ class AddRmsNormBench final : public BenchCommand {
     if (b.copy_gbs() > 0) r.set("fused_frac_of_copy", gbs / b.copy_gbs());
     r.set("same_size_copy_bytes", int64_t(copy_bytes)).set("same_size_copy_us", cus).set("same_size_copy_gbs", cgbs)
         .set("fused_frac_of_same_size_copy", gbs / cgbs).set("clusters", clusters_ == "on")
-        .set("rule", rule_).set("exchange", exchange_).set("skew_mb", skew_mb_)
+        .set("rule", rule_).set("skew_mb", skew_mb_)
         .set("x_addr_mod_1g", int64_t(reinterpret_cast<uintptr_t>(set[0].x.data()) & ((1ull << 30) - 1)))
         .set("res_minus_x", int64_t(reinterpret_cast<intptr_t>(set[0].res.data()) - reinterpret_cast<intptr_t>(set[0].x.data())))
         .set("ro_minus_x", int64_t(reinterpret_cast<intptr_t>(set[0].ro.data()) - reinterpret_cast<intptr_t>(set[0].x.data())))

@@ -126,7 +126,7 @@ class SwigluBench final : public BenchCommand {
   std::vector<int64_t> rows_ = {1, 8, 32, 256, 2048, 8192, 32768}, hidden_ = {4096, 16384};
   std::vector<std::string> outs_ = {"16-bit", "fp8-static", "fp8-dynamic"};
   std::string layout_ = "stacked", act_ = "silu", dtype_ = "bf16", row_rule_ = "default";
-  int small_chunks_per_sm_ = int(detail::kSwigluSmallChunksPerSm);
+  detail::SwigluTuning tuning_;  // from --row-rule
 
   void options(Options& o) override {
     o.about("µs and GB/s of blockfuse::swiglu / swiglu_fp8 ([M, 2U] -> [M, U]) vs an eager one-kernel-per-op "
@@ -138,32 +138,25 @@ class SwigluBench final : public BenchCommand {
     o.choice("--activation", act_, {"silu", "gelu_tanh"}, "activation");
     o.choice("--dtype", dtype_, {"bf16", "fp16"}, "element type");
     o.choice("--row-rule", row_rule_, {"default", "two", "four", "four-next", "four3", "cluster2", "cluster4", "cluster8"},
-             "dynamic FP8 row kernel shape (src/swiglu/config.h): two = 2 chunks per thread in registers (the "
-             "first kernel); four = 4 chunks per thread staged in shared memory from U > 8192; four-next = four, "
+             "dynamic FP8 row kernel shape (src/swiglu/config.h): two = 2 chunks per thread in registers; four = 4 chunks per thread staged in shared memory from U > 8192; four-next = four, "
              "each block also copying its next row (persistent grid); four3 = four compiled for 3 blocks per SM "
              "(<= 512 threads); cluster2 = the row split over a 2-CTA cluster, each half as two (sm_90, U 8200..32768); "
              "cluster4 / cluster8 = the same over 4 / 8 CTAs (sm_90, U 8200..65536 / 131072)");
-    o.integer("--small-chunks-per-sm", small_chunks_per_sm_, 0, 1 << 30,
-              "16-bit / static FP8: problems of at most this many 8-column chunks per SM take the one-chunk grid "
-              "(one chunk per thread, 128-thread blocks; default: every problem), larger ones the two-chunk grid "
-              "(src/swiglu/config.h)");
   }
 
   void run(Bench& b) override {
-    detail::set_swiglu_small_chunks_per_sm(small_chunks_per_sm_);
-    b.info()["small_chunks_per_sm"] = small_chunks_per_sm_;
     const GateUpLayout layout = layout_ == "stacked" ? GateUpLayout::kStacked : GateUpLayout::kInterleaved;
     const Activation act = act_ == "silu" ? Activation::kSiLU : Activation::kGeluTanh;
     const DType dt = dtype_ == "bf16" ? DType::kBF16 : DType::kFP16;
     const cudaStream_t s = b.stream();
-    detail::set_swiglu_fp8_row_rule(row_rule_ == "two"         ? detail::SwigluRowRule::kTwoChunks
-                                    : row_rule_ == "four"      ? detail::SwigluRowRule::kFourShared
-                                    : row_rule_ == "four-next" ? detail::SwigluRowRule::kFourSharedNext
-                                    : row_rule_ == "four3"     ? detail::SwigluRowRule::kFourSharedThree
-                                    : row_rule_ == "cluster2"  ? detail::SwigluRowRule::kClusterTwo
-                                    : row_rule_ == "cluster4"  ? detail::SwigluRowRule::kClusterFour
-                                    : row_rule_ == "cluster8"  ? detail::SwigluRowRule::kClusterEight
-                                                               : detail::kSwigluDefaultRowRule);
+    tuning_.row_rule = row_rule_ == "two"         ? detail::SwigluRowRule::kTwoChunks
+                       : row_rule_ == "four"      ? detail::SwigluRowRule::kFourShared
+                       : row_rule_ == "four-next" ? detail::SwigluRowRule::kFourSharedNext
+                       : row_rule_ == "four3"     ? detail::SwigluRowRule::kFourSharedThree
+                       : row_rule_ == "cluster2"  ? detail::SwigluRowRule::kClusterTwo
+                       : row_rule_ == "cluster4"  ? detail::SwigluRowRule::kClusterFour
+                       : row_rule_ == "cluster8"  ? detail::SwigluRowRule::kClusterEight
+                                                  : detail::kSwigluDefaultRowRule;
     b.title("blockfuse bench swiglu — " + b.device().name + ", " + dtype_ + ", " + layout_name(layout) + ", " +
             activation_name(act) + "; median of " + std::to_string(b.reps()) +
             "; bytes = read [M,2U] + write [M,U] (+scales)");
@@ -180,7 +173,7 @@ class SwigluBench final : public BenchCommand {
     const int64_t in_bytes = m * 2 * u * 2;
     const int64_t out_bytes = m * u * (o == Out::kHalf ? 2 : 1) + (o == Out::kFp8Dynamic ? m * 4 : 0);
     // Up to 32 rows a graph on one input set (the decode protocol); up to kGraphRowsRotated a graph
-    // cycling over rotated inputs (as bench/memory_bound_baselines.py: a launch per call would
+    // cycling over rotated inputs (as `python -m blockfuse.bench memory-bound`: a launch per call would
     // dominate these few-µs kernels); beyond, events per call over rotated inputs.
     const int sets = m <= kGraphRowsMax ? 1 : rotation_sets(in_bytes + out_bytes, 8);
     const Method method = m <= kGraphRowsRotated ? Method::graph(std::max(kGraphCalls, sets)) : Method::events();
@@ -204,7 +197,7 @@ class SwigluBench final : public BenchCommand {
       if (o == Out::kHalf)
         swiglu(in, make_matrix(outs16[i].data(), dt, m, u), act, layout, s);
       else
-        swiglu_fp8(in, make_fp8_matrix(outs8[i].data(), m, u), sc, act, layout, s);
+        detail::swiglu_fp8_tuned(in, make_fp8_matrix(outs8[i].data(), m, u), sc, act, layout, tuning_, s);
     };
     auto eager = [&](int call) {
       const size_t i = size_t(call % sets);
@@ -223,10 +216,10 @@ class SwigluBench final : public BenchCommand {
     const double gbs = bytes / (tf.median_ms * 1e6), egbs = bytes / (te.median_ms * 1e6);
     const double cgbs = double(2 * copy_bytes) / (tc.median_ms * 1e6);
     const detail::SwigluRowConfig rc =
-        detail::swiglu_fp8_row_config(u / 8, detail::resolve_swiglu_fp8_row_rule(detail::swiglu_fp8_row_rule(), m, u / 8, b.device().major >= 9));
+        detail::swiglu_fp8_row_config(u / 8, detail::resolve_swiglu_fp8_row_rule(tuning_.row_rule, m, u / 8, b.device().major >= 9));
     const detail::SwigluElementwiseConfig ec =
-        detail::swiglu_elementwise_config(m * (u / 8), b.device().sms, detail::swiglu_small_chunks_per_sm());
-    const std::string kernel = o != Out::kFp8Dynamic ? "elementwise c" + std::to_string(ec.chunks_per_thread) + "x" +
+        detail::swiglu_elementwise_config(m * (u / 8));
+    const std::string kernel = o != Out::kFp8Dynamic ? "elementwise c1x" +
                                                            std::to_string(ec.threads) + " b" + std::to_string(ec.blocks)
                                : "row v" + std::to_string(rc.v) + "x" + std::to_string(rc.threads) +
                                      (rc.stage == 1 ? " smem" : rc.stage == 2 ? " smem+next" : "") + (rc.min_blocks == 3 ? " x3" : "") +

@@ -3,7 +3,8 @@
 //   0   the result matched the CPU check
 //   1   the result was wrong (the message says where and by how much)
 //   2   a blockfuse::Error or a CUDA error (the message says which)
-//   77  no CUDA device on this machine: nothing was run (77 is CTest's and Automake's "skipped")
+//   77  no CUDA device on this machine: nothing was run (77 is CTest's and Automake's "skipped";
+//       the `blockfuse` CLI exits with the same status and message form, bench/harness.h)
 // The examples use only the installed headers (<blockfuse/...>) and the CUDA runtime API, as any
 // consumer of find_package(blockfuse) would.
 #pragma once
@@ -31,8 +32,10 @@ inline bool have_gpu(const char* example) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n == 0) {
-    std::printf("%s: no CUDA device found (%s): nothing run, exit %d\n", example,
-                e != cudaSuccess ? cudaGetErrorString(e) : "0 devices", kNoGpu);
+    std::fprintf(stderr,
+                 "%s: no CUDA device found (%s); it needs an NVIDIA GPU of compute capability >= 8.0. Nothing was "
+                 "run (exit %d).\n",
+                 example, e != cudaSuccess ? cudaGetErrorString(e) : "0 devices", kNoGpu);
     return false;
   }
   return true;

@@ -4,18 +4,25 @@
     patched = blockfuse.patch_model(model)         # fused MLPs and add+RMSNorms in a HF decoder
     h = blockfuse.ops.gated_up(x, w_interleaved)   # act(x·W_gateᵀ) ⊙ (x·W_upᵀ) in one kernel
 
-Submodules: `ops` (the torch.library ops), `nn` (GatedMLP, SparseGatedMLP), `patch` (patch_model), `kvcache` (the
-KV-cache analysis; torch-free), `bench` (`python -m blockfuse.bench gated-up|model`), `attention` (the
-attention ops' wrappers, re-exported by `ops`, and the Hugging Face backend "blockfuse"). Importing `blockfuse` itself
-imports nothing heavy: `ops`/`nn` (and torch) load on first use, so `blockfuse.kvcache` works
-without torch.
+Submodules:
+  ops        every op (torch.library), re-exported from the family modules below
+  gated_up, gated_up_fp8, attention, fused_mlp, add_rmsnorm, swiglu, decode_gemm
+             one per kernel family: its op wrappers, fake implementations and reference
+             (attention also holds the Hugging Face attention backend "blockfuse")
+  nn         GatedMLP, SparseGatedMLP
+  patch      patch_model (a Hugging Face decoder, in place)
+  kvcache    the KV-cache analysis (torch-free)
+  bench      the PyTorch-side benchmarks: `python -m blockfuse.bench --help`
+Importing `blockfuse` itself imports nothing heavy: the submodules (and torch) load on first use,
+so `blockfuse.kvcache` and `python -m blockfuse.bench --help` work without torch.
 """
 import importlib
 
 __version__ = "0.1.0"
 
-_LAZY_MODULES = ("ops", "nn", "patch", "kvcache", "bench", "attention")
-_LAZY_NAMES = {"patch_model": "patch", "GatedMLP": "nn", "SparseGatedMLP": "nn", "gated_up": "ops"}
+_LAZY_MODULES = ("ops", "nn", "patch", "kvcache", "bench", "attention", "gated_up", "gated_up_fp8", "fused_mlp",
+                 "add_rmsnorm", "swiglu", "decode_gemm")
+_LAZY_NAMES = {"patch_model": "patch", "GatedMLP": "nn", "SparseGatedMLP": "nn"}
 
 
 def __getattr__(name):

@@ -29,30 +29,26 @@ an equivalent mask: the result is always correct, only the speed differs. With t
 FlashAttention mask builder under "blockfuse", so the mask it receives is None unless there is
 padding (or a StaticCache's unfilled slots); older versions build a 4-D mask for any custom backend,
 so there every call takes the fallback.
+
+This module holds the ops' wrappers, the fake implementations, the reference and the backend.
 """
 import importlib.util
 import sys
 
 import torch
 
-from . import _lib
-
-_lib.load()
+from ._common import FUSED_DTYPES as _DTYPES, has_op, require_op
 
 SUPPORTED_HEAD_DIMS = (64, 128, 256)
-_DTYPES = (torch.bfloat16, torch.float16)
 
 
 # The loaded library has the attention ops (a _C.so built before they existed has not).
-_HAS_OP = _lib.error is None and _lib.has_op("attention")
+_HAS_OP = has_op("attention")
 
 
 def _require():
-    if _lib.error is not None:
-        raise RuntimeError(_lib.error)
     if not _HAS_OP:
-        raise RuntimeError(f"the blockfuse torch library ({_lib.loaded_from}) has no blockfuse::attention op: "
-                           "it was built before the op existed; rebuild it (pip install --no-build-isolation .)")
+        require_op("attention")
 
 
 # ---- the ops -----------------------------------------------------------------------------------

@@ -25,26 +25,24 @@ deterministic=True sums the blocks' partials in a fixed order (bitwise reproduci
 docs/fused_mlp.md); the default uses fp32 atomics (the last bits of y may vary between calls). The
 workspaces are owned by the binding (zeroed once, grown on first need): run each shape once eagerly
 or call fused_mlp_reserve(w_down_t) before capturing a CUDA graph. Forward only (no autograd).
+
+This module holds the ops' wrappers, the references and the fake implementations.
 """
 import torch
 
-from . import _lib
-
-_lib.load()
+from ._common import has_op, require_op
+from .gated_up import gated_up_reference
 
 ROUTER_MODES = ("threshold", "topk")
 
 
 # The loaded library has the fused-MLP ops (a _C.so built before they existed has not).
-_HAS_OP = _lib.error is None and _lib.has_op("fused_mlp")
+_HAS_OP = has_op("fused_mlp")
 
 
 def _require():
-    if _lib.error is not None:
-        raise RuntimeError(_lib.error)
     if not _HAS_OP:
-        raise RuntimeError(f"the blockfuse torch library ({_lib.loaded_from}) has no blockfuse::fused_mlp op: it "
-                           "was built before the op existed; rebuild it (pip install --no-build-isolation .)")
+        require_op("fused_mlp")
 
 
 def fused_mlp(x, w_gate_up, w_down_t, activation="silu", deterministic=False):
@@ -100,7 +98,6 @@ def fused_mlp_reference(x, w_gate_up, w_down_t, activation="silu", neuron_mask=N
     """The formula fused_mlp computes, in plain torch with fp32 math: h = act(gate)·up rounded once to
     x's dtype (zero where `neuron_mask` [..., U] is False), y = h·w_down_t in fp32, rounded once to
     out_dtype (default x.dtype)."""
-    from .ops import gated_up_reference
     h = gated_up_reference(x, w_gate_up, activation)
     if neuron_mask is not None:
         h = h.masked_fill(~neuron_mask, 0)

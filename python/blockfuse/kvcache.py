@@ -1,12 +1,13 @@
-"""How many KV-cache tokens the fused gated MLP buys an inference engine (the seed's "Inference").
+"""How many KV-cache tokens the fused gated MLP buys an inference engine.
 
     python -m blockfuse.kvcache                       # the six models, chunks 256 and 512, bf16
     python -m blockfuse.kvcache --chunks 512 --dtype fp16 --kv-dtype fp8 --plot kv.png --json kv.json
+    python -m blockfuse.kvcache --plot results/kvcache.png   # the figure of docs/pytorch.md
 
 Torch-free: plain arithmetic on published model configurations (matplotlib only for --plot).
 
-Accounting (per chunk, following the seed's "Inference" section and its footnote 3)
-------------------------------------------------------------------------------------
+Accounting (per chunk)
+----------------------
 An engine with chunked prefill feeds the model C tokens at a time (C = 256 or 512). Layers run one
 after another and a layer's activations are freed before the next layer runs, so the activation
 memory an engine must reserve is that of ONE layer for ONE chunk, whatever the number of layers.
@@ -24,11 +25,11 @@ token is a key and a value in every layer:
   extra KV tokens    = floor(saved bytes per chunk / KV bytes per token)
 
 The saving is fixed per deployment: it depends only on the chunk size and the model. The table also
-gives the seed's footnote-3 ratio of a whole layer's activations, fused / unfused,
+gives the ratio of a whole layer's activations, fused / unfused,
 (5D + U) / (5D + 3U): attention's q, k, v, o (4·C·D) plus the MLP (3·C·U + C·D unfused, C·U + C·D
 fused) — the relative saving, largest for Gemma-2 27B, whose U = 8·D.
 
-Caveats: every layer is charged a full KV cache (as the seed does); Gemma-2's sliding-window
+Caveats: every layer is charged a full KV cache; Gemma-2's sliding-window
 layers (every other one, window 4096) hold at most 4096 tokens, so at long contexts its real gain in
 tokens is larger. Tensor-parallel sharding divides both U and kv_heads per GPU alike.
 """

@@ -21,7 +21,9 @@ import torch
 from torch import nn
 
 from . import ops
+from ._common import FUSED_DTYPES as _FUSED_DTYPES, activation as _activation
 from .fused_mlp import _HAS_OP as _HAS_FUSED_MLP_OP
+from .gated_up import _GATED_UP
 
 # Hugging Face MLP classes with gate_proj/up_proj/down_proj and forward
 #   down_proj(act_fn(gate_proj(x)) * up_proj(x))
@@ -105,8 +107,8 @@ class GatedMLP(nn.Module):
         faster than cuBLAS's GEMV + swiglu — docs/pytorch.md), the same formula in plain torch
         otherwise."""
         w = self.w_gate_up
-        if x.is_cuda and x.dtype is w.dtype and x.dtype in ops._FUSED_DTYPES:
-            return ops._GATED_UP(x, w, self.activation)  # the registered op itself: checks in C++
+        if x.is_cuda and x.dtype is w.dtype and x.dtype in _FUSED_DTYPES:
+            return _GATED_UP(x, w, self.activation)  # the registered op itself: checks in C++
         return ops.gated_up_reference(x, w, self.activation)
 
     def use_fused_mlp(self, enabled=True, deterministic=False):
@@ -115,8 +117,8 @@ class GatedMLP(nn.Module):
         gradients, CPU tensors and shapes it does not take (U % 16 != 0, a tensor-parallel down) keep
         the two-kernel path. Not the default: dense, the whole-MLP kernel measured 1.01-1.02x the
         two-kernel path (gated_up's decode kernel + F.linear) at 1 row, 0.97-0.98x at 4 and 0.72-0.73x
-        at 16 (Llama-3 8B and 70B on an H100, CUDA graphs; results/gpu/session19_h100/pybench/
-        fused_mlp_python.json); its gain is the sparse form (SparseGatedMLP).
+        at 16 (Llama-3 8B and 70B on an H100, CUDA graphs; docs/pytorch.md#tuning); its gain is the
+        sparse form (SparseGatedMLP).
         down.weight is transposed once into w_down_t [U, K] and again whenever it changes (run one
         call eagerly, or ops.fused_mlp_reserve, before capturing a CUDA graph). Returns self."""
         self._whole_mlp = bool(enabled)
@@ -127,7 +129,7 @@ class GatedMLP(nn.Module):
 
     def _whole_mlp_applies(self, x):
         w, d = self.w_gate_up, self.down.weight
-        if not (self._whole_mlp and x.is_cuda and x.dtype is w.dtype and x.dtype in ops._FUSED_DTYPES
+        if not (self._whole_mlp and x.is_cuda and x.dtype is w.dtype and x.dtype in _FUSED_DTYPES
                 and d.dtype is x.dtype and d.device == x.device and x.dim() >= 1 and x.shape[-1] == self.hidden_size
                 and self.intermediate_size % 16 == 0 and self.hidden_size % 8 == 0):
             return False
@@ -279,8 +281,7 @@ class GatedMLP(nn.Module):
 # Rows from which SparseGatedMLP gathers the kept blocks' weights once and runs two GEMMs instead of
 # the fused decode kernel once per 32 rows (which reads every kept weight again for each chunk): at
 # 128 rows the gathered path led at 50-90 % sparsity on both Llama-3 8B (1.26-1.42x) and 70B
-# (2.08-2.50x); at 64 rows 8B still favoured the chunks (0.59-0.85x)
-# (results/gpu/session6_h100/run7/sparse_prefill.json).
+# (2.08-2.50x); at 64 rows 8B still favoured the chunks (0.59-0.85x) (H100, docs/pytorch.md#tuning).
 SPARSE_PREFILL_ROWS = 128
 
 
@@ -337,7 +338,7 @@ class SparseGatedMLP(nn.Module):
                 f"block_size={self.block_size}, activation={self.activation!r}, {sel}, per_token={self.per_token}")
 
     def _fused_ok(self, x):
-        return x.is_cuda and x.dtype is self.w_gate_up.dtype and x.dtype in ops._FUSED_DTYPES
+        return x.is_cuda and x.dtype is self.w_gate_up.dtype and x.dtype in _FUSED_DTYPES
 
     def _keep(self, x):
         """The kept blocks per row, bool [M, n_blocks] (ops.router_reference), with per_token=False
@@ -425,7 +426,7 @@ def _act_probe(act_fn):
     if not isinstance(y, torch.Tensor) or y.shape != t.shape:
         return None, False
     for name in ops.ACTIVATIONS:
-        if torch.allclose(y.float(), ops._activation(t, name), rtol=1e-5, atol=1e-6):
+        if torch.allclose(y.float(), _activation(t, name), rtol=1e-5, atol=1e-6):
             return name, True
     return None, True
 
@@ -451,12 +452,6 @@ def hf_activation(mlp):
         f"blockfuse.nn: {type(mlp).__name__} uses activation {type(act_fn).__name__ if act_fn is not None else None} "
         f"(config: {cfg_name!r}); required: SiLU ('silu') or the tanh-approximated GELU "
         "('gelu_pytorch_tanh'): the fused kernel computes only these")
-
-
-def patch_model(model, mlp=True, norm=True, attention=False, classes=HF_MLP_CLASSES):
-    """See blockfuse.patch.patch_model."""
-    from .patch import patch_model as _patch_model
-    return _patch_model(model, mlp=mlp, norm=norm, attention=attention, classes=classes)
 
 
 def convert_mlps(model, classes=HF_MLP_CLASSES):

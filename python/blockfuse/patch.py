@@ -36,8 +36,10 @@ import types
 import torch
 from torch import nn
 
+from . import add_rmsnorm as _norm
 from . import nn as bnn
 from . import ops
+from ._common import FUSED_DTYPES as _FUSED_DTYPES
 
 # Decoder-layer class name -> the shape of its forward (see the module docstring).
 LLAMA, PHI3, SANDWICH = "llama", "phi3", "sandwich"
@@ -187,7 +189,7 @@ def plan_layer(name, layer):
 
 def _kernels_take(h):
     """Whether blockfuse's kernels take activations h (CUDA bf16/fp16)."""
-    return h.is_cuda and h.dtype in ops._FUSED_DTYPES
+    return h.is_cuda and h.dtype in _FUSED_DTYPES
 
 
 def _fused_layer_forward(self, hidden_states, *args, **kwargs):
@@ -198,14 +200,14 @@ def _fused_layer_forward(self, hidden_states, *args, **kwargs):
     if self.training or not _kernels_take(hidden_states):
         return type(self).forward(self, hidden_states, **kwargs)
     eps, gemma = spec.eps, spec.gemma
-    normed = ops._RMSNORM(hidden_states, self.input_layernorm.weight, eps, gemma)
+    normed = _norm._RMSNORM(hidden_states, self.input_layernorm.weight, eps, gemma)
     attn = self.self_attn(hidden_states=normed, **kwargs)[0]
     if spec.kind == SANDWICH:
-        attn = ops._RMSNORM(attn, self.post_attention_layernorm.weight, eps, gemma)
-        normed, residual = ops._ADD_RMSNORM(attn, hidden_states, self.pre_feedforward_layernorm.weight, eps, gemma)
-        out = ops._RMSNORM(self.mlp(normed), self.post_feedforward_layernorm.weight, eps, gemma)
+        attn = _norm._RMSNORM(attn, self.post_attention_layernorm.weight, eps, gemma)
+        normed, residual = _norm._ADD_RMSNORM(attn, hidden_states, self.pre_feedforward_layernorm.weight, eps, gemma)
+        out = _norm._RMSNORM(self.mlp(normed), self.post_feedforward_layernorm.weight, eps, gemma)
         return residual + out
-    normed, residual = ops._ADD_RMSNORM(attn, hidden_states, self.post_attention_layernorm.weight, eps, gemma)
+    normed, residual = _norm._ADD_RMSNORM(attn, hidden_states, self.post_attention_layernorm.weight, eps, gemma)
     return residual + self.mlp(normed)
 
 

@@ -12,40 +12,32 @@
 // QKV projection need no copy); every check of shapes, strides, alignment, head dim, GQA ratio,
 // window/causal and device lives in the C++ launcher, which throws blockfuse::Error naming the
 // argument before anything is launched. That error is re-raised as a Python ValueError with the same
-// message. The binding itself checks only what a view cannot express: a dtype other than bf16/fp16,
+// message (binding.h's call_blockfuse; a CUDA failure the launcher detects is a RuntimeError). The binding itself checks only what a view cannot express: a dtype other than bf16/fp16,
 // a non-unit head-dim stride, the rank, and the int32 dtype / 1-D shape of cu_seqlens.
 //
 // Outputs come from at::empty (the caching allocator) and the kernel runs on the current stream, so
 // both ops can be captured in CUDA graphs; the fake (meta) implementations are in
-// python/blockfuse/attention.py.
+// python/blockfuse/attention.py. Messages here say "blockfuse::<op>", as the launcher's do.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
 #include <optional>
-#include <string>
 #include <tuple>
 #include <vector>
 
-#include "blockfuse/blockfuse.h"
+#include "binding.h"
 
 namespace {
 
-// Message pieces are strings only: formatting numbers through an ostream inside a PyTorch process
-// crashed it on the H100 machine (see src/common/check.h), so numbers go through std::to_string.
-std::string dims(c10::IntArrayRef a) {
-  std::string s = "[";
-  for (size_t i = 0; i < a.size(); ++i) s += (i ? ", " : "") + std::to_string(a[i]);
-  return s + "]";
-}
+using namespace blockfuse_torch;
 
-blockfuse::DType attn_dtype(const at::Tensor& t, const char* fn, const char* arg) {
-  if (t.scalar_type() == at::kBFloat16) return blockfuse::DType::kBF16;
-  if (t.scalar_type() == at::kHalf) return blockfuse::DType::kFP16;
-  TORCH_CHECK_TYPE(false, "blockfuse::", fn, ": argument '", arg, "' has dtype ", c10::toString(t.scalar_type()),
+// A dtype other than bf16/fp16 is a TypeError here (the other ops raise ValueError).
+DType attn_dtype(const at::Tensor& t, const char* fn, const char* arg) {
+  const std::optional<DType> dt = half_dtype(t);
+  TORCH_CHECK_TYPE(dt.has_value(), "blockfuse::", fn, ": argument '", arg, "' has dtype ", dtype_str(t),
                    "; required: torch.bfloat16 or torch.float16");
-  return blockfuse::DType::kBF16;  // unreachable
+  return *dt;
 }
 
 // A size-1 dimension's stride is arbitrary in torch (unsqueeze, transposes of size-1 dims); it is
@@ -99,19 +91,6 @@ void check_scale(std::optional<double> softmax_scale, const char* fn) {
                     "; required: None (1/sqrt(head_dim)) or a value > 0");
 }
 
-template <typename F>
-void call_blockfuse(F&& f) {
-  try {
-    f();
-  } catch (const blockfuse::Error& e) {
-    TORCH_CHECK_VALUE(false, e.what());
-  }
-}
-
-cudaStream_t current_stream(const at::Tensor& t) {
-  return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
-}
-
 std::tuple<at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                   std::optional<double> softmax_scale, bool causal,
                                                   int64_t window_left, int64_t window_right, double softcap,
@@ -135,7 +114,7 @@ std::tuple<at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at:
 
 void check_cu_seqlens(const at::Tensor& cu, const char* arg) {
   TORCH_CHECK_TYPE(cu.scalar_type() == at::kInt, "blockfuse::attention_varlen: argument '", arg, "' has dtype ",
-                   c10::toString(cu.scalar_type()), "; required: torch.int32");
+                   dtype_str(cu), "; required: torch.int32");
   TORCH_CHECK_VALUE(cu.dim() == 1 && cu.size(0) >= 2 && (cu.stride(0) == 1 || cu.size(0) <= 1),
                     "blockfuse::attention_varlen: argument '", arg, "' has sizes ", dims(cu.sizes()), ", strides ",
                     dims(cu.strides()), "; required: a contiguous 1-D [num_seqs + 1] tensor, num_seqs >= 1");
@@ -153,8 +132,8 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen_cuda(
   check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q");
   check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k");
   TORCH_CHECK_VALUE(cu_seqlens_k.size(0) == cu_seqlens_q.size(0), "blockfuse::attention_varlen: argument "
-                    "'cu_seqlens_k' has ", std::to_string(cu_seqlens_k.size(0)), " entries; required: as many as "
-                    "'cu_seqlens_q' (", std::to_string(cu_seqlens_q.size(0)), ")");
+                    "'cu_seqlens_k' has ", num(cu_seqlens_k.size(0)), " entries; required: as many as "
+                    "'cu_seqlens_q' (", num(cu_seqlens_q.size(0)), ")");
   c10::cuda::CUDAGuard guard(q.device());
   at::Tensor out = at::empty(q.sizes(), q.options());  // contiguous [Tq, Hq, D]
   at::Tensor lse = return_lse ? at::empty({q.size(1), q.size(0)}, q.options().dtype(at::kFloat))
@@ -175,32 +154,31 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen_cuda(
 
 // CPU tensors: the kernel runs only on the GPU; say so, naming the argument, rather than torch's
 // "could not run with arguments from the CPU backend".
+std::tuple<at::Tensor, at::Tensor> refuse_cpu(const char* fn, const at::Tensor& q) {
+  TORCH_CHECK_VALUE(false, "blockfuse::", fn, ": argument 'q' is on ", dev_str(q),
+                    "; required: CUDA tensors (the kernel runs on the GPU)");
+  return {};  // unreachable
+}
+
 std::tuple<at::Tensor, at::Tensor> attention_cpu(const at::Tensor& q, const at::Tensor&, const at::Tensor&,
                                                  std::optional<double>, bool, int64_t, int64_t, double, bool) {
-  TORCH_CHECK_VALUE(false, "blockfuse::attention: argument 'q' is on ", q.device().str(),
-                    "; required: CUDA tensors (the kernel runs on the GPU)");
-  return {};
+  return refuse_cpu("attention", q);
 }
 
 std::tuple<at::Tensor, at::Tensor> attention_varlen_cpu(const at::Tensor& q, const at::Tensor&, const at::Tensor&,
                                                         const at::Tensor&, const at::Tensor&, int64_t, int64_t,
                                                         std::optional<double>, bool, int64_t, int64_t, double, bool) {
-  TORCH_CHECK_VALUE(false, "blockfuse::attention_varlen: argument 'q' is on ", q.device().str(),
-                    "; required: CUDA tensors (the kernel runs on the GPU)");
-  return {};
+  return refuse_cpu("attention_varlen", q);
 }
 
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
-  const std::vector<at::Tag> tags{at::Tag::pt2_compliant_tag};
-  m.def("attention(Tensor q, Tensor k, Tensor v, float? softmax_scale=None, bool causal=False, "
-        "int window_left=-1, int window_right=-1, float softcap=0.0, bool return_lse=False) -> (Tensor, Tensor)",
-        tags);
-  m.def("attention_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
-        "int max_seqlen_q, int max_seqlen_k, float? softmax_scale=None, bool causal=False, int window_left=-1, "
-        "int window_right=-1, float softcap=0.0, bool return_lse=False) -> (Tensor, Tensor)",
-        tags);
+  def_ops(m, {"attention(Tensor q, Tensor k, Tensor v, float? softmax_scale=None, bool causal=False, "
+               "int window_left=-1, int window_right=-1, float softcap=0.0, bool return_lse=False) -> (Tensor, Tensor)",
+               "attention_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
+               "int max_seqlen_q, int max_seqlen_k, float? softmax_scale=None, bool causal=False, int window_left=-1, "
+               "int window_right=-1, float softcap=0.0, bool return_lse=False) -> (Tensor, Tensor)"});
 }
 
 TORCH_LIBRARY_IMPL(blockfuse, CUDA, m) {

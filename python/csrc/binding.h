@@ -12,9 +12,13 @@
 
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
 
 #include <algorithm>
+#include <initializer_list>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "blockfuse/blockfuse.h"
 
@@ -38,10 +42,16 @@ inline std::string shape_str(const at::Tensor& t) {
 inline std::string dev_str(const at::Tensor& t) { return t.device().str(); }
 inline const char* dtype_str(const at::Tensor& t) { return c10::toString(t.scalar_type()); }
 
-// bf16/fp16 -> blockfuse's DType; anything else names the argument.
-inline DType to_dtype(const at::Tensor& t, const char* fn, const char* arg) {
+// bf16/fp16 -> blockfuse's DType; nullopt for any other dtype.
+inline std::optional<DType> half_dtype(const at::Tensor& t) {
   if (t.scalar_type() == at::kBFloat16) return DType::kBF16;
   if (t.scalar_type() == at::kHalf) return DType::kFP16;
+  return std::nullopt;
+}
+
+// bf16/fp16 -> blockfuse's DType; anything else names the argument.
+inline DType to_dtype(const at::Tensor& t, const char* fn, const char* arg) {
+  if (const std::optional<DType> dt = half_dtype(t)) return *dt;
   TORCH_CHECK_VALUE(false, "blockfuse.", fn, ": argument '", arg, "' has dtype ", dtype_str(t),
                     "; required: torch.bfloat16 or torch.float16");
   return DType::kBF16;  // unreachable
@@ -69,6 +79,24 @@ inline void check_same_sizes(const at::Tensor& t, const at::Tensor& ref, const c
                              const char* ref_arg) {
   TORCH_CHECK_VALUE(t.sizes() == ref.sizes(), "blockfuse.", fn, ": argument '", arg, "' has sizes ",
                     dims(t.sizes()), "; required: the sizes of '", ref_arg, "' (", dims(ref.sizes()), ")");
+}
+
+// A tensor with the name its argument has in the op's schema (for the messages).
+struct NamedTensor {
+  const at::Tensor* t;
+  const char* name;
+};
+
+// The operands of a GPU-only op: x and the tensors that go with it, each a CUDA tensor on x's
+// device with x's dtype (bf16/fp16). Checked in that order (every device, then every dtype), so
+// the first error names the first argument at fault. Returns x's dtype.
+inline DType check_operands(const char* fn, const at::Tensor& x, std::initializer_list<NamedTensor> others) {
+  check_cuda(x, fn, "x");
+  for (const NamedTensor& o : others) check_cuda(*o.t, fn, o.name);
+  for (const NamedTensor& o : others) check_same_device(*o.t, x, fn, o.name, "x");
+  const DType dt = to_dtype(x, fn, "x");
+  for (const NamedTensor& o : others) check_same_dtype(*o.t, x, fn, o.name, "x");
+  return dt;
 }
 
 // A tensor [..., cols] as a row-major matrix [rows, cols] with one row stride `ld`: the last dim
@@ -164,4 +192,58 @@ inline cudaStream_t current_stream(const at::Tensor& t) {
   return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
 }
 
+// ---- FP8 (e4m3) outputs --------------------------------------------------------------------------
+
+// The FP8 scale argument of an op with an e4m3 output: a float32 CUDA tensor of one element on x's
+// device (static per-tensor scale; row_scales becomes an empty [0] tensor), or None (dynamic: the
+// per-row scales, x's leading dims in float32, are allocated into row_scales and written by the kernel).
+inline blockfuse::Fp8Scale fp8_scale(const char* fn, const std::optional<at::Tensor>& scale, const at::Tensor& x,
+                                     int64_t rows, at::Tensor& row_scales) {
+  blockfuse::Fp8Scale s;
+  if (scale.has_value()) {
+    const at::Tensor& t = *scale;
+    check_cuda(t, fn, "scale");
+    check_same_device(t, x, fn, "scale", "x");
+    TORCH_CHECK_VALUE(t.scalar_type() == at::kFloat && t.numel() == 1, "blockfuse.", fn,
+                      ": argument 'scale' has dtype ", dtype_str(t), " and ", num(t.numel()),
+                      " elements; required: one float32 element (the static per-tensor scale), or "
+                      "None for dynamic per-row scales");
+    s.mode = blockfuse::Fp8ScaleMode::kStaticPerTensor;
+    s.scale = t.data_ptr<float>();
+    row_scales = at::empty({0}, x.options().dtype(at::kFloat));
+  } else {
+    std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end() - 1);
+    row_scales = at::empty(sizes, x.options().dtype(at::kFloat));
+    s.mode = blockfuse::Fp8ScaleMode::kDynamicPerRow;
+    s.scale = rows > 0 ? row_scales.data_ptr<float>() : nullptr;
+  }
+  return s;
+}
+
+// An e4m3 tensor shaped like x [..., K] with a last dimension of `cols`, and its contiguous view.
+inline at::Tensor fp8_like(const at::Tensor& x, int64_t cols) {
+  return at::empty(with_last(x, cols), x.options().dtype(at::kFloat8_e4m3fn));
+}
+inline blockfuse::Fp8Matrix fp8_view(const at::Tensor& t, int64_t rows, int64_t cols) {
+  return blockfuse::make_fp8_matrix(t.data_ptr(), rows, cols, cols);
+}
+
+// ---- registration ----------------------------------------------------------------------------------
+
+
+// Defines ops whose schemas are given, tagged pt2_compliant (torch.compile may trace them).
+inline void def_ops(torch::Library& m, std::initializer_list<const char*> schemas) {
+  const std::vector<at::Tag> tags{at::Tag::pt2_compliant_tag};
+  for (const char* schema : schemas) m.def(schema, tags);
+}
+
 }  // namespace blockfuse_torch
+
+// Registers a family's kernels for CUDA and for CPU tensors: the same functions serve both, since
+// their first check names the argument that is not on CUDA. Written
+//   BLOCKFUSE_TORCH_IMPLS(m) { m.impl("op", &op_fn); ... }
+#define BLOCKFUSE_TORCH_IMPLS(m)                                             \
+  static void blockfuse_torch_impls(torch::Library&);                       \
+  TORCH_LIBRARY_IMPL(blockfuse, CUDA, lib) { blockfuse_torch_impls(lib); }  \
+  TORCH_LIBRARY_IMPL(blockfuse, CPU, lib) { blockfuse_torch_impls(lib); }   \
+  static void blockfuse_torch_impls(torch::Library& m)

@@ -1,7 +1,7 @@
 // The PyTorch ops of the fused decode MLP (include/blockfuse/fused_mlp.h): the whole gated MLP of
 // a decode step (1..32 token rows) in one launch, dense or over router-selected neuron blocks.
 //
-// Schemas (registered at the end; the fake implementations are in python/blockfuse/ops.py):
+// Schemas (registered at the end; the fake implementations are in the Python package):
 //   fused_mlp(x [..., K], w_gate_up [2U, K], w_down_t [U, K], activation, deterministic) -> y [..., K]
 //   fused_mlp_sparse(x, w_gate_up, w_down_t, indices, counts, block_size, activation, deterministic)
 //       indices int32 [capacity] + counts int32 [1]: one sorted list of neuron blocks for the batch;
@@ -14,10 +14,11 @@
 // once. The lists' contents are trusted (checking them would synchronise):
 // ops.fused_mlp_check_blocks validates them. Workspaces are the binding's (workspace.h).
 #include <ATen/ATen.h>
-#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <algorithm>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -45,15 +46,8 @@ struct MlpArgs {
 };
 
 MlpArgs mlp_args(const at::Tensor& x, const at::Tensor& w_gate_up, const at::Tensor& w_down_t, const char* fn) {
-  check_cuda(x, fn, "x");
-  check_cuda(w_gate_up, fn, "w_gate_up");
-  check_cuda(w_down_t, fn, "w_down_t");
-  check_same_device(w_gate_up, x, fn, "w_gate_up", "x");
-  check_same_device(w_down_t, x, fn, "w_down_t", "x");
   MlpArgs a;
-  a.dt = to_dtype(x, fn, "x");
-  check_same_dtype(w_gate_up, x, fn, "w_gate_up", "x");
-  check_same_dtype(w_down_t, x, fn, "w_down_t", "x");
+  a.dt = check_operands(fn, x, {{&w_gate_up, "w_gate_up"}, {&w_down_t, "w_down_t"}});
   a.xv = as_rows(x, fn, "x");
   a.guv = as_matrix(w_gate_up, fn, "w_gate_up");
   a.dv = as_matrix(w_down_t, fn, "w_down_t");
@@ -140,19 +134,17 @@ at::Tensor fused_mlp_sparse_op(const at::Tensor& x, const at::Tensor& w_gate_up,
   void* ws = sizes_ok ? mlp_workspace(x, a.xv.cols, need, &bytes, fn) : nullptr;
   const auto* idx = indices.numel() > 0 ? indices.data_ptr<int32_t>() : nullptr;
   const auto* cnt = counts.data_ptr<int32_t>();
-  call_blockfuse([&] {
-    if (per_token) {
-      blockfuse::PerTokenNeuronBlocks b{idx, cnt, indices.size(1), int(block_size)};
+  const auto run = [&](auto blocks) {  // NeuronBlockList or PerTokenNeuronBlocks
+    call_blockfuse([&] {
       blockfuse::fused_mlp_sparse(cview(x, a.xv, a.dt), cview(w_gate_up, a.guv, a.dt), cview(w_down_t, a.dv, a.dt),
-                                  mview(a.y, a.yv, a.dt), act, b, ws, bytes, mlp_config(deterministic),
+                                  mview(a.y, a.yv, a.dt), act, blocks, ws, bytes, mlp_config(deterministic),
                                   current_stream(x));
-    } else {
-      blockfuse::NeuronBlockList b{idx, cnt, indices.size(0), int(block_size)};
-      blockfuse::fused_mlp_sparse(cview(x, a.xv, a.dt), cview(w_gate_up, a.guv, a.dt), cview(w_down_t, a.dv, a.dt),
-                                  mview(a.y, a.yv, a.dt), act, b, ws, bytes, mlp_config(deterministic),
-                                  current_stream(x));
-    }
-  });
+    });
+  };
+  if (per_token)
+    run(blockfuse::PerTokenNeuronBlocks{idx, cnt, indices.size(1), int(block_size)});
+  else
+    run(blockfuse::NeuronBlockList{idx, cnt, indices.size(0), int(block_size)});
   return a.y;
 }
 
@@ -163,11 +155,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> neuron_block_router_o
   constexpr const char* fn = "neuron_block_router";
   TORCH_CHECK_VALUE(mode == "threshold" || mode == "topk", "blockfuse.", fn, ": argument 'mode' is '",
                     std::string(mode.data(), mode.size()), "'; required: 'threshold' or 'topk'");
-  check_cuda(x, fn, "x");
-  check_cuda(router, fn, "router");
-  check_same_device(router, x, fn, "router", "x");
-  const DType dt = to_dtype(x, fn, "x");
-  check_same_dtype(router, x, fn, "router", "x");
+  const DType dt = check_operands(fn, x, {{&router, "router"}});
   const RowView xv = as_rows(x, fn, "x");
   const RowView rv = as_matrix(router, fn, "router");
   c10::cuda::CUDAGuard guard(x.device());
@@ -219,25 +207,18 @@ int64_t fused_mlp_reserve_op(const at::Tensor& w_down_t, bool deterministic) {
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
-  const std::vector<at::Tag> tags{at::Tag::pt2_compliant_tag};
-  m.def("fused_mlp(Tensor x, Tensor w_gate_up, Tensor w_down_t, str activation='silu', bool deterministic=False) "
-        "-> Tensor",
-        tags);
-  m.def("fused_mlp_sparse(Tensor x, Tensor w_gate_up, Tensor w_down_t, Tensor indices, Tensor counts, "
-        "int block_size, str activation='silu', bool deterministic=False) -> Tensor",
-        tags);
-  m.def("neuron_block_router(Tensor x, Tensor router, str mode='threshold', float threshold=0.5, int top_k=0) "
-        "-> (Tensor, Tensor, Tensor, Tensor)",
-        tags);
-  m.def("fused_mlp_reserve(Tensor w_down_t, bool deterministic=False) -> int");
+  def_ops(m, {"fused_mlp(Tensor x, Tensor w_gate_up, Tensor w_down_t, str activation='silu', bool deterministic=False) "
+               "-> Tensor",
+               "fused_mlp_sparse(Tensor x, Tensor w_gate_up, Tensor w_down_t, Tensor indices, Tensor counts, "
+               "int block_size, str activation='silu', bool deterministic=False) -> Tensor",
+               "neuron_block_router(Tensor x, Tensor router, str mode='threshold', float threshold=0.5, int top_k=0) "
+               "-> (Tensor, Tensor, Tensor, Tensor)"});
+  m.def("fused_mlp_reserve(Tensor w_down_t, bool deterministic=False) -> int");  // a host int: no fake, not traced
 }
 
-// The same functions serve CPU tensors: their first check names the argument that is not on CUDA.
-#define BLOCKFUSE_FUSED_MLP_IMPLS(m)                       \
-  m.impl("fused_mlp", &fused_mlp_op);                      \
-  m.impl("fused_mlp_sparse", &fused_mlp_sparse_op);        \
-  m.impl("neuron_block_router", &neuron_block_router_op);  \
-  m.impl("fused_mlp_reserve", &fused_mlp_reserve_op)
-
-TORCH_LIBRARY_IMPL(blockfuse, CUDA, m) { BLOCKFUSE_FUSED_MLP_IMPLS(m); }
-TORCH_LIBRARY_IMPL(blockfuse, CPU, m) { BLOCKFUSE_FUSED_MLP_IMPLS(m); }
+BLOCKFUSE_TORCH_IMPLS(m) {
+  m.impl("fused_mlp", &fused_mlp_op);
+  m.impl("fused_mlp_sparse", &fused_mlp_sparse_op);
+  m.impl("neuron_block_router", &neuron_block_router_op);
+  m.impl("fused_mlp_reserve", &fused_mlp_reserve_op);
+}

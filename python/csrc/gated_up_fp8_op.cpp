@@ -84,6 +84,14 @@ auto e4m3_view(const at::Tensor& h, const Operands& o) {
   return blockfuse::make_fp8_matrix(h.data_ptr(), o.xv.rows, o.u, std::max<int64_t>(o.u, 1));
 }
 
+// The e4m3 output's scale: read (static per tensor) or written (dynamic per row) at `t`.
+blockfuse::Fp8Scale output_scale(blockfuse::Fp8ScaleMode mode, const at::Tensor& t) {
+  blockfuse::Fp8Scale s;
+  s.mode = mode;
+  s.scale = t.data_ptr<float>();
+  return s;
+}
+
 at::Tensor gated_up_fp8_op(const at::Tensor& x, const at::Tensor& x_scale, const at::Tensor& w,
                            const at::Tensor& w_scale, c10::string_view activation,
                            const std::optional<at::Tensor>& out_scale) {
@@ -107,14 +115,8 @@ at::Tensor gated_up_fp8_op(const at::Tensor& x, const at::Tensor& x_scale, const
                     dtype_str(s), " and ", num(s.numel()), " elements; required: one float32 element (the static "
                     "per-tensor output scale), or None for a bf16 output");
   at::Tensor h = e4m3_output(x, o);
-  blockfuse::Fp8Scale os;
-  os.mode = blockfuse::Fp8ScaleMode::kStaticPerTensor;
-  os.scale = s.data_ptr<float>();
-  call_blockfuse([&] {
-    blockfuse::gated_up_fp8(o.xm, o.sx, o.wm, o.sw,
-                            e4m3_view(h, o), os, o.act,
-                            stream);
-  });
+  const blockfuse::Fp8Scale os = output_scale(blockfuse::Fp8ScaleMode::kStaticPerTensor, s);
+  call_blockfuse([&] { blockfuse::gated_up_fp8(o.xm, o.sx, o.wm, o.sw, e4m3_view(h, o), os, o.act, stream); });
   return h;
 }
 
@@ -134,13 +136,9 @@ std::tuple<at::Tensor, at::Tensor> gated_up_fp8_dynamic_op(const at::Tensor& x, 
   size_t need = 0;
   call_blockfuse([&] { need = blockfuse::gated_up_fp8_workspace_size(o.xv.rows, o.u, blockfuse::Fp8ScaleMode::kDynamicPerRow); });
   at::Tensor ws = at::empty({static_cast<int64_t>(std::max<size_t>(need, 1))}, x.options().dtype(at::kByte));
-  blockfuse::Fp8Scale os;
-  os.mode = blockfuse::Fp8ScaleMode::kDynamicPerRow;
-  os.scale = scales.data_ptr<float>();
+  const blockfuse::Fp8Scale os = output_scale(blockfuse::Fp8ScaleMode::kDynamicPerRow, scales);
   call_blockfuse([&] {
-    blockfuse::gated_up_fp8(o.xm, o.sx, o.wm, o.sw,
-                            e4m3_view(q, o), os, o.act,
-                            ws.data_ptr(), need, stream);
+    blockfuse::gated_up_fp8(o.xm, o.sx, o.wm, o.sw, e4m3_view(q, o), os, o.act, ws.data_ptr(), need, stream);
   });
   return {q, scales};
 }
@@ -148,20 +146,13 @@ std::tuple<at::Tensor, at::Tensor> gated_up_fp8_dynamic_op(const at::Tensor& x, 
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
-  const std::vector<at::Tag> tags{at::Tag::pt2_compliant_tag};
-  m.def("gated_up_fp8(Tensor x, Tensor x_scale, Tensor w, Tensor w_scale, str activation='silu', "
-        "Tensor? out_scale=None) -> Tensor",
-        tags);
-  m.def("gated_up_fp8_dynamic(Tensor x, Tensor x_scale, Tensor w, Tensor w_scale, str activation='silu') "
-        "-> (Tensor, Tensor)",
-        tags);
+  def_ops(m, {"gated_up_fp8(Tensor x, Tensor x_scale, Tensor w, Tensor w_scale, str activation='silu', "
+               "Tensor? out_scale=None) -> Tensor",
+               "gated_up_fp8_dynamic(Tensor x, Tensor x_scale, Tensor w, Tensor w_scale, str activation='silu') "
+               "-> (Tensor, Tensor)"});
 }
 
-TORCH_LIBRARY_IMPL(blockfuse, CUDA, m) {
-  m.impl("gated_up_fp8", &gated_up_fp8_op);
-  m.impl("gated_up_fp8_dynamic", &gated_up_fp8_dynamic_op);
-}
-TORCH_LIBRARY_IMPL(blockfuse, CPU, m) {
+BLOCKFUSE_TORCH_IMPLS(m) {
   m.impl("gated_up_fp8", &gated_up_fp8_op);
   m.impl("gated_up_fp8_dynamic", &gated_up_fp8_dynamic_op);
 }

@@ -19,6 +19,9 @@
 
 namespace blockfuse_torch {
 
+// What reserves the kDecodeGemm workspace outside a capture (for the error message).
+constexpr const char* kDecodeReserveHint = "blockfuse.ops.decode_gemm_reserve(w)";
+
 enum class WorkspaceKind : int { kDecodeGemm = 0, kFusedMlp = 1, kRouter = 2 };
 
 // A zeroed buffer of at least `need` bytes (16-byte aligned) for `kind` on `device`; *bytes gets its

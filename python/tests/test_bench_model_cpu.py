@@ -1,10 +1,10 @@
-"""CPU tests of the end-to-end benchmark's measurement helpers (blockfuse.bench_model): the decode
+"""CPU tests of the end-to-end benchmark's measurement helpers (blockfuse.bench.model): the decode
 step it captures for graph replay is a real decode step (its logits are the full forward's)."""
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed: these tests need it (CPU is enough)")
 tf = pytest.importorskip("transformers", reason="transformers is not installed")
-from blockfuse import bench_model as bm  # noqa: E402
+from blockfuse.bench import model as bm  # noqa: E402
 
 
 def test_replayed_step_is_a_decode_step():

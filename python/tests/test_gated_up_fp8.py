@@ -8,8 +8,9 @@ from conftest import require_gpu
 from tensor_utils import rel, rnd  # noqa: E402
 
 torch, ops = require_gpu()
+from blockfuse import gated_up_fp8 as G8  # noqa: E402
 pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not ops._HAS_GATED_UP_FP8, reason="the loaded library predates gated_up_fp8")]
+              pytest.mark.skipif(not G8._HAS_GATED_UP_FP8, reason="the loaded library predates gated_up_fp8")]
 HOPPER = torch.cuda.get_device_capability() == (9, 0)
 needs_hopper = pytest.mark.skipif(not HOPPER, reason="the FP8 kernel is sm90a (Hopper) only")
 K, U = 512, 384
@@ -83,7 +84,7 @@ def test_opcheck_and_graph_capture():
     assert rel(out, ops.gated_up_fp8_reference(x, sx, w, sw)) < 1e-2
 
 
-needs_dynamic = pytest.mark.skipif(not ops._HAS_GATED_UP_FP8_DYNAMIC,
+needs_dynamic = pytest.mark.skipif(not G8._HAS_GATED_UP_FP8_DYNAMIC,
                                    reason="the loaded library predates gated_up_fp8_dynamic")
 
 

@@ -9,6 +9,7 @@ from conftest import require_gpu
 torch, ops = require_gpu()
 transformers = pytest.importorskip("transformers", reason="transformers is not installed: the module tests compare against it")
 from blockfuse import nn as bnn  # noqa: E402
+from blockfuse import patch  # noqa: E402
 from tensor_utils import rel  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -111,7 +112,7 @@ def test_patch_model_replaces_every_mlp():
     x = torch.randn(2, 33, HIDDEN, device="cuda", dtype=torch.bfloat16)
     with torch.no_grad():
         before = model(x)
-    replaced = bnn.patch_model(model)
+    replaced = patch.patch_model(model)
     assert [n for n, _ in replaced] == ["0.mlp", "1.mlp", "2.mlp"]
     assert [type(m).__name__ for _, m in replaced] == ["LlamaMLP", "Gemma2MLP", "Qwen2MLP"]
     assert all(isinstance(b.mlp, bnn.GatedMLP) for b in model)
@@ -119,7 +120,7 @@ def test_patch_model_replaces_every_mlp():
         after = model(x)
     assert rel(after, before) < 2e-2
     with pytest.raises(ValueError, match="nothing in Sequential matched"):
-        bnn.patch_model(model)  # nothing left to replace
+        patch.patch_model(model)  # nothing left to replace
 
 
 def test_module_cpu_fallback_and_fp32():

@@ -9,6 +9,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed: these tests need it (CPU is enough)")
 pytest.importorskip("transformers", reason="transformers is not installed")
 from blockfuse import nn as bnn  # noqa: E402
+from blockfuse import add_rmsnorm as norm_ops  # noqa: E402
 from blockfuse import ops, patch  # noqa: E402
 from hf_models import FAMILIES, tiny_model  # noqa: E402
 from tensor_utils import rel  # noqa: E402
@@ -18,8 +19,8 @@ from tensor_utils import rel  # noqa: E402
 def kernels_as_references(monkeypatch):
     """Routes the fused forward's kernel calls to the plain-torch references, on any device/dtype."""
     monkeypatch.setattr(patch, "_kernels_take", lambda h: True)
-    monkeypatch.setattr(ops, "_RMSNORM", ops.rmsnorm_reference)
-    monkeypatch.setattr(ops, "_ADD_RMSNORM", lambda x, r, w, eps, gemma: ops.add_rmsnorm_reference(x, r, w, eps, gemma))
+    monkeypatch.setattr(norm_ops, "_RMSNORM", ops.rmsnorm_reference)
+    monkeypatch.setattr(norm_ops, "_ADD_RMSNORM", lambda x, r, w, eps, gemma: ops.add_rmsnorm_reference(x, r, w, eps, gemma))
 
 
 @pytest.mark.parametrize("family", FAMILIES)

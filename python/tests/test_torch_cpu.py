@@ -5,7 +5,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed: these tests need it (CPU is enough)")
 from blockfuse import nn as bnn  # noqa: E402
-from blockfuse import ops  # noqa: E402
+from blockfuse import ops, patch  # noqa: E402
+from blockfuse._common import activation  # noqa: E402
 from tensor_utils import rel  # noqa: E402
 
 
@@ -13,7 +14,7 @@ from tensor_utils import rel  # noqa: E402
 def test_activation_grad_formula_matches_autograd(act):
     g = torch.linspace(-9, 9, 1001, dtype=torch.float64, requires_grad=True)
     a, da = ops.activation_and_grad(g.detach(), act)
-    ref = ops._activation(g, act)
+    ref = activation(g, act)
     ref.sum().backward()
     assert torch.allclose(a, ref.detach(), atol=1e-12)
     assert torch.allclose(da, g.grad, atol=1e-10)
@@ -113,7 +114,7 @@ def test_patch_small_llama_on_cpu():
     ids = torch.randint(0, 128, (1, 12))
     with torch.no_grad():
         before = model(ids).logits
-    replaced = bnn.patch_model(model, norm=False)
+    replaced = patch.patch_model(model, norm=False)
     assert [n for n, _ in replaced] == ["model.layers.0.mlp", "model.layers.1.mlp"]
     assert all(type(m).__name__ == "LlamaMLP" for _, m in replaced)
     assert isinstance(model.model.layers[1].mlp, bnn.GatedMLP)
@@ -121,4 +122,4 @@ def test_patch_small_llama_on_cpu():
         after = model(ids).logits
     assert rel(after, before) < 1e-5
     with pytest.raises(ValueError, match="the model itself is an MLP"):
-        bnn.patch_model(replaced[0][1])
+        patch.patch_model(replaced[0][1])

@@ -14,7 +14,6 @@
 #include "blockfuse/add_rmsnorm.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -39,11 +38,11 @@ using add_rmsnorm_detail::add_rmsnorm_loop;
 using add_rmsnorm_detail::add_rmsnorm_regs;
 using Out = AddRmsNormOutput;
 
-template <class T, int V, Out kOut, bool kOne>
+template <class T, int V, Out kOut>
 void launch_cluster(const AddRmsNormParams& p, const detail::AddRmsNormConfig& cfg, bool pdl, cudaStream_t stream) {
   // One cluster per row (grid-stride beyond 2^31 - 1 blocks).
   const int64_t clusters = std::min<int64_t>(p.rows, std::numeric_limits<int>::max() / cfg.cluster);
-  detail::launch_kernel(add_rmsnorm_cluster<T, V, kOut, kOne>, dim3(static_cast<unsigned>(clusters * cfg.cluster)),
+  detail::launch_kernel(add_rmsnorm_cluster<T, V, kOut>, dim3(static_cast<unsigned>(clusters * cfg.cluster)),
                         dim3(static_cast<unsigned>(cfg.threads)), 0, stream, dim3(static_cast<unsigned>(cfg.cluster), 1, 1),
                         pdl, p);
 }
@@ -64,19 +63,14 @@ bool cluster_path_available() { return detail::sm90_code_loaded(sm90_code_cache(
 // Whether this device may launch the family's kernels with PDL (common/launch.h: pdl_launchable).
 bool pdl_path_available() { return detail::pdl_launchable(sm90_code_cache(), sm90_probe()); }
 
-std::atomic<bool> g_clusters_enabled{true};
-std::atomic<int> g_rule{int(detail::kAddRmsNormDefaultRule)};
-std::atomic<bool> g_one_exchange{true};
-std::atomic<int64_t> g_preload_chunks{detail::kAddRmsNormPreloadChunks};
-
-template <class T, Out kOut, bool kOne>
+template <class T, Out kOut>
 void launch_shape(const AddRmsNormParams& p, const detail::AddRmsNormConfig& cfg, cudaStream_t stream) {
   const bool pdl = detail::pdl_rows(p.rows) && pdl_path_available();
   if (cfg.cluster > 1) {
     if (cfg.v == 2)
-      launch_cluster<T, 2, kOut, kOne>(p, cfg, pdl, stream);
+      launch_cluster<T, 2, kOut>(p, cfg, pdl, stream);
     else
-      launch_cluster<T, 4, kOut, kOne>(p, cfg, pdl, stream);
+      launch_cluster<T, 4, kOut>(p, cfg, pdl, stream);
     BF_CHECK_LAUNCH();
     return;
   }
@@ -87,17 +81,17 @@ void launch_shape(const AddRmsNormParams& p, const detail::AddRmsNormConfig& cfg
     constexpr int V = decltype(v)::value;
     if constexpr (V <= 4) {
       if (cfg.preload_w) {
-        detail::launch_kernel(add_rmsnorm_regs<T, V, kOut, kOne, true>, dim3(blocks), dim3(cfg.threads), 0, stream,
+        detail::launch_kernel(add_rmsnorm_regs<T, V, kOut, true>, dim3(blocks), dim3(cfg.threads), 0, stream,
                               dim3(1, 1, 1), pdl, p);
         return;
       }
     }
     if (cfg.streaming_stores) {
-      detail::launch_kernel(add_rmsnorm_regs<T, V, kOut, kOne, false, true>, dim3(blocks), dim3(cfg.threads), 0, stream,
+      detail::launch_kernel(add_rmsnorm_regs<T, V, kOut, false, true>, dim3(blocks), dim3(cfg.threads), 0, stream,
                             dim3(1, 1, 1), pdl, p);
       return;
     }
-    detail::launch_kernel(add_rmsnorm_regs<T, V, kOut, kOne>, dim3(blocks), dim3(cfg.threads), 0, stream, dim3(1, 1, 1),
+    detail::launch_kernel(add_rmsnorm_regs<T, V, kOut>, dim3(blocks), dim3(cfg.threads), 0, stream, dim3(1, 1, 1),
                           pdl, p);
   };
   switch (cfg.v) {
@@ -113,25 +107,16 @@ void launch_shape(const AddRmsNormParams& p, const detail::AddRmsNormConfig& cfg
 }
 
 template <class T, Out kOut>
-void launch(const AddRmsNormParams& p, cudaStream_t stream) {
-  const detail::AddRmsNormConfig cfg = detail::add_rmsnorm_launch_config(p.h / 8, p.rows, kOut == Out::kFp8DynamicScale);
-  // Dynamic FP8: one reduction / cluster exchange for the sum of squares and the amax (default;
-  // row.cuh: row_amax_unscaled) or two (the first kernel), switched by set_add_rmsnorm_one_exchange.
-  // H = 16384, 1 / 8 / 32 rows: 4.99 / 5.04 / 5.74 µs -> 4.09 / 4.12 / 4.82 µs (H100,
-  // results/gpu/memory_bound_h100/add_rmsnorm_v8_two.json vs add_rmsnorm_v4wide_one.json).
-  if constexpr (kOut == Out::kFp8DynamicScale) {
-    if (g_one_exchange.load(std::memory_order_relaxed)) return launch_shape<T, kOut, true>(p, cfg, stream);
-    return launch_shape<T, kOut, false>(p, cfg, stream);
-  }
-  launch_shape<T, kOut, true>(p, cfg, stream);
+void launch(const AddRmsNormParams& p, const detail::AddRmsNormTuning& t, cudaStream_t stream) {
+  launch_shape<T, kOut>(p, detail::add_rmsnorm_launch_config(p.h / 8, p.rows, kOut == Out::kFp8DynamicScale, t), stream);
 }
 
 template <Out kOut>
-void dispatch(DType t, const AddRmsNormParams& p, cudaStream_t stream) {
+void dispatch(DType t, const AddRmsNormParams& p, const detail::AddRmsNormTuning& tuning, cudaStream_t stream) {
   if (t == DType::kBF16)
-    launch<__nv_bfloat16, kOut>(p, stream);
+    launch<__nv_bfloat16, kOut>(p, tuning, stream);
   else
-    launch<__half, kOut>(p, stream);
+    launch<__half, kOut>(p, tuning, stream);
 }
 
 AddRmsNormParams make_params(const ConstMatrix& x, const ConstMatrix& residual, const ConstMatrix& weight,
@@ -157,12 +142,10 @@ AddRmsNormParams make_params(const ConstMatrix& x, const ConstMatrix& residual, 
 }  // namespace
 
 namespace detail {
-AddRmsNormConfig add_rmsnorm_launch_config(int nchunks, int64_t rows, bool dynamic_fp8) {
-  const auto chosen = AddRmsNormRule(g_rule.load(std::memory_order_relaxed));
-  const bool clusters = g_clusters_enabled.load(std::memory_order_relaxed) && cluster_path_available();
-  const bool preload =
-      add_rmsnorm_preload_weight(rows, nchunks, clusters, g_preload_chunks.load(std::memory_order_relaxed));
-  const AddRmsNormRule rule = chosen == AddRmsNormRule::kAuto ? add_rmsnorm_auto_rule(nchunks, preload, rows, dynamic_fp8) : chosen;
+AddRmsNormConfig add_rmsnorm_launch_config(int nchunks, int64_t rows, bool dynamic_fp8, const AddRmsNormTuning& t) {
+  const bool clusters = t.clusters && cluster_path_available();
+  const bool preload = add_rmsnorm_preload_weight(rows, nchunks, clusters, t.preload_chunks);
+  const AddRmsNormRule rule = t.rule == AddRmsNormRule::kAuto ? add_rmsnorm_auto_rule(nchunks, preload, rows, dynamic_fp8) : t.rule;
   if (preload) {
     AddRmsNormConfig c = add_rmsnorm_config(nchunks, rule);
     c.preload_w = c.v >= 1 && c.v <= 4;  // the kV8 rule's v = 8 (bench and tests only) keeps the weight read late
@@ -176,27 +159,33 @@ AddRmsNormConfig add_rmsnorm_launch_config(int nchunks, int64_t rows, bool dynam
   c.streaming_stores = add_rmsnorm_streaming_stores(c.v, rows);
   return c;
 }
-void set_add_rmsnorm_clusters_enabled(bool enabled) { g_clusters_enabled.store(enabled, std::memory_order_relaxed); }
-void set_add_rmsnorm_rule(AddRmsNormRule rule) { g_rule.store(int(rule), std::memory_order_relaxed); }
-void set_add_rmsnorm_preload_chunks(int64_t chunks) { g_preload_chunks.store(chunks, std::memory_order_relaxed); }
-void set_add_rmsnorm_one_exchange(bool one) { g_one_exchange.store(one, std::memory_order_relaxed); }
-bool add_rmsnorm_one_exchange() { return g_one_exchange.load(std::memory_order_relaxed); }
+
+void add_rmsnorm_tuned(ConstMatrix x, ConstMatrix residual, ConstMatrix weight, Matrix residual_out, Matrix out,
+                       RmsNormOptions opt, const AddRmsNormTuning& tuning, cudaStream_t stream) {
+  if (!check_add_rmsnorm_args("add_rmsnorm", x, residual, weight, residual_out, out, opt)) return;
+  dispatch<Out::kDtype>(x.dtype, make_params(x, residual, weight, residual_out, out.data, out.ld, nullptr, opt), tuning,
+                        stream);
+}
+
+void add_rmsnorm_fp8_tuned(ConstMatrix x, ConstMatrix residual, ConstMatrix weight, Matrix residual_out, Fp8Matrix out,
+                           Fp8Scale scale, RmsNormOptions opt, const AddRmsNormTuning& tuning, cudaStream_t stream) {
+  if (!check_add_rmsnorm_fp8_args("add_rmsnorm_fp8", x, residual, weight, residual_out, out, scale, opt)) return;
+  const AddRmsNormParams p = make_params(x, residual, weight, residual_out, out.data, out.ld, scale.scale, opt);
+  if (scale.mode == Fp8ScaleMode::kDynamicPerRow)
+    dispatch<Out::kFp8DynamicScale>(x.dtype, p, tuning, stream);
+  else
+    dispatch<Out::kFp8StaticScale>(x.dtype, p, tuning, stream);
+}
 }  // namespace detail
 
 void add_rmsnorm(ConstMatrix x, ConstMatrix residual, ConstMatrix weight, Matrix residual_out, Matrix out,
                  RmsNormOptions opt, cudaStream_t stream) {
-  if (!detail::check_add_rmsnorm_args("add_rmsnorm", x, residual, weight, residual_out, out, opt)) return;
-  dispatch<Out::kDtype>(x.dtype, make_params(x, residual, weight, residual_out, out.data, out.ld, nullptr, opt), stream);
+  detail::add_rmsnorm_tuned(x, residual, weight, residual_out, out, opt, {}, stream);
 }
 
 void add_rmsnorm_fp8(ConstMatrix x, ConstMatrix residual, ConstMatrix weight, Matrix residual_out, Fp8Matrix out,
                      Fp8Scale scale, RmsNormOptions opt, cudaStream_t stream) {
-  if (!detail::check_add_rmsnorm_fp8_args("add_rmsnorm_fp8", x, residual, weight, residual_out, out, scale, opt)) return;
-  const AddRmsNormParams p = make_params(x, residual, weight, residual_out, out.data, out.ld, scale.scale, opt);
-  if (scale.mode == Fp8ScaleMode::kDynamicPerRow)
-    dispatch<Out::kFp8DynamicScale>(x.dtype, p, stream);
-  else
-    dispatch<Out::kFp8StaticScale>(x.dtype, p, stream);
+  detail::add_rmsnorm_fp8_tuned(x, residual, weight, residual_out, out, scale, opt, {}, stream);
 }
 
 }  // namespace blockfuse

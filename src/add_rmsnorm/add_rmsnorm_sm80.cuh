@@ -36,13 +36,13 @@ __device__ __forceinline__ void prefetch_weight(const T* w, int nchunks) {
 }
 
 // Register path: T = blockDim.x threads, V chunks each. No min-blocks bound: capping V = 8 at 64
-// registers spills and does not pay (docs/decoder-kernels.md, results/gpu/experiments/README.md).
-// kOneExchange (dynamic FP8 only): the amax's partial max |r · g| is reduced together with the sum
-// of squares (row_amax_unscaled, row.cuh) — one block reduction per row instead of two.
+// registers spills and does not pay (docs/add_rmsnorm.md#tuning).
+// Dynamic FP8: the amax's partial max |r · g| is reduced together with the sum of squares
+// (row_amax_unscaled, row.cuh), one block reduction per row instead of two (docs/add_rmsnorm.md#tuning).
 // kPreloadW: the weight chunks are loaded into registers with the row's (decode-sized calls,
 // config.h: add_rmsnorm_preload_weight) instead of read after the reduction.
 // kStream: residual_out and out by streaming stores (many rows, config.h: add_rmsnorm_streaming_stores).
-template <class T, int V, AddRmsNormOutput kOut, bool kOneExchange = true, bool kPreloadW = false, bool kStream = false>
+template <class T, int V, AddRmsNormOutput kOut, bool kPreloadW = false, bool kStream = false>
 __global__ void __launch_bounds__(512) add_rmsnorm_regs(const AddRmsNormParams p) {
   detail::pdl_enter();  // before any global access (common/pdl.cuh)
   __shared__ float red[2][32];
@@ -54,8 +54,8 @@ __global__ void __launch_bounds__(512) add_rmsnorm_regs(const AddRmsNormParams p
   constexpr bool kDynamic = kOut == AddRmsNormOutput::kFp8DynamicScale;
   const bool early_res_out = detail::add_rmsnorm_early_res_out(kOut == AddRmsNormOutput::kDtype, p.rows);
   // Many rows: the weight chunks are read after the reduction (L2-prefetched here): loading them into
-  // registers before the row loop measured slower, 78-87 % vs 89-98 % of copy at H = 16384
-  // (results/gpu/experiments/add_rmsnorm_clusters_off_weight_preload.txt vs README.md there).
+  // registers before the row loop measured slower, 78-87 % vs 89-98 % of copy at H = 16384 on the
+  // H100 (docs/add_rmsnorm.md#tuning).
   uint4 wr[kPreloadW ? V : 1];
   if constexpr (kPreloadW) {
 #pragma unroll
@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(512) add_rmsnorm_regs(const AddRmsNormParams p
     // written by the same thread, so the in-place alias (residual_out == residual) stays safe.
     if (early_res_out && p.res_out)
       store_chunks<V, kStream>(row_chunks<T>(p.res_out, row, p.ldro), nchunks, r);
-    if constexpr (kDynamic && kOneExchange) {
+    if constexpr (kDynamic) {
       float m = row_amax_unscaled<T, V>(r, nchunks, weight, p.gemma);
       detail::block_reduce_sum_max(ss, m, red);
       const float inv = rsqrtf(ss * inv_h + p.eps);
@@ -91,15 +91,7 @@ __global__ void __launch_bounds__(512) add_rmsnorm_regs(const AddRmsNormParams p
     const float inv = rsqrtf(block_reduce<SumOp>(ss, red[0]) * inv_h + p.eps);
     if (!early_res_out && p.res_out)
       store_chunks<V, kStream>(row_chunks<T>(p.res_out, row, p.ldro), nchunks, r);
-    float s = static_scale;
-    if constexpr (kDynamic) {
-      // amax of the finite v over the row: a second reduction in the same pass, over the values
-      // still in registers (the weight chunks come again from L1).
-      const float amax = block_reduce<MaxOp>(row_amax<T, V>(r, nchunks, weight, inv, p.gemma), red[1]);
-      s = fp8_dynamic_scale(amax);
-      if (tid == 0) p.scale[row] = s;
-    }
-    store_row<T, kOut, V, kStream>(p, row, 0, r, nchunks, weight, inv, 1.0f / s);
+    store_row<T, kOut, V, kStream>(p, row, 0, r, nchunks, weight, inv, 1.0f / static_scale);
   }
 }
 

@@ -5,7 +5,7 @@
 // its weight slice too. The CTAs exchange their partial sums (and FP8 amax) through distributed
 // shared memory and add them in rank order, so every CTA of the cluster computes the bit-identical
 // total and rsqrt. The row is then fetched by C SMs at once (one SM per row is per-SM bound at few
-// rows: results/gpu/experiments/add_rmsnorm_v1_one_block.json) and the CTAs are small.
+// rows; docs/add_rmsnorm.md#tuning) and the CTAs are small.
 //
 // Compiled into every build; below sm_90 the body is a trap and the launcher never selects it
 // (cluster_path_available() checks the architecture the loaded code was compiled for).
@@ -47,17 +47,14 @@ __device__ __forceinline__ void keep_packed(uint4 (&wv)[V]) {
 // Per row: the shared prologue (loads, partial sum of squares) -> each warp's partial pushed into
 // every CTA's shared memory -> one cluster barrier -> every CTA combines the C x warps partials in
 // rank order from its own shared memory (common/cluster.cuh: the same bits in every CTA, so the same
-// rsqrt everywhere) -> the same for the FP8 dynamic amax -> stores. The slots are double-buffered by
-// row parity, and a row's two exchanges (kOneExchange false) use separate slots. All CTAs of a
-// cluster walk the same rows (grid-stride by clusters), so the barriers match.
-// Until session 13 each CTA reduced over its block, and after the barrier every thread pulled the C
-// partials from its peers and a last barrier kept them alive (docs/decoder-kernels.md measures both).
-// kOneExchange (dynamic FP8 only): each CTA's partial max |r · g| travels with its sum of squares
-// (row_amax_unscaled, row.cuh), so one exchange and one cluster barrier per row serve both
-// instead of two of each.
+// rsqrt everywhere) -> stores. The slots are double-buffered by row parity. All CTAs of a cluster
+// walk the same rows (grid-stride by clusters), so the barriers match. Pushing the partials (rather
+// than each thread pulling its peers') saves a barrier a row (docs/add_rmsnorm.md#tuning).
+// Dynamic FP8: each CTA's partial max |r · g| travels with its sum of squares (row_amax_unscaled,
+// row.cuh), so one exchange and one cluster barrier per row serve both.
 // (512, 1): with the bound alone ptxas held the V = 2 dynamic-FP8 kernels to 64 registers and spilled
 // 4 bytes; with it they take 70-72 and none spill (sm_90).
-template <class T, int V, AddRmsNormOutput kOut, bool kOneExchange = true>
+template <class T, int V, AddRmsNormOutput kOut>
 __global__ void __launch_bounds__(512, 1) add_rmsnorm_cluster(const AddRmsNormParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   detail::cluster_start_arrive();  // peers must have started before a push reaches them (cluster.cuh)
@@ -96,7 +93,7 @@ __global__ void __launch_bounds__(512, 1) add_rmsnorm_cluster(const AddRmsNormPa
     // drain while the CTAs wait for each other. In place (residual_out == residual) this CTA only
     // overwrites its own slice, which it has already read.
     if (p.res_out) store_chunks<V>(row_chunks<T>(p.res_out, row, p.ldro) + first, len, r);
-    if constexpr (kOut == AddRmsNormOutput::kFp8DynamicScale && kOneExchange) {
+    if constexpr (kOut == AddRmsNormOutput::kFp8DynamicScale) {
       const float wss = warp_reduce<SumOp>(ss);
       const float wm = warp_reduce<MaxOp>(row_amax_unscaled<T, V>(r, len, weight, p.gemma));
       start();
@@ -117,15 +114,7 @@ __global__ void __launch_bounds__(512, 1) add_rmsnorm_cluster(const AddRmsNormPa
     detail::cluster_arrive();
     detail::cluster_wait();
     const float inv = rsqrtf(detail::cluster_combine<SumOp>(part, par, C, 0) * inv_h + p.eps);
-    float s = static_scale;
-    if constexpr (kOut == AddRmsNormOutput::kFp8DynamicScale) {
-      detail::cluster_push_one(part, par, rank, C, 1, warp_reduce<MaxOp>(row_amax<T, V>(r, len, weight, inv, p.gemma)));
-      detail::cluster_arrive();
-      detail::cluster_wait();
-      s = fp8_dynamic_scale(detail::cluster_combine<MaxOp>(part, par, C, 1));
-      if (rank == 0 && threadIdx.x == 0) p.scale[row] = s;
-    }
-    store_row<T, kOut, V>(p, row, first, r, len, weight, inv, 1.0f / s);
+    store_row<T, kOut, V>(p, row, first, r, len, weight, inv, 1.0f / static_scale);
   }
   if (!started) detail::cluster_start_wait();  // (a cluster past the rows: never launched so)
 #else

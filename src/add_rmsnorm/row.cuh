@@ -73,7 +73,7 @@ __device__ __forceinline__ float load_row_sumsq(const uint4* xr, const uint4* rr
 // kStream (here and below): the output stores are st.global.cs, evict first (config.h:
 // add_rmsnorm_streaming_stores). A compile-time choice whose plain branch is the code as it was: a
 // runtime flag, and even plain stores written through a shared helper, changed the code of the 1-32-row
-// kernels and measured up to 0.6 µs slower there (results/gpu/session14_h100/exp4, exp5).
+// kernels and measured up to 0.6 µs slower there (docs/add_rmsnorm.md#tuning).
 
 // Writes this thread's chunks of r (those below `len`) to dst (the slice's first chunk).
 template <int V, bool kStream = false>

@@ -17,7 +17,7 @@ struct TileConfig {
 // compiled for benchmarking and tuning. At D = 128, 128 x 128 with 8 warps (64 O accumulators and
 // 64 scores per thread, 96 KB of shared memory) measured 1-7 % faster on the H100 than
 // FlashAttention-2's 128 x 64 / 4 warps at S = 4096 and 16384, causal or not, Hkv 32 and 8
-// (results/gpu/bench_attention_configs_h100.json). 128 x 128 / 4 warps at D = 64 is FlashAttention-2's.
+// (docs/attention.md#tuning). 128 x 128 / 4 warps at D = 64 is FlashAttention-2's.
 inline constexpr TileConfig kTileConfigs[] = {
     {64, 128, 128, 4}, {64, 128, 64, 4},
     {128, 128, 128, 8}, {128, 128, 64, 4}, {128, 64, 64, 4},
@@ -29,16 +29,14 @@ inline constexpr int kNumTileConfigs = sizeof(kTileConfigs) / sizeof(kTileConfig
 // staged through Q's buffer).
 constexpr int smem_bytes(const TileConfig& c) { return (c.block_m + 2 * c.block_n) * c.head_dim * 2; }
 
-// The shapes the sm90a kernel handles (docs/attention-hopper-plan.md): head_dim 64, 128 or 256,
+// The shapes the sm90a kernel handles (docs/attention.md#design): head_dim 64, 128 or 256,
 // batched or varlen, with any mask, window and soft-cap. Host-only, a pure function.
 inline bool sm90_supports(int64_t head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
 
 // Whether params.kernel = kAuto runs the sm90a kernel: the build has it, the device is compute
 // capability 9.0 exactly (sm_90a code is not forward compatible), the shape is one it handles and its
-// shared memory fits. On an H100 it measured 1.8-2.4x the sm80 kernel at D = 128
-// (results/gpu/session4_h100/run5/attn_both.json), 2.0-2.5x at D = 64 (run4), 1.9-2.5x at D = 256 and
-// 1.8-2.5x varlen at D = 128 (results/gpu/session5_h100/run1/attn_d256.json, attn_varlen.json), so
-// every shape it handles goes to it. Host-only, a pure function (tests/attention/test_attention_heuristic.cpp).
+// shared memory fits. On an H100 it measured 1.8-2.4x the sm80 kernel at D = 128, 2.0-2.5x at
+// D = 64, 1.9-2.5x at D = 256 and 1.8-2.5x varlen at D = 128 (docs/attention.md#tuning), so every shape it handles goes to it. Host-only, a pure function (tests/attention/test_attention_heuristic.cpp).
 inline bool auto_uses_sm90(bool built, int cc_major, int cc_minor, int64_t head_dim, int smem_needed, int smem_limit) {
   return built && cc_major == 9 && cc_minor == 0 && sm90_supports(head_dim) && smem_needed <= smem_limit;
 }
@@ -50,7 +48,7 @@ constexpr int kWindowUnbounded = 1 << 30;
 // causal mask or window every tile does the same work, and a persistent grid (one CTA per SM) lets
 // the producer load the next tile under the current epilogue. Under a band the work per tile varies,
 // and a static walk balanced worse than the hardware's block scheduler (one CTA per tile, longest
-// first): H100, results/gpu/session4_h100/run3 vs run4, D = 128, S = 16384 causal: persistent
+// first): H100, D = 128, S = 16384 causal (docs/attention.md#tuning): persistent
 // 595 / 655 TFLOP/s at Hkv 32 / 8 against 685 / 662, while non-causal it gained 0.4-6 %
 // (S = 1024: 521 / 522 against 499 / 494). Host-only, a pure function.
 inline int64_t sm90_grid_ctas(int64_t num_tiles, int sm_count, bool banded) {

@@ -29,7 +29,7 @@ __host__ __device__ __forceinline__ float gated_act(int act, float gate, float u
 // accurate expf and an IEEE division. For the memory-bound swiglu kernels, where the accurate forms
 // were most of the instructions: at 256 x 14336 the elementwise kernel executed 4.1 M warp
 // instructions against 2.4 M (ncu, 11.8 -> 9.4 us; 8 rows 1.67 -> 1.27 us, static FP8 at 2048 rows
-// 57.0 -> 52.3 us; results/gpu/session8_h100/exp1/table.txt). The GEMM epilogues keep the accurate
+// 57.0 -> 52.3 us; H100, docs/swiglu.md#tuning). The GEMM epilogues keep the accurate
 // forms (their cost is hidden under the mainloop).
 // g / (1 + e^-g): g = -inf gives NaN as the accurate form does, a large negative g -0 (e^-g = inf),
 // g = +inf gives +inf (1 / 1).

@@ -43,8 +43,9 @@ DeviceSpec current_device_spec() { return device_spec(current_device()); }
 
 namespace {
 // On unless BLOCKFUSE_PDL=0 is in the environment when the switch is first consulted (the first
-// launch of a PDL-capable kernel, or a call of the functions below).
-std::atomic<bool>& pdl_switch() {
+// launch of a PDL-capable kernel, or a call of the functions below). The library's one process-wide
+// setting: public (set_programmatic_dependent_launch), like torch.backends' flags.
+auto& pdl_switch() {
   static std::atomic<bool> on{[] {
     const char* e = std::getenv("BLOCKFUSE_PDL");
     return !(e && std::strcmp(e, "0") == 0);

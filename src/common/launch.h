@@ -24,8 +24,8 @@ bool pdl_launchable(PerDeviceCache<bool>& cache, const void* fn);
 bool sm90_code_loaded(PerDeviceCache<bool>& cache, const void* fn);
 
 // The row counts whose launches carry the PDL attribute: decode-sized calls, where the launch gap is a
-// large part of a 1.5-5 µs kernel. Measured on the H100 (results/gpu/session7_h100/run4, run6: C++
-// and torch benchmarks, PDL on vs off in one process): at 1-32 rows every add_rmsnorm and swiglu
+// large part of a 1.5-5 µs kernel. Measured on the H100 (C++ and torch benchmarks, PDL on vs off in
+// one process; docs/add_rmsnorm.md#tuning): at 1-32 rows every add_rmsnorm and swiglu
 // point 0.15-0.6 µs faster; at 256 rows up to 1.7 µs slower (add_rmsnorm H = 4096: 9.4 vs 7.7 µs),
 // from 2048 rows within 1 %. Pure, CPU-tested.
 inline constexpr int64_t kPdlMaxRows = 32;

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "blockfuse/swiglu.h"
+
 namespace blockfuse::detail {
 
 constexpr int kSwigluRowMaxThreads = 1024;
@@ -15,36 +17,26 @@ constexpr int kSwigluMaxDynamicSmem = 232448 - 1024;
 
 // Which rule picks the row kernel's shape (chunks > 1024, i.e. U > 8192; narrower rows take 2 chunks
 // per thread in registers under every rule):
-//   kTwoChunks        2 chunks per thread in registers, up to 1024 threads (the first kernel; U > 16384
-//                     re-reads the row)
+//   kTwoChunks        2 chunks per thread in registers, up to 1024 threads (U > 16384 re-reads the row)
 //   kFourShared       4 chunks per thread, copied into shared memory and their fp32 results kept
 //                     there (kernels.cuh: the register version spills under the 64-register cap);
-//                     a block per row as before
+//                     a block per row
 //   kFourSharedNext   as kFourShared with two slot sets, each block also copying its next row while
 //                     it reduces and stores the current one; a persistent grid (the blocks resident
 //                     at once); where two sets exceed 227 KB (U > 28416), kFourShared
 //   kFourSharedThree  as kFourShared, compiled for 3 blocks per SM (<= 40 registers, the whole
 //                     shared-memory carveout) where a block has <= 512 threads (U <= 16384); wider
-//                     rows as kFourShared. ncu had found kFourShared at 2 blocks per SM, bound by
-//                     both its 44 registers and the carveout
-//                     (results/gpu/memory_bound_h100/next_row/call2/ncu_swiglu_16384_8192_four.txt)
-//   kClusterTwo       (sm_90; opt-in; kAuto's at 9-32 rows of U > 16384 in sessions 11-12) the row split over a cluster of 2 CTAs,
-//                     each holding its half as kTwoChunks does (2 chunks per thread in registers),
-//                     the halves' amax exchanged through distributed shared memory: for 1-32 rows,
-//                     where one SM computing a whole wide row is the time (U = 28672: 5.5-5.9 us
-//                     under kFourShared, results/gpu/session8_h100/exp3; U = 14336 on one SM under
-//                     kTwoChunks 3.1-3.3). Rows of U <= 8192 (one CTA's kTwoChunks shape suffices)
-//                     and U > 32768 (a half past 2048 chunks) take kFourShared's shape, and so
-//                     does every row on a device or build without sm_90 code (the launcher checks)
-//   kClusterFour      (sm_90; opt-in; kAuto's at 1-8 rows of 16384 < U <= 32768 in session 12) as kClusterTwo over a
-//                     cluster of 4 CTAs, each holding a quarter of the row (U = 28672: 448 threads
-//                     a quarter). Covers 8192 < U <= 65536; elsewhere kFourShared's shape, as
-//                     kClusterTwo
-//   kClusterEight     (sm_90; kAuto's at 1-32 rows of U > 12288) as kClusterTwo over a cluster of 8 CTAs, the portable limit
-//                     (U = 28672: 224 threads an eighth). Covers 8192 < U <= 131072; elsewhere
-//                     kFourShared's shape, as kClusterTwo
+//                     rows as kFourShared (kFourShared ran at 2 blocks per SM, bound by both its 44
+//                     registers and the carveout)
+//   kClusterTwo       (sm_90) the row split over a cluster of 2 CTAs, each holding its half as
+//                     kTwoChunks does, the halves' amax exchanged through distributed shared memory:
+//                     for 1-32 rows, where one SM computing a whole wide row is the time. Rows of
+//                     U <= 8192 and U > 32768 take kFourShared's shape, and so does every row on a
+//                     device or build without sm_90 code (the launcher checks)
+//   kClusterFour      (sm_90) as kClusterTwo over 4 CTAs (8192 < U <= 65536)
+//   kClusterEight     (sm_90) as kClusterTwo over 8 CTAs, the portable limit (8192 < U <= 131072)
 //   kAuto             the default: swiglu_fp8_auto_row_rule below picks per call
-// Process-wide override for the bench and the tests (set_swiglu_fp8_row_rule).
+// The measurements behind each: docs/swiglu.md#tuning.
 enum class SwigluRowRule : int {
   kAuto = -1,
   kTwoChunks = 0,
@@ -57,36 +49,11 @@ enum class SwigluRowRule : int {
 };
 constexpr SwigluRowRule kSwigluDefaultRowRule = SwigluRowRule::kAuto;
 
-// The rule kAuto picks for `rows` rows of `chunks` 16-byte output chunks. Measured on the H100 at
-// U = 14336 / 16384 / 28672 x 1, 32, 2048, 8192 rows (results/gpu/memory_bound_h100/final_call,
-// swiglu_rule_*.json): kFourShared moves 77-82 % / 87-91 % of copy at 2048 / 8192 rows where
-// kTwoChunks moves 70-74 % / 80-83 %, and at U = 28672 (the row re-read by kTwoChunks) 75 / 84 %
-// against 48 / 52 % and 7.3 against 11 us at 1-32 rows; but at 1-32 rows of U <= 16384 kTwoChunks
-// is faster (4.0-4.5 us against 5.3-5.6). kFourSharedNext won at some points and lost at others in
-// that one run, so it stays opt-in. Between 32 and 2048 rows nothing was measured: the threshold is
-// the measured 2048 halved. kFourSharedThree against kFourShared in one run
-// (results/gpu/session4_h100/run1/swiglu_rule_*.json, U = 14336 / 16384): 94.6 / 95.7 % of copy
-// against 86.8 / 90.7 % at 8192 rows; at 2048 rows +2.1 / -1.3 points, at 256-1024 within 1.5
-// points. So it takes over from 4096 rows (the measured 8192 halved).
-// kClusterTwo against kFourShared, two runs each in one process (results/gpu/session11_h100/mem,
-// swd_*.json): at U = 28672 x 1 / 8 / 32 rows 5.19 / 5.26 / 5.49 us against 5.49 / 5.73 / 5.94 in both
-// runs; at 256 rows 26.3 against 17.1 us, and at U = 14336 / 16384 slower than kTwoChunks at every
-// row count. So it took the rows one SM's registers cannot hold (U > 16384) at <= 32 rows (sessions
-// 11-12; nothing was measured between 32 and 256 rows).
-// kClusterFour beside kAuto (then kClusterTwo there) and kClusterTwo, two runs each in one process
-// (results/gpu/session12_h100/c4, swd_*.json): at U = 28672 x 1 / 8 rows 4.46 / 4.51 us against
-// 5.18 / 5.25 in both runs, at 32 rows a tie, at 256 rows 25.3 against 17.1.
-// Since session 13 the cluster kernel pushes each warp's partial into every CTA (common/cluster.cuh)
-// and kClusterEight exists; beside main's kernel on one H100, two runs each
-// (results/gpu/session13_h100/exp1, table.txt): kClusterEight at 1 / 8 / 32 rows took 2.62 / 2.66 /
-// 3.18 us at U = 14336, 2.63 / 2.66 / 3.23 at 16384 and 2.82 / 2.95 / 4.38 at 28672, against 3.13 /
-// 3.16 / 3.22, 3.42 / 3.47 / 3.52 (kTwoChunks, one CTA a row) and 4.45 / 4.50 / 5.40 (the old kAuto)
-// — the fastest rule at every one of those points but a tie at 32 rows of 14336; at 256 rows one
-// CTA a row wins (10.8 against 12.4 us at U = 14336). A second call (exp2, kAuto then kClusterEight
-// from U > 8192) added U = 8200, where one CTA a row (kTwoChunks) is as fast at 1-8 rows (2.57 /
-// 2.61 against 2.61 / 2.63 us) and faster at 32 (2.67 against 3.10), and U = 65536, where the
-// cluster takes 3.69 / 3.70 / 7.52 us against kFourShared's 14.5-15.0. So kAuto takes kClusterEight
-// at 1-32 rows from U > 12288 (between the measured 8200 and 14336) to 131072, its widest.
+// The rule kAuto picks for `rows` rows of `chunks` 16-byte output chunks (H100): kFourSharedThree
+// from 4096 rows (94.6 / 95.7 % of copy against kFourShared's 86.8 / 90.7 at 8192 rows of U = 14336 /
+// 16384); kClusterEight at 1-32 rows of 12288 < U <= 131072 (the fastest rule there: U = 14336, 1 row
+// 2.62 against 3.13 µs); kFourShared for rows wider than 2048 chunks or from 1024 rows; kTwoChunks
+// for 1-1023 rows of U <= 16384. docs/swiglu.md#tuning.
 constexpr int64_t kSwigluClusterMinChunks = 1025;  // the cluster rules from U > 8192
 constexpr int kSwigluClusterMaxSize = 8;           // CTAs per row of the widest cluster rule
 // CTAs per row of a cluster rule; 1 for the others.
@@ -178,44 +145,32 @@ inline int swiglu_row_blocks_per_sm(int threads, int smem_bytes) {
   return std::max(1, std::min(by_regs, by_smem));
 }
 
-SwigluRowRule swiglu_fp8_row_rule();
-void set_swiglu_fp8_row_rule(SwigluRowRule rule);
+// Overrides of the launch choices, for the tests and the bench (swiglu_fp8_tuned): the library's own
+// calls pass the defaults.
+struct SwigluTuning {
+  SwigluRowRule row_rule = kSwigluDefaultRowRule;  // the dynamic-scale row kernel's rule
+};
+// swiglu_fp8 with the launch choices overridden (tests and bench only).
+void swiglu_fp8_tuned(ConstMatrix gate_up, Fp8Matrix out, Fp8Scale scale, Activation act, GateUpLayout layout,
+                      const SwigluTuning& tuning, cudaStream_t stream = nullptr);
 
 // ---- the elementwise kernel (16-bit and static-scale FP8 outputs) -------------------------------
-// Problems of at most `small_chunks_per_sm` chunks per SM (by default every problem): one chunk
-// (8 columns) per thread in 128-thread blocks, ceil(chunks / 128) blocks. Beyond it (a bench override
-// only, --small-chunks-per-sm): kSwigluChunksPerThread chunks per thread in 256-thread blocks, both
-// chunks' loads issued before any math, at most 64 blocks per SM and a grid-stride loop beyond —
-// until session 8 the grid of every problem above 512 chunks per SM. With the fast activation, the
-// one-chunk grid against it on the H100 (results/gpu/session8_h100/exp3, µs): U = 14336 16-bit
-// 64 / 256 / 8192 / 32768 rows 3.43 / 9.46 / 237.5 / 960.3 -> 3.31 / 9.28 / 234.0 / 923.0 (32768 rows:
-// 3053 GB/s), static FP8 3.03 / 8.63 / 195.2 / 774.2 -> 2.76 / 8.22 / 192.5 / 756.2; U = 28672 16-bit
-// 8192 / 32768 rows 477.7 / 1930.7 -> 464.1 / 1844.1. Faster or equal at every point of 1-32768 rows
-// but one, 32 rows of U = 28672 16-bit (2.27 -> 2.34 µs; static FP8 there 2.64 -> 2.43).
-constexpr int kSwigluChunksPerThread = 2;
-constexpr int kSwigluElementwiseThreads = 256;
+// One chunk (8 columns) per thread in 128-thread blocks, ceil(chunks / 128) blocks (a grid-stride
+// loop past 2^31 - 1 blocks): at every measured size from 1 to 32768 rows as fast as or faster than
+// two chunks per thread on a capped grid (U = 14336, 32768 rows: 3053 GB/s on the H100).
+// docs/swiglu.md#tuning.
+constexpr int kSwigluElementwiseThreads = 256;  // the kernel's __launch_bounds__
 constexpr int kSwigluSmallBlockThreads = 128;
-constexpr int64_t kSwigluSmallChunksPerSm = int64_t{1} << 30;  // 2^30 chunks per SM: every problem
 
 struct SwigluElementwiseConfig {
   int64_t blocks;
   int threads;
-  int chunks_per_thread;  // 1 or kSwigluChunksPerThread
 };
 
-inline SwigluElementwiseConfig swiglu_elementwise_config(int64_t total_chunks, int sms, int64_t small_chunks_per_sm) {
+inline SwigluElementwiseConfig swiglu_elementwise_config(int64_t total_chunks) {
   constexpr int64_t kMaxGrid = 2147483647;  // beyond it the grid-stride loop covers the rest
-  if (total_chunks <= int64_t(sms) * small_chunks_per_sm)
-    return {std::min<int64_t>((total_chunks + kSwigluSmallBlockThreads - 1) / kSwigluSmallBlockThreads, kMaxGrid),
-            kSwigluSmallBlockThreads, 1};
-  const int64_t per_block = int64_t(kSwigluElementwiseThreads) * kSwigluChunksPerThread;
-  return {std::min<int64_t>((total_chunks + per_block - 1) / per_block, int64_t(sms) * 64), kSwigluElementwiseThreads,
-          kSwigluChunksPerThread};
+  return {std::min<int64_t>((total_chunks + kSwigluSmallBlockThreads - 1) / kSwigluSmallBlockThreads, kMaxGrid),
+          kSwigluSmallBlockThreads};
 }
-
-// Process-wide override of small_chunks_per_sm for the bench and the tests (default
-// kSwigluSmallChunksPerSm).
-int64_t swiglu_small_chunks_per_sm();
-void set_swiglu_small_chunks_per_sm(int64_t chunks);
 
 }  // namespace blockfuse::detail

@@ -4,7 +4,7 @@
 // gated_act_fast (common/activation.cuh: the special-function unit's ex2 and rcp, not an accurate
 // expf and an IEEE division); the FP8 path adds a multiply and half a cvt. A division per element
 // and 4 chunks per thread (spilling under a 64-register cap) held the FP8 output at 40-62 % of copy
-// bandwidth (results/gpu/experiments/swiglu_v1_division_spills.json; docs/decoder-kernels.md).
+// bandwidth (docs/swiglu.md#tuning).
 #pragma once
 
 #include <cstdint>
@@ -25,7 +25,6 @@
 namespace blockfuse::swiglu_detail {
 
 // The elementwise kernel's shapes (config.h: swiglu_elementwise_config).
-constexpr int kChunksPerThread = detail::kSwigluChunksPerThread;
 constexpr int kElementwiseThreads = detail::kSwigluElementwiseThreads;
 constexpr int kRowMaxThreads = detail::kSwigluRowMaxThreads;
 
@@ -34,9 +33,8 @@ enum class SwigluElementwiseOutput : int { k16Bit = 0, kFp8StaticScale = 1 };
 
 // Elementwise: thread t of the grid handles chunks t, t + stride, ... (kChunks of them, then the
 // grid-stride loop). 16-bit output, or FP8 with one per-tensor scale (read from device memory:
-// graph-safe). kChunks = kChunks for large problems (more bytes in flight per thread);
-// 1 for decode-sized ones, where spreading the few chunks over as many SMs as possible is what
-// shortens the call.
+// graph-safe). The launcher runs kChunks = 1 (config.h: swiglu_elementwise_config): spreading the
+// chunks over as many threads and SMs as possible measured fastest at every size.
 template <class T, bool kInterleaved, SwigluElementwiseOutput kOut, int kChunks>
 __global__ void __launch_bounds__(kElementwiseThreads) swiglu_elementwise_kernel(
     const T* __restrict__ in, int64_t ldi, void* __restrict__ out, int64_t ldo, int64_t rows, int64_t u, int act,
@@ -135,11 +133,8 @@ enum class SwigluRowStage : int { kRegisters = 0, kShared = 1, kSharedNext = 2 }
 // one block owns a row (grid-stride over rows) and keeps its share of the row's fp32 results on chip,
 // V chunks per thread (threads x V >= U/8: one read, one write); wider rows recompute in a second
 // pass from global memory. The shape (V, threads, stage) is swiglu_fp8_row_config's (config.h).
-// Measured slower on the H100 (bf16, % of copy at 2048 / 8192 rows, docs/decoder-kernels.md): a
-// 4-CTA cluster per row sharing the amax through DSMEM, 64 / 73 % vs 74 / 84 % at U = 16384
-// (results/gpu/experiments/swiglu_dynamic_cluster4.json); a persistent grid prefetching each
-// block's next row into registers, 71 / 81 % at U = 16384
-// (results/gpu/experiments/swiglu_dynamic_persistent_prefetch.json).
+// Measured slower on the H100 at 2048 / 8192 rows of U = 16384 (bf16, % of copy): a persistent grid
+// prefetching each block's next row into registers, 71 / 81 % vs 74 / 84 % (docs/swiglu.md#tuning).
 // kMinBlocks: 1, or 3 for kFourSharedThree's shapes (<= 512 threads: the bound caps registers at 40).
 template <class T, bool kInterleaved, int V, SwigluRowStage kStage, int kMinBlocks = 1>
 __global__ void __launch_bounds__(kMinBlocks > 1 ? detail::kSwigluThreeBlockThreads : kRowMaxThreads, kMinBlocks > 1 ? kMinBlocks : 0)
@@ -164,7 +159,7 @@ swiglu_fp8_rowwise_kernel(
         // Interleaved, a chunk's 32 bytes are one sector copied in two 16-byte halves: through L1 the
         // second half finds the sector the first fetched; L2-only copies (.cg) fetch it twice. U = 14336
         // / 28672, 8192 rows: 67 -> 96 / 67 -> 88 % of copy; copying coalesced pieces into other threads'
-        // slots instead (a barrier per row) measured 60-66 % (H100, results/gpu/session14_h100/exp3).
+        // slots instead (a barrier per row) measured 60-66 % (H100; docs/swiglu.md#tuning).
         if constexpr (kInterleaved) {
           detail::cp_async16_ca(&set[(2 * i) * nt + tid], a);
           detail::cp_async16_ca(&set[(2 * i + 1) * nt + tid], b);
@@ -254,9 +249,8 @@ swiglu_fp8_rowwise_kernel(
 // (kRegisters' shape on a slice). Each warp's max |v| is pushed into every CTA's shared memory and,
 // after one cluster barrier, combined there (common/cluster.cuh: the same bits in every CTA, so one
 // scale per row). All CTAs of a cluster walk the same rows (grid-stride by clusters), so the
-// barriers match. Until session 13 each CTA reduced over its block, and after the barrier every
-// thread pulled the C partials from its peers and a last barrier kept them alive; the push form is
-// what docs/decoder-kernels.md measures against it.
+// barriers match. Pushing the partials (rather than each thread pulling its peers') saves a barrier
+// a row (docs/swiglu.md#tuning).
 // Compiled into every build; below sm_90 the body is a trap and the launcher never selects it.
 template <class T, bool kInterleaved, int V>
 __global__ void __launch_bounds__(kRowMaxThreads) swiglu_fp8_row_cluster_kernel(

@@ -5,7 +5,6 @@
 #include "blockfuse/swiglu.h"
 
 #include <algorithm>
-#include <atomic>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -45,9 +44,7 @@ template <class T, SwigluElementwiseOutput kOut>
 void launch_elementwise(const ConstMatrix& in, void* out, int64_t ldo, int64_t rows, int64_t u, Activation act,
                         GateUpLayout layout, const float* scale, cudaStream_t stream) {
   using namespace swiglu_detail;
-  const int sms = detail::current_device_spec().sm_count;  // cached per device
-  const detail::SwigluElementwiseConfig cfg =
-      detail::swiglu_elementwise_config(rows * (u / 8), sms, detail::swiglu_small_chunks_per_sm());
+  const detail::SwigluElementwiseConfig cfg = detail::swiglu_elementwise_config(rows * (u / 8));
   auto* ip = static_cast<const T*>(in.data);
   const bool il = layout == GateUpLayout::kInterleaved;
   const bool pdl = detail::pdl_rows(rows) && pdl_path_available();
@@ -56,17 +53,10 @@ void launch_elementwise(const ConstMatrix& in, void* out, int64_t ldo, int64_t r
                           u, int(act), scale);
   };
   const unsigned blocks = unsigned(cfg.blocks);
-  if (cfg.chunks_per_thread == 1) {
-    if (il)
-      go(swiglu_elementwise_kernel<T, true, kOut, 1>, blocks, cfg.threads);
-    else
-      go(swiglu_elementwise_kernel<T, false, kOut, 1>, blocks, cfg.threads);
-  } else {
-    if (il)
-      go(swiglu_elementwise_kernel<T, true, kOut, kChunksPerThread>, blocks, cfg.threads);
-    else
-      go(swiglu_elementwise_kernel<T, false, kOut, kChunksPerThread>, blocks, cfg.threads);
-  }
+  if (il)
+    go(swiglu_elementwise_kernel<T, true, kOut, 1>, blocks, cfg.threads);
+  else
+    go(swiglu_elementwise_kernel<T, false, kOut, 1>, blocks, cfg.threads);
   BF_CHECK_LAUNCH();
 }
 
@@ -139,10 +129,10 @@ bool cluster_path_available() {
 
 template <class T>
 void launch_rowwise(const ConstMatrix& in, const Fp8Matrix& out, float* scale, Activation act, GateUpLayout layout,
-                    cudaStream_t stream) {
+                    detail::SwigluRowRule chosen, cudaStream_t stream) {
   const int64_t chunks = out.cols / 8;
   const detail::SwigluRowRule rule =
-      detail::resolve_swiglu_fp8_row_rule(detail::swiglu_fp8_row_rule(), out.rows, chunks, cluster_path_available());
+      detail::resolve_swiglu_fp8_row_rule(chosen, out.rows, chunks, cluster_path_available());
   const detail::SwigluRowConfig cfg = detail::swiglu_fp8_row_config(chunks, rule);
   if (cfg.cluster > 1) {
     if (layout == GateUpLayout::kInterleaved)
@@ -157,17 +147,9 @@ void launch_rowwise(const ConstMatrix& in, const Fp8Matrix& out, float* scale, A
     launch_rowwise_l<T, false>(in, out, scale, act, cfg, stream);
 }
 
-std::atomic<int> g_row_rule{int(detail::kSwigluDefaultRowRule)};
-std::atomic<int64_t> g_small_chunks_per_sm{detail::kSwigluSmallChunksPerSm};
-
 }  // namespace
 
 namespace detail {
-
-SwigluRowRule swiglu_fp8_row_rule() { return SwigluRowRule(g_row_rule.load(std::memory_order_relaxed)); }
-void set_swiglu_fp8_row_rule(SwigluRowRule rule) { g_row_rule.store(int(rule), std::memory_order_relaxed); }
-int64_t swiglu_small_chunks_per_sm() { return g_small_chunks_per_sm.load(std::memory_order_relaxed); }
-void set_swiglu_small_chunks_per_sm(int64_t chunks) { g_small_chunks_per_sm.store(chunks, std::memory_order_relaxed); }
 
 void check_swiglu_codes_and_input(const char* fn, const ConstMatrix& gate_up, Activation act, GateUpLayout layout) {
   if (act != Activation::kSiLU && act != Activation::kGeluTanh)
@@ -207,8 +189,9 @@ void swiglu(ConstMatrix gate_up, Matrix out, Activation act, GateUpLayout layout
     launch_elementwise<__half, SwigluElementwiseOutput::k16Bit>(gate_up, out.data, out.ld, out.rows, out.cols, act, layout, nullptr, stream);
 }
 
-void swiglu_fp8(ConstMatrix gate_up, Fp8Matrix out, Fp8Scale scale, Activation act, GateUpLayout layout,
-                cudaStream_t stream) {
+namespace detail {
+void swiglu_fp8_tuned(ConstMatrix gate_up, Fp8Matrix out, Fp8Scale scale, Activation act, GateUpLayout layout,
+                      const SwigluTuning& tuning, cudaStream_t stream) {
   constexpr const char* kFn = "swiglu_fp8";
   detail::check_swiglu_codes_and_input(kFn, gate_up, act, layout);
   detail::check_fp8_matrix_shape(kFn, "out", out, 8);
@@ -231,10 +214,16 @@ void swiglu_fp8(ConstMatrix gate_up, Fp8Matrix out, Fp8Scale scale, Activation a
     else
       launch_elementwise<__half, SwigluElementwiseOutput::kFp8StaticScale>(gate_up, out.data, out.ld, out.rows, out.cols, act, layout, scale.scale, stream);
   } else if (bf16) {
-    launch_rowwise<__nv_bfloat16>(gate_up, out, scale.scale, act, layout, stream);
+    launch_rowwise<__nv_bfloat16>(gate_up, out, scale.scale, act, layout, tuning.row_rule, stream);
   } else {
-    launch_rowwise<__half>(gate_up, out, scale.scale, act, layout, stream);
+    launch_rowwise<__half>(gate_up, out, scale.scale, act, layout, tuning.row_rule, stream);
   }
+}
+}  // namespace detail
+
+void swiglu_fp8(ConstMatrix gate_up, Fp8Matrix out, Fp8Scale scale, Activation act, GateUpLayout layout,
+                cudaStream_t stream) {
+  detail::swiglu_fp8_tuned(gate_up, out, scale, act, layout, {}, stream);
 }
 
 }  // namespace blockfuse

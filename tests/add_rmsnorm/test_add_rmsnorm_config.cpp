@@ -57,7 +57,7 @@ TEST(AddRmsNormConfig, CommonHiddenSizes) {
   }
 }
 
-// kAuto follows session 7's measurement (config.h): the wide shape for decode-sized calls of
+// kAuto follows the measurement (config.h): the wide shape for decode-sized calls of
 // H <= 4096 and for larger calls of 4096 < H <= 8192, kV4Wide's everywhere else.
 TEST(AddRmsNormConfig, AutoRuleFollowsTheMeasurement) {
   using detail::AddRmsNormRule;
@@ -75,7 +75,7 @@ TEST(AddRmsNormConfig, AutoRuleFollowsTheMeasurement) {
   EXPECT_EQ(detail::add_rmsnorm_config(1024, add_rmsnorm_auto_rule(1024, false)).threads, 512);
 }
 
-// Session 15 (config.h): rows of 128 < chunks <= 512 take kWide from 1536 rows, except for the
+// config.h: rows of 128 < chunks <= 512 take kWide from 1536 rows, except for the
 // dynamic FP8 output; the rest as above.
 TEST(AddRmsNormConfig, AutoRuleWideFromFifteenHundredRows) {
   using detail::AddRmsNormRule;

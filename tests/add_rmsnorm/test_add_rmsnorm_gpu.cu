@@ -12,7 +12,7 @@
 // is shorter, its tail chunks masked), 32768 / 32776 / 65536 (the largest register row; the loop
 // path; on sm_90 clusters of 8) and 131072 / 131080 (sm_90: the widest cluster shape, v = 4, and
 // the fallback to the loop path beyond it). On sm_90 the one-block kernels are also run with the
-// clusters switched off (detail::set_add_rmsnorm_clusters_enabled). Determinism: the same inputs twice give bit-identical outputs, and a
+// clusters switched off (detail::AddRmsNormTuning::clusters). Determinism: the same inputs twice give bit-identical outputs, and a
 // constant row gives one output value in every CTA's slice (all CTAs of a cluster must use the same
 // rsqrt and scale). Outputs are poisoned (NaN) before each launch; strided cases carry sentinel
 // padding that must come back untouched. Each test skips, saying so, where no CUDA device exists.
@@ -83,6 +83,10 @@ Case shape(DType dt, int64_t rows, int64_t h) {
   return c;
 }
 
+// The launch choices run_case passes (detail::add_rmsnorm_tuned): the library's defaults unless a
+// test's scope overrides them (ClustersOff, KernelRule).
+detail::AddRmsNormTuning g_tuning;
+
 bool is_nan_bits(DType t, uint16_t b) { return std::isnan(host::to_float(t, b)); }
 
 void run_case(const Case& c) {
@@ -137,12 +141,12 @@ void run_case(const Case& c) {
   opt.eps = c.eps;
   opt.gemma_one_plus_w = c.gemma;
   if (fp8)
-    add_rmsnorm_fp8(xv, resv, wv, rov, Fp8Matrix{dout8.data(), M, H, ld8},
-                    Fp8Scale{dynamic ? Fp8ScaleMode::kDynamicPerRow : Fp8ScaleMode::kStaticPerTensor,
-                             reinterpret_cast<float*>(dscale.data())},
-                    opt, c.stream);
+    detail::add_rmsnorm_fp8_tuned(xv, resv, wv, rov, Fp8Matrix{dout8.data(), M, H, ld8},
+                                  Fp8Scale{dynamic ? Fp8ScaleMode::kDynamicPerRow : Fp8ScaleMode::kStaticPerTensor,
+                                           reinterpret_cast<float*>(dscale.data())},
+                                  opt, g_tuning, c.stream);
   else
-    add_rmsnorm(xv, resv, wv, rov, Matrix{dout.data(), c.dt, M, H, out.ld}, opt, c.stream);
+    detail::add_rmsnorm_tuned(xv, resv, wv, rov, Matrix{dout.data(), c.dt, M, H, out.ld}, opt, g_tuning, c.stream);
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaStreamSynchronize(c.stream));
 
@@ -337,8 +341,8 @@ TEST_P(AddRmsNormGpu, OnAStream) {
 // On sm_90 the one-block-per-row kernels (the sm_80 path) would otherwise only run for H < 3072
 // and H > 131072: run the cluster shapes through them too.
 struct ClustersOff {
-  ClustersOff() { detail::set_add_rmsnorm_clusters_enabled(false); }
-  ~ClustersOff() { detail::set_add_rmsnorm_clusters_enabled(true); }
+  ClustersOff() { g_tuning.clusters = false; }
+  ~ClustersOff() { g_tuning.clusters = true; }
 };
 
 TEST_P(AddRmsNormGpu, OneBlockPerRowKernelsEverywhere) {
@@ -382,27 +386,18 @@ TEST_P(AddRmsNormGpu, StreamingStoresFromOneThousandRows) {
 }
 
 // Every shape rule (v = 8 x 256 or 4 x 512 at 8192 < H <= 16384; kWide's 512-thread shapes at every
-// H) and both dynamic FP8 amax schemes
-// (a second reduction / cluster exchange, or the amax travelling with the sum of squares), through
-// the process-wide switches of config.h.
-struct KernelSwitches {
-  KernelSwitches(detail::AddRmsNormRule rule, bool one_exchange) {
-    detail::set_add_rmsnorm_rule(rule);
-    detail::set_add_rmsnorm_one_exchange(one_exchange);
-  }
-  ~KernelSwitches() {
-    detail::set_add_rmsnorm_rule(detail::kAddRmsNormDefaultRule);
-    detail::set_add_rmsnorm_one_exchange(true);
-  }
+// H), through the tuning's rule (config.h: AddRmsNormTuning).
+struct KernelRule {
+  explicit KernelRule(detail::AddRmsNormRule rule) { g_tuning.rule = rule; }
+  ~KernelRule() { g_tuning = {}; }
 };
 
-TEST_P(AddRmsNormGpu, BothShapeRulesAndExchanges) {
+TEST_P(AddRmsNormGpu, EveryShapeRule) {
   SKIP_WITHOUT_GPU();
-  for (auto rule : {detail::AddRmsNormRule::kV8, detail::AddRmsNormRule::kV4Wide, detail::AddRmsNormRule::kWide})
-    for (bool one : {true, false}) {
-      KernelSwitches sw(rule, one);
+  for (auto rule : {detail::AddRmsNormRule::kV8, detail::AddRmsNormRule::kV4Wide, detail::AddRmsNormRule::kWide}) {
+      KernelRule sw(rule);
       for (bool clusters : {true, false}) {
-        detail::set_add_rmsnorm_clusters_enabled(clusters);
+        g_tuning.clusters = clusters;
         for (int64_t h : {4096, 12288, 16384, 16392})
           for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
             Case c = shape(GetParam(), clusters ? 3 : 67, h);
@@ -412,7 +407,6 @@ TEST_P(AddRmsNormGpu, BothShapeRulesAndExchanges) {
             run_case(c);
           }
       }
-      detail::set_add_rmsnorm_clusters_enabled(true);
     }
 }
 
@@ -420,7 +414,6 @@ TEST_P(AddRmsNormGpu, BothShapeRulesAndExchanges) {
 // tiny rows, where inv is large (x ~ 1e-4, eps 1e-6), and on NaN / Inf rows (inv NaN or 0).
 TEST_P(AddRmsNormGpu, Fp8DynamicOneExchangeEdgeRows) {
   SKIP_WITHOUT_GPU();
-  KernelSwitches one(detail::kAddRmsNormDefaultRule, true);
   for (int64_t h : {24, 4096, 16384}) {
     Case n;
     n.dt = GetParam();
@@ -492,13 +485,13 @@ TEST(AddRmsNormSanitizer, OneBlockPerRowKernelsAndWideClustersSmall) {
     }
 }
 
-// The kernels behind the switches (v = 4 x 512 shape, one-exchange dynamic amax: the cluster kernel
-// at H = 16384 / 131072 and the one-block kernels with the clusters off), small, for the sanitizer.
+// The kernels behind the overrides (v = 4 x 512 shape, the cluster kernel at H = 16384 / 131072 and
+// the one-block kernels with the clusters off), small, for the sanitizer.
 TEST(AddRmsNormSanitizer, SwitchedKernelsSmall) {
   SKIP_WITHOUT_GPU();
-  KernelSwitches sw(detail::AddRmsNormRule::kV4Wide, true);
+  KernelRule sw(detail::AddRmsNormRule::kV4Wide);
   for (bool clusters : {true, false}) {
-    detail::set_add_rmsnorm_clusters_enabled(clusters);
+    g_tuning.clusters = clusters;
     for (int64_t h : {4096, 16384, 16392})
       for (Fp8 f : {Fp8::kNone, Fp8::kDynamic}) {
         Case c;
@@ -510,7 +503,6 @@ TEST(AddRmsNormSanitizer, SwitchedKernelsSmall) {
         run_case(c);
       }
   }
-  detail::set_add_rmsnorm_clusters_enabled(true);
 }
 
 // Runs add_rmsnorm (or add_rmsnorm_fp8 with dynamic scales) on x/residual and returns the bytes of

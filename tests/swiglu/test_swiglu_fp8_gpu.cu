@@ -55,6 +55,14 @@ struct Case {
   cudaStream_t stream = nullptr;
 };
 
+// The launch choices run_case passes (detail::swiglu_fp8_tuned): the defaults unless a test's scope
+// sets a row rule (RowRule).
+detail::SwigluTuning g_tuning;
+struct RowRule {
+  explicit RowRule(detail::SwigluRowRule rule) { g_tuning.row_rule = rule; }
+  ~RowRule() { g_tuning = {}; }
+};
+
 void run_case(const Case& c) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(std::string(dtype_name(c.dt)) + " " + activation_name(c.act) + " " + layout_name(c.layout) + " " +
@@ -87,8 +95,9 @@ void run_case(const Case& c) {
   CUDA_OK(cudaMemcpy(d_in.data(), in.bits.data(), in.bits.size() * 2, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(d_out.data(), out.data(), out.size(), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(d_scale.data(), scales.data(), scales.size() * sizeof(float), cudaMemcpyHostToDevice));
-  swiglu_fp8(ConstMatrix{d_in.data(), c.dt, c.rows, 2 * c.u, in.ld}, Fp8Matrix{d_out.data(), c.rows, c.u, ldo},
-             Fp8Scale{c.mode, reinterpret_cast<float*>(d_scale.data())}, c.act, c.layout, c.stream);
+  detail::swiglu_fp8_tuned(ConstMatrix{d_in.data(), c.dt, c.rows, 2 * c.u, in.ld}, Fp8Matrix{d_out.data(), c.rows, c.u, ldo},
+                           Fp8Scale{c.mode, reinterpret_cast<float*>(d_scale.data())}, c.act, c.layout, g_tuning,
+                           c.stream);
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaStreamSynchronize(c.stream));
   CUDA_OK(cudaMemcpy(out.data(), d_out.data(), out.size(), cudaMemcpyDeviceToHost));
@@ -147,7 +156,7 @@ TEST_P(SwigluFp8Gpu, EveryRowRule) {
                     detail::SwigluRowRule::kFourSharedNext, detail::SwigluRowRule::kFourSharedThree,
                     detail::SwigluRowRule::kClusterTwo, detail::SwigluRowRule::kClusterFour,
                     detail::SwigluRowRule::kClusterEight}) {
-    detail::set_swiglu_fp8_row_rule(rule);
+    RowRule scope(rule);
     for (int64_t u : {8200, 14336, 28672}) {
       Case c = base();
       c.rows = u == 28672 && rule == detail::SwigluRowRule::kFourSharedNext ? 300 : 5;
@@ -156,7 +165,6 @@ TEST_P(SwigluFp8Gpu, EveryRowRule) {
       run_case(c);
     }
   }
-  detail::set_swiglu_fp8_row_rule(detail::kSwigluDefaultRowRule);
 }
 
 // The cluster rule's edges: halves of odd chunk counts (U = 8200: 513 + 512 chunks; U = 28680), the
@@ -182,7 +190,7 @@ TEST_P(SwigluFp8Gpu, ClusterRuleEdges) {
                                RuleWidths{detail::SwigluRowRule::kClusterFour, {8192, 8200, 28680, 65536, 65544}},
                                RuleWidths{detail::SwigluRowRule::kClusterEight, {8192, 8200, 28680, 131072, 131080}}}) {
     SCOPED_TRACE(std::to_string(detail::swiglu_cluster_size(rw.rule)) + "-CTA clusters");
-    detail::set_swiglu_fp8_row_rule(rw.rule);
+    RowRule scope(rw.rule);
     for (int64_t u : rw.widths) {
       Case c = base();
       c.rows = 3;
@@ -194,7 +202,6 @@ TEST_P(SwigluFp8Gpu, ClusterRuleEdges) {
     { Case c = base(); c.rows = 7; c.u = 14336; c.nonfinite = true; run_case(c); }
     { Case c = base(); c.rows = 2200; c.u = 16384; run_case(c); }
   }
-  detail::set_swiglu_fp8_row_rule(detail::kSwigluDefaultRowRule);
 }
 
 TEST_P(SwigluFp8Gpu, ManyRowsStridedAndWideRows) {
@@ -255,7 +262,7 @@ TEST(SwigluFp8Sanitizer, SharedStagedRowKernel) {
   for (auto rule : {detail::SwigluRowRule::kFourShared, detail::SwigluRowRule::kFourSharedNext,
                     detail::SwigluRowRule::kFourSharedThree, detail::SwigluRowRule::kClusterTwo,
                     detail::SwigluRowRule::kClusterFour, detail::SwigluRowRule::kClusterEight}) {
-    detail::set_swiglu_fp8_row_rule(rule);
+    RowRule scope(rule);
     for (auto layout : {GateUpLayout::kStacked, GateUpLayout::kInterleaved}) {
       Case c;
       c.layout = layout;
@@ -264,7 +271,6 @@ TEST(SwigluFp8Sanitizer, SharedStagedRowKernel) {
       c.rows = 5; c.u = 9216; c.nonfinite = true; run_case(c);
     }
   }
-  detail::set_swiglu_fp8_row_rule(detail::kSwigluDefaultRowRule);
 }
 
 TEST(SwigluSanitizer, SmallShapes) {

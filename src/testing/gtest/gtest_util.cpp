@@ -1,7 +1,6 @@
 // The GoogleTest side of blockfuse::testing (gtest_util.h).
 #include "testing/gtest/gtest_util.h"
 
-#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
@@ -12,11 +11,11 @@ namespace blockfuse::testing {
 
 uint64_t fresh_seed() {
   if (const char* s = std::getenv("BLOCKFUSE_TEST_SEED")) return std::strtoull(s, nullptr, 10);
-  static std::atomic<uint64_t> counter{0};
+  thread_local uint64_t counter = 0;  // distinct seeds for the calls of one test (tests run on one thread)
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   const std::string name = info ? std::string(info->test_suite_name()) + "." + info->name() : "none";
   const uint64_t t = static_cast<uint64_t>(std::chrono::high_resolution_clock::now().time_since_epoch().count());
-  return std::hash<std::string>{}(name) ^ (counter.fetch_add(1) * 0x9E3779B97F4A7C15ull) ^ t;
+  return std::hash<std::string>{}(name) ^ (counter++ * 0x9E3779B97F4A7C15ull) ^ t;
 }
 
 std::string seed_note(uint64_t seed) {

@@ -1,0 +1,152 @@
+"""`python -m blockfuse.bench <subcommand> [options]`: the front of blockfuse's PyTorch-side benchmarks.
+
+It parses the command line without importing torch (so `--help` works anywhere), then imports the
+subcommand's module and runs it. A benchmark without a CUDA device (or, where it times blockfuse's
+ops, without the compiled ops) or without torch says so and exits with status 2; one whose result is
+wrong exits 1.
+"""
+import argparse
+import importlib
+import sys
+
+from .shapes import GATED_UP_MODELS, GATED_UP_TOKENS, HF_MODELS, MLP_SHAPES
+
+# subcommand -> module of this package (its run(args) returns the exit status)
+MODULES = {
+    "gated-up": "gated_up",
+    "gated-up-fp8": "gated_up_fp8",
+    "fused-mlp": "fused_mlp",
+    "sparse-prefill": "sparse_prefill",
+    "model": "model",
+    "overhead": "overhead",
+    "torch-baselines": "torch_baselines",
+    "memory-bound": "memory_bound",
+    "sdpa": "sdpa",
+}
+
+
+def _ints(s):
+    return [int(v) for v in s.split(",") if v]
+
+
+def _names(s):
+    return [v for v in s.split(",") if v]
+
+
+def parser():
+    p = argparse.ArgumentParser(
+        prog="python -m blockfuse.bench",
+        description="blockfuse's kernels measured from PyTorch, beside what a PyTorch user runs otherwise "
+                    "(one GPU; each subcommand verifies before it times and can write JSON).")
+    sub = p.add_subparsers(dest="command", required=True, metavar="<subcommand>")
+
+    g = sub.add_parser("gated-up", help="TFLOP/s and peak activation memory of the gated up-projection pipelines")
+    g.add_argument("--models", default=",".join(GATED_UP_MODELS), help=f"comma-separated, from: {','.join(GATED_UP_MODELS)}")
+    g.add_argument("--tokens", default=",".join(map(str, GATED_UP_TOKENS)), help="token counts M, comma-separated")
+    g.add_argument("--warmup", type=int, default=3)
+    g.add_argument("--reps-time", type=float, default=0.3, help="seconds of repetitions per pipeline and point (10..100 reps)")
+    g.add_argument("--out", default="blockfuse-bench", help="folder for gated_up.json and the PNG charts")
+    g.add_argument("--quick", action="store_true", help="Llama-3 8B at 512 and 4096 tokens only")
+    g.add_argument("--no-plots", action="store_true", help="write the JSON only")
+    g.add_argument("--plot-only", metavar="JSON", help="redraw the charts from a gated_up.json (no GPU needed)")
+
+    q = sub.add_parser("gated-up-fp8", help="the FP8 gated up-projection vs torch._scaled_mm (+ swiglu); Hopper")
+    q.add_argument("--shapes", default="8b,70b", help=f"from: {','.join(MLP_SHAPES)}")
+    q.add_argument("--tokens", default="1024,4096,16384")
+    q.add_argument("--json")
+
+    f = sub.add_parser("fused-mlp", help="the fused decode MLP (dense and sparse) vs torch's three GEMMs")
+    f.add_argument("--shapes", default="8b,70b", help=f"from: {','.join(MLP_SHAPES)}")
+    f.add_argument("--rows", default="1,4,16,32", help="rows per call, each 1..32")
+    f.add_argument("--json")
+
+    sp = sub.add_parser("sparse-prefill", help="SparseGatedMLP's gathered prefill path vs per-32-row and dense")
+    sp.add_argument("--shapes", default="8b,70b", help=f"from: {','.join(MLP_SHAPES)}")
+    sp.add_argument("--tokens", default="33,64,128,512,4096")
+    sp.add_argument("--json")
+
+    m = sub.add_parser("model", help="patched vs unpatched Hugging Face model: prefill, decode, memory, logits error")
+    m.add_argument("--models", default=",".join(HF_MODELS), help=f"from: {','.join(HF_MODELS)}")
+    m.add_argument("--layers", type=int, default=8)
+    m.add_argument("--prefill", default="512,2048,8192")
+    m.add_argument("--batches", default="1,8,32")
+    m.add_argument("--steps", type=int, default=32)
+    m.add_argument("--graphs", action="store_true", help="also batch-1 decode with StaticCache + CUDA graphs")
+    m.add_argument("--profile", action="store_true", help="print the kernels of a batch-1 decode step")
+    m.add_argument("--json", default="bench_model.json")
+
+    o = sub.add_parser("overhead", help="µs per call of each op on a tiny problem vs F.linear")
+    o.add_argument("--json", default="bench_overhead.json")
+
+    t = sub.add_parser("torch-baselines", help="torch eager / torch.compile / F.linear on the shapes of "
+                                               "`blockfuse bench add-rmsnorm|swiglu|decode-gemm`")
+    t.add_argument("--quick", action="store_true", help="fewer shapes and row counts")
+    t.add_argument("--json")
+
+    mb = sub.add_parser("memory-bound", help="add_rmsnorm and swiglu beside torch.compile, Liger and quack, one protocol")
+    mb.add_argument("--ops", default="add-rmsnorm,swiglu")
+    mb.add_argument("--hidden", default="4096,8192,16384", help="H for add-rmsnorm")
+    mb.add_argument("--u", default="4096,14336,16384,28672", help="U for swiglu")
+    mb.add_argument("--rows", default="1,8,32,256,2048,8192,32768")
+    mb.add_argument("--impls", default="blockfuse,blockfuse-nopdl,compile,liger,quack")
+    mb.add_argument("--outs", default="bf16,fp8s,fp8d")
+    mb.add_argument("--compile-rows", default="", help="rows for torch.compile (default: --rows)")
+    mb.add_argument("--rounds", type=int, default=1,
+                    help="time each implementation of a point N times in rotated order; report the median")
+    mb.add_argument("--json")
+
+    s = sub.add_parser("sdpa", help="PyTorch SDPA's flash and cuDNN backends beside ops.attention "
+                                    "(the shapes of `blockfuse bench attention`)")
+    s.add_argument("--s", default="512,1024,4096,16384", help="sequence lengths")
+    s.add_argument("--d", default="128,64", help="head dims")
+    s.add_argument("--hkv", default="32,8", help="KV heads (32 query heads)")
+    s.add_argument("--reps", type=int, default=10)
+    s.add_argument("--json")
+    return p
+
+
+def _check(p, a):
+    """Turns the comma-separated options into lists and validates them (p.error exits with status 2)."""
+    def known(names, table, what):
+        bad = [n for n in names if n not in table]
+        if bad:
+            p.error(f"{a.command}: unknown {what}(s) {bad}; choose from {list(table)}")
+        return names
+
+    if a.command == "gated-up":
+        if a.quick:
+            a.models, a.tokens = "8b", "512,4096"
+        a.models = known(_names(a.models), GATED_UP_MODELS, "model")
+        a.tokens = _ints(a.tokens)
+    elif a.command in ("gated-up-fp8", "fused-mlp", "sparse-prefill"):
+        a.shapes = known(_names(a.shapes), MLP_SHAPES, "shape")
+        if a.command == "fused-mlp":
+            a.rows = _ints(a.rows)
+            if any(not 1 <= r <= 32 for r in a.rows):
+                p.error("fused-mlp --rows: each between 1 and 32 (the fused MLP's decode range)")
+        else:
+            a.tokens = _ints(a.tokens)
+    elif a.command == "model":
+        a.models = known(_names(a.models), HF_MODELS, "model")
+        a.prefill = _ints(a.prefill)
+        a.batches = _ints(a.batches)
+    elif a.command == "memory-bound" and a.rounds < 1:
+        p.error(f"memory-bound --rounds must be >= 1, got {a.rounds}")
+    return a
+
+
+def main(argv=None):
+    p = parser()
+    a = _check(p, p.parse_args(sys.argv[1:] if argv is None else list(argv)))
+    try:
+        module = importlib.import_module(f".{MODULES[a.command]}", __package__)
+    except ModuleNotFoundError as e:
+        if e.name != "torch":
+            raise
+        print(f"python -m blockfuse.bench {a.command}: torch is not installed: nothing was measured", file=sys.stderr)
+        return 2
+    return module.run(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

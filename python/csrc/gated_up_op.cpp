@@ -1,0 +1,266 @@
+// The PyTorch ops of the fused gated up-projection (include/blockfuse/gated_up.h) and of its
+// interleaved weight layout (include/blockfuse/weight_layout.h):
+//   gated_up(x [..., K], w [2U, K] interleaved, activation) -> h [..., U]         CUDA; autograd in C++
+//   interleave_gate_up(gate [U, K], up [U, K]) -> w [2U, K]                       CUDA, CPU
+//   interleave_stacked(stacked [2U, K] = [gate; up]) -> w [2U, K]                 CUDA, CPU
+//   deinterleave_gate_up(w [2U, K]) -> (gate [U, K], up [U, K])                   CUDA, CPU
+//   deinterleave_to_stacked(w [2U, K]) -> stacked [2U, K]                         CUDA, CPU
+// Schemas at the end; the fake implementations are in the Python package.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <initializer_list>
+#include <tuple>
+#include <vector>
+
+#include "binding.h"
+#include "workspace.h"
+
+namespace {
+
+using namespace blockfuse_torch;
+
+// ---- gated_up ----------------------------------------------------------------------------------
+
+// Validates gated_up's tensors (every error names the argument); returns U.
+int64_t check_gated_up_args(const at::Tensor& x, const at::Tensor& w) {
+  constexpr const char* fn = "gated_up";
+  (void)check_operands(fn, x, {{&w, "w"}});
+  TORCH_CHECK_VALUE(x.dim() >= 1, "blockfuse.gated_up: argument 'x' is 0-dimensional; required: [..., K]");
+  TORCH_CHECK_VALUE(w.dim() == 2, "blockfuse.gated_up: argument 'w' has sizes ", dims(w.sizes()),
+                    "; required: a 2-D interleaved weight [2U, K] (row 2j = up_j, row 2j+1 = gate_j)");
+  const int64_t K = x.size(-1);
+  TORCH_CHECK_VALUE(w.size(1) == K, "blockfuse.gated_up: argument 'w' has sizes ", dims(w.sizes()),
+                    "; required: w.size(1) == x.size(-1) (K = ", num(K), ")");
+  TORCH_CHECK_VALUE(w.size(0) % 2 == 0, "blockfuse.gated_up: argument 'w' has ", num(w.size(0)),
+                    " rows; required: an even number 2U (interleaved [up_0; gate_0; up_1; ...])");
+  return w.size(0) / 2;
+}
+
+at::Tensor gated_up_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view activation) {
+  constexpr const char* fn = "gated_up";
+  const blockfuse::Activation act = parse_activation(activation, fn);
+  const int64_t U = check_gated_up_args(x, w);
+  const DType dt = to_dtype(x, fn, "x");
+  const RowView xv = as_rows(x, fn, "x");
+  const RowView wv = as_matrix(w, fn, "w");
+
+  c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor out = at::empty(with_last(x, U), x.options());  // contiguous: row stride U
+  const RowView ov{xv.rows, U, U};
+  // Up to 32 rows the decode kernel runs; where it splits K (2U too small to fill the SMs) it uses
+  // the binding's decode workspace, shared with decode_gemm (workspace.h: such a shape must have
+  // run once eagerly before it is captured).
+  // Above 32 rows the same buffer buys the sm90 stream-K row where the heuristic picks it with a
+  // workspace (gated_up.h; its region sits after the decode counters, which stay zeroed). That
+  // region is optional: an eager call grows the buffer, a capture passes what is reserved, and
+  // gated_up runs the row chosen without a workspace when it is too small (never an error).
+  const cudaStream_t stream = current_stream(x);
+  const int device = x.device().index();
+  const bool sizes_ok = wv.cols >= 8 && wv.cols % 8 == 0 && U >= 8 && U % 8 == 0;
+  size_t ws_bytes = 0;
+  void* ws = nullptr;
+  if (xv.rows <= blockfuse::kDecodeGemmMaxM) {
+    const size_t need = sizes_ok ? decode_workspace_need(xv.rows, 2 * U, wv.cols, device) : 0;
+    if (need > 0)
+      ws = device_workspace(WorkspaceKind::kDecodeGemm, device, need, stream, &ws_bytes, fn,
+                            kDecodeReserveHint);
+  } else if (sizes_ok) {
+    size_t need = 0, base = 0;
+    call_blockfuse([&] {
+      need = blockfuse::gated_up_workspace_size(xv.rows, wv.cols, U, device, blockfuse::GatedUpOptions{});
+      base = blockfuse::gated_up_workspace_size(xv.rows, wv.cols, U, device);
+    });
+    if (need > base) {  // beyond the decode region (which no call above 32 rows uses): the stream-K row's
+      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+      const bool eager = cudaStreamIsCapturing(stream, &status) == cudaSuccess && status == cudaStreamCaptureStatusNone;
+      ws = eager
+               ? device_workspace(WorkspaceKind::kDecodeGemm, device, need, stream, &ws_bytes, fn,
+                                  "one eager call of blockfuse.ops.gated_up with this shape")
+               : reserved_workspace(WorkspaceKind::kDecodeGemm, device, &ws_bytes);
+    }
+  }
+  call_blockfuse([&] {
+    blockfuse::gated_up(cview(x, xv, dt), cview(w, wv, dt), mview(out, ov, dt), act, ws, ws_bytes, stream);
+  });
+  return out;
+}
+
+at::Tensor gated_up_cpu(const at::Tensor& x, const at::Tensor&, c10::string_view) {
+  check_cuda(x, "gated_up", "x");  // always throws: names the argument
+  return {};
+}
+
+// The backward of gated_up, in C++ so that an inference call pays no Python autograd kernel (a
+// torch.library.register_autograd formula runs Python on every call, grad or not). It recomputes
+// z = x·wᵀ with torch (the forward's memory saving is kept; the backward is plain torch):
+//   up = z[:, 0::2], gate = z[:, 1::2];  dz_up = g · act(gate),  dz_gate = g · up · act'(gate)
+//   dx = dz · w,  dw = dzᵀ · x
+// (the same formula as ops.gated_up_backward, which the CPU tests check against autograd).
+class GatedUpFunction : public torch::autograd::Function<GatedUpFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
+                            c10::string_view activation) {
+    const blockfuse::Activation act = parse_activation(activation, "gated_up");
+    at::Tensor out;
+    {
+      at::AutoDispatchBelowADInplaceOrView guard;
+      static auto op = c10::Dispatcher::singleton()
+                           .findSchemaOrThrow("blockfuse::gated_up", "")
+                           .typed<at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view)>();
+      out = op.call(x, w, activation);
+    }
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["act"] = static_cast<int64_t>(act);
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const at::Tensor& w = saved[1];
+    const auto act = static_cast<blockfuse::Activation>(ctx->saved_data["act"].toInt());
+    const int64_t k = x.size(-1), u = w.size(0) / 2;
+    const at::Tensor x2 = x.reshape({-1, k});
+    const at::Tensor z = at::mm(x2, w.t()).to(at::kFloat);
+    const at::Tensor up = z.slice(1, 0, c10::nullopt, 2), gate = z.slice(1, 1, c10::nullopt, 2);
+    at::Tensor a, da;
+    if (act == blockfuse::Activation::kSiLU) {
+      const at::Tensor s = at::sigmoid(gate);
+      a = gate * s;
+      da = s * (1 + gate * (1 - s));
+    } else {
+      const double c = std::sqrt(2.0 / M_PI);
+      const at::Tensor t = at::tanh(c * (gate + 0.044715 * gate * gate * gate));
+      a = 0.5 * gate * (1 + t);
+      da = 0.5 * (1 + t) + 0.5 * gate * (1 - t * t) * c * (1 + 3 * 0.044715 * gate * gate);
+    }
+    const at::Tensor g2 = grads[0].reshape({-1, u}).to(at::kFloat);
+    const at::Tensor dz = at::stack({g2 * a, g2 * up * da}, -1).reshape({-1, 2 * u}).to(x.scalar_type());
+    at::Tensor dx, dw;
+    if (ctx->needs_input_grad(0)) dx = at::mm(dz, w).reshape(x.sizes());
+    if (ctx->needs_input_grad(1)) dw = at::mm(dz.t(), x2);
+    return {dx, dw, at::Tensor()};
+  }
+};
+
+at::Tensor gated_up_autograd(const at::Tensor& x, const at::Tensor& w, c10::string_view activation) {
+  return GatedUpFunction::apply(x, w, activation);
+}
+
+// ---- weight layout -----------------------------------------------------------------------------
+// The C++ helpers move whole rows (cudaMemcpy2DAsync on the device, memcpy on the host), so they
+// serve both backends; the tensors' device picks which.
+
+// Checks dtype/device agreement of a helper's tensors (the first is the reference).
+DType check_layout_args(const char* fn, std::initializer_list<NamedTensor> args) {
+  const NamedTensor& ref = *args.begin();
+  const DType dt = to_dtype(*ref.t, fn, ref.name);
+  for (const NamedTensor& a : args) {
+    if (a.t == ref.t) continue;
+    check_same_device(*a.t, *ref.t, fn, a.name, ref.name);
+    check_same_dtype(*a.t, *ref.t, fn, a.name, ref.name);
+  }
+  return dt;
+}
+
+// Runs the device form of a layout helper (given the stream) for a CUDA tensor `t`, the host form
+// otherwise.
+template <typename Device, typename Host>
+void on_tensor_device(const at::Tensor& t, Device&& device, Host&& host) {
+  if (t.is_cuda()) {
+    c10::cuda::CUDAGuard guard(t.device());
+    const cudaStream_t stream = current_stream(t);
+    call_blockfuse([&] { device(stream); });
+  } else {
+    call_blockfuse(host);
+  }
+}
+
+at::Tensor interleave_gate_up_op(const at::Tensor& gate, const at::Tensor& up) {
+  constexpr const char* fn = "interleave_gate_up";
+  const DType dt = check_layout_args(fn, {{&gate, "gate"}, {&up, "up"}});
+  const RowView gv = as_matrix(gate, fn, "gate"), uv = as_matrix(up, fn, "up");
+  check_same_sizes(up, gate, fn, "up", "gate");
+  at::Tensor out = at::empty({2 * gv.rows, gv.cols}, gate.options());
+  const RowView ov{2 * gv.rows, gv.cols, gv.cols};
+  const ConstMatrix g = cview(gate, gv, dt), u = cview(up, uv, dt);
+  const Matrix o = mview(out, ov, dt);
+  on_tensor_device(
+      gate, [&](cudaStream_t s) { blockfuse::interleave_gate_up(g, u, o, s); },
+      [&] { blockfuse::interleave_gate_up_host(g, u, o); });
+  return out;
+}
+
+// The two row permutations [2U, K] -> [2U, K] (stacked [gate; up] <-> interleaved), by the C++
+// helpers `device(in, out, stream)` and `host(in, out)`.
+template <typename Device, typename Host>
+at::Tensor permute_rows(const at::Tensor& in, const char* fn, const char* arg, Device&& device, Host&& host) {
+  const DType dt = check_layout_args(fn, {{&in, arg}});
+  const RowView v = as_matrix(in, fn, arg);
+  at::Tensor out = at::empty({v.rows, v.cols}, in.options());
+  const ConstMatrix i = cview(in, v, dt);
+  const Matrix o = mview(out, RowView{v.rows, v.cols, v.cols}, dt);
+  on_tensor_device(in, [&](cudaStream_t s) { device(i, o, s); }, [&] { host(i, o); });
+  return out;
+}
+
+at::Tensor interleave_stacked_op(const at::Tensor& stacked) {
+  return permute_rows(stacked, "interleave_stacked", "stacked", blockfuse::interleave_stacked_gate_up,
+                      blockfuse::interleave_stacked_gate_up_host);
+}
+
+at::Tensor deinterleave_to_stacked_op(const at::Tensor& w) {
+  return permute_rows(w, "deinterleave_to_stacked", "w", blockfuse::deinterleave_to_stacked,
+                      blockfuse::deinterleave_to_stacked_host);
+}
+
+std::tuple<at::Tensor, at::Tensor> deinterleave_gate_up_op(const at::Tensor& w) {
+  constexpr const char* fn = "deinterleave_gate_up";
+  const DType dt = check_layout_args(fn, {{&w, "w"}});
+  const RowView wv = as_matrix(w, fn, "w");
+  TORCH_CHECK_VALUE(wv.rows % 2 == 0, "blockfuse.", fn, ": argument 'w' has ", num(wv.rows),
+                    " rows; required: an even number 2U");
+  const int64_t U = wv.rows / 2;
+  at::Tensor gate = at::empty({U, wv.cols}, w.options());
+  at::Tensor up = at::empty({U, wv.cols}, w.options());
+  const RowView hv{U, wv.cols, wv.cols};
+  const ConstMatrix in = cview(w, wv, dt);
+  const Matrix g = mview(gate, hv, dt), u = mview(up, hv, dt);
+  on_tensor_device(
+      w, [&](cudaStream_t s) { blockfuse::deinterleave_gate_up(in, g, u, s); },
+      [&] { blockfuse::deinterleave_gate_up_host(in, g, u); });
+  return {gate, up};
+}
+
+void impls(torch::Library& m) {
+  m.impl("interleave_gate_up", &interleave_gate_up_op);
+  m.impl("interleave_stacked", &interleave_stacked_op);
+  m.impl("deinterleave_gate_up", &deinterleave_gate_up_op);
+  m.impl("deinterleave_to_stacked", &deinterleave_to_stacked_op);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
+  def_ops(m, {"gated_up(Tensor x, Tensor w, str activation='silu') -> Tensor",
+               "interleave_gate_up(Tensor gate, Tensor up) -> Tensor",
+               "interleave_stacked(Tensor stacked) -> Tensor",
+               "deinterleave_gate_up(Tensor w) -> (Tensor, Tensor)",
+               "deinterleave_to_stacked(Tensor w) -> Tensor"});
+}
+
+// gated_up has a CPU kernel of its own (it only raises); the layout helpers run on both backends.
+TORCH_LIBRARY_IMPL(blockfuse, CUDA, m) {
+  m.impl("gated_up", &gated_up_cuda);
+  impls(m);
+}
+TORCH_LIBRARY_IMPL(blockfuse, CPU, m) {
+  m.impl("gated_up", &gated_up_cpu);
+  impls(m);
+}
+TORCH_LIBRARY_IMPL(blockfuse, Autograd, m) { m.impl("gated_up", &gated_up_autograd); }

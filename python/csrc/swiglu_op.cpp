@@ -1,0 +1,91 @@
+// The PyTorch ops of the standalone gated activation (include/blockfuse/swiglu.h), with a
+// bf16/fp16 or an FP8 (e4m3) output:
+//   swiglu(gate_up [..., 2U], activation, layout) -> out [..., U]
+//   swiglu_fp8(gate_up, scale?, activation, layout) -> (out e4m3, row_scales)
+// Schemas at the end; the fake implementations are in the Python package. FP8 scales as for
+// rmsnorm_fp8 (binding.h's fp8_scale): a one-element float32 tensor is the static per-tensor scale
+// (row_scales empty), None the dynamic per-row mode (row_scales written by the kernel).
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "binding.h"
+
+namespace {
+
+using namespace blockfuse_torch;
+
+blockfuse::GateUpLayout parse_layout(c10::string_view l, const char* fn) {
+  if (l == "stacked") return blockfuse::GateUpLayout::kStacked;
+  if (l == "interleaved") return blockfuse::GateUpLayout::kInterleaved;
+  TORCH_CHECK_VALUE(false, "blockfuse.", fn, ": argument 'layout' is '", std::string(l.data(), l.size()),
+                    "'; required: 'stacked' ([gate | up] columns) or 'interleaved' (column 2j = up_j, "
+                    "2j+1 = gate_j)");
+  return blockfuse::GateUpLayout::kStacked;  // unreachable
+}
+
+struct SwigluArgs {
+  DType dt;
+  RowView gv;
+  int64_t u;
+  blockfuse::Activation act;
+  blockfuse::GateUpLayout layout;
+};
+
+SwigluArgs check_swiglu(const char* fn, const at::Tensor& gate_up, c10::string_view activation,
+                        c10::string_view layout) {
+  const blockfuse::Activation act = parse_activation(activation, fn);
+  const blockfuse::GateUpLayout lay = parse_layout(layout, fn);
+  check_cuda(gate_up, fn, "gate_up");
+  const DType dt = to_dtype(gate_up, fn, "gate_up");
+  const RowView gv = as_rows(gate_up, fn, "gate_up");
+  TORCH_CHECK_VALUE(gv.cols % 2 == 0, "blockfuse.", fn, ": argument 'gate_up' has sizes ", dims(gate_up.sizes()),
+                    "; required: an even last dimension 2U");
+  return {dt, gv, gv.cols / 2, act, lay};
+}
+
+at::Tensor swiglu_op(const at::Tensor& gate_up, c10::string_view activation, c10::string_view layout) {
+  constexpr const char* fn = "swiglu";
+  const SwigluArgs a = check_swiglu(fn, gate_up, activation, layout);
+  c10::cuda::CUDAGuard guard(gate_up.device());
+  at::Tensor out = at::empty(with_last(gate_up, a.u), gate_up.options());
+  const RowView ov{a.gv.rows, a.u, a.u};
+  if (a.gv.rows == 0) return out;
+  call_blockfuse([&] {
+    blockfuse::swiglu(cview(gate_up, a.gv, a.dt), mview(out, ov, a.dt), a.act, a.layout, current_stream(gate_up));
+  });
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> swiglu_fp8_op(const at::Tensor& gate_up, const std::optional<at::Tensor>& scale,
+                                                 c10::string_view activation, c10::string_view layout) {
+  constexpr const char* fn = "swiglu_fp8";
+  const SwigluArgs a = check_swiglu(fn, gate_up, activation, layout);
+  c10::cuda::CUDAGuard guard(gate_up.device());
+  at::Tensor row_scales;
+  const blockfuse::Fp8Scale s = fp8_scale(fn, scale, gate_up, a.gv.rows, row_scales);
+  at::Tensor out = fp8_like(gate_up, a.u);
+  if (a.gv.rows == 0) return {out, row_scales};
+  call_blockfuse([&] {
+    blockfuse::swiglu_fp8(cview(gate_up, a.gv, a.dt), fp8_view(out, a.gv.rows, a.u), s, a.act, a.layout,
+                          current_stream(gate_up));
+  });
+  return {out, row_scales};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
+  def_ops(m, {"swiglu(Tensor gate_up, str activation='silu', str layout='stacked') -> Tensor",
+               "swiglu_fp8(Tensor gate_up, Tensor? scale=None, str activation='silu', str layout='stacked') -> (Tensor, Tensor)"});
+}
+
+BLOCKFUSE_TORCH_IMPLS(m) {
+  m.impl("swiglu", &swiglu_op);
+  m.impl("swiglu_fp8", &swiglu_fp8_op);
+}

@@ -1,0 +1,89 @@
+"""CPU tests of the front of `python -m blockfuse.bench` (no torch needed: it is blocked in the
+subprocesses): --help lists every subcommand and each subcommand's --help works without torch, bad
+options are refused with exit status 2 before anything is imported, and a subcommand run without
+torch says so and exits 2."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+PYTHON_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+SUBCOMMANDS = ("gated-up", "gated-up-fp8", "fused-mlp", "sparse-prefill", "model", "overhead", "torch-baselines",
+               "memory-bound", "sdpa")
+# Runs the front with `import torch` failing, as on a machine without torch.
+NO_TORCH = ("import runpy, sys; sys.modules['torch'] = None; sys.argv[0] = 'blockfuse.bench'; "
+            "runpy.run_module('blockfuse.bench', run_name='__main__', alter_sys=True)")
+
+
+def bench(*args):
+    env = dict(os.environ, PYTHONPATH=PYTHON_DIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-c", NO_TORCH, *args], capture_output=True, text=True, env=env,
+                          timeout=120)
+
+
+def test_help_lists_every_subcommand_without_torch():
+    r = bench("--help")
+    assert r.returncode == 0, r.stderr
+    for name in SUBCOMMANDS:
+        assert name in r.stdout
+
+
+@pytest.mark.parametrize("name", SUBCOMMANDS)
+def test_subcommand_help_without_torch(name):
+    r = bench(name, "--help")
+    assert r.returncode == 0, r.stderr
+    assert f"python -m blockfuse.bench {name}" in r.stdout
+
+
+def test_every_subcommand_has_its_module():
+    sys.path.insert(0, PYTHON_DIR)
+    try:
+        from blockfuse.bench.__main__ import MODULES
+    finally:
+        sys.path.remove(PYTHON_DIR)
+    assert tuple(MODULES) == SUBCOMMANDS
+    here = os.path.join(PYTHON_DIR, "blockfuse", "bench")
+    assert all(os.path.isfile(os.path.join(here, m + ".py")) for m in MODULES.values())
+
+
+@pytest.mark.parametrize("args, message", [
+    (("gated-up", "--models", "8b,nope"), "unknown model(s) ['nope']"),
+    (("fused-mlp", "--rows", "1,33"), "each between 1 and 32"),
+    (("fused-mlp", "--shapes", "7b"), "unknown shape(s) ['7b']"),
+    (("model", "--models", "llama3-8b,x"), "unknown model(s) ['x']"),
+    (("memory-bound", "--rounds", "0"), "--rounds must be >= 1"),
+    (("nope",), "invalid choice"),
+    ((), "required"),
+])
+def test_bad_options_are_refused(args, message):
+    r = bench(*args)
+    assert r.returncode == 2
+    assert message in r.stderr
+
+
+def test_a_run_without_torch_says_so():
+    r = bench("overhead")
+    assert r.returncode == 2
+    assert "torch is not installed" in r.stderr
+
+
+def test_gated_up_plot_only_redraws_the_charts(tmp_path):
+    """--plot-only needs no GPU: the three charts from a gated_up.json (in-process, with torch)."""
+    pytest.importorskip("torch", reason="torch is not installed: the gated-up module imports it")
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed")
+    import json
+    sys.path.insert(0, PYTHON_DIR)
+    try:
+        from blockfuse.bench.__main__ import main
+        from blockfuse.bench.gated_up import PIPELINES
+    finally:
+        sys.path.remove(PYTHON_DIR)
+    rows = [{"model": "8b", "name": "Llama-3 8B", "M": m, "pipeline": p, "tflops": 100.0 + i, "peak_act_bytes": (i + 1) << 20}
+            for m in (512, 4096) for i, p in enumerate(PIPELINES)]
+    src = tmp_path / "gated_up.json"
+    src.write_text(json.dumps({"device": "test", "ceiling_tflops_cublas_8192": 700.0, "rows": rows}))
+    out = tmp_path / "charts"
+    assert main(["gated-up", "--plot-only", str(src), "--out", str(out)]) == 0
+    for name in ("gated_up_tflops.png", "gated_up_tflops_fused_vs_triton.png", "gated_up_memory.png"):
+        assert (out / name).stat().st_size > 1000

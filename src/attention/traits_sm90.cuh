@@ -1,0 +1,153 @@
+// Internal: the sm90a attention forward kernel's compile-time traits (tile shapes, shared-memory
+// layouts, TMA and wgmma atoms) and launch parameters (attention_sm90.cuh is the kernel).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include <cute/tensor.hpp>
+#include <cute/atom/copy_atom.hpp>
+#include <cute/atom/mma_atom.hpp>
+
+#include "cutlass/arch/barrier.h"
+#include "cutlass/arch/reg_reconfig.h"
+#include "cutlass/cutlass.h"
+#include "cutlass/numeric_types.h"
+#include "cutlass/pipeline/pipeline.hpp"
+
+#include "attention/mask.cuh"
+#include "attention/softmax.cuh"
+
+namespace blockfuse::attn::sm90 {
+
+using namespace cute;
+
+// The fp32 accumulator of an m64 wgmma, ((2,2,N/8), 1, 1), viewed as (row, col) =
+// ((2, 1), (2, N/8)): rows r, r + 8; columns 2·(lane % 4) + {0, 1} + 8b. The column mode has the
+// (pair, 8-block) shape of the sm80 view, so VisibilityMask::apply and OnlineSoftmax work on it.
+template <class Layout>
+CUTE_HOST_DEVICE constexpr auto acc_rowcol_sm90(Layout acc) {
+  static_assert(decltype(rank<0>(acc))::value == 3, "an m64 GMMA accumulator: ((2,2,N/8), MMA_M, MMA_N)");
+  static_assert(decltype(size<1>(acc))::value == 1 && decltype(size<2>(acc))::value == 1,
+                "one m64 atom per warpgroup, the whole N in one atom");
+  return make_layout(make_layout(get<0, 1>(acc), get<1>(acc)), make_layout(get<0, 0>(acc), get<0, 2>(acc)));
+}
+
+// The score accumulator ((2,2,N/8), 1, 1) re-read as the A operand of P·V, ((2,2,2), 1, N/16):
+// two adjacent 8-column blocks form one k16 slice (see the header).
+template <class Layout>
+CUTE_HOST_DEVICE constexpr auto acc_as_a_sm90(Layout acc) {
+  auto v = get<0>(acc);
+  auto blocks = get<0>(logical_divide(get<2>(v), Shape<_2>{}));  // (2, N/16)
+  return make_layout(make_layout(get<0>(v), get<1>(v), get<0>(blocks)), get<1>(acc), get<1>(blocks));
+}
+
+// The kernel's compile-time configuration for one (dtype, head dim, key block, stages).
+// kStageO: O is staged in its own buffer (the producer may load the next tile's Q while the O store
+// still reads it); false: in Q's buffer, which the next Q waits for (D = 256, where a separate O
+// buffer does not fit beside two K and two V stages).
+template <class Element_, int kHeadDim_, int kBlockN_, int kStages_, bool kStageO_ = true>
+struct Sm90Traits {
+  using Element = Element_;  // cutlass::bfloat16_t or cutlass::half_t
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = 128;                   // two consumer warpgroups of 64 rows
+  static constexpr int kRowsPerWg = 64;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kStages = kStages_;
+  static constexpr bool kStageO = kStageO_;
+  static constexpr int kConsumerWgs = 2;
+  static constexpr int kThreads = 128 * (1 + kConsumerWgs);
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = 240;
+  static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0, "whole SW128 atoms and k16 slices");
+
+  using D = Int<kHeadDim>;
+  using BN = Int<kBlockN>;
+  using WgM = Int<kRowsPerWg>;
+
+  // S = Q·Kᵀ per warpgroup: m64 n=BN k=D, Q and K both K-major in shared memory.
+  using TiledMmaQK = decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float, Shape<WgM, BN, D>>()));
+  // O += P·V per warpgroup: m64 n=D k=BN, P from registers, Vᵀ MN-major in shared memory.
+  using TiledMmaPV = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, Shape<WgM, D, BN>, GMMA::Major::K, GMMA::Major::MN>()));
+
+  // Shared memory: 128-byte-swizzled K-major tiles (what both TMA and wgmma read). Q is two
+  // 64-row slices, one per consumer warpgroup, each contiguous so that it is one TMA box and later
+  // the warpgroup's O staging buffer.
+  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<WgM, D, Int<kConsumerWgs>>{}));
+  using SmemLayoutQSlice = decltype(tile_to_shape(SmemAtom{}, Shape<WgM, D>{}));
+  using SmemLayoutK = decltype(tile_to_shape(SmemAtom{}, Shape<BN, D, Int<kStages>>{}));
+  using SmemLayoutKStage = decltype(tile_to_shape(SmemAtom{}, Shape<BN, D>{}));
+  using SmemLayoutV = SmemLayoutK;
+  // Vᵀ (D, BN, stages) over V's buffer: the B operand of P·V, MN-major (D contiguous).
+  using SmemLayoutVt = decltype(composition(
+      SmemLayoutV{}, make_ordered_layout(Shape<D, BN, Int<kStages>>{}, Step<_2, _1, _3>{})));
+
+  using PipelineK = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineV = cutlass::PipelineTmaAsync<kStages>;
+
+  struct SharedStorage {
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
+    // O staging, one slice per warpgroup (a placeholder without kStageO: O then goes through Q's buffer)
+    alignas(1024) cute::array_aligned<Element, kStageO ? cosize_v<SmemLayoutQ> : 8, 1024> o;
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutK>, 1024> k;
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutV>, 1024> v;
+    typename PipelineK::SharedStorage pipe_k;
+    typename PipelineV::SharedStorage pipe_v;
+    uint64_t q_full;   // ClusterTransactionBarrier::ValueType: Q of the current tile landed
+    uint64_t q_empty;  // ClusterBarrier::ValueType: both consumer warpgroups are done reading Q
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kSmemBytes <= 227 * 1024, "Hopper allows 227 KB of shared memory per block");
+  static_assert(cosize_v<SmemLayoutQSlice> * int(sizeof(Element)) % 1024 == 0 &&
+                    cosize_v<SmemLayoutKStage> * int(sizeof(Element)) % 1024 == 0,
+                "every slice and stage starts on a 1024-byte swizzle-pattern boundary");
+
+  static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kKVStageBytes = kBlockN * kHeadDim * sizeof(Element);
+
+  // Global tensors as TMA sees them: (rows, D, heads, batch), strides in elements.
+  using GmemShape = Shape<int32_t, D, int32_t, int32_t>;
+  using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
+  template <class T>
+  static auto gmem_tensor(T* ptr, int32_t rows, int32_t heads, int32_t batch, int64_t row_stride,
+                          int64_t head_stride, int64_t batch_stride) {
+    return make_tensor(make_gmem_ptr(ptr), GmemShape{rows, D{}, heads, batch},
+                       GmemStride{row_stride, _1{}, head_stride, batch_stride});
+  }
+  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor(static_cast<const Element*>(nullptr), 0, 0, 0, 0, 0, 0),
+                                      SmemLayoutQSlice{}));
+  using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor(static_cast<const Element*>(nullptr), 0, 0, 0, 0, 0, 0),
+                                       SmemLayoutKStage{}));
+  using TmaO = decltype(make_tma_copy(SM90_TMA_STORE{}, gmem_tensor(static_cast<Element*>(nullptr), 0, 0, 0, 0, 0, 0),
+                                      SmemLayoutQSlice{}));
+};
+
+// What the kernel is launched with (a __grid_constant__ parameter: the TMA descriptors are read
+// from it by address).
+template <class Traits>
+struct Sm90Params {
+  typename Traits::TmaQ tma_q;
+  typename Traits::TmaKV tma_k;
+  typename Traits::TmaKV tma_v;
+  typename Traits::TmaO tma_o;
+  typename Traits::Element* out = nullptr;  // varlen: O is stored by predicated vector stores, not by TMA
+  int64_t o_row_stride = 0, o_head_stride = 0;
+  float* lse = nullptr;  // nullptr: not written
+  int64_t lse_batch_stride = 0, lse_head_stride = 0;
+  const int32_t* cu_seqlens_q = nullptr;  // nullptr: batched; else num_seqs + 1 offsets (varlen)
+  const int32_t* cu_seqlens_k = nullptr;
+  int batch = 0, heads_q = 0, heads_kv = 0, group = 1;  // varlen: batch = num_seqs
+  int seqlen_q = 0, seqlen_k = 0;                       // varlen: the maxima
+  int rows_q = 0, rows_k = 0;     // rows of the TMA views: seqlen (batched) or total (varlen)
+  int m_blocks = 0;               // ceil(seqlen_q / 128)
+  int64_t num_tiles = 0;          // m_blocks · heads_q · batch
+  float scale_log2 = 0, scale_lse = 0;
+  float softcap_mul = 0;                  // as AttnParams: 0 off, else the tanh argument's factor
+  int window_left = 0, window_right = 0;  // as AttnParams (causal is window_right = 0)
+};
+
+}  // namespace blockfuse::attn::sm90
