@@ -86,9 +86,9 @@ class FusedMlpBench final : public BenchCommand {
             "union lists with the heuristic's block size (--sparse-nb 0) at M <= 8 on sm_90: split each 16-neuron "
             "group over a 2-CTA cluster where the list is short (auto), never, or always; rows other than auto are "
             "named sparse-S-split-RULE");
-    o.ints("--warps", warps_, 0, 32,
-           "warps a block at M <= 8 (FusedMlpConfig::block_warps; src/fused_mlp/params.h: auto_block_warps): 0 (the library's "
-           "rule), 8, 16, 32; rows other than 0 are named VARIANT-wN and skip M > 8");
+    o.ints("--warps", warps_, 0, 16,
+           "warps a block at M <= 8 (FusedMlpConfig::block_warps; the rule: src/fused_mlp/params.h auto_block_warps): 0 (the library's "
+           "rule), 8, 16; rows other than 0 are named VARIANT-wN and skip M > 8");
     o.integer("--calls", calls_, 1, 100000, "calls per captured graph");
     o.integer("--max-gib", max_gib_, 1, 1 << 20, "GiB at most for the rotated weight copies");
   }
@@ -97,7 +97,7 @@ class FusedMlpBench final : public BenchCommand {
     for (int64_t nb : nbs_)
       if (nb != 0 && nb != 16 && nb != 32 && nb != 64) throw Error("--nb: " + std::to_string(nb) + " is not 0, 16, 32 or 64");
     for (int64_t w : warps_)
-      if (w != 0 && w != 8 && w != 16 && w != 32) throw Error("--warps: " + std::to_string(w) + " is not 0, 8, 16 or 32");
+      if (w != 0 && w != 8 && w != 16) throw Error("--warps: " + std::to_string(w) + " is not 0, 8 or 16");
     for (int64_t nb : sparse_nbs_)
       if (nb != 0 && nb != 16 && nb != 32 && nb != 64)
         throw Error("--sparse-nb: " + std::to_string(nb) + " is not 0, 16, 32 or 64");
@@ -127,6 +127,8 @@ void FusedMlpBench::shape(Bench& b, const Shape& sh, int warps) {
   const DType dt = DType::kBF16;
   const Activation act = Activation::kSiLU;
   const cudaStream_t s = b.stream();
+  // The library's rules but for the forced block width (warps 0: the rule).
+  const FusedMlpConfig defaults{0, MlpReduction::kAtomic, MlpSplitRule::kAuto, warps};
   const int sms = b.device().sms;
   const std::string key = sh.key;
   const int64_t K = sh.k, U = sh.u, nblk = U / 32;
@@ -152,7 +154,7 @@ void FusedMlpBench::shape(Bench& b, const Shape& sh, int warps) {
   for (int64_t M : ms_)
     for (int nb : {16, 32, 64})
       for (MlpReduction red : {MlpReduction::kAtomic, MlpReduction::kDeterministic})
-        ws_need = std::max(ws_need, fused_mlp_workspace_size(M, K, U / 16, FusedMlpConfig{nb, red}));
+        ws_need = std::max(ws_need, fused_mlp_workspace_size(M, K, U / 16, FusedMlpConfig{nb, red, MlpSplitRule::kAuto, warps}));
   DeviceBuffer<unsigned char> ws(ws_need);
   if (ws_need) BENCH_CUDA(cudaMemsetAsync(ws.data(), 0, ws.bytes(), s));
   // 8 random union lists per sparsity (same count), and per-token lists.
@@ -171,12 +173,6 @@ void FusedMlpBench::shape(Bench& b, const Shape& sh, int warps) {
   const double copy = b.copy_gbs();
 
   const std::string wsuf = warps == fmlp::kAutoBlockWarps ? "" : "-w" + std::to_string(warps);
-  // Every call of this shape with the --warps override (and a split rule where given).
-  auto with = [warps](FusedMlpConfig c, MlpSplitRule split = MlpSplitRule::kAuto) {
-    c.block_warps = warps;
-    c.split = split;
-    return c;
-  };
   for (int64_t M : ms_) {
     if (!wsuf.empty() && M > 8) continue;  // wider blocks run at M <= 8 only
     const ConstMatrix X = make_matrix(static_cast<const void*>(xb.data()), dt, M, K);
@@ -222,7 +218,7 @@ void FusedMlpBench::shape(Bench& b, const Shape& sh, int warps) {
     for (int64_t nb : nbs_)
       for (MlpReduction red : {MlpReduction::kAtomic, MlpReduction::kDeterministic}) {
         if (red == MlpReduction::kDeterministic && nb != 0) continue;
-        const FusedMlpConfig cfg = with({int(nb), red});
+        const FusedMlpConfig cfg{int(nb), red, MlpSplitRule::kAuto, warps};
         const std::string variant = red == MlpReduction::kAtomic ? "dense" : "dense-deterministic";
         testing::fill_bits(Y, testing::nan_bits(dt), s);
         fused_mlp(X, WGU(0), WD(0), Y, act, ws.data(), ws.bytes(), cfg, s);
@@ -237,7 +233,7 @@ void FusedMlpBench::shape(Bench& b, const Shape& sh, int warps) {
     // sparse path with every block listed must equal dense: checked once per M before timing.
     testing::fill_bits(Y, testing::nan_bits(dt), s);
     fused_mlp_sparse(X, WGU(0), WD(0), Y, act, NeuronBlockList{all_idx.data(), all_cnt.data(), nblk, 32}, ws.data(), ws.bytes(),
-                     with({}), s);
+                     defaults, s);
     BENCH_CUDA(cudaStreamSynchronize(s));
     const Check all_chk = rel_l2_check(dt, yb.data(), yr.data(), M * K);
     const bool sparse_ok = b.verify(at + " sparse all-blocks", all_chk);
@@ -262,10 +258,9 @@ void FusedMlpBench::shape(Bench& b, const Shape& sh, int warps) {
       // path all_chk checked against the unfused pipeline with every block listed).
       for (int64_t forced : sparse_nbs_)
       for (const std::string& split : forced ? std::vector<std::string>{"auto"} : splits_) {
-        const MlpSplitRule rule = split == "never"    ? MlpSplitRule::kNever
-                                  : split == "always" ? MlpSplitRule::kAlways
-                                                      : MlpSplitRule::kAuto;
-        const FusedMlpConfig cfg = with({int(forced), MlpReduction::kAtomic}, rule);
+        const MlpSplitRule rule = split == "never" ? MlpSplitRule::kNever
+                                  : split == "always" ? MlpSplitRule::kAlways : MlpSplitRule::kAuto;
+        const FusedMlpConfig cfg{int(forced), MlpReduction::kAtomic, rule, warps};
         // (a split unit's group is 16 neurons: reported as such where the rule splits this list)
         const detail::DeviceSpec spec = detail::current_device_spec();
         const int bw = fmlp::launch_block_warps(M, b.device().major, forced == 0, false,
@@ -276,7 +271,7 @@ void FusedMlpBench::shape(Bench& b, const Shape& sh, int warps) {
         bool ok = sparse_ok;
         if (forced || split != "auto") {
           // (the reference call under the default rules)
-          fused_mlp_sparse(X, WGU(0), WD(0), Y, act, L(0), ws.data(), ws.bytes(), with({}), s);
+          fused_mlp_sparse(X, WGU(0), WD(0), Y, act, L(0), ws.data(), ws.bytes(), defaults, s);
           BENCH_CUDA(cudaMemcpyAsync(ys.data(), yb.data(), size_t(M * K) * 2, cudaMemcpyDeviceToDevice, s));
           testing::fill_bits(Y, testing::nan_bits(dt), s);
           fused_mlp_sparse(X, WGU(0), WD(0), Y, act, L(0), ws.data(), ws.bytes(), cfg, s);
@@ -311,7 +306,7 @@ void FusedMlpBench::shape(Bench& b, const Shape& sh, int warps) {
         BENCH_CUDA(cudaMemcpy(tok_cnt.data(), tc.data(), tc.size() * 4, cudaMemcpyHostToDevice));
         const PerTokenNeuronBlocks P{tok_idx.data(), tok_cnt.data(), nblk, 32};
         const Timing tp = b.time(
-            [&](int i) { fused_mlp_sparse(X, WGU(i), WD(i), Y, act, P, ws.data(), ws.bytes(), with({}), s); }, method);
+            [&](int i) { fused_mlp_sparse(X, WGU(i), WD(i), Y, act, P, ws.data(), ws.bytes(), defaults, s); }, method);
         const double ud = double(nu) / double(nblk);
         report("per-token-" + std::to_string(sp), fused_mlp_heuristic(M, K, U / 16, sms).neurons_per_block, tp,
                wbytes * ud + io, all_chk, sparse_ok, ud);

@@ -44,17 +44,20 @@ enum class MlpReduction : int {
   kDeterministic = 1,  // per-block slots summed in a fixed order (bitwise reproducible)
 };
 
-// neurons_per_block: 16, 32 or 64 neurons a thread block computes (0: the heuristic's choice).
-// Whether union-list calls at M <= 8 on sm_90 split each 16-neuron group over a 2-CTA cluster:
-// kAuto (the rule, src/fused_mlp/params.h: split_groups), kNever, or kAlways (every such call).
+// Split launches of union lists (M <= 8, sm_90, the heuristic's block size): kAuto splits a list's
+// 16-neuron groups over 2-CTA clusters where the list is short; kNever and kAlways force either way
+// (for benchmarks and tests; docs/fused_mlp.md#tuning).
 enum class MlpSplitRule : int { kAuto = 0, kNever = 1, kAlways = 2 };
 
+// neurons_per_block: 16, 32 or 64 neurons a thread block computes (0: the heuristic's choice).
+// split and block_warps override the library's launch rules for benchmarks and tests; the
+// defaults are the rules (docs/fused_mlp.md#tuning). block_warps: warps a block at M <= 8, 0 (the
+// rule), 8 or 16.
 struct FusedMlpConfig {
   int neurons_per_block = 0;
   MlpReduction reduction = MlpReduction::kAtomic;
-  // Overrides of the launch rules, for benchmarks and tests; the defaults are the library's rules.
   MlpSplitRule split = MlpSplitRule::kAuto;
-  int block_warps = 0;  // warps a block at M <= 8: 0 (the rule: src/fused_mlp/params.h), 8, 16 or 32
+  int block_warps = 0;
 };
 
 // One list of active neuron blocks for the whole batch: indices[0 .. *count) are neuron-block

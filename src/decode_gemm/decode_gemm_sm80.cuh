@@ -37,65 +37,10 @@
 #include <cuda_fp16.h>
 
 #include "common/activation.cuh"
+#include "common/decode_loop.cuh"  // MmaType, load_w, load_x, store_y, decode_mainloop
 #include "decode_gemm/params.h"
 
 namespace blockfuse::decode {
-
-template <class T>
-struct MmaType;
-template <>
-struct MmaType<__nv_bfloat16> {
-  __device__ __forceinline__ static void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-};
-template <>
-struct MmaType<__half> {
-  __device__ __forceinline__ static void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-};
-
-// Predicated 16-byte loads (zeros where the guard is false), CUTLASS-style: the predicate lives
-// inside the asm, so the compiler emits straight-line predicated loads, not a branch around each.
-// W: streamed once — no L1 allocation, and L2::256B asks for the whole 256-byte piece (a warp
-// reads each row's next chunks right after). x: the read-only path, cached in L1 (every warp of
-// the block re-reads the same x slice).
-__device__ __forceinline__ uint4 load_w(const void* p, bool guard) {
-  uint4 v;
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
-      " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
-      " @p ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p), "r"(int(guard)));
-  return v;
-}
-__device__ __forceinline__ uint4 load_x(const void* p, bool guard) {
-  uint4 v;
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
-      " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
-      " @p ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p), "r"(int(guard)));
-  return v;
-}
-
-template <class T>
-__device__ __forceinline__ void store_y(T* y, float v) { *y = static_cast<T>(v); }
-template <>
-__device__ __forceinline__ void store_y<__nv_bfloat16>(__nv_bfloat16* y, float v) { *y = __float2bfloat16_rn(v); }
-template <>
-__device__ __forceinline__ void store_y<__half>(__half* y, float v) { *y = __float2half_rn(v); }
 
 template <class T, int NT, int WARPS>
 __global__ void __launch_bounds__(WARPS * 32, 16 / WARPS) decode_gemm_kernel(const DecodeGemmParams p) {
@@ -114,47 +59,13 @@ __global__ void __launch_bounds__(WARPS * 32, 16 / WARPS) decode_gemm_kernel(con
   const T* w1 = static_cast<const T*>(p.w) + (w_ok1 ? n0 + g + 8 : 0) * p.ldw + 8 * t;
   const T* xr[NT];
   bool x_ok[NT];
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    x_ok[j] = 8 * j + g < p.m;
-    xr[j] = static_cast<const T*>(p.x) + (x_ok[j] ? 8 * j + g : 0) * p.ldx + 8 * t;
-  }
+  token_rows<T, NT>(p.m, p.x, p.ldx, g, t, xr, x_ok);
 
   float acc[NT][4];
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
 
-  for (int64_t kb = k_begin; kb < k_end; kb += U * kChunkK) {
-    uint4 a0[U], a1[U], b[U][NT];
-    // K % 8 == 0, so a lane's 8 elements are all in the slice or all out (then zeros in W and x
-    // both: 0 · 0, never 0 · Inf, fills the gap). A row of W past N is zeros too; its 0 · Inf
-    // (Inf in x) is a NaN in a column that is never stored.
-#pragma unroll
-    for (int c = 0; c < U; ++c) {
-      const int64_t kk = kb + c * kChunkK;
-      const bool in = kk + 8 * t < k_end;
-      a0[c] = load_w(w0 + kk, in && w_ok0);
-      a1[c] = load_w(w1 + kk, in && w_ok1);
-    }
-#pragma unroll
-    for (int c = 0; c < U; ++c) {
-      const int64_t kk = kb + c * kChunkK;
-      const bool in = kk + 8 * t < k_end;
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-        b[c][j] = load_x(xr[j] + kk, in && x_ok[j]);
-    }
-#pragma unroll
-    for (int c = 0; c < U; ++c) {
-      const uint32_t f0[4] = {a0[c].x, a1[c].x, a0[c].y, a1[c].y};  // k16 step 0
-      const uint32_t f1[4] = {a0[c].z, a1[c].z, a0[c].w, a1[c].w};  // k16 step 1
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        MmaType<T>::mma(acc[j], f0, b[c][j].x, b[c][j].y);
-        MmaType<T>::mma(acc[j], f1, b[c][j].z, b[c][j].w);
-      }
-    }
-  }
+  decode_mainloop<T, NT, U>(acc, w0, w1, w_ok0, w_ok1, xr, x_ok, k_begin, k_end, t);
 
   // acc[j] = {y[8j + 2t][n0 + g], y[8j + 2t + 1][n0 + g], y[8j + 2t][n0 + g + 8], y[8j + 2t + 1][n0 + g + 8]}.
   if (p.split > 1) {

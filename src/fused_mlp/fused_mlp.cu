@@ -7,7 +7,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-
 #include "common/device.h"
 #include "common/check.h"
 #include "common/launch.h"
@@ -72,9 +71,8 @@ void validate_config(const char* fn, const FusedMlpConfig& c) {
     throw_arg(fn, "config", cat("has reduction = ", int(c.reduction)), "MlpReduction::kAtomic or kDeterministic");
   if (c.split != MlpSplitRule::kAuto && c.split != MlpSplitRule::kNever && c.split != MlpSplitRule::kAlways)
     throw_arg(fn, "config", cat("has split = ", int(c.split)), "MlpSplitRule::kAuto, kNever or kAlways");
-  if (c.block_warps != fmlp::kAutoBlockWarps && c.block_warps != fmlp::kWarps && c.block_warps != 16 &&
-      c.block_warps != fmlp::kMaxBlockWarps)
-    throw_arg(fn, "config", cat("has block_warps = ", c.block_warps), "0 (the rule), 8, 16 or 32");
+  if (!fmlp::valid_block_warps(c.block_warps))
+    throw_arg(fn, "config", cat("has block_warps = ", c.block_warps), "0 (the rule), 8 or 16");
 }
 
 void validate_block_size(const char* fn, const char* arg, int bs, int64_t u) {
@@ -117,7 +115,6 @@ void launch_ng(const fmlp::FusedMlpParams& p, unsigned grid, cudaStream_t s) {
   };
   if constexpr (NT == 1) {  // wider blocks (params.h: auto_block_warps)
     if (p.warps == 16) return go(fmlp::fused_mlp_kernel<T, 1, NG, 16>, 16);
-    if (p.warps == 32) return go(fmlp::fused_mlp_kernel<T, 1, NG, 32>, 32);
   }
   go(fmlp::fused_mlp_kernel<T, NT, NG>, fmlp::kWarps);
 }
@@ -286,6 +283,13 @@ struct SparseList {
   const char* cnt_name;  // "blocks.count" or "blocks.counts"
 };
 
+SparseList sparse_list(const NeuronBlockList& b) {
+  return {ListMode::kUnion, b.indices, b.count, b.capacity, b.block_size, "capacity", "blocks.count"};
+}
+SparseList sparse_list(const PerTokenNeuronBlocks& b) {
+  return {ListMode::kPerToken, b.indices, b.counts, b.ld, b.block_size, "ld", "blocks.counts"};
+}
+
 void run_sparse(const SparseList& l, const ConstMatrix& x, const ConstMatrix& w_gate_up, const ConstMatrix& w_down_t,
                 const Matrix& y, Activation act, void* workspace, size_t workspace_bytes, FusedMlpConfig config,
                 cudaStream_t stream) {
@@ -329,17 +333,13 @@ void run_sparse(const SparseList& l, const ConstMatrix& x, const ConstMatrix& w_
 void fused_mlp_sparse(ConstMatrix x, ConstMatrix w_gate_up, ConstMatrix w_down_t, Matrix y, Activation act,
                       NeuronBlockList blocks, void* workspace, size_t workspace_bytes, FusedMlpConfig config,
                       cudaStream_t stream) {
-  run_sparse({ListMode::kUnion, blocks.indices, blocks.count, blocks.capacity, blocks.block_size, "capacity",
-              "blocks.count"},
-             x, w_gate_up, w_down_t, y, act, workspace, workspace_bytes, config, stream);
+  run_sparse(sparse_list(blocks), x, w_gate_up, w_down_t, y, act, workspace, workspace_bytes, config, stream);
 }
 
 void fused_mlp_sparse(ConstMatrix x, ConstMatrix w_gate_up, ConstMatrix w_down_t, Matrix y, Activation act,
                       PerTokenNeuronBlocks blocks, void* workspace, size_t workspace_bytes, FusedMlpConfig config,
                       cudaStream_t stream) {
-  run_sparse({ListMode::kPerToken, blocks.indices, blocks.counts, blocks.ld, blocks.block_size, "ld",
-              "blocks.counts"},
-             x, w_gate_up, w_down_t, y, act, workspace, workspace_bytes, config, stream);
+  run_sparse(sparse_list(blocks), x, w_gate_up, w_down_t, y, act, workspace, workspace_bytes, config, stream);
 }
 
 // ---- debug check of device lists -----------------------------------------------------------------

@@ -63,17 +63,12 @@ BF_FMLP_HD inline int modeled_neurons_per_block(int64_t m, int64_t k, int64_t gr
 
 // Split launches (fused_mlp_sm80.cuh): a union list with the heuristic's block size at M <= 8 on
 // sm_90 is launched as clusters of 2 CTAs, and a cluster shares one 16-neuron group between its two
-// CTAs (each reads half of K of the group's rows) where the list has at most one group per SM: a
-// short list then streams from twice as many SMs. Why: an unsplit 16-neuron block streams its rows at
-// about 25-33 GB/s (Llama-3 8B, 8 blocks of a 99 %-sparse list took 17-20 µs for 3.2 MB), so a
-// list of fewer groups than SMs is bound by the rate of a block, not by DRAM. Measured beside the
-// unsplit launch in one process (H100; docs/fused_mlp.md#tuning): 90 / 95 %-sparse lists at M = 1 / 4 / 8 1.16-1.47x faster (8B x 90 % at M = 1: 27.9 -> 24.1
-// µs; 70B x 95 %: 46.1 -> 37.2); splitting every list (the `always` rule) was slower from 50 % to 90 %
-// at M = 4 and 8 (e.g. 70B x 90 %, M = 8: 133.4 against 102.6 µs), where a list has more groups than
-// SMs, hence the bound. With blocks of W > 8 warps (one an SM, auto_block_warps below) a list splits
-// only where its 2-CTA units still fit one wave, listed_groups · W / 8 <= SMs: at 16 warps a list of
-// 67-132 groups split in two waves (8B × 90 % at M = 1: 30.2 µs against 24.9 unsplit and 24.1 for the
-// 8-warp split).
+// CTAs (each reads half of K of the group's rows) where the list has at most one group per SM: an
+// unsplit 16-neuron block streams only about 25-33 GB/s, so a list of fewer groups than SMs is bound
+// by the rate of a block, not by DRAM (90 / 95 %-sparse lists at M <= 8 1.16-1.47x faster on H100;
+// splitting every list was slower where a list has more groups than SMs, hence the bound). With
+// blocks of W > 8 warps (one an SM) a list splits only where its 2-CTA units still fit one wave,
+// listed_groups · W / 8 <= SMs. docs/fused_mlp.md#tuning.
 constexpr int kSplitMaxRows = 8;  // M up to one 8-token MMA tile
 constexpr int kSplitCtas = 2;     // CTAs a split unit's cluster holds (each half of K)
 BF_FMLP_HD inline bool split_groups(int64_t listed_groups, int sms, int warps = kWarps) {
@@ -141,10 +136,10 @@ struct FusedMlpParams {
   int dynamic_groups;
   int sm_count;
   // Union lists: the CTAs of a cluster launch (1 or 2) and, with 2, whether every unit splits
-  // (split_always: a bench / test override) or only lists within split_groups.
+  // (split_always: FusedMlpConfig::split kAlways) or only lists within split_groups.
   int split;
   int split_always;
-  int warps;               // warps a block (the launcher's choice: auto_block_warps or the override)
+  int warps;               // warps a block (the launcher's choice: auto_block_warps or the config's)
   int deterministic;
   int* counters;           // [chunks(k)]
   float* acc;              // atomic: [m, k]
@@ -153,28 +148,21 @@ struct FusedMlpParams {
   float* partials;         // deterministic: [gridDim.x, m, k]
 };
 
-// The split rule (FusedMlpConfig::split): kAuto (split_groups), kNever, kAlways (every union-list
-// call that may split does, 16-neuron groups whatever the count).
+// The split rule a call takes (FusedMlpConfig::split): kAuto (split_groups), kNever, kAlways
+// (every union-list call that may split does, 16-neuron groups whatever the count).
 using SplitRule = MlpSplitRule;
 
-// Warps a block at M <= 8 (one token tile): kWarps (two blocks an SM), 16 or 32 (one block an SM;
-// the kernel's W). Wider blocks keep 4 gate/up loads a lane in flight and 2 down slots (1 at 32
-// warps: 64 registers a thread), which is what a warp's streaming rate uses (one SM streams about
-// 4 GB/s per warp with up to 4 loads a lane in flight).
-// The rule: 16 warps at M <= 8 on sm_90+ for union lists with the heuristic's block size and in the
-// deterministic mode, and for dense and per-token grids too where the device's peak DRAM bandwidth
-// is at most kWideGridMaxGBpsPerSm a SM (the H100 SXM: 3352 GB/s / 132 = 25.4); 8 for dense and
-// per-token grids on faster memory (the H200: 4800 / 132 = 36.4) or where the bandwidth is unknown,
-// for more token tiles, and below sm_90 (not measured). Why (Llama-3 8B and 70B, M = 1 / 4 / 8, each
-// comparison in one process; docs/fused_mlp.md#tuning):
-// - H100: 16 warps 2-7 % faster on dense (8B M = 1 137.0 -> 131.0 µs), up to 11 % on per-token lists,
-//   3-12 % on unsplit union lists, 2-7 % in the deterministic mode; 32 warps slower than 16 almost
-//   everywhere; lists of 67-132 groups 1-4 % slower (unsplit at 16 warps: a third of the SMs idle).
-// - H200: union lists of more than 132 groups 5-22 % faster, but dense up to 7 % slower at M = 1 and
-//   4. A 16-warp block keeps 32 KB of loads in flight an SM where two 8-warp blocks keep 128 KB; by
-//   Little's law a faster memory needs more bytes in flight for the same latency, hence the bandwidth
-//   bound for dense and per-token grids (two devices measured: the bound sits between them).
-constexpr int kMaxBlockWarps = 32;
+// Warps a block at M <= 8 (one token tile): kWarps (two blocks an SM) or 16 (one block an SM; the
+// kernel's W). 16-warp blocks keep 4 gate/up loads a lane in flight and 2 down slots, which is what
+// a warp's streaming rate uses (about 4 GB/s per warp
+// with up to 4 loads a lane in flight). The rule: 16 warps at M <= 8 on sm_90+ for union lists with
+// the heuristic's block size and in the deterministic mode, and for dense and per-token grids where
+// the device's peak DRAM bandwidth is at most kWideGridMaxGBpsPerSm a SM (H100 SXM: 25.4; 2-7 %
+// faster dense, up to 10 % per-token, 3-12 % union lists); 8 for dense and per-token grids on faster
+// memory (H200: 36.4, where 16 warps were up to 7 % slower: two 8-warp blocks keep more bytes in
+// flight), where the bandwidth is unknown, for more token tiles, and below sm_90 (not measured).
+// (32-warp blocks were slower than 16 almost everywhere and spilled: removed.) docs/fused_mlp.md#tuning.
+constexpr int kMaxBlockWarps = 16;
 constexpr double kWideGridMaxGBpsPerSm = 30.0;
 // dram_gbps_per_sm: the device's peak DRAM GB/s over its SMs (dram_gbps_per_sm below; 0: unknown).
 inline int auto_block_warps(int64_t m, int cc_major, bool union_list, bool deterministic = false,
@@ -182,11 +170,15 @@ inline int auto_block_warps(int64_t m, int cc_major, bool union_list, bool deter
   const bool wide_grid = dram_gbps_per_sm > 0 && dram_gbps_per_sm <= kWideGridMaxGBpsPerSm;
   return (union_list || deterministic || wide_grid) && m <= kSplitMaxRows && cc_major >= 9 ? 16 : kWarps;
 }
-// FusedMlpConfig::block_warps: 0 (kAutoBlockWarps, the default: auto_block_warps), or 8, 16 or 32
-// at M <= 8 whatever the launch.
+// FusedMlpConfig::block_warps: 0 (kAutoBlockWarps, the default: auto_block_warps), or 8 or 16 at
+// M <= 8 whatever the launch.
 constexpr int kAutoBlockWarps = 0;
-// The warps a launch takes: 8 above M = 8, else `forced` where it is not kAutoBlockWarps, else the
-// rule (the launcher's choice; the bench reports the split from it).
+// Whether `warps` is a valid FusedMlpConfig::block_warps.
+inline bool valid_block_warps(int warps) {
+  return warps == kAutoBlockWarps || warps == kWarps || warps == kMaxBlockWarps;
+}
+// The warps a launch takes: 8 above M = 8, else `forced` where it is not kAutoBlockWarps (the
+// config's block_warps), else the rule (the launcher's choice; the bench reports the split from it).
 inline int launch_block_warps(int64_t m, int cc_major, bool union_list, bool deterministic, double dram_gbps_per_sm,
                               int forced = kAutoBlockWarps) {
   return m > kSplitMaxRows ? kWarps

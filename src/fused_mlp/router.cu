@@ -17,7 +17,7 @@
 
 #include "blockfuse/fused_mlp.h"
 #include "common/check.h"
-#include "decode_gemm/decode_gemm_sm80.cuh"  // load_x
+#include "common/decode_loop.cuh"  // load_w, load_x
 
 namespace blockfuse {
 

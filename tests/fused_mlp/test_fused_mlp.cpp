@@ -57,7 +57,7 @@ TEST(FusedMlpHeuristic, SplitsShortListsOnly) {
   EXPECT_FALSE(fmlp::split_groups(2 * 112, 132));
   EXPECT_FALSE(fmlp::split_groups(2 * 112, 132, 16));
   EXPECT_EQ(fmlp::kSplitMaxRows, 8);
-  EXPECT_EQ(FusedMlpConfig{}.split, MlpSplitRule::kAuto);  // the default
+  EXPECT_EQ(FusedMlpConfig{}.split, fmlp::SplitRule::kAuto);  // the default
   // The launch (clusters of 2) and the device's choice, shared by the launcher and the bench.
   using fmlp::SplitRule;
   for (int64_t m : {1, 8, 9, 32})
@@ -74,26 +74,29 @@ TEST(FusedMlpHeuristic, SplitsShortListsOnly) {
       }
 }
 
-// The launch-rule overrides (FusedMlpConfig::split, block_warps): the rules by default; block_warps
-// 0 (the rule), 8, 16 or 32 and the three split rules accepted, anything else a named error.
-TEST(FusedMlpHeuristic, LaunchOverridesValidated) {
+// The block-width override (FusedMlpConfig::block_warps): the rule (0) by default, 8 and 16
+// accepted, anything else a named error; a forced width applies at M <= 8 only. The split-rule
+// override likewise: kAuto by default, an unknown rule a named error.
+TEST(FusedMlpHeuristic, BlockWarpsOverride) {
   EXPECT_EQ(FusedMlpConfig{}.block_warps, fmlp::kAutoBlockWarps);
   EXPECT_EQ(fmlp::kWarps, 8);
-  for (int w : {16, 32, 8, 0}) {
+  for (int w : {16, 8, 0}) {
+    EXPECT_TRUE(fmlp::valid_block_warps(w)) << w;
     FusedMlpConfig c;
     c.block_warps = w;
-    EXPECT_GT(fused_mlp_workspace_size(1, 64, 4, c), 0u) << w << " warps";
-    EXPECT_EQ(fmlp::launch_block_warps(4, 9, true, false, 25.0, w), w == 0 ? 16 : w);
+    EXPECT_GT(fused_mlp_workspace_size(1, 4096, 256, c), 0u) << w;
+    EXPECT_EQ(fmlp::launch_block_warps(8, 9, false, false, 0.0, w), w == 0 ? fmlp::kWarps : w);
+    EXPECT_EQ(fmlp::launch_block_warps(9, 9, true, true, 25.0, w), fmlp::kWarps) << "M > 8: 8 warps whatever is forced";
   }
-  EXPECT_EQ(fmlp::launch_block_warps(9, 9, true, false, 25.0, 32), fmlp::kWarps) << "above M = 8 the override is moot";
-  for (int bad : {4, 12, 24, 64, -8}) {
+  for (int bad : {4, 12, 24, 32, 64, -8}) {
+    EXPECT_FALSE(fmlp::valid_block_warps(bad)) << bad;
     FusedMlpConfig c;
     c.block_warps = bad;
-    expect_arg_error([&] { fused_mlp_workspace_size(1, 64, 4, c); }, "config", "0 (the rule), 8, 16 or 32");
+    expect_arg_error([&] { fused_mlp_workspace_size(1, 4096, 256, c); }, "config", "0 (the rule), 8 or 16");
   }
   FusedMlpConfig c;
-  c.split = MlpSplitRule(7);
-  expect_arg_error([&] { fused_mlp_workspace_size(1, 64, 4, c); }, "config", "MlpSplitRule::kAuto, kNever or kAlways");
+  c.split = MlpSplitRule(3);
+  expect_arg_error([&] { fused_mlp_workspace_size(1, 4096, 256, c); }, "config", "kAuto, kNever or kAlways");
 }
 
 // The rule (params.h: auto_block_warps; docs/fused_mlp.md#tuning): 16 warps for union lists with the heuristic's block size and in the

@@ -110,39 +110,18 @@ void expect_matches(const Mlp& f, Activation act, const unsigned char* mask, int
   EXPECT_EQ(finite_in_nan_row, 0) << "finite outputs in row " << skip_row << ", whose input holds a NaN";
 }
 
-// The launch-rule overrides (FusedMlpConfig::split, block_warps) a test sets for a scope
-// (SplitRuleFor, BlockWarpsFor); dense_mlp and sparse_mlp pass them with every call of this file.
-FusedMlpConfig g_overrides;
-FusedMlpConfig with_overrides(FusedMlpConfig c) {
-  c.split = g_overrides.split;
-  c.block_warps = g_overrides.block_warps;
-  return c;
-}
-struct SplitRuleFor {
-  explicit SplitRuleFor(fmlp::SplitRule r) { g_overrides.split = r; }
-  ~SplitRuleFor() { g_overrides.split = fmlp::SplitRule::kAuto; }
-  SplitRuleFor(const SplitRuleFor&) = delete;
-  SplitRuleFor& operator=(const SplitRuleFor&) = delete;
-};
-struct BlockWarpsFor {
-  explicit BlockWarpsFor(int w) { g_overrides.block_warps = w; }
-  ~BlockWarpsFor() { g_overrides.block_warps = fmlp::kAutoBlockWarps; }
-  BlockWarpsFor(const BlockWarpsFor&) = delete;
-  BlockWarpsFor& operator=(const BlockWarpsFor&) = delete;
-};
-void dense_mlp(ConstMatrix x, ConstMatrix wgu, ConstMatrix wd, Matrix y, Activation act, void* ws, size_t bytes,
-               FusedMlpConfig config = {}, cudaStream_t stream = nullptr) {
-  fused_mlp(x, wgu, wd, y, act, ws, bytes, with_overrides(config), stream);
-}
-template <class Blocks>
-void sparse_mlp(ConstMatrix x, ConstMatrix wgu, ConstMatrix wd, Matrix y, Activation act, Blocks blocks, void* ws,
-                size_t bytes, FusedMlpConfig config = {}, cudaStream_t stream = nullptr) {
-  fused_mlp_sparse(x, wgu, wd, y, act, blocks, ws, bytes, with_overrides(config), stream);
-}
-
 const char* red_name(MlpReduction r) { return r == MlpReduction::kAtomic ? "atomic" : "deterministic"; }
 
 class FusedMlpGpu : public ::testing::TestWithParam<DType> {};
+
+// The heuristic's configuration (atomic) under a forced split rule and block width (the config's
+// overrides; the defaults are the library's rules).
+FusedMlpConfig forced(fmlp::SplitRule rule, int warps = fmlp::kAutoBlockWarps) {
+  FusedMlpConfig c;
+  c.split = rule;
+  c.block_warps = warps;
+  return c;
+}
 
 TEST_P(FusedMlpGpu, DenseMatchesReference) {
   SKIP_WITHOUT_GPU();
@@ -164,7 +143,7 @@ TEST_P(FusedMlpGpu, DenseMatchesReference) {
         Workspace ws(fused_mlp_workspace_size(m, k, u / 16, cfg));
         for (int rep = 0; rep < 2; ++rep) {  // the second call finds the workspace as the first left it
           f.poison();
-          dense_mlp(f.X(), f.WGU(), f.WD(), f.Y(), act, ws.p(), ws.bytes(), cfg);
+          fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), act, ws.p(), ws.bytes(), cfg);
           BF_CUDA_OK(cudaDeviceSynchronize());
           expect_matches(f, act, nullptr);
         }
@@ -184,7 +163,7 @@ TEST_P(FusedMlpGpu, OneWorkspaceServesBothReductionsAndEveryM) {
       SCOPED_TRACE("M=" + std::to_string(m) + " " + red_name(cfg.reduction) + "; " + testing::seed_note(seed));
       Mlp f(GetParam(), m, k, u, seed);
       f.poison();
-      dense_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
+      fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
       BF_CUDA_OK(cudaDeviceSynchronize());
       expect_matches(f, Activation::kSiLU, nullptr);
     }
@@ -198,11 +177,11 @@ TEST_P(FusedMlpGpu, DeterministicIsBitwiseReproducible) {
   Mlp f(GetParam(), 16, 1024, 512, seed);
   const FusedMlpConfig cfg{32, MlpReduction::kDeterministic};
   Workspace ws(fused_mlp_workspace_size(16, 1024, 32, cfg));
-  dense_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
+  fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
   const std::vector<uint16_t> a = f.y_bits();
   for (int rep = 0; rep < 3; ++rep) {
     f.poison();
-    dense_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
+    fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
     EXPECT_TRUE(f.y_bits() == a) << "replay " << rep << " differs";
   }
   expect_matches(f, Activation::kSiLU, nullptr);
@@ -224,7 +203,7 @@ void expect_union_list_matches(Mlp& f, const std::vector<int32_t>& list, int64_t
                                FusedMlpConfig cfg = FusedMlpConfig{}) {
   DeviceList dl(list, nblk);
   f.poison();
-  sparse_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, NeuronBlockList{dl.idx.data(), dl.cnt.data(), nblk, bs},
+  fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, NeuronBlockList{dl.idx.data(), dl.cnt.data(), nblk, bs},
                    ws.p(), ws.bytes(), cfg);
   BF_CUDA_OK(cudaDeviceSynchronize());
   std::vector<unsigned char> mask(static_cast<size_t>(f.m * f.u));
@@ -234,12 +213,13 @@ void expect_union_list_matches(Mlp& f, const std::vector<int32_t>& list, int64_t
 }
 
 // Union lists of blocks of 32 (empty, 5 %, 40 %, all) under every split rule against the reference,
-// two calls per workspace (the second finds it as the first left it). `label` heads each trace.
-void expect_split_rules_match(DType dt, int64_t m, int64_t k, int64_t u, const std::string& label) {
+// two calls per workspace (the second finds it as the first left it). `label` heads each trace;
+// `warps`: the block width forced (FusedMlpConfig::block_warps).
+void expect_split_rules_match(DType dt, int64_t m, int64_t k, int64_t u, const std::string& label,
+                              int warps = fmlp::kAutoBlockWarps) {
   const int64_t bs = 32, nblk = u / bs;
   for (fmlp::SplitRule rule : {fmlp::SplitRule::kNever, fmlp::SplitRule::kAlways, fmlp::SplitRule::kAuto})
     for (double density : {0.0, 0.05, 0.4, 1.0}) {
-      const SplitRuleFor scoped(rule);
       const uint64_t seed = testing::fresh_seed();
       SCOPED_TRACE(label + "M=" + std::to_string(m) + " K=" + std::to_string(k) + " split rule " + std::to_string(int(rule)) +
                    " density=" + std::to_string(density) + "; " + testing::seed_note(seed));
@@ -249,7 +229,7 @@ void expect_split_rules_match(DType dt, int64_t m, int64_t k, int64_t u, const s
       for (int32_t b = 0; b < nblk; ++b)
         if (density >= 1.0 || std::uniform_real_distribution<double>(0, 1)(rng) < density) list.push_back(b);
       Workspace ws(fused_mlp_workspace_size(m, k, u / 16, FusedMlpConfig{}));
-      for (int rep = 0; rep < 2; ++rep) expect_union_list_matches(f, list, nblk, int(bs), ws);
+      for (int rep = 0; rep < 2; ++rep) expect_union_list_matches(f, list, nblk, int(bs), ws, forced(rule, warps));
     }
 }
 
@@ -269,7 +249,7 @@ TEST_P(FusedMlpGpu, DeterministicReadsOnlyWhatTheCallWrote) {
     SCOPED_TRACE("M=" + std::to_string(m) + "; " + testing::seed_note(seed));
     Mlp f(dt, m, k, u, seed);
     f.poison();
-    dense_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
+    fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
     BF_CUDA_OK(cudaDeviceSynchronize());
     expect_matches(f, Activation::kSiLU, nullptr);
     std::vector<int32_t> all(static_cast<size_t>(nblk)), few;
@@ -302,7 +282,7 @@ TEST_P(FusedMlpGpu, SparseUnionLists) {
           const FusedMlpConfig cfg{0, red};
           Workspace ws(fused_mlp_workspace_size(m, k, nblk * bs / 16, FusedMlpConfig{16, red}));
           f.poison();
-          sparse_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU,
+          fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU,
                            NeuronBlockList{dl.idx.data(), dl.cnt.data(), nblk, bs}, ws.p(), ws.bytes(), cfg);
           BF_CUDA_OK(cudaDeviceSynchronize());
           std::vector<unsigned char> mask(static_cast<size_t>(m * u));
@@ -321,7 +301,7 @@ TEST_P(FusedMlpGpu, SparseUnionLists) {
 TEST_P(FusedMlpGpu, UnionListBlockSizeFollowsTheCount) {
   SKIP_WITHOUT_GPU();
   // Unsplit, so that every block size the model picks runs (split units are 16 neurons: tested below).
-  const SplitRuleFor unsplit(fmlp::SplitRule::kNever);
+  const FusedMlpConfig unsplit = forced(fmlp::SplitRule::kNever);
   const DType dt = GetParam();
   int dev = 0, sms = 0;
   BF_CUDA_OK(cudaGetDevice(&dev));
@@ -353,8 +333,8 @@ TEST_P(FusedMlpGpu, UnionListBlockSizeFollowsTheCount) {
       const int32_t n = int32_t(list.size());
       BF_CUDA_OK(cudaMemcpy(dl.cnt.data(), &n, 4, cudaMemcpyHostToDevice));
       f.poison();
-      sparse_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, NeuronBlockList{dl.idx.data(), dl.cnt.data(), nblk, int(bs)},
-                       ws.p(), ws.bytes(), FusedMlpConfig{});
+      fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, NeuronBlockList{dl.idx.data(), dl.cnt.data(), nblk, int(bs)},
+                       ws.p(), ws.bytes(), unsplit);
       BF_CUDA_OK(cudaDeviceSynchronize());
       std::vector<unsigned char> mask(static_cast<size_t>(m * u));
       fmlp::neuron_mask_from_blocks(list.data(), &n, 0, false, m, u, int(bs), mask.data());
@@ -381,13 +361,13 @@ TEST_P(FusedMlpGpu, AllBlocksEqualDenseBitwise) {
   Mlp f(GetParam(), m, k, u, seed);
   const FusedMlpConfig cfg{32, MlpReduction::kDeterministic};
   Workspace ws(fused_mlp_workspace_size(m, k, u / 16, cfg));
-  dense_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
+  fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
   const std::vector<uint16_t> dense = f.y_bits();
   std::vector<int32_t> all(static_cast<size_t>(u / 32));
   for (size_t i = 0; i < all.size(); ++i) all[i] = int32_t(i);
   DeviceList dl(all, u / 32);
   f.poison();
-  sparse_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, NeuronBlockList{dl.idx.data(), dl.cnt.data(), u / 32, 32},
+  fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, NeuronBlockList{dl.idx.data(), dl.cnt.data(), u / 32, 32},
                    ws.p(), ws.bytes(), cfg);
   EXPECT_TRUE(f.y_bits() == dense);
 }
@@ -419,7 +399,7 @@ TEST_P(FusedMlpGpu, PerTokenLists) {
         EXPECT_NO_THROW(fused_mlp_check_blocks(di.data(), dc.data(), m, nblk, nblk));
         Workspace ws(fused_mlp_workspace_size(m, k, u / 16, FusedMlpConfig{16, red}));
         f.poison();
-        sparse_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kGeluTanh,
+        fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kGeluTanh,
                          PerTokenNeuronBlocks{di.data(), dc.data(), nblk, bs}, ws.p(), ws.bytes(), FusedMlpConfig{0, red});
         BF_CUDA_OK(cudaDeviceSynchronize());
         std::vector<unsigned char> mask(static_cast<size_t>(m * u));
@@ -437,30 +417,30 @@ TEST_P(FusedMlpGpu, PerTokenLists) {
 TEST_P(FusedMlpGpu, EveryBlockWidthMatchesTheReference) {
   SKIP_WITHOUT_GPU();
   const DType dt = GetParam();
-  for (int w : {8, 16, 32}) {
-    const BlockWarpsFor scoped(w);
+  for (int w : {8, 16}) {
     for (auto [m, k] : {std::pair<int64_t, int64_t>{1, 2056}, {5, 520}, {8, 4168}, {9, 264}}) {
       const int64_t u = 512;
-      for (const FusedMlpConfig cfg : {FusedMlpConfig{16, MlpReduction::kAtomic}, FusedMlpConfig{32, MlpReduction::kDeterministic},
-                                       FusedMlpConfig{64, MlpReduction::kAtomic}, FusedMlpConfig{0, MlpReduction::kDeterministic}}) {
+      const MlpSplitRule au = MlpSplitRule::kAuto;
+      for (const FusedMlpConfig cfg : {FusedMlpConfig{16, MlpReduction::kAtomic, au, w}, FusedMlpConfig{32, MlpReduction::kDeterministic, au, w},
+                                       FusedMlpConfig{64, MlpReduction::kAtomic, au, w}, FusedMlpConfig{0, MlpReduction::kDeterministic, au, w}}) {
         const uint64_t seed = testing::fresh_seed();
         SCOPED_TRACE("warps " + std::to_string(w) + " dense M=" + std::to_string(m) + " K=" + std::to_string(k) + " nb=" +
                      std::to_string(cfg.neurons_per_block) + " " + red_name(cfg.reduction) + "; " + testing::seed_note(seed));
         Mlp f(dt, m, k, u, seed);
         Workspace ws(fused_mlp_workspace_size(m, k, u / 16, cfg));
         f.poison();
-        dense_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
+        fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
         BF_CUDA_OK(cudaDeviceSynchronize());
         expect_matches(f, Activation::kSiLU, nullptr);
         if (cfg.reduction == MlpReduction::kDeterministic) {
           const std::vector<uint16_t> first = f.y_bits();
           f.poison();
-          dense_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
+          fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
           BF_CUDA_OK(cudaDeviceSynchronize());
           EXPECT_EQ(f.y_bits(), first) << "deterministic mode not bitwise reproducible";
         }
       }
-      expect_split_rules_match(dt, m, k, u, "warps " + std::to_string(w) + " union ");
+      expect_split_rules_match(dt, m, k, u, "warps " + std::to_string(w) + " union ", w);
       const int64_t bs = 32, nblk = u / bs;
       {
         const uint64_t seed = testing::fresh_seed();
@@ -480,8 +460,9 @@ TEST_P(FusedMlpGpu, EveryBlockWidthMatchesTheReference) {
         cudaMemcpy(dc.data(), counts.data(), counts.size() * 4, cudaMemcpyHostToDevice);
         Workspace ws(fused_mlp_workspace_size(m, k, u / 16, FusedMlpConfig{}));
         f.poison();
-        sparse_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kGeluTanh,
-                         PerTokenNeuronBlocks{di.data(), dc.data(), nblk, int(bs)}, ws.p(), ws.bytes(), FusedMlpConfig{});
+        fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kGeluTanh,
+                         PerTokenNeuronBlocks{di.data(), dc.data(), nblk, int(bs)}, ws.p(), ws.bytes(),
+                         forced(MlpSplitRule::kAuto, w));
         BF_CUDA_OK(cudaDeviceSynchronize());
         std::vector<unsigned char> mask(static_cast<size_t>(m * u));
         fmlp::neuron_mask_from_blocks(idx.data(), counts.data(), nblk, true, m, u, int(bs), mask.data());
@@ -492,7 +473,7 @@ TEST_P(FusedMlpGpu, EveryBlockWidthMatchesTheReference) {
 }
 
 // Union lists on either side of the split thresholds (params.h: split_groups): a list splits at 8
-// warps up to one group per SM, at 16 up to half that, at 32 a quarter. Lists of SMs / 4, SMs / 2,
+// warps up to one group per SM, at 16 up to half that. Lists of SMs / 4, SMs / 2,
 // SMs / 2 + 1, SMs and SMs + 1 groups, under the rule's block width and each forced one, M = 1 and 8.
 TEST_P(FusedMlpGpu, UnionListsAroundTheSplitThresholds) {
   SKIP_WITHOUT_GPU();
@@ -501,8 +482,7 @@ TEST_P(FusedMlpGpu, UnionListsAroundTheSplitThresholds) {
   BF_CUDA_OK(cudaGetDevice(&dev));
   BF_CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const int64_t bs = 16, u = 16 * (2 * int64_t(sms) + 8), nblk = u / bs;  // one group a block
-  for (int w : {fmlp::kAutoBlockWarps, 8, 16, 32}) {
-    const BlockWarpsFor scoped(w);
+  for (int w : {fmlp::kAutoBlockWarps, 8, 16}) {
     for (auto [m, k] : {std::pair<int64_t, int64_t>{1, 1032}, {8, 264}})
       for (int64_t listed : {int64_t(sms) / 4, int64_t(sms) / 2, int64_t(sms) / 2 + 1, int64_t(sms), int64_t(sms) + 1}) {
         const uint64_t seed = testing::fresh_seed();
@@ -516,7 +496,7 @@ TEST_P(FusedMlpGpu, UnionListsAroundTheSplitThresholds) {
         list.resize(static_cast<size_t>(std::max<int64_t>(listed, 1)));
         std::sort(list.begin(), list.end());
         Workspace ws(fused_mlp_workspace_size(m, k, u / 16, FusedMlpConfig{}));
-        expect_union_list_matches(f, list, nblk, int(bs), ws);
+        expect_union_list_matches(f, list, nblk, int(bs), ws, forced(MlpSplitRule::kAuto, w));
       }
   }
 }
@@ -532,13 +512,13 @@ TEST_P(FusedMlpGpu, NaNStaysInItsRow) {
     const FusedMlpConfig cfg{32, red};
     Workspace ws(fused_mlp_workspace_size(9, 256, 8, cfg));
     f.poison();
-    dense_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
+    fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
     BF_CUDA_OK(cudaDeviceSynchronize());
     expect_matches(f, Activation::kSiLU, nullptr, 5);
     // The atomic accumulator must not keep the NaN for the next call.
     f.x.set(5, 17, 0.25f);
     f.upload();
-    dense_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
+    fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
     BF_CUDA_OK(cudaDeviceSynchronize());
     expect_matches(f, Activation::kSiLU, nullptr);
   }
@@ -563,10 +543,10 @@ TEST_P(FusedMlpGpu, DeterministicInAGraph) {
     for (bool sparse : {false, true}) {
       auto call = [&] {
         if (sparse)
-          sparse_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU,
+          fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU,
                            NeuronBlockList{dl.idx.data(), dl.cnt.data(), nblk, int(bs)}, ws.p(), ws.bytes(), cfg, s);
         else
-          dense_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg, s);
+          fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg, s);
       };
       f.poison();
       call();
@@ -623,7 +603,7 @@ TEST_P(FusedMlpGpu, RouterAndSparseInAGraph) {
     cudaGraphExec_t exec;
     BF_CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     neuron_block_router(f.X(), R, mode, 0.5f, 5, out, rws.data(), rws.bytes(), s);
-    sparse_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, NeuronBlockList{ui.data(), uc.data(), nblk, int(bs)},
+    fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, NeuronBlockList{ui.data(), uc.data(), nblk, int(bs)},
                      ws.p(), ws.bytes(), FusedMlpConfig{}, s);
     BF_CUDA_OK(cudaStreamEndCapture(s, &graph));
     BF_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
@@ -720,13 +700,13 @@ TEST(FusedMlpSanitizer, SmallShapes) {
           const FusedMlpConfig cfg{nb, red};
           Workspace ws(fused_mlp_workspace_size(m, k, u / 16, cfg));
           f.poison();
-          dense_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
+          fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), cfg);
           BF_CUDA_OK(cudaDeviceSynchronize());
           expect_matches(f, Activation::kSiLU, nullptr);
           std::vector<int32_t> list = {1, 3, 4};
           DeviceList dl(list, 5);
           f.poison();
-          sparse_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, NeuronBlockList{dl.idx.data(), dl.cnt.data(), 5, 16},
+          fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, NeuronBlockList{dl.idx.data(), dl.cnt.data(), 5, 16},
                            ws.p(), ws.bytes(), cfg);
           BF_CUDA_OK(cudaDeviceSynchronize());
           std::vector<unsigned char> mask(static_cast<size_t>(m * u));
@@ -734,10 +714,10 @@ TEST(FusedMlpSanitizer, SmallShapes) {
           fmlp::neuron_mask_from_blocks(list.data(), &cnt, 0, false, m, u, 16, mask.data());
           expect_matches(f, Activation::kSiLU, mask.data());
           if (red == MlpReduction::kAtomic) {  // the heuristic's block size, every unit split (M <= 8, sm_90)
-            const SplitRuleFor always(fmlp::SplitRule::kAlways);
             f.poison();
-            sparse_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU,
-                             NeuronBlockList{dl.idx.data(), dl.cnt.data(), 5, 16}, ws.p(), ws.bytes(), FusedMlpConfig{});
+            fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU,
+                             NeuronBlockList{dl.idx.data(), dl.cnt.data(), 5, 16}, ws.p(), ws.bytes(),
+                             forced(fmlp::SplitRule::kAlways));
             BF_CUDA_OK(cudaDeviceSynchronize());
             expect_matches(f, Activation::kSiLU, mask.data());
           }
@@ -750,7 +730,7 @@ TEST(FusedMlpSanitizer, SmallShapes) {
           cudaMemcpy(di.data(), idx.data(), idx.size() * 4, cudaMemcpyHostToDevice);
           cudaMemcpy(dc.data(), counts.data(), counts.size() * 4, cudaMemcpyHostToDevice);
           f.poison();
-          sparse_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, PerTokenNeuronBlocks{di.data(), dc.data(), 5, 16},
+          fused_mlp_sparse(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, PerTokenNeuronBlocks{di.data(), dc.data(), 5, 16},
                            ws.p(), ws.bytes(), cfg);
           BF_CUDA_OK(cudaDeviceSynchronize());
           fmlp::neuron_mask_from_blocks(idx.data(), counts.data(), 5, true, m, u, 16, mask.data());
@@ -762,11 +742,10 @@ TEST(FusedMlpSanitizer, SmallShapes) {
 // list split over clusters and unsplit, M = 1 and 8.
 TEST(FusedMlpSanitizer, EveryBlockWidth) {
   SKIP_WITHOUT_GPU();
-  for (int w : {8, 16, 32}) {
-    const BlockWarpsFor scoped(w);
+  for (int w : {8, 16}) {
     for (int64_t m : {1, 8})
       for (fmlp::SplitRule rule : {fmlp::SplitRule::kNever, fmlp::SplitRule::kAlways}) {
-        const SplitRuleFor split(rule);
+        const FusedMlpConfig det{16, MlpReduction::kDeterministic, rule, w};
         const uint64_t seed = testing::fresh_seed();
         SCOPED_TRACE("warps " + std::to_string(w) + " M=" + std::to_string(m) + " split rule " + std::to_string(int(rule)) +
                      "; " + testing::seed_note(seed));
@@ -774,11 +753,10 @@ TEST(FusedMlpSanitizer, EveryBlockWidth) {
         Mlp f(DType::kBF16, m, k, u, seed);
         Workspace ws(fused_mlp_workspace_size(m, k, u / 16, FusedMlpConfig{16, MlpReduction::kDeterministic}));
         f.poison();
-        dense_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(),
-                  FusedMlpConfig{16, MlpReduction::kDeterministic});
+        fused_mlp(f.X(), f.WGU(), f.WD(), f.Y(), Activation::kSiLU, ws.p(), ws.bytes(), det);
         BF_CUDA_OK(cudaDeviceSynchronize());
         expect_matches(f, Activation::kSiLU, nullptr);
-        expect_union_list_matches(f, {0, 2, 4}, 5, 16, ws);
+        expect_union_list_matches(f, {0, 2, 4}, 5, 16, ws, forced(rule, w));
       }
   }
 }
