@@ -114,9 +114,9 @@ inline constexpr long long sm90_num_tiles(long long m, long long u, const Sm90Ti
 int choose_gated_up_sm90_tile_config(const GatedUpProblem& p, const detail::DeviceSpec& dev,
                                      bool with_workspace = false);
 
-// A point of a measured tile table (issue 16): at (K, U, M) row `row` was the fastest of the rows
-// forced in turn, on a device of `sms` SMs (scripts/tile-table --emit-cpp prints them from a sweep
-// of `bench gated-up --kernel sm90 --tile-config N`; results/gpu/session9_h100/next.sh grid).
+// A point of a measured tile table: at (K, U, M) row `row` was the fastest of the rows forced in
+// turn, on a device of `sms` SMs (scripts/tile-table --emit-cpp generates the tables,
+// tile_table_sm90.inc, from a sweep of `bench gated-up --kernel sm90 --tile-config N`).
 struct Sm90MeasuredPoint {
   long long k, u, m;
   int row;
