@@ -5,7 +5,7 @@
 // to its template.
 //
 // Why these rows (measured on the H100, bench gated-up --kernel sm90 --tile-config N;
-// TFLOP/s beside cuBLAS in the same run: docs/perf-notes.md, "Tile configs measured"):
+// TFLOP/s beside cuBLAS in the same run: docs/gated_up.md#tuning, "Tile configs measured"):
 //   0  cooperative 128x256, cluster 2x1: two consumer warpgroups share every 256-wide weight tile
 //      and the cluster multicasts that tile to the two M-neighbours, so each SM pulls 32 KB from L2
 //      per 2·128·256·64 flops. The best or within noise of the best at 512+ tokens on every
@@ -16,18 +16,18 @@
 //      8B: 738 vs 677 TFLOP/s), loses where K is large (its L2 traffic per flop is 1.5x row 0's).
 //   2  ping-pong 128x128, cluster 1x2: for one M tile (<= 128 tokens, decode-sized M), where a 2x1
 //      cluster pads the single M tile to two; multicasts the activation tile along N instead.
-//   3  row 0 under CUTLASS's stream-K scheduler (issue 16: the last wave's quantisation, e.g. 8B at
+//   3  row 0 under CUTLASS's stream-K scheduler (against the last wave's quantisation, e.g. 8B at
 //      4096 tokens = 27.2 waves of row 0 -> 28). Partial tiles reduce through a workspace the
 //      caller passes (gated_up's workspace overload; gated_up_workspace_size with the options),
 //      before the gating epilogue, which is unchanged. Opt-in (options.tile_config = 3): measured
-//      beside row 0 in session 8 (results/gpu/session8_h100/streamk/), +3 % at 8B and 70B x 4096
-//      tokens, -6 % at 8B x 16384, elsewhere within the +-3 % run-to-run spread. A heuristic choice
+//      beside row 0 on the H100: +3 % at 8B and 70B x 4096 tokens, -6 % at 8B x 16384, elsewhere
+//      within the +-3 % run-to-run spread (docs/gated_up.md#tuning). A heuristic choice
 //      without a workspace cannot use it, so neither the cost model nor kSm90Measured returns it;
 //      with one (choose_gated_up_sm90_tile_config(p, dev, true): gated_up with a large enough
 //      workspace, gated_up_workspace_size with the options) it is taken at kSm90StreamKPoints, the
 //      grid points where it beat rows 0-2 by >= 2 % median (heuristic_sm90.cpp).
 // No cluster-less rows: without the multicast the tiles are L2-bound, e.g. 128x128 at 250-330
-// TFLOP/s for 405B (docs/perf-notes.md, which lists what was measured and dropped).
+// TFLOP/s for 405B (docs/gated_up.md#tuning lists what was measured and dropped).
 #pragma once
 
 #include "common/device.h"
@@ -59,7 +59,7 @@ inline constexpr int kNumSm90TileConfigs = sizeof(kSm90TileConfigs) / sizeof(kSm
 // 2^get_log_swizzle_size(cta_m, cta_n, max_swizzle) (tile_scheduler_params.h). The padding tiles
 // are *not* skipped: they run the whole K loop on zero-filled loads and store nothing — with
 // max_swizzle 8, row 0 at 512 and 1024 tokens ran at 355-370 TFLOP/s against 670-750 at 2048
-// (docs/perf-notes.md, "The padding bug"). So the launcher picks the swizzle (below) that pads least.
+// (docs/gated_up.md#tuning, "The padding bug"). So the launcher picks the swizzle (below) that pads least.
 
 inline constexpr long long sm90_ceil_div(long long a, long long b) { return (a + b - 1) / b; }
 inline constexpr long long sm90_round_up(long long a, long long b) { return sm90_ceil_div(a, b) * b; }

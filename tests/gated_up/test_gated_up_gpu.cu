@@ -378,7 +378,7 @@ TEST(GatedUpGpu, Sm90StreamKWorkspace) {
 }
 
 // The heuristic with a workspace (no tile config): at a point where the with-workspace table picks
-// the stream-K row (Llama-3.1 405B at 256 tokens, +2.4 % over row 1 in session 11's grid; the
+// the stream-K row (Llama-3.1 405B at 256 tokens, +2.4 % over row 1 in the measured grid; the
 // smallest such point: 3.3 GiB of weight) a workspace of gated_up_workspace_size(m, k, u, -1, {})
 // bytes runs it; one byte less, or a misaligned pointer, falls back to the row chosen without one
 // and is no error. Correct every time (all 256 rows against the reference, output poisoned first),
