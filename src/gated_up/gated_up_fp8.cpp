@@ -18,13 +18,7 @@
 
 namespace blockfuse {
 
-const char* fp8_input_scale_mode_name(Fp8InputScaleMode m) {
-  switch (m) {
-    case Fp8InputScaleMode::kPerTensor: return "per_tensor";
-    case Fp8InputScaleMode::kPerRow: return "per_row";
-  }
-  return "unknown";
-}
+// fp8_input_scale_mode_name is in common/fp8.cpp, beside the other FP8 enum names.
 
 // The FP8 kernels are compiled exactly when the 16-bit sm90a ones are (the same CMake switch).
 bool gated_up_fp8_has_sm90() { return gated_up_has_sm90(); }
