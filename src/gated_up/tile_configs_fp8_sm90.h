@@ -13,7 +13,7 @@
 //      hidden under its mainloop; six 32 KiB stages. Twice the tiles of row 0: less wave
 //      quantisation at small M.
 // The model's relative rates are the 16-bit kernel's (tile_configs_sm90.h); at the shapes of the
-// measured table (kSm90Fp8Measured, heuristic_fp8_sm90.cpp; docs/gated_up_fp8.md) the measured row
+// measured table (kSm90Fp8Measured, tile_table_fp8_sm90.inc; docs/gated_up_fp8.md#tuning) the measured row
 // decides instead.
 #pragma once
 
