@@ -13,7 +13,7 @@
 // Output: a table on stdout, progress on stderr, and with --json FILE one self-contained object per
 // row (model, shape, dtype, activation, kernel and tile, ms and TFLOP/s of a/b/c, ratios, activation
 // bytes, verification) plus the run's device, date and ceilings — the rows scripts/gpu-check
-// collects into results/gpu/latest.json.
+// collects into its GPU evidence file.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>

@@ -1,4 +1,4 @@
-// `blockfuse correctness`: the correctness table of docs/gated_up.md#correctness. For square MNK (M = K = 2U = n,
+// `blockfuse correctness`: the correctness table of docs/gated_up.md (Figures). For square MNK (M = K = 2U = n,
 // i.e. the interleaved GEMM is n × n × n), `--draws` fresh Kaiming-uniform initialisations
 // (PyTorch's nn.Linear default, U(-1/√fan_in, 1/√fan_in) with fan_in = K, used for x and w alike);
 // each draw compares the fused kernel's bf16 output with the fp32 formula (cuBLAS fp32 GEMM + the
@@ -7,7 +7,7 @@
 //   mean abs diff = mean |out − ref|
 //   relative diff = ‖out − ref‖₂ / ‖ref‖₂
 // reported as mean ± std over draws. Exits 1 if any draw has a non-finite output or a relative diff
-// above 1e-2. scripts/correctness-table turns the JSON into that Markdown table.
+// above 1e-2. scripts/correctness-table turns the JSON into that table.
 #include <cmath>
 #include <cstdio>
 #include <string>

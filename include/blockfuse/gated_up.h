@@ -65,8 +65,9 @@ void gated_up(ConstMatrix x, ConstMatrix w, Matrix out, Activation act,
 // that split needs (checked: gated_up_workspace_size). Null = no split.
 // Above 32 rows on the sm90a kernel the workspace buys the stream-K tile row: where the
 // heuristic's with-workspace table picks it (the H100 points where it beat the other rows by >= 2 %,
-// src/gated_up/heuristic_sm90.cpp) and the workspace holds what it needs after the decode region
-// (gated_up_workspace_size with the options) and is 16-byte aligned, that row runs; otherwise,
+// src/gated_up/tile_table_sm90.inc; docs/gated_up.md#tuning) and the workspace holds what it needs
+// after the decode region (gated_up_workspace_size with the options) and is 16-byte aligned, that
+// row runs; otherwise,
 // silently, the row chosen without a workspace (a workspace too small is never an error unless
 // options.tile_config forces the stream-K row). The decode region's zeroed counters are kept; the
 // stream-K region needs no zeroing by the caller (the kernel initialises it on `stream` per call).

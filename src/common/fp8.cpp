@@ -1,18 +1,38 @@
 #include "blockfuse/fp8.h"
 
 #include <cstdint>
+#include <utility>
 
+#include "blockfuse/gated_up_fp8.h"
 #include "common/check.h"
 
 namespace blockfuse {
 
-const char* fp8_scale_mode_name(Fp8ScaleMode m) {
-  switch (m) {
-    case Fp8ScaleMode::kStaticPerTensor: return "static_per_tensor";
-    case Fp8ScaleMode::kDynamicPerRow: return "dynamic_per_row";
-  }
+namespace {
+
+// The FP8 enums' names, one table each; "unknown" for a code outside the enum.
+template <class E, int N>
+const char* enum_name(E m, const std::pair<E, const char*> (&names)[N]) {
+  for (const auto& [value, name] : names)
+    if (value == m) return name;
   return "unknown";
 }
+
+constexpr std::pair<Fp8ScaleMode, const char*> kScaleModeNames[] = {
+    {Fp8ScaleMode::kStaticPerTensor, "static_per_tensor"},
+    {Fp8ScaleMode::kDynamicPerRow, "dynamic_per_row"},
+};
+
+constexpr std::pair<Fp8InputScaleMode, const char*> kInputScaleModeNames[] = {
+    {Fp8InputScaleMode::kPerTensor, "per_tensor"},
+    {Fp8InputScaleMode::kPerRow, "per_row"},
+};
+
+}  // namespace
+
+const char* fp8_scale_mode_name(Fp8ScaleMode m) { return enum_name(m, kScaleModeNames); }
+
+const char* fp8_input_scale_mode_name(Fp8InputScaleMode m) { return enum_name(m, kInputScaleModeNames); }
 
 }  // namespace blockfuse
 

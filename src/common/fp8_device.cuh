@@ -2,7 +2,7 @@
 // host::fp8_quantize (common/fp8_host.h) bit for bit: non-finite v -> NaN (e4m3 has no Inf, and a
 // silently saturated Inf would hide an overflow upstream); otherwise v · inv_scale (inv_scale =
 // 1 / scale, one IEEE division per row or tensor, not per element: a per-element division makes
-// the FP8 path compute-bound, docs/swiglu.md#tuning), converted
+// the FP8 path compute-bound: it spilled in swiglu's first FP8 kernel, docs/swiglu.md#tuning), converted
 // with round-to-nearest-even and saturation to ±448 (cvt ... .satfinite maps |x| > 448, Inf included,
 // to ±448 and keeps NaN). Pairs convert with one instruction on sm_89+.
 #pragma once

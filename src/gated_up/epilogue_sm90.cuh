@@ -1,5 +1,5 @@
-// Internal: the sm90a gated up-projection's epilogue (gated_up_sm90.cuh assembles the kernel).
-// What replaces CUTLASS's epilogue is `GatedEpilogue` below: CUTLASS's epilogues write a tile as
+// The gated epilogue collective of the sm90a fused gated up-projection (gated_up_sm90.cuh holds
+// the kernel type around it). What replaces CUTLASS's epilogue is `GatedEpilogue` below: CUTLASS's epilogues write a tile as
 // wide as the GEMM's N, ours writes half of it. It implements the collective-epilogue interface
 // the sm90 warp-specialised kernels call (the same members as CUTLASS's
 // Sm90TmaWarpSpecializedAdapter), and per output tile it
@@ -31,49 +31,17 @@
 
 #include "cutlass/arch/barrier.h"
 #include "cutlass/cutlass.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
 #include "cutlass/pipeline/pipeline.hpp"
 
 #include "common/fp8_device.cuh"
+#include "gated_up/gating_sm90.cuh"
 
 namespace blockfuse::sm90 {
 
 using namespace cute;
 
-// The pairing the gate relies on, checked on the MMA atom's accumulator layout: the first value
-// mode has extent 2 and a stride of one column (= the atom's M extent in the m + M·n encoding).
-template <class TiledMma>
-constexpr bool accumulator_pairs_are_adjacent_columns() {
-  using CL = typename TiledMma::Atom::CLayout;
-  using AtomMNK = typename TiledMma::AtomShape_MNK;
-  return int(size<1, 0>(CL{})) == 2 && int(stride<1, 0>(CL{})) == int(size<0>(AtomMNK{}));
-}
-
-// The activations, call-free. The shared ones (activation.cuh) use IEEE division, whose slow path
-// is a subroutine call; any call in a wgmma kernel makes ptxas serialise *every* wgmma of the
-// kernel (warning C7510), mainloop included. Here both gates are written as g·sigmoid(z) with
-// the fast exponential and reciprocal (a few fp32 ulps; the output is rounded to 8 or 11 bits):
-//   silu(g)      = g · sigmoid(g)
-//   gelu_tanh(g) = 0.5·g·(1 + tanh(y)) = g · sigmoid(2y),  y = sqrt(2/pi)·(g + 0.044715·g³)
-// — the second form also avoids 1 + tanh(y)'s cancellation for negative y. Limits match the
-// shared formulas: g → -inf gives 1/(1 + inf) = 0 and a product of -0 for finite g (NaN at
-// g = -inf exactly, as g / inf there); NaN propagates.
-__device__ __forceinline__ float sigmoid_fast(float z) { return __fdividef(1.0f, 1.0f + __expf(-z)); }
-__device__ __forceinline__ float silu_fast(float g) { return g * sigmoid_fast(g); }
-__device__ __forceinline__ float gelu_tanh_fast(float g) {
-  const float kTwoAlpha = 1.5957691216057308f;  // 2·sqrt(2/pi)
-  const float kBeta = 0.044715f;
-  return g * sigmoid_fast(kTwoAlpha * (g + kBeta * g * g * g));
-}
-
-// 1/s for the FP8 output scale without IEEE division (whose slow path is a call, see above): the
-// approximate reciprocal and one Newton step, within an ulp of the correctly rounded 1/s for a
-// normal positive s; NaN stays NaN.
-__device__ __forceinline__ float reciprocal_newton(float s) {
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(s));
-  return fmaf(r, fmaf(-s, r, 1.0f), r);
-}
-
+// ---------------------------------------------------------------------------------------------
 // The gated epilogue collective.
 //   Element   output dtype: bf16/fp16, or e4m3 (cutlass::float_e4m3_t, quantised with the
 //             static per-tensor output scale of blockfuse/fp8.h)
@@ -81,6 +49,7 @@ __device__ __forceinline__ float reciprocal_newton(float s) {
 //   kDequant  the FP8 GEMM's dequantisation: each accumulator C(m, n) is multiplied by
 //             sx(m)·sw(n) (per-tensor or per-row x scale, per-tensor or per-channel w scale,
 //             Arguments below) before the gate. Off for the 16-bit GEMM, which has no scales.
+// ---------------------------------------------------------------------------------------------
 template <class Element_, class TileShape_, bool kDequant = false>
 class GatedEpilogue {
  public:

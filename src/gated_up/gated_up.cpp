@@ -4,7 +4,8 @@
 //   tile_configs_sm80.h, heuristic_sm80.cpp   sm80 tile table and its pure heuristic
 //   tile_configs_sm90.h, heuristic_sm90.cpp   sm90a tile table, scheduler model, heuristic
 //   gated_up_sm80.cuh, launch_sm80*          the portable mma.sync kernel and its launch
-//   gated_up_sm90.cuh, launch_*sm90*         the Hopper wgmma/TMA kernel and its launch
+//   gated_up_sm90.cuh (kernel type), epilogue_sm90.cuh + gating_sm90.cuh (the gated epilogue
+//   collective), launch_*sm90*       the Hopper wgmma/TMA kernel and its launch
 //   ../decode_gemm/launch.h          the decode kernel (M <= 32) with its gated epilogue
 //   this file                        validation, kernel choice, dispatch
 //   reference.cpp                    the CPU reference; weight_layout.cpp the weight interleaving

@@ -18,13 +18,7 @@
 
 namespace blockfuse {
 
-const char* fp8_input_scale_mode_name(Fp8InputScaleMode m) {
-  switch (m) {
-    case Fp8InputScaleMode::kPerTensor: return "per_tensor";
-    case Fp8InputScaleMode::kPerRow: return "per_row";
-  }
-  return "unknown";
-}
+// fp8_input_scale_mode_name is in common/fp8.cpp, beside the other FP8 enum names.
 
 // The FP8 kernels are compiled exactly when the 16-bit sm90a ones are (the same CMake switch).
 bool gated_up_fp8_has_sm90() { return gated_up_has_sm90(); }
@@ -42,14 +36,8 @@ constexpr const char* kFn = "gated_up_fp8";
 // Shape and alignment of an e4m3 input: rows, cols >= 0, ld >= cols, a non-null pointer when
 // non-empty, 16-byte aligned with ld % 16 == 0 (TMA: 16-byte aligned base and row stride).
 void check_fp8_input(const char* arg, const Fp8ConstMatrix& m) {
-  if (m.rows < 0) throw_arg(kFn, arg, cat("has rows = ", m.rows), "rows >= 0");
-  if (m.cols < 0) throw_arg(kFn, arg, cat("has cols = ", m.cols), "cols >= 0");
-  if (m.ld < m.cols || m.ld < 1)
-    throw_arg(kFn, arg, cat("has row stride ld = ", m.ld, " with cols = ", m.cols), "ld >= cols and ld >= 1");
-  if (m.rows > (int64_t{1} << 40) / m.ld)
-    throw_arg(kFn, arg, cat("spans rows * ld = ", m.rows, " * ", m.ld, " bytes"), "rows * ld < 2^40");
-  if (m.data == nullptr && m.rows > 0 && m.cols > 0)
-    throw_arg(kFn, arg, "has a null data pointer", "a valid pointer for a non-empty matrix");
+  // The shape rules of an FP8 matrix (common/fp8.cpp; alignment 1 there: the TMA rule follows).
+  detail::check_fp8_matrix_shape(kFn, arg, Fp8Matrix{const_cast<void*>(m.data), m.rows, m.cols, m.ld}, 1);
   detail::check_pointer_alignment(kFn, arg, m.data, 16);
   if (m.ld % 16 != 0)
     throw_arg(kFn, arg, cat("has row stride ld = ", m.ld), "ld % 16 == 0 (TMA needs 16-byte aligned rows of e4m3)");

@@ -12,8 +12,8 @@
 //   * the persistent tile scheduler walks tiles with swizzled rasterisation (groups of up to 8
 //     tiles along the shorter grid side) so the CTAs resident at once share weight and activation
 //     panels in L2.
-// What replaces CUTLASS's epilogue is `GatedEpilogue` (epilogue_sm90.cuh): CUTLASS's epilogues write
-// a tile as wide as the GEMM's N, ours writes half of it, gating the accumulator pairs on the way.
+// What replaces CUTLASS's epilogue is `GatedEpilogue` (epilogue_sm90.cuh): it writes the gated
+// half-width tile, and its header explains the gating on wgmma accumulators.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -26,6 +26,7 @@
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 #include "cutlass/pipeline/pipeline.hpp"
 
+#include "common/fp8_device.cuh"
 #include "gated_up/epilogue_sm90.cuh"
 #include "gated_up/tile_configs_sm90.h"
 

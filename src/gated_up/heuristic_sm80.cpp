@@ -27,7 +27,7 @@ static int64_t num_tiles(const GatedUpProblem& p, int config) {
   return ceil_div(p.m, r.bm) * ceil_div(2 * p.u, r.bn);
 }
 
-// Measurements behind the rules: docs/gated_up.md#tuning (H100). Every 128x256 variant
+// Measurements behind the rules: docs/gated_up.md#tuning, "sm80 kernel" (H100). Every 128x256 variant
 // (BK 32/64, 3-6 stages) ran within 5 % of the others at 410-430 TFLOP/s — the kernel is bound by
 // mma.sync issue and shared-memory bandwidth, not by the pipeline — so the table stays small and the
 // choice is about filling the SMs.

@@ -29,12 +29,13 @@ using Configs = std::make_index_sequence<kNumSm90TileConfigs>;
 static_assert(kNumSm90TileConfigs == BLOCKFUSE_SM90_NUM_CONFIGS,
               "CMakeLists.txt generates one instance file per config: update BLOCKFUSE_SM90_NUM_CONFIGS");
 
-void check_config(int config) {
-  if (config < 0 || config >= kNumSm90TileConfigs)
-    throw Error(detail::cat("blockfuse::gated_up: sm90 tile config ", config, " does not exist"));
-}
+void check_config(int config) { check_tile_config("blockfuse::gated_up", config, kNumSm90TileConfigs); }
 
 }  // namespace
+
+void check_tile_config(const char* fn, int config, int n_configs) {
+  if (config < 0 || config >= n_configs) throw Error(detail::cat(fn, ": sm90 tile config ", config, " does not exist"));
+}
 
 void launch_gated_up(DType dtype, int config, const GatedUpParams& p, cudaStream_t stream) {
   static constexpr auto kBf16 = launchers<DType::kBF16>(Configs{});

@@ -5,6 +5,7 @@
 
 #include "common/check.h"
 #include "gated_up/launch_fp8_sm90.h"
+#include "gated_up/launch_sm90.h"
 #include "gated_up/tile_configs_fp8_sm90.h"
 
 namespace blockfuse::sm90 {
@@ -24,10 +25,7 @@ using Configs = std::make_index_sequence<kNumSm90Fp8TileConfigs>;
 static_assert(kNumSm90Fp8TileConfigs == BLOCKFUSE_SM90_FP8_NUM_CONFIGS,
               "CMakeLists.txt generates one instance file per FP8 config: update BLOCKFUSE_SM90_FP8_NUM_CONFIGS");
 
-void check_config(int config) {
-  if (config < 0 || config >= kNumSm90Fp8TileConfigs)
-    throw Error(detail::cat("blockfuse::gated_up_fp8: sm90 tile config ", config, " does not exist"));
-}
+void check_config(int config) { check_tile_config("blockfuse::gated_up_fp8", config, kNumSm90Fp8TileConfigs); }
 
 }  // namespace
 

@@ -16,9 +16,7 @@ void launch_fp8_config(const GatedUpFp8Params& p, cudaStream_t stream) {
   using TOut = typename Cfg::Element;
   launch_gated_up_gemm<Cfg>(p, "blockfuse::gated_up_fp8 (sm90)", "K % 16 == 0, ldx, ldw % 16 == 0, 16-byte-aligned pointers",
                             [&](auto& args) {
-                              args.mainloop.ptr_A = static_cast<const TIn*>(p.x);
-                              args.mainloop.ptr_B = static_cast<const TIn*>(p.w);
-                              args.epilogue.ptr_out = static_cast<TOut*>(p.out);
+                              set_operands<TIn, TOut>(args, p);
                               args.epilogue.x_scale = p.x_scale;
                               args.epilogue.w_scale = p.w_scale;
                               args.epilogue.x_per_row = p.x_per_row;

@@ -15,6 +15,14 @@
 
 namespace blockfuse::sm90 {
 
+// The typed operand pointers both launchers set: x and w (TIn) and the output (TOut).
+template <class TIn, class TOut, class Args, class Params>
+void set_operands(Args& args, const Params& p) {
+  args.mainloop.ptr_A = static_cast<const TIn*>(p.x);
+  args.mainloop.ptr_B = static_cast<const TIn*>(p.w);
+  args.epilogue.ptr_out = static_cast<TOut*>(p.out);
+}
+
 // The CUTLASS arguments of Cfg's kernel for the interleaved GEMM M x 2U x K of p (GatedUpParams or
 // GatedUpFp8Params): the shape, strides, output stride, activation, device and scheduler are set
 // here; `fill(args)` sets what differs (the typed pointers, the FP8 scales).

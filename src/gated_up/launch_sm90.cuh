@@ -14,11 +14,7 @@ template <class Cfg>
 void launch_config(const GatedUpParams& p, cudaStream_t stream) {
   using T = typename Cfg::Element;
   launch_gated_up_gemm<Cfg>(p, "blockfuse::gated_up (sm90)", "K % 8 == 0, ld % 8 == 0, 16-byte-aligned pointers",
-                            [&](auto& args) {
-                              args.mainloop.ptr_A = static_cast<const T*>(p.x);
-                              args.mainloop.ptr_B = static_cast<const T*>(p.w);
-                              args.epilogue.ptr_out = static_cast<T*>(p.out);
-                            }, stream);
+                            [&](auto& args) { set_operands<T, T>(args, p); }, stream);
 }
 
 template <DType D>

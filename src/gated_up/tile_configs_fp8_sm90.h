@@ -13,7 +13,7 @@
 //      hidden under its mainloop; six 32 KiB stages. Twice the tiles of row 0: less wave
 //      quantisation at small M.
 // The model's relative rates are the 16-bit kernel's (tile_configs_sm90.h); at the shapes of the
-// measured table (kSm90Fp8Measured, tile_tables_sm90.h; docs/gated_up_fp8.md) the measured row
+// measured table (kSm90Fp8Measured, tile_table_fp8_sm90.inc; docs/gated_up_fp8.md#tuning) the measured row
 // decides instead.
 #pragma once
 
@@ -35,7 +35,7 @@ inline constexpr int kNumSm90Fp8TileConfigs = sizeof(kSm90Fp8TileConfigs) / size
 // (waves x tile area / rate, the 16-bit model: heuristic_sm90.cpp; ties to the lower index). Pure.
 int choose_gated_up_fp8_sm90_tile_config(const GatedUpProblem& p, const detail::DeviceSpec& dev);
 
-// The FP8 measured table (kSm90Fp8Measured, tile_tables_sm90.h), for the tests.
+// The FP8 measured table (heuristic_fp8_sm90.cpp's kSm90Fp8Measured), for the tests.
 Sm90MeasuredTable sm90_fp8_measured_table();
 
 }  // namespace blockfuse

@@ -23,7 +23,7 @@ inline constexpr TileConfigRow kSm80TileConfigs[] = {
 inline constexpr int kNumSm80TileConfigs = sizeof(kSm80TileConfigs) / sizeof(kSm80TileConfigs[0]);
 
 // m-tiles per rasterisation group (GatedUpParams::sm80_raster_group): 4 / 8 / 16 / 32 moved config
-// 0 by at most ±4 % with no consistent winner (docs/gated_up.md#tuning).
+// 0 by at most ±4 % with no consistent winner (docs/gated_up.md#tuning, "sm80 kernel").
 inline constexpr int kSm80RasterGroup = 16;
 
 inline constexpr int tile_config_smem_bytes(const TileConfigRow& c) {

@@ -5,7 +5,7 @@
 // to its template.
 //
 // Why these rows (measured on the H100, bench gated-up --kernel sm90 --tile-config N;
-// TFLOP/s beside cuBLAS in the same run: docs/gated_up.md#tuning):
+// TFLOP/s beside cuBLAS in the same run: docs/gated_up.md#tuning, "Tile configs measured"):
 //   0  cooperative 128x256, cluster 2x1: two consumer warpgroups share every 256-wide weight tile
 //      and the cluster multicasts that tile to the two M-neighbours, so each SM pulls 32 KB from L2
 //      per 2·128·256·64 flops. The best or within noise of the best at 512+ tokens on every
@@ -16,12 +16,12 @@
 //      8B: 738 vs 677 TFLOP/s), loses where K is large (its L2 traffic per flop is 1.5x row 0's).
 //   2  ping-pong 128x128, cluster 1x2: for one M tile (<= 128 tokens, decode-sized M), where a 2x1
 //      cluster pads the single M tile to two; multicasts the activation tile along N instead.
-//   3  row 0 under CUTLASS's stream-K scheduler (for the last wave's quantisation, e.g. 8B at
+//   3  row 0 under CUTLASS's stream-K scheduler (against the last wave's quantisation, e.g. 8B at
 //      4096 tokens = 27.2 waves of row 0 -> 28). Partial tiles reduce through a workspace the
 //      caller passes (gated_up's workspace overload; gated_up_workspace_size with the options),
 //      before the gating epilogue, which is unchanged. Opt-in (options.tile_config = 3): measured
-//      beside row 0: +3 % at 8B and 70B x 4096
-//      tokens, -6 % at 8B x 16384, elsewhere within the +-3 % run-to-run spread. A heuristic choice
+//      beside row 0 on the H100: +3 % at 8B and 70B x 4096 tokens, -6 % at 8B x 16384, elsewhere
+//      within the +-3 % run-to-run spread (docs/gated_up.md#tuning). A heuristic choice
 //      without a workspace cannot use it, so neither the cost model nor kSm90Measured returns it;
 //      with one (choose_gated_up_sm90_tile_config(p, dev, true): gated_up with a large enough
 //      workspace, gated_up_workspace_size with the options) it is taken at kSm90StreamKPoints, the
@@ -59,7 +59,7 @@ inline constexpr int kNumSm90TileConfigs = sizeof(kSm90TileConfigs) / sizeof(kSm
 // 2^get_log_swizzle_size(cta_m, cta_n, max_swizzle) (tile_scheduler_params.h). The padding tiles
 // are *not* skipped: they run the whole K loop on zero-filled loads and store nothing — with
 // max_swizzle 8, row 0 at 512 and 1024 tokens ran at 355-370 TFLOP/s against 670-750 at 2048
-// (docs/gated_up.md#tuning). So the launcher picks the swizzle (below) that pads least.
+// (docs/gated_up.md#tuning, "The padding bug"). So the launcher picks the swizzle (below) that pads least.
 
 inline constexpr long long sm90_ceil_div(long long a, long long b) { return (a + b - 1) / b; }
 inline constexpr long long sm90_round_up(long long a, long long b) { return sm90_ceil_div(a, b) * b; }
@@ -114,9 +114,9 @@ inline constexpr long long sm90_num_tiles(long long m, long long u, const Sm90Ti
 int choose_gated_up_sm90_tile_config(const GatedUpProblem& p, const detail::DeviceSpec& dev,
                                      bool with_workspace = false);
 
-// A point of a measured tile table (tile_tables_sm90.h): at (K, U, M) row `row` was the fastest of the rows
-// forced in turn, on a device of `sms` SMs (scripts/tile-table --emit-cpp writes them from a sweep
-// of `bench gated-up --kernel sm90 --tile-config N`).
+// A point of a measured tile table: at (K, U, M) row `row` was the fastest of the rows forced in
+// turn, on a device of `sms` SMs (scripts/tile-table --emit-cpp generates the tables,
+// tile_table_sm90.inc, from a sweep of `bench gated-up --kernel sm90 --tile-config N`).
 struct Sm90MeasuredPoint {
   long long k, u, m;
   int row;
