@@ -9,7 +9,7 @@
 //       kernel);
 //   (e) what (c8d) replaces: (a) followed by blockfuse::swiglu_fp8 with dynamic per-row scales on its
 //       interleaved [M, 2U] output (the fastest unfused SwiGLU + per-row quantisation measured,
-//       docs/decoder-kernels.md);
+//       docs/swiglu.md);
 //   (d) blockfuse::gated_up, bf16 x and w, the 16-bit fused kernel of the same shape.
 // All are charged FLOPs = 2·M·K·2U. CUDA events around each call, warm-up first, the median of
 // --reps repetitions; x is rotated over enough copies to span 3x L2 (the weights dwarf L2).
