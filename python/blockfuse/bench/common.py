@@ -11,6 +11,7 @@ Protocols (each benchmark's docstring says which it uses):
   cuda_ms       one call between events, synchronised after each, median (ms);
   host_us       a tight loop of calls synchronised once, best of three (host µs per call).
 """
+import json
 import math
 import statistics
 import sys
@@ -216,3 +217,16 @@ def meta():
     except ImportError:
         pass
     return out
+
+
+def run_measurement(measure, args):
+    """A subcommand's run: the GPU check, then measure(args)'s rows, written to --json with meta().
+    Returns the exit status."""
+    status = ready()
+    if status:
+        return status
+    rows = measure(args)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(dict(**meta(), rows=rows), fh, indent=1)
+    return 0

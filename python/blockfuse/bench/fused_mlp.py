@@ -11,14 +11,13 @@ of MB) exceed the L2, so every call reads them from DRAM. GB/s counts the weight
 of a 1 GiB device copy measured in the same run. Every result is checked against the fp32 reference
 before it is timed (exit status 1 if wrong).
 """
-import json
 import sys
 
 import torch
 import torch.nn.functional as F
 
 from .. import ops
-from .common import copy_gbs, graph_us, meta, ready, rel
+from .common import copy_gbs, graph_us, rel, run_measurement
 from .shapes import MLP_SHAPES
 
 
@@ -89,11 +88,4 @@ def measure(a):
 
 def run(args):
     """The `fused-mlp` subcommand: returns the exit status."""
-    status = ready()
-    if status:
-        return status
-    rows = measure(args)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(dict(**meta(), rows=rows), fh, indent=1)
-    return 0
+    return run_measurement(measure, args)

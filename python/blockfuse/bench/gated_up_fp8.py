@@ -8,13 +8,12 @@ and swiglu_fp8 with a static scale for an e4m3 h); ops.gated_up_fp8 with bf16 an
 (common.median_ms). Every blockfuse result is checked against an fp32 reference before it is timed
 (exit status 1 if wrong).
 """
-import json
 import sys
 
 import torch
 
 from .. import ops
-from .common import median_ms, meta, ready, rel
+from .common import median_ms, rel, run_measurement
 from .shapes import MLP_SHAPES
 
 FP8 = torch.float8_e4m3fn
@@ -70,11 +69,4 @@ def measure(a):
 
 def run(args):
     """The `gated-up-fp8` subcommand: returns the exit status."""
-    status = ready()
-    if status:
-        return status
-    rows = measure(args)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(dict(**meta(), rows=rows), fh, indent=1)
-    return 0
+    return run_measurement(measure, args)

@@ -6,14 +6,13 @@ the decode kernel once per 32 rows (ops.fused_mlp_sparse on each 32-row chunk) a
 inactive; CUDA events, median (common.median_ms; a host sync inside the gathered path: prefill, not
 graphed). The gathered result is checked against the fp32 reference first (exit status 1 if wrong).
 """
-import json
 import sys
 
 import torch
 import torch.nn.functional as F
 
 from .. import ops
-from .common import median_ms, meta, ready, rel
+from .common import median_ms, rel, run_measurement
 from .shapes import MLP_SHAPES
 
 
@@ -64,11 +63,4 @@ def measure(a):
 
 def run(args):
     """The `sparse-prefill` subcommand: returns the exit status."""
-    status = ready()
-    if status:
-        return status
-    rows = measure(args)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(dict(**meta(), rows=rows), fh, indent=1)
-    return 0
+    return run_measurement(measure, args)
