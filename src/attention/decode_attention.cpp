@@ -209,6 +209,9 @@ dec::Params make_params(const AttnConstTensor& q, const AttnConstTensor& k, cons
   p.block_table = prm.block_table;
   p.block_table_stride = prm.block_table_stride == 0 ? prm.max_blocks : prm.block_table_stride;
   p.page_size = static_cast<int>(k.seqlen);
+  p.page_shift = -1;
+  for (int sh = 0; sh < 31; ++sh)
+    if ((int64_t(1) << sh) == k.seqlen) p.page_shift = sh;
   p.num_blocks = static_cast<int>(std::min<int64_t>(k.batch, INT32_MAX));
   p.capacity = static_cast<int>(s.capacity);
   p.batch = static_cast<int>(q.batch);

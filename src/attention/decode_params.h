@@ -72,6 +72,7 @@ struct Params {
   const int32_t* block_table;    // nullptr: contiguous
   int64_t block_table_stride;
   int page_size;    // paged: rows per page; contiguous: S_max
+  int page_shift;   // log2(page_size) for a power of two (shift and mask, not a division); else -1
   int num_blocks;   // paged: pages in the cache; contiguous: B
   int capacity;     // keys a sequence can hold: S_max, or max_blocks · page_size
   int batch, seqlen_q, heads_q, heads_kv, group;  // group = Hq / Hkv

@@ -90,7 +90,9 @@ __device__ __forceinline__ int attended_length(const Params& p, int b) {
   return (len < 0 || len > p.capacity - p.new_tokens) ? -1 : len + p.new_tokens;
 }
 
-template <class T, int D, int MF>
+// kPaged: the cache is paged (p.block_table); a template parameter so that the contiguous path
+// carries no page arithmetic.
+template <class T, int D, int MF, bool kPaged>
 __global__ void __launch_bounds__(kThreads) decode_split_kernel(const __grid_constant__ Params p) {
   using Tr = Traits<T, D, MF>;
   using Mma = blockfuse::decode::MmaType<T>;
@@ -140,15 +142,18 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const __grid_con
   const int chunk = tid % Tr::kChunks, key_in_pass = tid / Tr::kChunks;
   const T* const k_base = static_cast<const T*>(p.k) + hk * p.k_head_stride + chunk * 8;
   const T* const v_base = static_cast<const T*>(p.v) + hk * p.v_head_stride + chunk * 8;
-  const int32_t* const table = p.block_table ? p.block_table + b * p.block_table_stride : nullptr;
+  const int32_t* const table = kPaged ? p.block_table + b * p.block_table_stride : nullptr;
+  const int64_t k_seq = int64_t(b) * p.k_block_stride, v_seq = int64_t(b) * p.v_block_stride;  // contiguous
   // Page of each of this thread's keys in the next tile to load, read one tile ahead so the
   // block-table lookup's latency is not in front of the copies.
   int page[Tr::kPasses];
   auto lookup = [&](int tile) {
+    if constexpr (!kPaged) return;
 #pragma unroll
     for (int i = 0; i < Tr::kPasses; ++i) {
       const int j = tile * kBlockN + key_in_pass + i * Tr::kKeysPerPass;
-      page[i] = (table && j >= key_lo && j < key_hi) ? __ldg(table + j / p.page_size) : b;
+      const int idx = p.page_shift >= 0 ? j >> p.page_shift : j / p.page_size;
+      page[i] = (j >= key_lo && j < key_hi) ? __ldg(table + idx) : 0;
     }
   };
   auto load_tile = [&](int tile, int stage) {
@@ -159,16 +164,20 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const __grid_con
       const int r = key_in_pass + i * Tr::kKeysPerPass;
       const int j = tile * kBlockN + r;
       bool ok = j >= key_lo && j < key_hi;
-      int blk = b, row = j;
-      if (table) {
-        blk = page[i];
-        row = j % p.page_size;
+      int64_t kb, vb;
+      if constexpr (kPaged) {
+        const int blk = page[i];
+        const int row = p.page_shift >= 0 ? j & (p.page_size - 1) : j % p.page_size;
         if (ok && (blk < 0 || blk >= p.num_blocks)) bad = true, ok = false;
+        kb = int64_t(blk) * p.k_block_stride + int64_t(row) * p.k_row_stride;
+        vb = int64_t(blk) * p.v_block_stride + int64_t(row) * p.v_row_stride;
+      } else {
+        kb = k_seq + int64_t(j) * p.k_row_stride;
+        vb = v_seq + int64_t(j) * p.v_row_stride;
       }
-      const int64_t kb = ok ? int64_t(blk) * p.k_block_stride + int64_t(row) * p.k_row_stride : 0;
-      const int64_t vb = ok ? int64_t(blk) * p.v_block_stride + int64_t(row) * p.v_row_stride : 0;
-      cp_async16_zfill(sk + Tr::swz(r, chunk), k_base + kb, ok);
-      cp_async16_zfill(sv + Tr::swz(r, chunk), v_base + vb, ok);
+      // A key outside the range is zero-filled from a valid address (the source is not read).
+      cp_async16_zfill(sk + Tr::swz(r, chunk), k_base + (ok ? kb : 0), ok);
+      cp_async16_zfill(sv + Tr::swz(r, chunk), v_base + (ok ? vb : 0), ok);
     }
   };
 

@@ -9,16 +9,24 @@
 
 namespace blockfuse::attn::decode {
 
-template <class T, int D, int MF>
+template <class T, int D, int MF, bool kPaged>
 void launch_split(const Params& p, int m_blocks, cudaStream_t stream) {
   using Tr = Traits<T, D, MF>;
-  auto kernel = decode_split_kernel<T, D, MF>;
+  auto kernel = decode_split_kernel<T, D, MF, kPaged>;
   static blockfuse::detail::PerDeviceCache<bool> once;
   blockfuse::detail::opt_in_dynamic_smem_once(once, kernel, Tr::kSmemBytes);
   const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(p.heads_kv * p.num_splits),
                   static_cast<unsigned>(p.batch));
   kernel<<<grid, kThreads, Tr::kSmemBytes, stream>>>(p);
   BF_CHECK_LAUNCH();
+}
+
+template <class T, int D, int MF>
+void launch_split(const Params& p, int m_blocks, cudaStream_t stream) {
+  if (p.block_table)
+    launch_split<T, D, MF, true>(p, m_blocks, stream);
+  else
+    launch_split<T, D, MF, false>(p, m_blocks, stream);
 }
 
 template <class T, int D>
