@@ -98,7 +98,9 @@ int decode_attention_num_splits(int64_t batch, int64_t heads_kv, int64_t rows_pe
 
 // Workspace bytes one call needs: the splits' fp32 partial outputs and LSEs (num_splits > 1) and,
 // for decode_attention_with_kvcache, the rotated q. num_splits as in the params (0: the heuristic's
-// choice on the current device for the given max_seqlen_k). 16-byte aligned, needs no zeroing.
+// choice on the current device); max_seqlen_k is the key range the call's split choice sees:
+// params.max_seqlen_k when it is set, else the cache's capacity (S_max, or max_blocks · page_size).
+// 16-byte aligned, needs no zeroing; a larger workspace is always fine.
 size_t decode_attention_workspace_size(int64_t batch, int64_t seqlen_q, int64_t heads_q, int64_t heads_kv,
                                        int64_t head_dim, int64_t max_seqlen_k, int num_splits,
                                        bool with_kvcache = false);
