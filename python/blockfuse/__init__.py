@@ -6,7 +6,7 @@
 
 Submodules:
   ops        every op (torch.library), re-exported from the family modules below
-  gated_up, gated_up_fp8, attention, fused_mlp, add_rmsnorm, swiglu, decode_gemm
+  gated_up, gated_up_fp8, attention, decode_attention, fused_mlp, add_rmsnorm, swiglu, decode_gemm
              one per kernel family: its op wrappers, fake implementations and reference
              (attention also holds the Hugging Face attention backend "blockfuse")
   nn         GatedMLP, SparseGatedMLP
@@ -20,7 +20,7 @@ import importlib
 
 __version__ = "0.1.0"
 
-_LAZY_MODULES = ("ops", "nn", "patch", "kvcache", "bench", "attention", "gated_up", "gated_up_fp8", "fused_mlp",
+_LAZY_MODULES = ("ops", "nn", "patch", "kvcache", "bench", "attention", "decode_attention", "gated_up", "gated_up_fp8", "fused_mlp",
                  "add_rmsnorm", "swiglu", "decode_gemm")
 _LAZY_NAMES = {"patch_model": "patch", "GatedMLP": "nn", "SparseGatedMLP": "nn"}
 

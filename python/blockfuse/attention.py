@@ -19,8 +19,13 @@ cap·tanh(s/cap) (Gemma-2); GQA/MQA by Hq % Hkv == 0; D in {64, 128, 256}; bf16/
 there is no autograd formula.
 
 The Hugging Face backend (`hf_attention_forward`, registered as "blockfuse" when this module is
-imported and transformers is installed) runs the blockfuse kernel on bf16/fp16 CUDA tensors with a
-supported head dim, no dropout and no gradient: the dense kernel when there is no padding, the
+imported and transformers is installed) runs blockfuse's kernels on bf16/fp16 CUDA tensors with a
+supported head dim, no dropout and no gradient. Up to 16 query tokens (a decode step against the
+KV cache, speculative verification) it runs the decode kernel (blockfuse.decode_attention): with no
+mask (a DynamicCache: every key valid) or a 2-D mask that is per-sequence lengths (a StaticCache's
+filled prefix, right padding; one host read-back per forward, so not inside torch.compile or a
+capture); any other mask (left padding) takes SDPA, never the prefill kernel, which at one query
+token is slower than SDPA. Above 16 query tokens: the dense kernel when there is no padding, the
 varlen kernel on the unpadded tokens when a 2-D padding mask keeps one contiguous run per row (left
 or right padding, as generate() builds; not inside torch.compile or CUDA-graph capture, since the
 lengths are read back to the host; padding query rows get 0). Everything else (other masks, fp32,
@@ -34,6 +39,7 @@ This module holds the ops' wrappers, the fake implementations, the reference and
 """
 import importlib.util
 import sys
+import weakref
 
 import torch
 
@@ -147,7 +153,14 @@ def attention_reference(q, k, v, softmax_scale=None, causal=False, window_left=-
 
 # ---- Hugging Face backend ------------------------------------------------------------------------
 
+# Imported here, not at the top: blockfuse.decode_attention imports visibility_mask from this module.
+from . import decode_attention as _decode_mod  # noqa: E402
+
 HF_NAME = "blockfuse"
+# Up to this many query tokens (a decode step, speculative verification) the backend runs the decode
+# kernel, or SDPA when the decode kernel cannot express the mask; never the prefill kernel, which at
+# one query token is slower than SDPA's flash backend.
+DECODE_MAX_Q = _decode_mod.MAX_SEQLEN_Q
 
 
 def _fused_ok(query, key, value, dropout):
@@ -190,13 +203,19 @@ def _fallback(query, key, value, attention_mask, scaling, dropout, causal, windo
     """PyTorch SDPA (or fp32 plain torch with a soft-cap) on HF's [B, H, S, D] tensors; -> [B, S, H, D]."""
     sq, sk = query.shape[2], key.shape[2]
     rep = query.shape[1] // key.shape[1]
-    if attention_mask is None and (causal or window_left >= 0):
+    # Bottom-right causal at one query token hides nothing, so no mask: SDPA then picks its flash
+    # backend (with a mask it cannot), as transformers' own SDPA path does for a decode step.
+    if attention_mask is None and ((causal and sq > 1) or window_left >= 0):
         attention_mask = torch.ones(1, sk, dtype=torch.bool, device=query.device)
     mask = None if attention_mask is None else _fallback_mask(attention_mask, sq, sk, causal, window_left, query.device)
     if softcap:
         out, _ = attention_reference(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), scaling,
                                      softcap=softcap, mask=mask)
         return out.to(query.dtype).contiguous()
+    if mask is None and rep > 1:  # SDPA's flash backend reads the shared KV heads in place
+        out = torch.nn.functional.scaled_dot_product_attention(query, key, value, dropout_p=dropout, scale=scaling,
+                                                               enable_gqa=True)
+        return out.transpose(1, 2).contiguous()
     k = key.repeat_interleave(rep, dim=1) if rep > 1 else key
     v = value.repeat_interleave(rep, dim=1) if rep > 1 else value
     out = torch.nn.functional.scaled_dot_product_attention(query, k, v, attn_mask=mask, dropout_p=dropout,
@@ -216,6 +235,88 @@ def _fused_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, window_left,
     out, _ = torch.ops.blockfuse.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, window_left,
                                                   window_right, softcap, False)
     return out
+
+
+def _decode(q, k, v, cache_seqlens, max_seqlen_k, scale, causal, window_left, window_right, softcap):
+    """The decode kernel on [B, S, H, D] views and int32 lengths [B] -> out [B, Sq, Hq, D] (a seam, as
+    _fused)."""
+    out, _ = torch.ops.blockfuse.decode_attention(q, k, v, cache_seqlens, None, scale, causal, window_left,
+                                                  window_right, softcap, 0, max_seqlen_k, False)
+    return out
+
+
+# One entry: the analysis of the last 2-D mask seen. Every layer of a forward receives the same mask
+# tensor, so the host read-back happens once per forward, not once per layer.
+_MASK_LENGTHS = [None]
+
+
+def _mask_lengths(attention_mask, sq, sk):
+    """(int32 lengths [B] on the device, their maximum) when a 2-D mask [B, L] is per-sequence lengths
+    for the decode kernel, else None. It is when every row keeps a prefix [0, n_b) of the key slots
+    (a StaticCache's filled slots, right padding) and each row either keeps all L positions or none of
+    its query positions L - Sq .. L - 1 (the kernel puts the queries at n_b - Sq + t; a padding query's
+    output is never read). Left padding is not a prefix: it takes SDPA. One host read-back, cached for
+    the mask tensor; None inside torch.compile or a CUDA-graph capture (no read-back allowed)."""
+    if _in_graph_or_compile():
+        return None
+    key = (attention_mask.data_ptr(), attention_mask._version, tuple(attention_mask.shape), sq, sk)
+    hit = _MASK_LENGTHS[0]
+    if hit is not None and hit[0] == key and hit[1]() is attention_mask:
+        return hit[2]
+    pad = attention_mask.to(dtype=torch.bool)
+    length = pad.shape[-1]
+    if length > sk:
+        pad, length = pad[:, -sk:], sk
+    result = None
+    if length >= sq:
+        n = pad.sum(-1)
+        prefix = (pad == (torch.arange(length, device=pad.device)[None, :] < n[:, None])).all(-1)
+        ok = prefix & ((n == length) | (n <= length - sq))
+        if bool(ok.all()):
+            result = (n.to(torch.int32), length)
+    _MASK_LENGTHS[0] = (key, weakref.ref(attention_mask), result)
+    return result
+
+
+def _unmasked_lengths(kwargs, b, sq, sk, device):
+    """Valid keys per sequence of an unmasked call, on the device (no read-back): a DynamicCache holds
+    exactly Sk, but a StaticCache hands over all its slots and, without padding, transformers (>= 5)
+    passes no mask at all; the filled prefix ends after the last query's position. That position is
+    cache_position[-1] (transformers < 5) or position_ids[:, -1] (which equal the slot indices when
+    there is no padding); clamped to Sk, so a sliding-window cache holding the last keys stays whole.
+    Anything else (no positions, 3-D multimodal position ids): all Sk keys."""
+    last = None
+    cache_position = kwargs.get("cache_position")
+    position_ids = kwargs.get("position_ids")
+    if isinstance(cache_position, torch.Tensor) and cache_position.dim() == 1 and cache_position.shape[0] == sq:
+        last = cache_position[-1:]
+    elif (isinstance(position_ids, torch.Tensor) and position_ids.dim() == 2 and position_ids.shape[-1] == sq
+          and position_ids.shape[0] in (1, b)):
+        last = position_ids[:, -1]
+    if last is None:
+        return torch.full((b,), sk, dtype=torch.int32, device=device)
+    return (last.to(device) + 1).clamp(max=sk).to(torch.int32).expand(b).contiguous()
+
+
+def _decode_step(query, key, value, attention_mask, scaling, causal, window_left, window_right, softcap, kwargs):
+    """A call with <= DECODE_MAX_Q queries through the decode kernel: no mask (every key valid up to the
+    positions, _unmasked_lengths) or a 2-D mask that is per-sequence lengths (_mask_lengths). None when
+    it cannot (the caller takes the SDPA fallback)."""
+    if not _decode_mod._HAS_OP:
+        return None
+    b, sk = query.shape[0], key.shape[2]
+    if attention_mask is None:
+        lengths, max_k = _unmasked_lengths(kwargs, b, query.shape[2], sk, query.device), sk
+    elif attention_mask.dim() == 2:
+        found = _mask_lengths(attention_mask, query.shape[2], sk)
+        if found is None:
+            return None
+        lengths, max_k = found
+        lengths = lengths.to(query.device)
+    else:
+        return None
+    return _decode(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), lengths, max_k, scaling,
+                   causal, window_left, window_right, softcap)
 
 
 def _in_graph_or_compile():
@@ -278,7 +379,8 @@ def hf_attention_forward(module, query, key, value, attention_mask, scaling=None
     [B, Hkv, Sk, D] (after the KV-cache update) -> (attn_output [B, Sq, Hq, D], None).
 
     Causal comes from kwargs["is_causal"] or module.is_causal (default True) and is aligned
-    bottom-right, so a decode step or a chunked prefill against a DynamicCache is exact.
+    bottom-right, so a decode step or a chunked prefill against a DynamicCache is exact. Up to
+    DECODE_MAX_Q query tokens the decode kernel runs (or SDPA where it cannot express the mask).
     sliding_window = W means a query sees itself and the W - 1 keys before it (transformers'
     convention, the same as its FlashAttention path). attention_weights are never returned."""
     if kwargs.get("cu_seq_lens_q") is not None or kwargs.get("cu_seq_lens_k") is not None:
@@ -293,6 +395,14 @@ def hf_attention_forward(module, query, key, value, attention_mask, scaling=None
     window_left = int(sliding_window) - 1 if sliding_window else -1
     softcap = float(softcap) if softcap else 0.0
     window_right = 0 if is_causal else window_left
+    if query.shape[2] <= DECODE_MAX_Q:
+        # A decode step: the decode kernel, else SDPA (never the prefill kernel at a few query rows).
+        if _fused_ok(query, key, value, dropout):
+            out = _decode_step(query, key, value, attention_mask, scaling, is_causal, window_left, window_right,
+                               softcap, kwargs)
+            if out is not None:
+                return out, None
+        return _fallback(query, key, value, attention_mask, scaling, dropout, is_causal, window_left, softcap), None
     if attention_mask is None and _fused_ok(query, key, value, dropout):
         out = _fused(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), scaling, is_causal,
                      window_left, window_right, softcap)

@@ -7,6 +7,7 @@
     y = blockfuse.ops.decode_gemm(x, w)                           # x·wᵀ for 1..32 rows (split-K GEMV)
     q, row_scales = blockfuse.ops.add_rmsnorm_fp8(x, residual, weight, None, eps)[::2]  # FP8 e4m3 out
     out = blockfuse.ops.attention(q, k, v, causal=True)           # FlashAttention-style forward
+    out = blockfuse.ops.decode_attention(q, k_cache, v_cache, cache_seqlens)   # 1..16 queries vs a KV cache
     y = blockfuse.ops.fused_mlp(x, w_gate_up, w_down_t)           # the whole decode MLP, one launch
 
 Every op is a torch.library operator (schemas and CUDA kernels in C++, python/csrc; the fake
@@ -24,6 +25,7 @@ the module that holds them with its fake implementations —
                             gated_up_reference, gated_up_backward
     blockfuse.gated_up_fp8  gated_up_fp8, gated_up_fp8_dynamic, gated_up_fp8_reference
     blockfuse.attention     attention, attention_varlen (and the Hugging Face backend)
+    blockfuse.decode_attention  decode_attention, decode_attention_with_kvcache and their references
     blockfuse.fused_mlp     fused_mlp, fused_mlp_sparse, neuron_block_router, fused_mlp_reserve,
                             fused_mlp_reference, router_reference
     blockfuse.add_rmsnorm   rmsnorm, add_rmsnorm, add_rmsnorm_, rmsnorm_fp8, add_rmsnorm_fp8 and references
@@ -38,6 +40,8 @@ from ._common import (ACTIVATIONS, FP8_DTYPE, FP8_MAX, LAYOUTS, activation_and_g
 from .add_rmsnorm import (add_rmsnorm, add_rmsnorm_, add_rmsnorm_fp8, add_rmsnorm_reference, rmsnorm,
                           rmsnorm_fp8, rmsnorm_reference)
 from .attention import attention, attention_varlen
+from .decode_attention import (decode_attention, decode_attention_reference, decode_attention_with_kvcache,
+                               decode_attention_with_kvcache_reference)
 from .decode_gemm import decode_gemm, decode_gemm_reference, decode_gemm_reserve
 from .fused_mlp import (ROUTER_MODES, fused_mlp, fused_mlp_reference, fused_mlp_reserve,
                         fused_mlp_sparse, neuron_block_router, router_reference)
@@ -50,7 +54,8 @@ __all__ = [
     "ACTIVATIONS", "FP8_DTYPE", "FP8_MAX", "LAYOUTS", "activation_and_grad", "available", "fp8_dequantize",
     "fp8_quantize_reference", "load_error", "set_programmatic_dependent_launch", "add_rmsnorm",
     "add_rmsnorm_", "add_rmsnorm_fp8", "add_rmsnorm_reference", "rmsnorm", "rmsnorm_fp8", "rmsnorm_reference",
-    "attention", "attention_varlen", "decode_gemm", "decode_gemm_reference", "decode_gemm_reserve",
+    "attention", "attention_varlen", "decode_attention", "decode_attention_with_kvcache",
+    "decode_attention_reference", "decode_attention_with_kvcache_reference", "decode_gemm", "decode_gemm_reference", "decode_gemm_reserve",
     "ROUTER_MODES", "fused_mlp", "fused_mlp_reference", "fused_mlp_reserve", "fused_mlp_sparse",
     "neuron_block_router", "router_reference", "deinterleave_gate_up", "deinterleave_to_stacked", "gated_up",
     "gated_up_backward", "gated_up_reference", "interleave_gate_up", "interleave_stacked", "gated_up_fp8",

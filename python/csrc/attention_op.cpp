@@ -32,47 +32,6 @@ namespace {
 
 using namespace blockfuse_torch;
 
-// A dtype other than bf16/fp16 is a TypeError here (the other ops raise ValueError).
-DType attn_dtype(const at::Tensor& t, const char* fn, const char* arg) {
-  const std::optional<DType> dt = half_dtype(t);
-  TORCH_CHECK_TYPE(dt.has_value(), "blockfuse::", fn, ": argument '", arg, "' has dtype ", dtype_str(t),
-                   "; required: torch.bfloat16 or torch.float16");
-  return *dt;
-}
-
-// A size-1 dimension's stride is arbitrary in torch (unsqueeze, transposes of size-1 dims); it is
-// never used to address memory, so it is passed as 0, which the launcher's stride checks accept.
-int64_t used_stride(const at::Tensor& t, int64_t d) { return t.size(d) == 1 ? 0 : t.stride(d); }
-
-// [B, S, H, D] (varlen: [T, H, D], passed as B = 1, S = T) as the launcher's view.
-blockfuse::AttnConstTensor view_of(const at::Tensor& t, bool varlen, const char* fn, const char* arg) {
-  const int64_t rank = varlen ? 3 : 4;
-  TORCH_CHECK_VALUE(t.dim() == rank, "blockfuse::", fn, ": argument '", arg, "' has sizes ", dims(t.sizes()),
-                    varlen ? "; required: a packed [total, heads, head_dim] tensor"
-                           : "; required: a [batch, seqlen, heads, head_dim] tensor");
-  TORCH_CHECK_VALUE(t.stride(-1) == 1 || t.size(-1) <= 1, "blockfuse::", fn, ": argument '", arg,
-                    "' has sizes ", dims(t.sizes()), ", strides ", dims(t.strides()),
-                    "; required: a contiguous head dim (stride(-1) == 1)");
-  blockfuse::AttnConstTensor v;
-  v.data = t.data_ptr();
-  v.dtype = attn_dtype(t, fn, arg);
-  const int64_t o = varlen ? 1 : 0;  // dimension offset: varlen has no batch dimension
-  v.batch = varlen ? 1 : t.size(0);
-  v.batch_stride = varlen ? 0 : used_stride(t, 0);
-  v.seqlen = t.size(1 - o);
-  v.seq_stride = used_stride(t, 1 - o);
-  v.heads = t.size(2 - o);
-  v.head_stride = used_stride(t, 2 - o);
-  v.head_dim = t.size(3 - o);
-  return v;
-}
-
-blockfuse::AttnTensor out_view(const at::Tensor& out, bool varlen, const char* fn) {
-  const blockfuse::AttnConstTensor c = view_of(out, varlen, fn, "out");
-  return blockfuse::AttnTensor{out.data_ptr(), c.dtype, c.batch, c.seqlen, c.heads, c.head_dim,
-                               c.batch_stride, c.seq_stride, c.head_stride};
-}
-
 blockfuse::AttentionParams scalar_params(std::optional<double> softmax_scale, bool causal, int64_t window_left,
                                          int64_t window_right, double softcap) {
   blockfuse::AttentionParams p;
@@ -82,13 +41,6 @@ blockfuse::AttentionParams scalar_params(std::optional<double> softmax_scale, bo
   p.window_right = window_right;
   p.softcap = static_cast<float>(softcap);
   return p;
-}
-
-// An explicit scale <= 0 would silently become 1/sqrt(D) in the C++ API; the op rejects it instead.
-void check_scale(std::optional<double> softmax_scale, const char* fn) {
-  TORCH_CHECK_VALUE(!softmax_scale.has_value() || *softmax_scale > 0.0, "blockfuse::", fn,
-                    ": argument 'softmax_scale' is ", std::to_string(softmax_scale.value_or(0.0)),
-                    "; required: None (1/sqrt(head_dim)) or a value > 0");
 }
 
 std::tuple<at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

@@ -6,6 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 import blockfuse.attention as A  # noqa: E402
+import blockfuse.decode_attention as D  # noqa: E402
 
 
 def rand(*shape, seed=0):
@@ -74,6 +75,23 @@ def _model(kind):
     return transformers.Gemma2ForCausalLM(cfg).eval()
 
 
+def _decode_reference(calls=None):
+    """A stand-in for the decode kernel (the fp32 reference; records each call)."""
+    def kernel(q, k, v, lengths, max_k, scale, causal, window_left, window_right, softcap):
+        assert q.dim() == 4 and lengths.dtype == torch.int32 and lengths.shape == (q.shape[0],)
+        assert q.shape[1] <= A.DECODE_MAX_Q and int(lengths.max()) <= max_k <= k.shape[1]
+        if calls is not None:
+            calls.append((q.shape[1], k.shape[1], lengths.tolist(), causal, window_left, window_right, softcap))
+        return D.decode_attention_reference(q, k, v, lengths, None, scale, causal, window_left, window_right,
+                                            softcap)[0].to(q.dtype)
+    return kernel
+
+
+def _use_decode_reference(monkeypatch, calls=None):
+    monkeypatch.setattr(A._decode_mod, "_HAS_OP", True)
+    monkeypatch.setattr(A, "_decode", _decode_reference(calls))
+
+
 def test_backend_is_registered_on_import():
     assert A.register_hf_backend()
     assert "blockfuse" in transformers.AttentionInterface._global_mapping
@@ -128,8 +146,10 @@ def test_hf_fused_path_argument_mapping(kind, monkeypatch):
 
     monkeypatch.setattr(A, "_fused_ok", lambda *a: True)
     monkeypatch.setattr(A, "_fused", kernel)
+    decode_calls = []
+    _use_decode_reference(monkeypatch, decode_calls)
     m = _model(kind)
-    ids = torch.randint(0, 128, (2, 13), generator=torch.Generator().manual_seed(2))  # 13 > sliding_window 5
+    ids = torch.randint(0, 128, (2, 19), generator=torch.Generator().manual_seed(2))  # 19 > 16 and > sliding_window 5
     res = {}
     for impl in ("eager", "blockfuse"):
         _set_impl(m, impl)
@@ -143,10 +163,12 @@ def test_hf_fused_path_argument_mapping(kind, monkeypatch):
     torch.testing.assert_close(res["blockfuse"][0], res["eager"][0], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(res["blockfuse"][1], res["eager"][1], atol=1e-5, rtol=1e-5)
     assert torch.equal(res["blockfuse"][2], res["eager"][2])
-    assert any(sq == 1 for sq, *_ in calls) and any(sq == 13 for sq, *_ in calls)  # decode and prefill ran fused
-    assert all(c[2] for c in calls)  # causal
+    assert all(sq == 19 for sq, *_ in calls) and calls  # the prefill ran the prefill kernel,
+    assert decode_calls and all(c[0] == 1 for c in decode_calls)  # every decode step the decode kernel
+    assert all(c[2] for c in calls) and all(c[3] for c in decode_calls)  # causal
     if kind == "gemma2":
         assert any(c[3] == 4 and c[4] == 0 for c in calls) and all(c[5] == 50.0 for c in calls)
+        assert any(c[4] == 4 and c[5] == 0 for c in decode_calls) and all(c[6] == 50.0 for c in decode_calls)
 
 
 def _varlen_reference(calls):
@@ -188,15 +210,18 @@ def test_hf_padded_batch_takes_the_varlen_path(kind, side, monkeypatch):
     monkeypatch.setattr(A, "_fused_ok", lambda *a: True)
     monkeypatch.setattr(A, "_fused", lambda q, k, v, *a: A.attention_reference(q, k, v, *a)[0].to(q.dtype))
     monkeypatch.setattr(A, "_fused_varlen", _varlen_reference(calls))
+    decode_calls = []
+    _use_decode_reference(monkeypatch, decode_calls)
+    fallback = A._fallback
     m = _model(kind)
-    ids = torch.randint(0, 128, (3, 12), generator=torch.Generator().manual_seed(3))  # 12 > sliding_window 5
-    am = torch.ones(3, 12, dtype=torch.long)
-    pads = ((1, 4), (2, 9))  # rows 1 and 2 padded by 4 and 9 tokens; row 0 not at all
+    ids = torch.randint(0, 128, (3, 20), generator=torch.Generator().manual_seed(3))  # 20 > 16, > sliding_window 5
+    am = torch.ones(3, 20, dtype=torch.long)
+    pads = ((1, 4), (2, 17))  # rows 1 and 2 padded by 4 and 17 tokens; row 0 not at all
     for row, n in pads:
         if side == "left":
             am[row, :n] = 0
         else:
-            am[row, 12 - n:] = 0
+            am[row, 20 - n:] = 0
     res = {}
     for impl in ("eager", "blockfuse"):
         _set_impl(m, impl)
@@ -213,7 +238,9 @@ def test_hf_padded_batch_takes_the_varlen_path(kind, side, monkeypatch):
     if kind == "gemma2":
         assert any(c[3] == 4 and c[4] == 0 for c in calls) and all(c[5] == 50.0 for c in calls)
 
-    if side == "left":  # generate() pads on the left: its decode steps go through the varlen path too
+    if side == "left":  # generate() pads on the left: its decode steps take SDPA, not the prefill kernel
+        monkeypatch.setattr(A, "_fallback", fallback)
+        n_varlen = len(calls)
         gen = {}
         for impl in ("eager", "blockfuse"):
             _set_impl(m, impl)
@@ -221,7 +248,9 @@ def test_hf_padded_batch_takes_the_varlen_path(kind, side, monkeypatch):
                 gen[impl] = m.generate(ids, attention_mask=am, max_new_tokens=5, do_sample=False,
                                        past_key_values=_dynamic_cache(m.config))
         assert torch.equal(gen["blockfuse"], gen["eager"])
-        assert any(len(c[0]) == 4 and c[0][-1] == 3 for c in calls)  # a one-query decode step, 3 rows
+        assert all(c[0][-1] > 3 for c in calls[n_varlen:])  # no one-query step went through the varlen kernel
+        if kind == "llama":  # left padding is not per-sequence lengths (Gemma-2's sliding layers see no padding)
+            assert not decode_calls
 
 
 def test_hf_mask_with_a_hole_falls_back(monkeypatch):
@@ -240,8 +269,8 @@ def test_hf_mask_with_a_hole_falls_back(monkeypatch):
     monkeypatch.setattr(A, "_fused", lambda q, k, v, *a: A.attention_reference(q, k, v, *a)[0].to(q.dtype))
     monkeypatch.setattr(A, "_fused_varlen", no_varlen)
     m = _model("llama")
-    ids = torch.randint(0, 128, (2, 9), generator=torch.Generator().manual_seed(4))
-    am = torch.ones(2, 9, dtype=torch.long)
+    ids = torch.randint(0, 128, (2, 20), generator=torch.Generator().manual_seed(4))
+    am = torch.ones(2, 20, dtype=torch.long)
     am[1, 3:5] = 0  # a hole in the middle of row 1
     res = {}
     for impl in ("eager", "blockfuse"):
@@ -254,11 +283,10 @@ def test_hf_mask_with_a_hole_falls_back(monkeypatch):
 
 
 @pytest.mark.parametrize("sq, sk, length, causal, window", [
-    (7, 7, 7, True, -1),     # prefill
-    (1, 12, 12, True, -1),   # a decode step
-    (4, 12, 12, True, 3),    # a chunked prefill against a cache, sliding window
-    (3, 16, 11, True, -1),   # a StaticCache: slots >= length are unfilled
-    (5, 9, 9, False, -1),    # not causal
+    (17, 17, 17, True, -1),  # prefill (above 16 queries: the decode kernel takes fewer)
+    (20, 30, 30, True, 3),   # a chunked prefill against a cache, sliding window
+    (18, 40, 33, True, -1),  # a StaticCache: slots >= length are unfilled
+    (19, 19, 19, False, -1), # not causal
 ])
 def test_padded_path_equals_the_fallback(sq, sk, length, causal, window, monkeypatch):
     """hf_attention_forward's unpadding straight against its own fallback (an equivalent dense mask)

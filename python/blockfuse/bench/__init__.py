@@ -9,6 +9,7 @@
     torch-baselines  torch_baselines.py torch eager / torch.compile / F.linear on the C++ benchmark's shapes
     memory-bound     memory_bound.py    add_rmsnorm and swiglu beside torch.compile, Liger and quack
     sdpa             sdpa.py            PyTorch SDPA's flash and cuDNN backends beside ops.attention
+    decode-attention decode_attention.py  the decode kernel (contiguous, paged) vs SDPA and FA4; --fused step
 
 The front (__main__.py) and shapes.py import no torch, so `--help` works anywhere; a subcommand's
 module (and torch) is imported when it runs. common.py holds the shared timing (CUDA events, graph

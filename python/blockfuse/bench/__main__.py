@@ -22,6 +22,7 @@ MODULES = {
     "torch-baselines": "torch_baselines",
     "memory-bound": "memory_bound",
     "sdpa": "sdpa",
+    "decode-attention": "decode_attention",
 }
 
 
@@ -102,6 +103,17 @@ def parser():
     s.add_argument("--hkv", default="32,8", help="KV heads (32 query heads)")
     s.add_argument("--reps", type=int, default=10)
     s.add_argument("--json")
+
+    da = sub.add_parser("decode-attention", help="decode attention against a KV cache (contiguous, paged) vs SDPA "
+                                                 "flash / cuDNN and FlashAttention-4; --fused: the fused decode step")
+    da.add_argument("--b", default="1,8,32,128", help="batch sizes")
+    da.add_argument("--s", default="1024,8192,32768,131072", help="cache lengths")
+    da.add_argument("--hkv", default="8,1", help="KV heads (32 query heads, D 128)")
+    da.add_argument("--max-gib", type=float, default=40.0, help="skip points whose caches need more (GiB)")
+    da.add_argument("--fused", action="store_true", help="B = 1: decode_attention_with_kvcache vs rotary + "
+                                                         "index_copy_ + decode_attention")
+    da.add_argument("--plot", metavar="PNG", help="a chart of the fraction of copy bandwidth")
+    da.add_argument("--json")
     return p
 
 
@@ -130,6 +142,10 @@ def _check(p, a):
         a.models = known(_names(a.models), HF_MODELS, "model")
         a.prefill = _ints(a.prefill)
         a.batches = _ints(a.batches)
+    elif a.command == "decode-attention":
+        a.b, a.s, a.hkv = _ints(a.b), _ints(a.s), _ints(a.hkv)
+        if any(32 % h for h in a.hkv):
+            p.error("decode-attention --hkv: each must divide the 32 query heads")
     elif a.command == "memory-bound" and a.rounds < 1:
         p.error(f"memory-bound --rounds must be >= 1, got {a.rounds}")
     return a
