@@ -315,6 +315,9 @@ void decode_attention(AttnConstTensor q, AttnConstTensor k_cache, AttnConstTenso
   constexpr const char* fn = "decode_attention";
   Shape s = validate(fn, q, k_cache, v_cache, cache_seqlens, out, lse, params, 0, false);
   if (q.batch == 0) return;
+  const int64_t rows_total = q.batch * q.seqlen * q.heads;
+  if (params.num_splits > 0)  // known without the device: checked with the other arguments
+    check_workspace(fn, workspace, workspace_bytes, dec::workspace_bytes(rows_total, q.head_dim, params.num_splits, false));
   detail::check_device_pointer(fn, "q", q.data);
   detail::check_device_pointer(fn, "k_cache", k_cache.data);
   detail::check_device_pointer(fn, "v_cache", v_cache.data);
@@ -324,7 +327,6 @@ void decode_attention(AttnConstTensor q, AttnConstTensor k_cache, AttnConstTenso
   if (params.block_table) detail::check_device_pointer(fn, "params.block_table", params.block_table);
   detail::check_compute_capability(fn, 8, 0);
   s.splits = resolve_splits(q, k_cache, s, params.num_splits);
-  const int64_t rows_total = q.batch * q.seqlen * q.heads;
   check_workspace(fn, workspace, workspace_bytes, dec::workspace_bytes(rows_total, q.head_dim, s.splits, false));
   if (s.splits > 1) detail::check_device_pointer(fn, "workspace", workspace);
   check_smem(fn, q.head_dim, s.m_frags);
