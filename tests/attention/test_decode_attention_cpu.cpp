@@ -129,6 +129,9 @@ TEST(DecodeAttentionValidation, NamesTheArgument) {
   expect_error([](Call& c) { c.p.max_blocks = 4; }, "params.block_table");
   expect_error([](Call& c) { c.out.data = static_cast<char*>(const_cast<void*>(c.q.data)) + 256; }, "out");
   expect_error([](Call& c) { c.ws = nullptr, c.ws_bytes = 0, c.p.num_splits = 4; }, "workspace");
+  // Grid limits: rows of the merge, KV heads times splits in grid y.
+  expect_error([](Call& c) { c.q.batch = c.out.batch = c.k.batch = c.v.batch = 65535, c.q.heads = c.out.heads = 4096, c.q.seqlen = c.out.seqlen = 16; }, "q");
+  expect_error([](Call& c) { c.k.heads = c.v.heads = 1024, c.q.heads = c.out.heads = 1024, c.p.num_splits = 128; }, "params.num_splits");
 }
 
 TEST(DecodeAttentionValidation, PagedAndHostCopies) {
