@@ -21,6 +21,9 @@
 // Inf in a row makes the row's mean Inf, so its Inf elements give NaN and the others 0 (r · 0).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+
 #include "blockfuse/common.h"
 #include "blockfuse/fp8.h"
 
@@ -65,5 +68,52 @@ void add_rmsnorm(ConstMatrix x, ConstMatrix residual, ConstMatrix weight, Matrix
 // (and, dynamic, no input); a known scale mode.
 void add_rmsnorm_fp8(ConstMatrix x, ConstMatrix residual, ConstMatrix weight, Matrix residual_out, Fp8Matrix out,
                      Fp8Scale scale, RmsNormOptions opt = {}, cudaStream_t stream = nullptr);
+
+
+// ---- Backward (training) -------------------------------------------------------------------------
+//
+// The gradients of out = h̃ · w_eff with h̃ = h · rstd, rstd = rsqrt(mean(h²) + eps), w_eff = w (or
+// 1 + w with gemma_one_plus_w), where h is the normed input: x for rmsnorm, the rounded
+// residual_out = x + residual for add_rmsnorm (the rounding is treated as the identity, as autograd
+// of `hidden = x + residual` in bf16/fp16 does). Given dy = d out:
+//   g        = dy · w_eff
+//   dh       = rstd · (g − h̃ · mean(g · h̃))   (+ d_residual_out, the gradient of the returned
+//              residual stream, for add_rmsnorm)
+//   dx       = dh (and d_residual = dh: both inputs of the sum get the same gradient)
+//   dweight  = Σ_rows dy · h̃                   (the same with gemma_one_plus_w: d(1 + w)/dw = 1)
+// All in fp32 from the dtype inputs (rstd recomputed from h, never saved), one rounding per output.
+//
+// One kernel per call computes dh and, per CTA, fp32 partial sums of dweight over the rows that CTA
+// handled ([rmsnorm_backward_ctas(M), H] in the caller's workspace); a second kernel adds the
+// partials in a fixed order (CTA 0, 1, 2, ...) and rounds once. The number of CTAs and every
+// summation order depend only on (M, H), so the result is bitwise the same on every call (and on
+// every device).
+//
+// Arguments ([M, H] row-major views, row stride ld in elements, of device memory on the current
+// device; dtype bf16 or fp16, all equal):
+//   dy              [M, H]  the gradient of `out`. M may be 0 (then dweight, if given, is zeroed).
+//   d_residual_out  [M, H]  (add_rmsnorm_backward) the gradient of residual_out, or absent: an empty
+//                           view (ConstMatrix{}) when residual_out was not used.
+//   h / x           [M, H]  the forward's normed input (add_rmsnorm: its residual_out).
+//   weight          [1, H]
+//   dh / dx         [M, H]  written; or absent (Matrix{}) when no input needs a gradient. May alias
+//                           dy or d_residual_out exactly (same pointer and ld: in place); any other
+//                           overlap with an argument is an error.
+//   dweight         [1, H]  written; or absent (Matrix{}) for a frozen weight. At least one of
+//                           dh / dx and dweight must be given.
+//   workspace       device memory of at least rmsnorm_backward_workspace_bytes(M, H) bytes, 16-byte
+//                   aligned, overlapping no other argument; only read when dweight is given (may be
+//                   nullptr with workspace_bytes 0 otherwise). Its contents need no initialisation.
+// Requirements (checked before anything is launched, blockfuse::Error naming the argument): as for
+// add_rmsnorm (H % 8 == 0, ld % 8 == 0, 16-byte aligned pointers, eps finite and > 0, cc >= 8.0).
+int64_t rmsnorm_backward_ctas(int64_t rows);
+size_t rmsnorm_backward_workspace_bytes(int64_t rows, int64_t h);
+
+void rmsnorm_backward(ConstMatrix dy, ConstMatrix x, ConstMatrix weight, Matrix dx, Matrix dweight, void* workspace,
+                      size_t workspace_bytes, RmsNormOptions opt = {}, cudaStream_t stream = nullptr);
+
+void add_rmsnorm_backward(ConstMatrix dy, ConstMatrix d_residual_out, ConstMatrix h, ConstMatrix weight, Matrix dh,
+                          Matrix dweight, void* workspace, size_t workspace_bytes, RmsNormOptions opt = {},
+                          cudaStream_t stream = nullptr);
 
 }  // namespace blockfuse

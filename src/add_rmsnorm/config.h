@@ -129,4 +129,41 @@ constexpr bool add_rmsnorm_streaming_stores(int v, int64_t rows) {
   return v >= 1 && v <= 8 && rows >= kAddRmsNormStreamingStoresRows;
 }
 
+// ---- Backward (backward_sm80.cuh) -----------------------------------------------------------------
+// The backward kernel holds a row's dy, h and weight chunks (and d_residual_out's) in registers plus
+// V · 8 fp32 dweight accumulators per thread, so it keeps at most 2 chunks per thread (512 threads:
+// H <= 8192); v = 1 up to 512 chunks, 2 up to 1024, each x <= 512 threads (the forward's kWide shape).
+// ptxas (sm_80): v = 1 60-63 registers, v = 2 91-117, no spills; v = 4 hit the 128-register cap of
+// 512 threads and spilled 44-228 bytes, so wider rows take the loop kernel, which re-reads the row
+// (mostly from L2) and accumulates its dweight partials in the workspace. Not yet measured on a GPU
+// (docs/add_rmsnorm.md#backward).
+constexpr int kRmsNormBwdMaxRegisterChunks = 1024;
+inline AddRmsNormConfig rmsnorm_backward_config(int nchunks) {
+  if (nchunks > kRmsNormBwdMaxRegisterChunks) return {0, kAddRmsNormLoopThreads};
+  const int v = nchunks <= 512 ? 1 : 2;
+  return {v, std::max(32, ((nchunks + v - 1) / v + 31) / 32 * 32)};
+}
+
+// How many CTAs the backward kernel runs for `rows` rows (CTA b takes rows b, b + C, b + 2C, ...),
+// which is also the number of rows of fp32 dweight partials [C, H] the reduction adds. A pure function
+// of rows, so the workspace size and every summation order are the same on every device: one row per
+// CTA up to kRmsNormBwdMinCtas rows (decode-sized calls: every row starts at once), then about
+// kRmsNormBwdRowsPerCta rows per CTA, capped at kRmsNormBwdMaxCtas. The partials cost C · H · 8 bytes
+// (fp32, written then read) against >= 3 · M · H · 2 for dy, h and dh: 2048 rows (264 CTAs) 17 %,
+// 32768 rows (1024 CTAs) 4 %. A model, not yet a measurement (docs/add_rmsnorm.md#backward).
+constexpr int64_t kRmsNormBwdMinCtas = 264;     // 2 per SM of an H100 (132 SMs)
+constexpr int64_t kRmsNormBwdRowsPerCta = 8;
+constexpr int64_t kRmsNormBwdMaxCtas = 1024;
+inline int64_t rmsnorm_backward_ctas(int64_t rows) {
+  if (rows <= kRmsNormBwdMinCtas) return std::max<int64_t>(rows, 0);
+  const int64_t c = (rows + kRmsNormBwdRowsPerCta - 1) / kRmsNormBwdRowsPerCta;
+  return std::min(kRmsNormBwdMaxCtas, std::max(kRmsNormBwdMinCtas, c));
+}
+
+// The dweight reduction kernel: blocks of kRmsNormBwdReduceCols columns x kRmsNormBwdReduceGroups
+// groups; group k adds partial rows k, k + G, k + 2G, ... in that order, then thread group 0 adds the
+// G sums in order 0..G-1 (fixed: independent of the device and of the timing).
+constexpr int kRmsNormBwdReduceCols = 32;
+constexpr int kRmsNormBwdReduceGroups = 8;
+
 }  // namespace blockfuse::detail

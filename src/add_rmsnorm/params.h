@@ -30,4 +30,24 @@ struct AddRmsNormParams {
   bool gemma;
 };
 
+// The backward kernels (backward_sm80.cuh): dh and the per-CTA dweight partials, then their
+// fixed-order reduction.
+struct RmsNormBackwardParams {
+  const void* dy;
+  int64_t lddy;
+  const void* dres;  // d_residual_out; nullptr: absent
+  int64_t lddres;
+  const void* in;  // the normed input h (x, or add_rmsnorm's residual_out)
+  int64_t ldin;
+  const void* w;
+  void* dh;  // nullptr: not written
+  int64_t lddh;
+  float* partials;  // [gridDim.x, h] fp32; nullptr: dweight not wanted
+  void* dweight;    // [h]
+  int64_t rows;
+  int h;  // elements per row, % 8 == 0
+  float eps;
+  bool gemma;
+};
+
 }  // namespace blockfuse

@@ -18,6 +18,18 @@ void check_like_x(const char* fn, const char* arg, const ConstMatrix& m, const C
   check_alignment(fn, arg, m, 16, 8);
 }
 
+// A view of dy's dtype and shape, 16-byte vectors (the backward's inputs and dh); absent_use: when an
+// empty view is accepted instead (nullptr: never).
+void check_like_dy(const char* fn, const char* arg, const ConstMatrix& m, const ConstMatrix& dy, const char* absent_use) {
+  check_matrix_shape(fn, arg, m);
+  check_same_dtype(fn, arg, m, "dy", dy.dtype);
+  if (m.rows != dy.rows || m.cols != dy.cols)
+    throw_arg(fn, arg, cat("is [", m.rows, ", ", m.cols, "]"),
+              absent_use ? cat("the shape of 'dy' [", dy.rows, ", ", dy.cols, "], or an empty view (data == nullptr, rows == 0) ", absent_use)
+                         : cat("the shape of 'dy' [", dy.rows, ", ", dy.cols, "]"));
+  check_alignment(fn, arg, m, 16, 8);
+}
+
 // Everything about x, residual, weight, residual_out and opt that both entry points share; the
 // pointer-only checks (no CUDA call).
 void check_inputs(const char* fn, const ConstMatrix& x, const ConstMatrix& residual, const ConstMatrix& weight,
@@ -113,6 +125,82 @@ bool check_add_rmsnorm_fp8_args(const char* fn, const ConstMatrix& x, const Cons
   check_input_devices(fn, x, residual, weight, residual_out);
   check_device_pointer(fn, "out", out.data);
   check_device_pointer(fn, "scale.scale", scale.scale);
+  check_compute_capability(fn, 8, 0);
+  return true;
+}
+
+bool check_rmsnorm_backward_args(const char* fn, const char* h_name, const char* dh_name, const ConstMatrix& dy,
+                                 const ConstMatrix& dres, const ConstMatrix& h, const ConstMatrix& weight,
+                                 const Matrix& dh, const Matrix& dweight, const void* workspace,
+                                 size_t workspace_bytes, const RmsNormOptions& opt) {
+  if (!(opt.eps > 0.0f) || !std::isfinite(opt.eps))
+    throw_arg(fn, "opt.eps", cat("is ", opt.eps), "a finite eps > 0");
+  check_matrix_shape(fn, "dy", dy);
+  if (dy.cols <= 0 || dy.cols % 8 != 0)
+    throw_arg(fn, "dy", cat("has cols H = ", dy.cols), "H > 0 and H % 8 == 0 (16-byte vectors)");
+  if (dy.cols > (int64_t{1} << 30)) throw_arg(fn, "dy", cat("has cols H = ", dy.cols), "H <= 2^30");
+  check_alignment(fn, "dy", dy, 16, 8);
+  check_like_dy(fn, h_name, h, dy, nullptr);
+  if (!absent(dres)) check_like_dy(fn, "d_residual_out", dres, dy, "when residual_out has no gradient");
+  check_matrix_shape(fn, "weight", weight);
+  check_same_dtype(fn, "weight", weight, "dy", dy.dtype);
+  if (weight.rows != 1 || weight.cols != dy.cols)
+    throw_arg(fn, "weight", cat("is [", weight.rows, ", ", weight.cols, "]"), cat("[1, H] (= [1, ", dy.cols, "])"));
+  check_alignment(fn, "weight", weight, 16, 8);
+  const bool want_dh = !absent(dh), want_dw = !absent(dweight);
+  if (!want_dh && !want_dw)
+    throw_arg(fn, "dweight", cat("is absent and so is '", dh_name, "'"), "at least one output to write");
+  if (want_dh) {
+    check_like_dy(fn, dh_name, dh, dy, "when no input needs a gradient");
+    // In place: the exact alias of dy or d_residual_out is fine (each element is read before the
+    // thread that reads it writes it); any other overlap is not.
+    const auto exact = [&](const ConstMatrix& m) { return dh.data == m.data && dh.ld == m.ld; };
+    if (!exact(dy)) check_no_overlap(fn, dh_name, dh, "dy", dy);
+    if (!absent(dres) && !exact(dres)) check_no_overlap(fn, dh_name, dh, "d_residual_out", dres);
+    check_no_overlap(fn, dh_name, dh, h_name, h);
+    check_no_overlap(fn, dh_name, dh, "weight", weight);
+  }
+  if (want_dw) {
+    check_matrix_shape(fn, "dweight", dweight);
+    check_same_dtype(fn, "dweight", dweight, "dy", dy.dtype);
+    if (dweight.rows != 1 || dweight.cols != dy.cols)
+      throw_arg(fn, "dweight", cat("is [", dweight.rows, ", ", dweight.cols, "]"), cat("[1, H] (= [1, ", dy.cols, "])"));
+    check_alignment(fn, "dweight", dweight, 16, 8);
+    check_no_overlap(fn, "dweight", dweight, "dy", dy);
+    check_no_overlap(fn, "dweight", dweight, h_name, h);
+    if (!absent(dres)) check_no_overlap(fn, "dweight", dweight, "d_residual_out", dres);
+    check_no_overlap(fn, "dweight", dweight, "weight", weight);
+    if (want_dh) check_no_overlap(fn, "dweight", dweight, dh_name, dh);
+    const size_t need = rmsnorm_backward_workspace_bytes(dy.rows, dy.cols);
+    if (workspace_bytes < need)
+      throw_arg(fn, "workspace_bytes", cat("is ", static_cast<uint64_t>(workspace_bytes)),
+                cat(">= rmsnorm_backward_workspace_bytes(M, H) = ", static_cast<uint64_t>(need), " (M = ", dy.rows,
+                    ", H = ", dy.cols, ")"));
+    if (need > 0) {
+      if (workspace == nullptr) throw_arg(fn, "workspace", "is nullptr", "device memory for the dweight partials");
+      check_pointer_alignment(fn, "workspace", workspace, 16);
+      const Span ws = span_of_bytes(workspace, static_cast<int64_t>(need));
+      check_no_overlap(fn, "workspace", ws, "dy", span_of(dy));
+      check_no_overlap(fn, "workspace", ws, h_name, span_of(h));
+      if (!absent(dres)) check_no_overlap(fn, "workspace", ws, "d_residual_out", span_of(dres));
+      check_no_overlap(fn, "workspace", ws, "weight", span_of(weight));
+      if (want_dh) check_no_overlap(fn, "workspace", ws, dh_name, span_of(dh));
+      check_no_overlap(fn, "workspace", ws, "dweight", span_of(dweight));
+    }
+  }
+  if (dy.rows == 0) {
+    if (want_dw) check_device_matrix(fn, "dweight", dweight);
+    return false;
+  }
+  check_device_matrix(fn, "dy", dy);
+  check_device_matrix(fn, h_name, h);
+  if (!absent(dres)) check_device_matrix(fn, "d_residual_out", dres);
+  check_device_matrix(fn, "weight", weight);
+  if (want_dh) check_device_matrix(fn, dh_name, dh);
+  if (want_dw) {
+    check_device_matrix(fn, "dweight", dweight);
+    check_device_pointer(fn, "workspace", workspace);
+  }
   check_compute_capability(fn, 8, 0);
   return true;
 }

@@ -5,6 +5,8 @@
 // to launch (x.rows == 0: no pointer is inspected).
 #pragma once
 
+#include <cstddef>
+
 #include "blockfuse/add_rmsnorm.h"
 
 namespace blockfuse::detail {
@@ -14,6 +16,14 @@ bool check_add_rmsnorm_args(const char* fn, const ConstMatrix& x, const ConstMat
 bool check_add_rmsnorm_fp8_args(const char* fn, const ConstMatrix& x, const ConstMatrix& residual,
                                 const ConstMatrix& weight, const Matrix& residual_out, const Fp8Matrix& out,
                                 const Fp8Scale& scale, const RmsNormOptions& opt);
+
+// rmsnorm_backward / add_rmsnorm_backward (their argument names given: "x"/"dx" or "h"/"dh"; dres
+// absent for rmsnorm_backward). Returns false when M == 0 (then only dweight, when given, has been
+// checked as device memory: the caller zeroes it).
+bool check_rmsnorm_backward_args(const char* fn, const char* h_name, const char* dh_name, const ConstMatrix& dy,
+                                 const ConstMatrix& dres, const ConstMatrix& h, const ConstMatrix& weight,
+                                 const Matrix& dh, const Matrix& dweight, const void* workspace,
+                                 size_t workspace_bytes, const RmsNormOptions& opt);
 
 // An empty view (data == nullptr, rows == 0): an absent residual or residual_out.
 inline bool absent(const ConstMatrix& m) { return m.data == nullptr && m.rows == 0; }

@@ -1,0 +1,222 @@
+// Internal: the backward kernels of rmsnorm / add_rmsnorm (sm_80+; launched by backward.cu with the
+// shape rmsnorm_backward_config() and the CTA count rmsnorm_backward_ctas() pick, config.h).
+//
+//   rmsnorm_bwd_regs     H <= 8192: each of T threads holds V <= 2 16-byte chunks of the row's dy, h
+//                        and weight (chunk c of thread t is c = t + i·T, as in the forward), and
+//                        V · 8 fp32 dweight accumulators that live across every row the CTA takes
+//                        (rows b, b + C, b + 2C, ...). One pass over dy, h (and d_residual_out): each
+//                        row's two sums, Σ h² and Σ g·h with g = dy · w_eff, are reduced over the
+//                        block together, then dh is computed from the registers and stored.
+//   rmsnorm_bwd_loop     H > 8192: the row does not fit; the second pass re-reads dy and h (mostly
+//                        from L2) and the dweight partials accumulate in the workspace row of the
+//                        CTA (each element read and written by the one thread that owns it).
+//   rmsnorm_bwd_dweight  adds the [C, H] fp32 partials column by column in a fixed order and rounds.
+//
+// Numerics: rstd = rsqrtf(Σh²/H + eps) recomputed from the dtype h; m = rstd · Σ(g·h) / H (the
+// mean of g·h̃); dh = rstd · (g − h·rstd · m) (+ d_residual_out) in fp32, one rounding; the dweight
+// accumulators add fmaf(dy, h·rstd, acc) row after row in the CTA's row order. Every order depends
+// only on (M, H): the results are bitwise reproducible.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "add_rmsnorm/config.h"
+#include "add_rmsnorm/params.h"
+#include "common/reduce.cuh"
+#include "common/vec.cuh"
+
+namespace blockfuse::add_rmsnorm_detail {
+
+using detail::Vec8;
+using detail::zero4;
+
+// Two sums over the block, one pair of barriers for both (scratch: [2][32] shared floats; the
+// trailing barrier lets the next row reuse it).
+__device__ __forceinline__ void block_reduce_sum2(float& a, float& b, float (*scratch)[32]) {
+  a = detail::warp_reduce<detail::SumOp>(a);
+  b = detail::warp_reduce<detail::SumOp>(b);
+  if (blockDim.x == 32) return;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) {
+    scratch[0][warp] = a;
+    scratch[1][warp] = b;
+  }
+  __syncthreads();
+  const bool live = lane < int(blockDim.x >> 5);
+  a = detail::warp_reduce<detail::SumOp>(live ? scratch[0][lane] : 0.0f);
+  b = detail::warp_reduce<detail::SumOp>(live ? scratch[1][lane] : 0.0f);
+  __syncthreads();
+}
+
+// The partial sums of one chunk: Σ h² and Σ (dy · w_eff) · h.
+template <class T>
+__device__ __forceinline__ void bwd_chunk_sums(const uint4& dyv, const uint4& hv, const uint4& wv, bool gemma,
+                                               float& ss, float& sgh) {
+  float dy[8], h[8], w[8];
+  Vec8<T>::unpack(dyv, dy);
+  Vec8<T>::unpack(hv, h);
+  Vec8<T>::unpack(wv, w);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float g = dy[j] * (gemma ? 1.0f + w[j] : w[j]);
+    ss = fmaf(h[j], h[j], ss);
+    sgh = fmaf(g, h[j], sgh);
+  }
+}
+
+// dh of one chunk (d_residual_out added when dres != nullptr) and, with acc, the chunk's dweight
+// terms dy · h̃ added to acc.
+template <class T>
+__device__ __forceinline__ uint4 bwd_chunk_dh(const uint4& dyv, const uint4& hv, const uint4& wv, const uint4* dres,
+                                              bool gemma, float rstd, float m, float* acc) {
+  float dy[8], h[8], w[8], d[8];
+  Vec8<T>::unpack(dyv, dy);
+  Vec8<T>::unpack(hv, h);
+  Vec8<T>::unpack(wv, w);
+  float r[8];
+  if (dres) Vec8<T>::unpack(*dres, r);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float g = dy[j] * (gemma ? 1.0f + w[j] : w[j]);
+    const float hn = h[j] * rstd;
+    d[j] = rstd * (g - hn * m);
+    if (dres) d[j] += r[j];
+    if (acc) acc[j] = fmaf(dy[j], hn, acc[j]);
+  }
+  return Vec8<T>::pack(d);
+}
+
+template <class T>
+__device__ __forceinline__ const uint4* bwd_row(const void* base, int64_t row, int64_t ld) {
+  return reinterpret_cast<const uint4*>(static_cast<const T*>(base) + row * ld);
+}
+
+// Register path. kDw: dweight wanted (the accumulators and the partials store exist only then).
+template <class T, int V, bool kDw>
+__global__ void __launch_bounds__(512) rmsnorm_bwd_regs(const RmsNormBackwardParams p) {
+  __shared__ float red[2][32];
+  const int nchunks = p.h >> 3;
+  const int tid = threadIdx.x, nt = blockDim.x;
+  const float inv_h = 1.0f / float(p.h);
+  // The weight is the same for every row: loaded once per CTA.
+  uint4 wr[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i)
+    wr[i] = tid + i * nt < nchunks ? __ldg(reinterpret_cast<const uint4*>(p.w) + tid + i * nt) : zero4();
+  float acc[kDw ? V : 1][8];
+#pragma unroll
+  for (int i = 0; i < (kDw ? V : 1); ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
+
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    const uint4* dyr = bwd_row<T>(p.dy, row, p.lddy);
+    const uint4* hr = bwd_row<T>(p.in, row, p.ldin);
+    uint4 dyv[V], hv[V], rv[V];
+    // Every load of the row issued before any math (streamed: read once).
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const bool live = tid + i * nt < nchunks;
+      dyv[i] = live ? __ldcs(dyr + tid + i * nt) : zero4();
+      hv[i] = live ? __ldcs(hr + tid + i * nt) : zero4();
+    }
+    if (p.dres) {
+      const uint4* rr = bwd_row<T>(p.dres, row, p.lddres);
+#pragma unroll
+      for (int i = 0; i < V; ++i) rv[i] = tid + i * nt < nchunks ? __ldcs(rr + tid + i * nt) : zero4();
+    }
+    float ss = 0.0f, sgh = 0.0f;
+#pragma unroll
+    for (int i = 0; i < V; ++i) bwd_chunk_sums<T>(dyv[i], hv[i], wr[i], p.gemma, ss, sgh);
+    block_reduce_sum2(ss, sgh, red);
+    const float rstd = rsqrtf(ss * inv_h + p.eps);
+    const float m = rstd * sgh * inv_h;
+    uint4* dhr = p.dh ? reinterpret_cast<uint4*>(static_cast<T*>(p.dh) + row * p.lddh) : nullptr;
+#pragma unroll
+    for (int i = 0; i < V; ++i)
+      if (tid + i * nt < nchunks) {
+        const uint4 d = bwd_chunk_dh<T>(dyv[i], hv[i], wr[i], p.dres ? &rv[i] : nullptr, p.gemma, rstd, m,
+                                        kDw ? acc[kDw ? i : 0] : nullptr);
+        if (dhr) __stcs(dhr + tid + i * nt, d);
+      }
+  }
+  if constexpr (kDw) {
+    float* pr = p.partials + int64_t(blockIdx.x) * p.h;
+#pragma unroll
+    for (int i = 0; i < V; ++i)
+      if (tid + i * nt < nchunks) {
+        float4* dst = reinterpret_cast<float4*>(pr + (tid + i * nt) * 8);
+        dst[0] = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+        dst[1] = make_float4(acc[i][4], acc[i][5], acc[i][6], acc[i][7]);
+      }
+  }
+}
+
+// Loop path (H > 8192): two passes over the row's chunks; the CTA's dweight partials accumulate
+// in its workspace row (the first row of the CTA initialises them).
+template <class T, bool kDw>
+__global__ void __launch_bounds__(512) rmsnorm_bwd_loop(const RmsNormBackwardParams p) {
+  __shared__ float red[2][32];
+  const int nchunks = p.h >> 3;
+  const uint4* w = static_cast<const uint4*>(p.w);
+  const float inv_h = 1.0f / float(p.h);
+  float* pr = kDw ? p.partials + int64_t(blockIdx.x) * p.h : nullptr;
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    const uint4* dyr = bwd_row<T>(p.dy, row, p.lddy);
+    const uint4* hr = bwd_row<T>(p.in, row, p.ldin);
+    const uint4* rr = p.dres ? bwd_row<T>(p.dres, row, p.lddres) : nullptr;
+    uint4* dhr = p.dh ? reinterpret_cast<uint4*>(static_cast<T*>(p.dh) + row * p.lddh) : nullptr;
+    float ss = 0.0f, sgh = 0.0f;
+    for (int c = threadIdx.x; c < nchunks; c += blockDim.x) bwd_chunk_sums<T>(dyr[c], hr[c], __ldg(w + c), p.gemma, ss, sgh);
+    block_reduce_sum2(ss, sgh, red);
+    const float rstd = rsqrtf(ss * inv_h + p.eps);
+    const float m = rstd * sgh * inv_h;
+    const bool first = row == blockIdx.x;
+    for (int c = threadIdx.x; c < nchunks; c += blockDim.x) {
+      float acc[8];
+      if constexpr (kDw) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[j] = first ? 0.0f : pr[c * 8 + j];
+      }
+      uint4 r;
+      if (rr) r = rr[c];
+      // dy is read before dh (which may alias it) is written, by the same thread.
+      const uint4 d = bwd_chunk_dh<T>(dyr[c], hr[c], __ldg(w + c), rr ? &r : nullptr, p.gemma, rstd, m, kDw ? acc : nullptr);
+      if (dhr) dhr[c] = d;
+      if constexpr (kDw) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) pr[c * 8 + j] = acc[j];
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ void store_scalar(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void store_scalar(__half* p, float v) { *p = __float2half_rn(v); }
+
+// dweight[col] = Σ_k partials[k, col] over the C partial rows, in a fixed order: group g of
+// kRmsNormBwdReduceGroups adds rows g, g + G, ...; then the G group sums in order 0..G-1.
+template <class T>
+__global__ void __launch_bounds__(detail::kRmsNormBwdReduceCols * detail::kRmsNormBwdReduceGroups)
+    rmsnorm_bwd_dweight(const float* __restrict__ partials, int64_t ctas, int h, T* __restrict__ dweight) {
+  constexpr int kCols = detail::kRmsNormBwdReduceCols, kGroups = detail::kRmsNormBwdReduceGroups;
+  __shared__ float sums[kGroups][kCols + 1];
+  const int lane = threadIdx.x % kCols, group = threadIdx.x / kCols;
+  const int col = blockIdx.x * kCols + lane;
+  float a = 0.0f;
+  if (col < h)
+    for (int64_t k = group; k < ctas; k += kGroups) a += partials[k * h + col];
+  sums[group][lane] = a;
+  __syncthreads();
+  if (group == 0 && col < h) {
+    float t = 0.0f;
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) t += sums[g][lane];
+    store_scalar(dweight + col, t);
+  }
+}
+
+}  // namespace blockfuse::add_rmsnorm_detail
