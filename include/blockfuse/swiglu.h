@@ -35,4 +35,17 @@ void swiglu(ConstMatrix gate_up, Matrix out, Activation act, GateUpLayout layout
 void swiglu_fp8(ConstMatrix gate_up, Fp8Matrix out, Fp8Scale scale, Activation act, GateUpLayout layout,
                 cudaStream_t stream = nullptr);
 
+// The backward of swiglu (training): given dh [M, U] (the gradient of `out`) and the forward's input
+// gate_up [M, 2U], writes d_gate_up [M, 2U] in the same layout:
+//   d_gate = dh · up · act'(gate),   d_up = dh · act(gate)
+// in fp32 (act and act' from one sigmoid), one rounding to the dtype. One pass: 16-byte loads of dh
+// and both halves, 16-byte stores.
+// Requirements (checked): act and layout known; dtypes equal; gate_up.cols == 2 * dh.cols,
+// gate_up.rows == dh.rows; U % 8 == 0; every ld % 8 == 0 and 16-byte aligned pointers; d_gate_up of
+// gate_up's shape. d_gate_up may alias gate_up exactly (same pointer and ld: the gradient written
+// over the saved activation, each element read before it is written by the same thread); any other
+// overlap between the three is an error.
+void swiglu_backward(ConstMatrix dh, ConstMatrix gate_up, Matrix d_gate_up, Activation act, GateUpLayout layout,
+                     cudaStream_t stream = nullptr);
+
 }  // namespace blockfuse

@@ -31,6 +31,32 @@ void add_rmsnorm(DType t, int64_t M, int64_t H, const uint16_t* x, int64_t ldx, 
   }
 }
 
+void rmsnorm_backward(DType t, int64_t M, int64_t H, const uint16_t* dy, int64_t lddy, const uint16_t* dres,
+                      int64_t lddres, const uint16_t* h, int64_t ldh, const uint16_t* w, double eps,
+                      bool gemma_one_plus_w, double* dh, double* dweight) {
+  if (dweight)
+    for (int64_t i = 0; i < H; ++i) dweight[i] = 0;
+  for (int64_t m = 0; m < M; ++m) {
+    double ss = 0, sgh = 0;
+    for (int64_t i = 0; i < H; ++i) {
+      const double hv = host::to_float(t, h[m * ldh + i]);
+      const double g = double(host::to_float(t, dy[m * lddy + i])) *
+                       (double(host::to_float(t, w[i])) + (gemma_one_plus_w ? 1.0 : 0.0));
+      ss += hv * hv;
+      sgh += g * hv;
+    }
+    const double rstd = 1.0 / std::sqrt(ss / double(H) + eps);
+    const double mean_gh = rstd * sgh / double(H);
+    for (int64_t i = 0; i < H; ++i) {
+      const double hn = double(host::to_float(t, h[m * ldh + i])) * rstd;
+      const double d = host::to_float(t, dy[m * lddy + i]);
+      const double g = d * (double(host::to_float(t, w[i])) + (gemma_one_plus_w ? 1.0 : 0.0));
+      if (dh) dh[m * H + i] = rstd * (g - hn * mean_gh) + (dres ? double(host::to_float(t, dres[m * lddres + i])) : 0.0);
+      if (dweight) dweight[i] += d * hn;
+    }
+  }
+}
+
 uint16_t round_to_dtype(DType t, double v) { return host::from_float(t, static_cast<float>(v)); }
 
 // The shared host e4m3 conversion (common/fp8_host.h, checked code by code in test_fp8_host.cpp).

@@ -21,6 +21,17 @@ namespace blockfuse::reference {
 void add_rmsnorm(DType t, int64_t M, int64_t H, const uint16_t* x, int64_t ldx, const uint16_t* residual,
                  int64_t ldr, const uint16_t* w, double eps, bool gemma_one_plus_w, uint16_t* r_out, double* v);
 
+// The backward of rmsnorm / add_rmsnorm (blockfuse/add_rmsnorm.h) in fp64 from host bits: h is the
+// normed input (x, or residual_out) [M, H], dy its output's gradient, dres the gradient of
+// residual_out (nullptr: absent), w the weight. Writes, before any rounding,
+//   dh[m * H + i] = rstd · (g − h̃ · mean(g · h̃)) (+ dres), g = dy · w_eff, h̃ = h · rstd,
+//                   rstd = 1 / sqrt(mean(h²) + eps)
+//   dweight[i]    = Σ_m dy · h̃
+// (either may be nullptr).
+void rmsnorm_backward(DType t, int64_t M, int64_t H, const uint16_t* dy, int64_t lddy, const uint16_t* dres,
+                      int64_t lddres, const uint16_t* h, int64_t ldh, const uint16_t* w, double eps,
+                      bool gemma_one_plus_w, double* dh, double* dweight);
+
 // v rounded to the dtype (through fp32, as a host conversion can; at most one ulp from a direct
 // fp64 rounding in rare double-rounding ties — inside every test's tolerance).
 uint16_t round_to_dtype(DType t, double v);

@@ -44,6 +44,24 @@ __device__ __forceinline__ float gelu_tanh_fast_f32(float g) {
 __device__ __forceinline__ float gated_act_fast(int act, float gate, float up) {
   return (act == 0 ? silu_fast_f32(gate) : gelu_tanh_fast_f32(gate)) * up;
 }
+// act(g) and act'(g) together (the backward), from one sigmoid s of the same approximations:
+//   SiLU:      a = g·s,  a' = s · (1 + g · (1 − s)),               s = sigmoid(g)
+//   tanh-GELU: a = g·s,  a' = s + g · 2s(1 − s) · √(2/π)(1 + 3·0.044715·g²),  s = sigmoid(2z)
+//              (0.5(1 + tanh z) = s and 0.5(1 − tanh² z) = 2s(1 − s): the forms without cancellation).
+// Large |g|: s is exactly 0 or 1 and a' is 0 or 1, the limits.
+__device__ __forceinline__ void act_and_grad_fast(int act, float g, float& a, float& da) {
+  if (act == 0) {
+    const float s = __fdividef(1.0f, 1.0f + __expf(-g));
+    a = g * s;
+    da = s * (1.0f + g * (1.0f - s));
+  } else {
+    const float k = 0.7978845608028654f, b = 0.044715f;
+    const float z = k * (g + b * g * g * g);
+    const float s = __fdividef(1.0f, 1.0f + __expf(-2.0f * z));
+    a = g * s;
+    da = s + g * (2.0f * s * (1.0f - s)) * k * (1.0f + 3.0f * b * g * g);
+  }
+}
 #endif
 
 // act(g) in fp64, the definitions the CPU references and the tests' tolerances use (host only);
@@ -52,6 +70,18 @@ template <class Act>
 inline double act_f64(Act act, double g) {
   if (static_cast<int>(act) == 0) return g / (1.0 + std::exp(-g));
   return 0.5 * g * (1.0 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
+}
+
+// act'(g) in fp64 (host only): the derivative of act_f64.
+template <class Act>
+inline double act_grad_f64(Act act, double g) {
+  if (static_cast<int>(act) == 0) {
+    const double s = 1.0 / (1.0 + std::exp(-g));
+    return s * (1.0 + g * (1.0 - s));
+  }
+  const double k = 0.7978845608028654, b = 0.044715;
+  const double t = std::tanh(k * (g + b * g * g * g));
+  return 0.5 * (1.0 + t) + 0.5 * g * (1.0 - t * t) * k * (1.0 + 3.0 * b * g * g);
 }
 
 }  // namespace blockfuse

@@ -56,6 +56,25 @@ void swiglu_reference_host(ConstMatrix in, Matrix out, Activation act, GateUpLay
     for (int64_t j = 0; j < out.cols; ++j) o[r * out.ld + j] = host::from_float(out.dtype, v[size_t(r * out.cols + j)]);
 }
 
+void swiglu_backward_reference_host(ConstMatrix dh, ConstMatrix in, double* dout, int64_t ldo, Activation act,
+                                    GateUpLayout layout) {
+  constexpr const char* kFn = "swiglu_backward_reference_host";
+  validate(kFn, in, ldo / 2, act, layout);
+  detail::check_matrix_shape(kFn, "dh", dh);
+  if (dh.rows != in.rows || 2 * dh.cols != in.cols)
+    detail::throw_arg(kFn, "dh", detail::cat("is ", dh.rows, " x ", dh.cols),
+                      detail::cat("[gate_up.rows, gate_up.cols / 2] = [", in.rows, ", ", in.cols / 2, "]"));
+  const int64_t u = dh.cols;
+  const bool il = layout == GateUpLayout::kInterleaved;
+  for (int64_t r = 0; r < in.rows; ++r)
+    for (int64_t j = 0; j < u; ++j) {
+      const int64_t gc = il ? 2 * j + 1 : j, uc = il ? 2 * j : u + j;
+      const double g = element(in, r, gc), up = element(in, r, uc), d = element(dh, r, j);
+      dout[r * ldo + gc] = d * up * act_grad_f64(act, g);
+      dout[r * ldo + uc] = d * act_f64(act, g);
+    }
+}
+
 void swiglu_fp8_reference_host(ConstMatrix in, uint8_t* out, int64_t ldo, Fp8ScaleMode mode, float* scales,
                                Activation act, GateUpLayout layout) {
   const int64_t u = in.cols / 2;

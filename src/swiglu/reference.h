@@ -22,4 +22,10 @@ void swiglu_reference_host(ConstMatrix gate_up, Matrix out, Activation act, Gate
 void swiglu_fp8_reference_host(ConstMatrix gate_up, uint8_t* out, int64_t ldo, Fp8ScaleMode mode, float* scales,
                                Activation act, GateUpLayout layout);
 
+// The backward in fp64 (act_f64 / act_grad_f64 of common/activation.cuh) from host bits: dh [rows, U]
+// (row stride lddh) and gate_up in `layout`; writes d_gate_up [rows, 2U] as fp64 in the same layout
+// (row stride ldo), before any rounding: d_gate = dh · up · act'(gate), d_up = dh · act(gate).
+void swiglu_backward_reference_host(ConstMatrix dh, ConstMatrix gate_up, double* d_gate_up, int64_t ldo, Activation act,
+                                    GateUpLayout layout);
+
 }  // namespace blockfuse
