@@ -16,7 +16,8 @@ graph break; outputs come from the caching allocator and the work goes on the cu
 every op can be captured in a CUDA graph. The wrappers call the registered op directly: all argument
 checks are in C++ (no Python on the hot path), and every argument error is a ValueError whose message
 names the op and the argument (blockfuse::Error's message, unchanged). gated_up has a backward (in
-C++); the other ops are inference-only (no autograd formula: a backward through them raises).
+C++); rmsnorm, add_rmsnorm and swiglu have one through their backward kernels (registered with
+torch.library.register_autograd); the other ops are inference-only (a backward through them raises).
 
 This module is the public namespace: it re-exports each family's op wrappers and references from
 the module that holds them with its fake implementations —
@@ -28,8 +29,9 @@ the module that holds them with its fake implementations —
     blockfuse.decode_attention  decode_attention, decode_attention_with_kvcache and their references
     blockfuse.fused_mlp     fused_mlp, fused_mlp_sparse, neuron_block_router, fused_mlp_reserve,
                             fused_mlp_reference, router_reference
-    blockfuse.add_rmsnorm   rmsnorm, add_rmsnorm, add_rmsnorm_, rmsnorm_fp8, add_rmsnorm_fp8 and references
-    blockfuse.swiglu        swiglu, swiglu_fp8, swiglu_reference
+    blockfuse.add_rmsnorm   rmsnorm, add_rmsnorm, add_rmsnorm_, rmsnorm_fp8, add_rmsnorm_fp8, the backward
+                            ops rmsnorm_backward / add_rmsnorm_backward and references
+    blockfuse.swiglu        swiglu, swiglu_fp8, swiglu_backward and references
     blockfuse.decode_gemm   decode_gemm, decode_gemm_reserve, decode_gemm_reference
 
 — and what they share (blockfuse._common): the activations, the FP8 e4m3 rule (fp8_quantize_reference,
@@ -37,8 +39,8 @@ fp8_dequantize), available() / load_error() and set_programmatic_dependent_launc
 """
 from ._common import (ACTIVATIONS, FP8_DTYPE, FP8_MAX, LAYOUTS, activation_and_grad, available,
                       fp8_dequantize, fp8_quantize_reference, load_error, set_programmatic_dependent_launch)
-from .add_rmsnorm import (add_rmsnorm, add_rmsnorm_, add_rmsnorm_fp8, add_rmsnorm_reference, rmsnorm,
-                          rmsnorm_fp8, rmsnorm_reference)
+from .add_rmsnorm import (add_rmsnorm, add_rmsnorm_, add_rmsnorm_backward, add_rmsnorm_fp8, add_rmsnorm_reference,
+                          rmsnorm, rmsnorm_backward, rmsnorm_backward_reference, rmsnorm_fp8, rmsnorm_reference)
 from .attention import attention, attention_varlen
 from .decode_attention import (decode_attention, decode_attention_reference, decode_attention_with_kvcache,
                                decode_attention_with_kvcache_reference)
@@ -48,16 +50,18 @@ from .fused_mlp import (ROUTER_MODES, fused_mlp, fused_mlp_reference, fused_mlp_
 from .gated_up import (deinterleave_gate_up, deinterleave_to_stacked, gated_up, gated_up_backward,
                        gated_up_reference, interleave_gate_up, interleave_stacked)
 from .gated_up_fp8 import gated_up_fp8, gated_up_fp8_dynamic, gated_up_fp8_reference
-from .swiglu import swiglu, swiglu_fp8, swiglu_reference
+from .swiglu import swiglu, swiglu_backward, swiglu_backward_reference, swiglu_fp8, swiglu_reference
 
 __all__ = [
     "ACTIVATIONS", "FP8_DTYPE", "FP8_MAX", "LAYOUTS", "activation_and_grad", "available", "fp8_dequantize",
     "fp8_quantize_reference", "load_error", "set_programmatic_dependent_launch", "add_rmsnorm",
-    "add_rmsnorm_", "add_rmsnorm_fp8", "add_rmsnorm_reference", "rmsnorm", "rmsnorm_fp8", "rmsnorm_reference",
+    "add_rmsnorm_", "add_rmsnorm_backward", "add_rmsnorm_fp8", "add_rmsnorm_reference", "rmsnorm", "rmsnorm_backward",
+    "rmsnorm_backward_reference", "rmsnorm_fp8", "rmsnorm_reference",
     "attention", "attention_varlen", "decode_attention", "decode_attention_with_kvcache",
     "decode_attention_reference", "decode_attention_with_kvcache_reference", "decode_gemm", "decode_gemm_reference", "decode_gemm_reserve",
     "ROUTER_MODES", "fused_mlp", "fused_mlp_reference", "fused_mlp_reserve", "fused_mlp_sparse",
     "neuron_block_router", "router_reference", "deinterleave_gate_up", "deinterleave_to_stacked", "gated_up",
     "gated_up_backward", "gated_up_reference", "interleave_gate_up", "interleave_stacked", "gated_up_fp8",
-    "gated_up_fp8_dynamic", "gated_up_fp8_reference", "swiglu", "swiglu_fp8", "swiglu_reference",
+    "gated_up_fp8_dynamic", "gated_up_fp8_reference", "swiglu", "swiglu_backward",
+    "swiglu_backward_reference", "swiglu_fp8", "swiglu_reference",
 ]

@@ -5,6 +5,12 @@
 //   add_rmsnorm_(x, residual!, weight, eps, gemma) -> out                   residual updated in place
 //   rmsnorm_fp8(x, weight, scale?, eps, gemma) -> (out e4m3, row_scales)
 //   add_rmsnorm_fp8(x, residual, weight, scale?, eps, gemma) -> (out e4m3, residual_out, row_scales)
+//   rmsnorm_backward(dy, x, weight, eps, gemma, need_dx, need_dweight) -> (dx, dweight)
+//   add_rmsnorm_backward(dy, d_residual_out?, h, weight, eps, gemma, need_dh, need_dweight) -> (dh, dweight)
+// The backward ops serve the autograd formulas of rmsnorm and add_rmsnorm (registered in Python,
+// blockfuse/add_rmsnorm.py); h is add_rmsnorm's residual_out and dh the gradient of both x and
+// residual. An output not needed comes back as an empty [0] tensor; dweight is [H] in weight's dtype.
+// The dweight partials' workspace comes from the caching allocator per call.
 // Schemas at the end; the fake implementations are in the Python package. FP8 scales: `scale` given
 // (a float32 CUDA tensor of one element, read on the device, so a graph replays with a changed
 // value) is the static per-tensor scale and row_scales is empty ([0]); `scale` None is the dynamic
@@ -152,6 +158,70 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> add_rmsnorm_fp8_op(const at::Tens
   return {out, res_out, row_scales};
 }
 
+// add: add_rmsnorm_backward (h, dh, an optional d_residual_out), else rmsnorm_backward (x, dx).
+std::tuple<at::Tensor, at::Tensor> norm_backward(bool add, const at::Tensor& dy,
+                                                 const std::optional<at::Tensor>& dres, const at::Tensor& h,
+                                                 const at::Tensor& weight, double eps, bool gemma, bool need_dh,
+                                                 bool need_dw) {
+  const char* fn = add ? "add_rmsnorm_backward" : "rmsnorm_backward";
+  const char* h_name = add ? "h" : "x";
+  check_cuda(dy, fn, "dy");
+  const DType dt = to_dtype(dy, fn, "dy");
+  std::vector<NamedTensor> others{{&h, h_name}, {&weight, "weight"}};
+  if (dres) others.push_back({&*dres, "d_residual_out"});
+  for (const NamedTensor& o : others) {
+    check_cuda(*o.t, fn, o.name);
+    check_same_device(*o.t, dy, fn, o.name, "dy");
+    check_same_dtype(*o.t, dy, fn, o.name, "dy");
+  }
+  check_same_sizes(h, dy, fn, h_name, "dy");
+  if (dres) check_same_sizes(*dres, dy, fn, "d_residual_out", "dy");
+  const RowView dyv = as_rows(dy, fn, "dy");
+  const RowView hv = as_rows(h, fn, h_name);
+  const RowView wv = as_vector(weight, fn, "weight");
+  TORCH_CHECK_VALUE(wv.cols == dyv.cols, "blockfuse.", fn, ": argument 'weight' has sizes ", dims(weight.sizes()),
+                    "; required: [H] with H = dy.size(-1) = ", num(dyv.cols));
+  TORCH_CHECK_VALUE(need_dh || need_dw, "blockfuse.", fn,
+                    ": arguments 'need_dh' and 'need_dweight' are both False; required: at least one output");
+  c10::cuda::CUDAGuard guard(dy.device());
+  at::Tensor dh = need_dh ? at::empty(dy.sizes(), dy.options()) : at::empty({0}, dy.options());
+  at::Tensor dw = need_dw ? at::empty({dyv.cols}, weight.options()) : at::empty({0}, weight.options());
+  if (dyv.rows == 0) {
+    if (need_dw) dw.zero_();  // a sum over no rows
+    return {dh, dw};
+  }
+  const RowView ov{dyv.rows, dyv.cols, dyv.cols};
+  const size_t ws_bytes = need_dw ? blockfuse::rmsnorm_backward_workspace_bytes(dyv.rows, dyv.cols) : 0;
+  at::Tensor ws = at::empty({static_cast<int64_t>(ws_bytes)}, dy.options().dtype(at::kByte));
+  const RowView dwv{1, dyv.cols, dyv.cols};
+  call_blockfuse([&] {
+    const Matrix dhm = need_dh ? mview(dh, ov, dt) : Matrix{};
+    const Matrix dwm = need_dw ? mview(dw, dwv, dt) : Matrix{};
+    void* wsp = ws_bytes ? ws.data_ptr() : nullptr;
+    if (add) {
+      const ConstMatrix rm = dres ? cview(*dres, as_rows(*dres, fn, "d_residual_out"), dt) : ConstMatrix{};
+      blockfuse::add_rmsnorm_backward(cview(dy, dyv, dt), rm, cview(h, hv, dt), cview(weight, wv, dt), dhm, dwm, wsp,
+                                      ws_bytes, norm_options(eps, gemma), current_stream(dy));
+    } else {
+      blockfuse::rmsnorm_backward(cview(dy, dyv, dt), cview(h, hv, dt), cview(weight, wv, dt), dhm, dwm, wsp, ws_bytes,
+                                  norm_options(eps, gemma), current_stream(dy));
+    }
+  });
+  return {dh, dw};
+}
+
+std::tuple<at::Tensor, at::Tensor> rmsnorm_backward_op(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& weight,
+                                                       double eps, bool gemma, bool need_dx, bool need_dweight) {
+  return norm_backward(false, dy, std::nullopt, x, weight, eps, gemma, need_dx, need_dweight);
+}
+
+std::tuple<at::Tensor, at::Tensor> add_rmsnorm_backward_op(const at::Tensor& dy,
+                                                           const std::optional<at::Tensor>& d_residual_out,
+                                                           const at::Tensor& h, const at::Tensor& weight, double eps,
+                                                           bool gemma, bool need_dh, bool need_dweight) {
+  return norm_backward(true, dy, d_residual_out, h, weight, eps, gemma, need_dh, need_dweight);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
@@ -160,7 +230,11 @@ TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
                "add_rmsnorm_(Tensor x, Tensor(a!) residual, Tensor weight, float eps=1e-6, bool gemma=False) -> Tensor",
                "rmsnorm_fp8(Tensor x, Tensor weight, Tensor? scale=None, float eps=1e-6, bool gemma=False) -> (Tensor, Tensor)",
                "add_rmsnorm_fp8(Tensor x, Tensor residual, Tensor weight, Tensor? scale=None, float eps=1e-6, "
-               "bool gemma=False) -> (Tensor, Tensor, Tensor)"});
+               "bool gemma=False) -> (Tensor, Tensor, Tensor)",
+               "rmsnorm_backward(Tensor dy, Tensor x, Tensor weight, float eps=1e-6, bool gemma=False, "
+               "bool need_dx=True, bool need_dweight=True) -> (Tensor, Tensor)",
+               "add_rmsnorm_backward(Tensor dy, Tensor? d_residual_out, Tensor h, Tensor weight, float eps=1e-6, "
+               "bool gemma=False, bool need_dh=True, bool need_dweight=True) -> (Tensor, Tensor)"});
 }
 
 BLOCKFUSE_TORCH_IMPLS(m) {
@@ -169,4 +243,6 @@ BLOCKFUSE_TORCH_IMPLS(m) {
   m.impl("add_rmsnorm_", &add_rmsnorm_inplace_op);
   m.impl("rmsnorm_fp8", &rmsnorm_fp8_op);
   m.impl("add_rmsnorm_fp8", &add_rmsnorm_fp8_op);
+  m.impl("rmsnorm_backward", &rmsnorm_backward_op);
+  m.impl("add_rmsnorm_backward", &add_rmsnorm_backward_op);
 }

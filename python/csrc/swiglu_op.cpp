@@ -2,6 +2,8 @@
 // bf16/fp16 or an FP8 (e4m3) output:
 //   swiglu(gate_up [..., 2U], activation, layout) -> out [..., U]
 //   swiglu_fp8(gate_up, scale?, activation, layout) -> (out e4m3, row_scales)
+//   swiglu_backward(dh [..., U], gate_up [..., 2U], activation, layout) -> d_gate_up [..., 2U]
+// (swiglu_backward serves swiglu's autograd formula, registered in Python: blockfuse/swiglu.py.)
 // Schemas at the end; the fake implementations are in the Python package. FP8 scales as for
 // rmsnorm_fp8 (binding.h's fp8_scale): a one-element float32 tensor is the static per-tensor scale
 // (row_scales empty), None the dynamic per-row mode (row_scales written by the kernel).
@@ -78,14 +80,38 @@ std::tuple<at::Tensor, at::Tensor> swiglu_fp8_op(const at::Tensor& gate_up, cons
   return {out, row_scales};
 }
 
+at::Tensor swiglu_backward_op(const at::Tensor& dh, const at::Tensor& gate_up, c10::string_view activation,
+                              c10::string_view layout) {
+  constexpr const char* fn = "swiglu_backward";
+  const SwigluArgs a = check_swiglu(fn, gate_up, activation, layout);
+  check_cuda(dh, fn, "dh");
+  check_same_device(dh, gate_up, fn, "dh", "gate_up");
+  check_same_dtype(dh, gate_up, fn, "dh", "gate_up");
+  const std::vector<int64_t> want = with_last(gate_up, a.u);
+  TORCH_CHECK_VALUE(dh.sizes() == c10::IntArrayRef(want), "blockfuse.", fn, ": argument 'dh' has sizes ", dims(dh.sizes()),
+                    "; required: gate_up's sizes with the last halved (", dims(want), ")");
+  const RowView dv = as_rows(dh, fn, "dh");
+  c10::cuda::CUDAGuard guard(gate_up.device());
+  at::Tensor out = at::empty(gate_up.sizes(), gate_up.options());
+  if (a.gv.rows == 0) return out;
+  const RowView ov{a.gv.rows, 2 * a.u, 2 * a.u};
+  call_blockfuse([&] {
+    blockfuse::swiglu_backward(cview(dh, dv, a.dt), cview(gate_up, a.gv, a.dt), mview(out, ov, a.dt), a.act, a.layout,
+                               current_stream(gate_up));
+  });
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
   def_ops(m, {"swiglu(Tensor gate_up, str activation='silu', str layout='stacked') -> Tensor",
-               "swiglu_fp8(Tensor gate_up, Tensor? scale=None, str activation='silu', str layout='stacked') -> (Tensor, Tensor)"});
+               "swiglu_fp8(Tensor gate_up, Tensor? scale=None, str activation='silu', str layout='stacked') -> (Tensor, Tensor)",
+               "swiglu_backward(Tensor dh, Tensor gate_up, str activation='silu', str layout='stacked') -> Tensor"});
 }
 
 BLOCKFUSE_TORCH_IMPLS(m) {
   m.impl("swiglu", &swiglu_op);
   m.impl("swiglu_fp8", &swiglu_fp8_op);
+  m.impl("swiglu_backward", &swiglu_backward_op);
 }
