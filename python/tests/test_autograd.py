@@ -1,0 +1,138 @@
+"""GPU tests of the autograd formulas of rmsnorm / add_rmsnorm / swiglu (register_autograd over the
+backward kernels): gradients against fp64 torch autograd of the reference formulas on small odd
+shapes (both dtypes, Gemma's 1 + w, both layouts and activations), every requires_grad pattern (only
+x, only the weight, a frozen weight), the residual stream's gradient alone, bitwise-reproducible
+dweight, torch.compile(fullgraph=True) with gradients, and torch.library.opcheck of the backward
+ops."""
+import pytest
+
+from conftest import require_gpu
+from tensor_utils import rel  # noqa: E402
+
+torch, ops = require_gpu()
+pytestmark = pytest.mark.gpu
+
+DTYPES = (torch.bfloat16, torch.float16)
+# Relative Frobenius error against fp64: the inputs are rounded to the dtype for both sides, so the
+# error is the kernels' fp32 math plus one output rounding (bf16 ~1.7e-3, fp16 ~2.3e-4).
+REL_TOL = {torch.bfloat16: 8e-3, torch.float16: 2e-3}
+
+
+def rnd(*shape, dtype, scale=1.0, grad=True):
+    return (torch.randn(*shape, device="cuda") * scale).to(dtype).requires_grad_(grad)
+
+
+def fp64_norm(h, w, eps, gemma):
+    wf = w + 1.0 if gemma else w
+    return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * wf
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("gemma", [False, True])
+@pytest.mark.parametrize("shape", [(1, 64), (7, 4104), (3, 5, 136), (2, 8200)])
+def test_rmsnorm_grad_matches_fp64(dtype, gemma, shape):
+    torch.manual_seed(0)
+    x, w = rnd(*shape, dtype=dtype), rnd(shape[-1], dtype=dtype, scale=0.5)
+    dy = torch.randn(*shape, device="cuda").to(dtype)
+    ops.rmsnorm(x, w, 1e-6, gemma).backward(dy)
+    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    fp64_norm(x64, w64, 1e-6, gemma).backward(dy.double())
+    assert rel(x.grad, x64.grad) < REL_TOL[dtype]
+    assert rel(w.grad, w64.grad) < REL_TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("gemma", [False, True])
+@pytest.mark.parametrize("use", ["out", "residual", "both"])
+def test_add_rmsnorm_grad_matches_fp64(dtype, gemma, use):
+    torch.manual_seed(1)
+    x, r, w = rnd(7, 4104, dtype=dtype), rnd(7, 4104, dtype=dtype), rnd(4104, dtype=dtype, scale=0.5)
+    dy, dr = torch.randn(7, 4104, device="cuda").to(dtype), torch.randn(7, 4104, device="cuda").to(dtype)
+    out, res_out = ops.add_rmsnorm(x, r, w, 1e-6, gemma)
+    grads = {"out": [dy, None], "residual": [None, dr], "both": [dy, dr]}[use]
+    torch.autograd.backward([t for t, g in zip((out, res_out), grads) if g is not None], [g for g in grads if g is not None])
+    # fp64: the norm of the rounded sum (what the forward normalises), its gradient flowing to x and r.
+    h64 = (x.detach().float() + r.detach().float()).to(dtype).double().requires_grad_()
+    w64 = w.detach().double().requires_grad_()
+    loss = 0
+    if grads[0] is not None:
+        loss = loss + (fp64_norm(h64, w64, 1e-6, gemma) * dy.double()).sum()
+    if grads[1] is not None:
+        loss = loss + (h64 * dr.double()).sum()
+    loss.backward()
+    assert rel(x.grad, h64.grad) < REL_TOL[dtype] and torch.equal(x.grad, r.grad)
+    if grads[0] is not None:
+        assert rel(w.grad, w64.grad) < REL_TOL[dtype]
+    else:
+        assert torch.count_nonzero(w.grad) == 0
+
+
+@pytest.mark.parametrize("pattern", ["only_x", "only_weight", "frozen_weight"])
+def test_norm_mixed_requires_grad(pattern):
+    torch.manual_seed(2)
+    x = rnd(33, 1024, dtype=torch.bfloat16, grad=pattern != "only_weight")
+    w = rnd(1024, dtype=torch.bfloat16, grad=pattern == "only_weight")
+    ops.rmsnorm(x, w).float().pow(2).sum().backward()
+    assert (x.grad is None) == (pattern == "only_weight")
+    assert (w.grad is None) == (pattern != "only_weight")
+
+
+def test_dweight_is_bitwise_reproducible():
+    torch.manual_seed(3)
+    x, w = rnd(2048, 4104, dtype=torch.bfloat16, grad=False), rnd(4104, dtype=torch.bfloat16, grad=False)
+    dy = torch.randn(2048, 4104, device="cuda").to(torch.bfloat16)
+    a = ops.rmsnorm_backward(dy, x, w)
+    b = ops.rmsnorm_backward(dy, x, w)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    ref_dh, ref_dw = ops.rmsnorm_backward_reference(dy, x, w)
+    assert rel(a[0], ref_dh) < REL_TOL[torch.bfloat16] and rel(a[1], ref_dw) < REL_TOL[torch.bfloat16]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("act", ops.ACTIVATIONS)
+@pytest.mark.parametrize("layout", ops.LAYOUTS)
+@pytest.mark.parametrize("shape", [(1, 16), (7, 2 * 1032), (3, 5, 48)])
+def test_swiglu_grad_matches_fp64(dtype, act, layout, shape):
+    torch.manual_seed(4)
+    gu = rnd(*shape, dtype=dtype, scale=2.0)
+    dh = torch.randn(*shape[:-1], shape[-1] // 2, device="cuda").to(dtype)
+    ops.swiglu(gu, act, layout).backward(dh)
+    g64 = gu.detach().double().requires_grad_()
+    z = g64
+    u = shape[-1] // 2
+    gate, up = (z[..., :u], z[..., u:]) if layout == "stacked" else (z[..., 1::2], z[..., 0::2])
+    a = torch.nn.functional.silu(gate) if act == "silu" else torch.nn.functional.gelu(gate, approximate="tanh")
+    (a * up).backward(dh.double())
+    assert rel(gu.grad, g64.grad) < REL_TOL[dtype]
+
+
+def test_compile_fullgraph_with_gradients():
+    torch.manual_seed(5)
+
+    def block(x, r, w_norm, w_gu):
+        normed, res = ops.add_rmsnorm(x, r, w_norm, 1e-6)
+        h = ops.swiglu(normed @ w_gu.t(), "silu", "stacked")
+        return h.float().pow(2).mean() + res.float().mean()
+
+    x, r = rnd(9, 256, dtype=torch.bfloat16), rnd(9, 256, dtype=torch.bfloat16)
+    wn, wg = rnd(256, dtype=torch.bfloat16), rnd(128, 256, dtype=torch.bfloat16, scale=0.05)
+    block(x, r, wn, wg).backward()
+    eager = [t.grad.clone() for t in (x, r, wn, wg)]
+    for t in (x, r, wn, wg):
+        t.grad = None
+    torch.compile(block, fullgraph=True)(x, r, wn, wg).backward()
+    for e, c in zip(eager, (x.grad, r.grad, wn.grad, wg.grad)):
+        assert rel(c, e) < 1e-2
+
+
+def test_opcheck_backward_ops():
+    torch.manual_seed(6)
+    dy = torch.randn(5, 64, device="cuda").to(torch.bfloat16)
+    x = torch.randn(5, 64, device="cuda").to(torch.bfloat16)
+    w = torch.randn(64, device="cuda").to(torch.bfloat16)
+    torch.library.opcheck(torch.ops.blockfuse.rmsnorm_backward.default, (dy, x, w, 1e-6, False, True, True))
+    torch.library.opcheck(torch.ops.blockfuse.add_rmsnorm_backward.default, (dy, dy, x, w, 1e-6, True, True, False))
+    gu = torch.randn(5, 128, device="cuda").to(torch.bfloat16)
+    torch.library.opcheck(torch.ops.blockfuse.swiglu_backward.default, (dy, gu, "gelu_tanh", "interleaved"))
+    # The forward ops with their autograd formulas (opcheck runs its autograd-registration test).
+    torch.library.opcheck(torch.ops.blockfuse.rmsnorm.default, (x.requires_grad_(), w, 1e-6, False))
