@@ -9,7 +9,8 @@
 compute capability >= 8.0; x's last dim contiguous and its leading dims flattenable into rows with
 one row stride; K % 8 == 0, U % 8 == 0, row strides % 8 == 0, 16-byte aligned data. Numerics: fp32
 accumulation, activation and product in fp32, one rounding to the output dtype. The op has a
-backward (in C++; gated_up_backward is its formula in torch). Up to 32 rows it runs the decode
+backward (in C++: the pre-activation recomputed, then blockfuse's swiglu backward in place and two
+GEMMs; gated_up_backward is its formula in torch). Up to 32 rows it runs the decode
 kernel, which streams the weight (docs/gated_up.md).
 
 This module holds the op's wrapper, the weight-layout helpers, the reference and the fake

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "binding.h"
+#include "blockfuse/swiglu.h"
 #include "workspace.h"
 
 namespace {
@@ -96,10 +97,13 @@ at::Tensor gated_up_cpu(const at::Tensor& x, const at::Tensor&, c10::string_view
 
 // The backward of gated_up, in C++ so that an inference call pays no Python autograd kernel (a
 // torch.library.register_autograd formula runs Python on every call, grad or not). It recomputes
-// z = x·wᵀ with torch (the forward's memory saving is kept; the backward is plain torch):
-//   up = z[:, 0::2], gate = z[:, 1::2];  dz_up = g · act(gate),  dz_gate = g · up · act'(gate)
+// the pre-activation z = x·wᵀ [M, 2U] with torch in x's dtype (the forward keeps only x: its memory
+// saving is kept), then, in place over z, blockfuse::swiglu_backward in gated_up's interleaved layout:
+//   dz_up = g · act(gate),  dz_gate = g · up · act'(gate)     (fp32 math, one rounding)
 //   dx = dz · w,  dw = dzᵀ · x
-// (the same formula as ops.gated_up_backward, which the CPU tests check against autograd).
+// So the backward holds one [M, 2U] tensor in x's dtype, as eager torch holds its saved gate and up
+// (ops.gated_up_backward is the same formula in plain torch, which the CPU tests check against
+// autograd).
 class GatedUpFunction : public torch::autograd::Function<GatedUpFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
@@ -126,21 +130,19 @@ class GatedUpFunction : public torch::autograd::Function<GatedUpFunction> {
     const auto act = static_cast<blockfuse::Activation>(ctx->saved_data["act"].toInt());
     const int64_t k = x.size(-1), u = w.size(0) / 2;
     const at::Tensor x2 = x.reshape({-1, k});
-    const at::Tensor z = at::mm(x2, w.t()).to(at::kFloat);
-    const at::Tensor up = z.slice(1, 0, c10::nullopt, 2), gate = z.slice(1, 1, c10::nullopt, 2);
-    at::Tensor a, da;
-    if (act == blockfuse::Activation::kSiLU) {
-      const at::Tensor s = at::sigmoid(gate);
-      a = gate * s;
-      da = s * (1 + gate * (1 - s));
-    } else {
-      const double c = std::sqrt(2.0 / M_PI);
-      const at::Tensor t = at::tanh(c * (gate + 0.044715 * gate * gate * gate));
-      a = 0.5 * gate * (1 + t);
-      da = 0.5 * (1 + t) + 0.5 * gate * (1 - t * t) * c * (1 + 3 * 0.044715 * gate * gate);
+    at::Tensor dz = at::mm(x2, w.t());  // z, then dz in place: [M, 2U] contiguous, interleaved like w
+    const at::Tensor g2 = grads[0].reshape({-1, u}).contiguous();
+    const int64_t m = dz.size(0);
+    if (m > 0) {
+      c10::cuda::CUDAGuard guard(x.device());
+      const blockfuse::DType dt = x.scalar_type() == at::kBFloat16 ? blockfuse::DType::kBF16 : blockfuse::DType::kFP16;
+      call_blockfuse([&] {
+        blockfuse::swiglu_backward(blockfuse::make_matrix(static_cast<const void*>(g2.data_ptr()), dt, m, u),
+                                   blockfuse::make_matrix(static_cast<const void*>(dz.data_ptr()), dt, m, 2 * u),
+                                   blockfuse::make_matrix(dz.data_ptr(), dt, m, 2 * u), act,
+                                   blockfuse::GateUpLayout::kInterleaved, current_stream(x));
+      });
     }
-    const at::Tensor g2 = grads[0].reshape({-1, u}).to(at::kFloat);
-    const at::Tensor dz = at::stack({g2 * a, g2 * up * da}, -1).reshape({-1, 2 * u}).to(x.scalar_type());
     at::Tensor dx, dw;
     if (ctx->needs_input_grad(0)) dx = at::mm(dz, w).reshape(x.sizes());
     if (ctx->needs_input_grad(1)) dw = at::mm(dz.t(), x2);
