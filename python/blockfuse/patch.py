@@ -15,8 +15,10 @@ norm=True  every decoder layer (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma-2, Ge
                           n, h = add_rmsnorm(a, h, w_pre_ff); return h + rmsnorm(mlp(n), w_post_ff)
            The attention and MLP submodules are called as the original forward calls them (every
            keyword argument passed through), so caches (DynamicCache, StaticCache), masks, rotary
-           embeddings, sliding windows and torch.compile behave as before. In training mode, and
-           for inputs the kernels do not take (CPU, float32), the layer runs its original forward.
+           embeddings, sliding windows and torch.compile behave as before. In training the fused
+           forward runs too (rmsnorm and add_rmsnorm have a backward), except in a Phi-3 layer whose
+           residual dropouts are active; for inputs the kernels do not take (CPU, float32) the layer
+           runs its original forward.
 attention  attention=True: model.set_attn_implementation("blockfuse") (blockfuse.attention's backend).
 
 Everything is checked before anything changes: an MLP that cannot be converted, a decoder layer
@@ -192,12 +194,21 @@ def _kernels_take(h):
     return h.is_cuda and h.dtype in _FUSED_DTYPES
 
 
+def _dropout_active(layer, spec):
+    """Whether a training Phi-3 layer's residual dropouts would drop something (the fused forward
+    leaves them out, so such a layer runs its original forward)."""
+    if not layer.training or spec.kind != PHI3:
+        return False
+    return any(isinstance(getattr(layer, d), nn.Dropout) and getattr(layer, d).p > 0
+               for d in ("resid_attn_dropout", "resid_mlp_dropout"))
+
+
 def _fused_layer_forward(self, hidden_states, *args, **kwargs):
     """The decoder layer's forward with the norms fused (see the module docstring)."""
     spec = self._blockfuse_spec
     if args:
         kwargs.update(zip(spec.arg_names, args))
-    if self.training or not _kernels_take(hidden_states):
+    if not _kernels_take(hidden_states) or _dropout_active(self, spec):
         return type(self).forward(self, hidden_states, **kwargs)
     eps, gemma = spec.eps, spec.gemma
     normed = _norm._RMSNORM(hidden_states, self.input_layernorm.weight, eps, gemma)
