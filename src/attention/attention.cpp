@@ -199,21 +199,10 @@ attn::Params make_params(const AttnConstTensor& q, const AttnConstTensor& k, con
     p.lse_batch_stride = q.heads * q.seqlen;
     p.lse_head_stride = q.seqlen;
   }
-  const double scale = prm.softmax_scale > 0 ? prm.softmax_scale : 1.0 / std::sqrt(double(q.head_dim));
-  constexpr double kLog2e = 1.4426950408889634;
-  if (prm.softcap > 0) {
-    p.softcap_mul = static_cast<float>(scale / prm.softcap);
-    p.scale_log2 = static_cast<float>(prm.softcap * kLog2e);
-    p.scale_lse = prm.softcap;
-  } else {
-    p.softcap_mul = 0.0f;
-    p.scale_log2 = static_cast<float>(scale * kLog2e);
-    p.scale_lse = static_cast<float>(scale);
-  }
-  constexpr int kUnbounded = attn::kWindowUnbounded;  // clamped per sequence in the kernel
-  p.window_left = prm.window_left < 0 ? kUnbounded : static_cast<int>(std::min<int64_t>(prm.window_left, kUnbounded));
-  const int64_t right = prm.causal ? 0 : prm.window_right;
-  p.window_right = right < 0 ? kUnbounded : static_cast<int>(std::min<int64_t>(right, kUnbounded));
+  const attn::ScoreScale sc = attn::score_scale(prm.softmax_scale, prm.softcap, q.head_dim);
+  p.scale_log2 = sc.scale_log2, p.scale_lse = sc.scale_lse, p.softcap_mul = sc.softcap_mul;
+  p.window_left = attn::window_left_bound(prm.window_left);  // clamped per sequence in the kernel
+  p.window_right = attn::window_right_bound(prm.window_right, prm.causal);
   return p;
 }
 

@@ -198,19 +198,10 @@ dec::Params make_params(const AttnConstTensor& q, const AttnConstTensor& k, cons
   p.rows = p.seqlen_q * p.group;
   p.new_tokens = static_cast<int>(new_tokens);
   p.num_splits = s.splits;
-  const double scale = prm.softmax_scale > 0 ? prm.softmax_scale : 1.0 / std::sqrt(double(q.head_dim));
-  constexpr double kLog2e = 1.4426950408889634;
-  if (prm.softcap > 0) {
-    p.softcap_mul = static_cast<float>(scale / prm.softcap);
-    p.scale_log2 = static_cast<float>(prm.softcap * kLog2e);
-  } else {
-    p.softcap_mul = 0.0f;
-    p.scale_log2 = static_cast<float>(scale * kLog2e);
-  }
-  constexpr int kUnbounded = attn::kWindowUnbounded;
-  p.window_left = prm.window_left < 0 ? kUnbounded : static_cast<int>(std::min<int64_t>(prm.window_left, kUnbounded));
-  const int64_t right = prm.causal ? 0 : prm.window_right;
-  p.window_right = right < 0 ? kUnbounded : static_cast<int>(std::min<int64_t>(right, kUnbounded));
+  const attn::ScoreScale sc = attn::score_scale(prm.softmax_scale, prm.softcap, q.head_dim);
+  p.scale_log2 = sc.scale_log2, p.softcap_mul = sc.softcap_mul;
+  p.window_left = attn::window_left_bound(prm.window_left);
+  p.window_right = attn::window_right_bound(prm.window_right, prm.causal);
   return p;
 }
 

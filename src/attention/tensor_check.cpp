@@ -1,7 +1,11 @@
 // The shared checks of the attention views (tensor_check.h).
 #include "attention/tensor_check.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+
+#include "attention/params.h"
 
 namespace blockfuse::attn {
 
@@ -46,6 +50,23 @@ void check_tensor(const char* fn, const char* arg, const AttnConstTensor& t, int
     throw_arg(fn, arg, "has a null data pointer", "a valid device pointer for a non-empty tensor");
   if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0)
     throw_arg(fn, arg, cat("pointer ", t.data, " is not 16-byte aligned"), "a 16-byte aligned data pointer");
+}
+
+ScoreScale score_scale(float softmax_scale, float softcap, int64_t head_dim) {
+  const double scale = softmax_scale > 0 ? softmax_scale : 1.0 / std::sqrt(double(head_dim));
+  constexpr double kLog2e = 1.4426950408889634;
+  if (softcap > 0)
+    return ScoreScale{static_cast<float>(softcap * kLog2e), softcap, static_cast<float>(scale / softcap)};
+  return ScoreScale{static_cast<float>(scale * kLog2e), static_cast<float>(scale), 0.0f};
+}
+
+int window_left_bound(int64_t window_left) {
+  return window_left < 0 ? kWindowUnbounded : static_cast<int>(std::min<int64_t>(window_left, kWindowUnbounded));
+}
+
+int window_right_bound(int64_t window_right, bool causal) {
+  const int64_t right = causal ? 0 : window_right;
+  return right < 0 ? kWindowUnbounded : static_cast<int>(std::min<int64_t>(right, kWindowUnbounded));
 }
 
 }  // namespace blockfuse::attn
