@@ -10,7 +10,7 @@ import pytest
 
 PYTHON_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 SUBCOMMANDS = ("gated-up", "gated-up-fp8", "fused-mlp", "sparse-prefill", "model", "overhead", "torch-baselines",
-               "memory-bound", "sdpa", "decode-attention")
+               "memory-bound", "sdpa", "decode-attention", "train-mlp")
 # Runs the front with `import torch` failing, as on a machine without torch.
 NO_TORCH = ("import runpy, sys; sys.modules['torch'] = None; sys.argv[0] = 'blockfuse.bench'; "
             "runpy.run_module('blockfuse.bench', run_name='__main__', alter_sys=True)")
@@ -54,6 +54,9 @@ def test_every_subcommand_has_its_module():
     (("fused-mlp", "--shapes", "7b"), "unknown shape(s) ['7b']"),
     (("model", "--models", "llama3-8b,x"), "unknown model(s) ['x']"),
     (("model", "--contexts", "512,0"), "each prompt length must be >= 1"),
+    (("train-mlp", "--impls", "compile,eager"), "eager must come first"),
+    (("train-mlp", "--impls", "eager,nope"), "unknown implementation(s) ['nope']"),
+    (("train-mlp", "--shapes", "405b"), "unknown shape(s) ['405b']"),
     (("memory-bound", "--rounds", "0"), "--rounds must be >= 1"),
     (("nope",), "invalid choice"),
     ((), "required"),
@@ -102,3 +105,27 @@ def test_gated_up_plot_only_redraws_the_charts(tmp_path):
     assert main(["gated-up", "--plot-only", str(src), "--out", str(out)]) == 0
     for name in ("gated_up_tflops.png", "gated_up_tflops_fused_vs_triton.png", "gated_up_memory.png"):
         assert (out / name).stat().st_size > 1000
+
+
+def test_train_mlp_implementations_on_cpu():
+    """The train-mlp implementations that need no GPU (eager) and the skip of a missing peer: the
+    step's gradients are autograd's."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    sys.path.insert(0, PYTHON_DIR)
+    try:
+        from blockfuse.bench import train_mlp as tm
+    finally:
+        sys.path.remove(PYTHON_DIR)
+    g = torch.Generator().manual_seed(0)
+    wg, wu = torch.randn(24, 16, generator=g).requires_grad_(), torch.randn(24, 16, generator=g).requires_grad_()
+    wd = torch.randn(16, 24, generator=g).requires_grad_()
+    x, dy = torch.randn(5, 16, generator=g).requires_grad_(), torch.randn(5, 16, generator=g)
+    fn, params = tm.build("eager", wg, wu, wd)
+    y = tm.step(fn, x, dy, params)
+    gate, up = x @ wg.t(), x @ wu.t()
+    torch.testing.assert_close(y, (torch.nn.functional.silu(gate) * up) @ wd.t())
+    assert x.grad is not None and all(p.grad is not None for p in params)
+    try:
+        import quack  # noqa: F401
+    except Exception:  # noqa: BLE001
+        assert isinstance(tm.build("quack", wg, wu, wd), str)

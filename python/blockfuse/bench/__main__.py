@@ -23,6 +23,7 @@ MODULES = {
     "memory-bound": "memory_bound",
     "sdpa": "sdpa",
     "decode-attention": "decode_attention",
+    "train-mlp": "train_mlp",
 }
 
 
@@ -119,6 +120,15 @@ def parser():
                                                          "index_copy_ + decode_attention")
     da.add_argument("--plot", metavar="PNG", help="a chart of the fraction of copy bandwidth")
     da.add_argument("--json")
+
+    tm = sub.add_parser("train-mlp", help="gated MLP forward + backward (training) vs eager, torch.compile, "
+                                          "Liger, quack: time and peak memory")
+    tm.add_argument("--shapes", default="8b,70b", help=f"from: {','.join(MLP_SHAPES)}")
+    tm.add_argument("--tokens", default="4096,8192,16384")
+    tm.add_argument("--impls", default="eager,compile,liger,quack,quack-recompute,blockfuse",
+                    help="eager first: the others' speed-up and memory are relative to it")
+    tm.add_argument("--reps", type=int, default=10)
+    tm.add_argument("--json")
     return p
 
 
@@ -150,6 +160,15 @@ def _check(p, a):
         a.contexts = _ints(a.contexts)
         if any(c < 1 for c in a.contexts):
             p.error("model --contexts: each prompt length must be >= 1")
+    elif a.command == "train-mlp":
+        a.shapes = known(_names(a.shapes), MLP_SHAPES, "shape")
+        a.tokens = _ints(a.tokens)
+        impls = ("eager", "compile", "liger", "quack", "quack-recompute", "blockfuse")
+        a.impls = known(_names(a.impls), dict.fromkeys(impls), "implementation")
+        if not a.impls or a.impls[0] != "eager":
+            p.error("train-mlp --impls: eager must come first (the others are compared with it)")
+        if a.reps < 1:
+            p.error(f"train-mlp --reps must be >= 1, got {a.reps}")
     elif a.command == "decode-attention":
         a.b, a.s, a.hkv = _ints(a.b), _ints(a.s), _ints(a.hkv)
         if any(32 % h for h in a.hkv):
