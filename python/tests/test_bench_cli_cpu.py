@@ -10,7 +10,7 @@ import pytest
 
 PYTHON_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 SUBCOMMANDS = ("gated-up", "gated-up-fp8", "fused-mlp", "sparse-prefill", "model", "overhead", "torch-baselines",
-               "memory-bound", "sdpa", "decode-attention", "train-mlp")
+               "memory-bound", "sdpa", "decode-attention", "train-mlp", "train")
 # Runs the front with `import torch` failing, as on a machine without torch.
 NO_TORCH = ("import runpy, sys; sys.modules['torch'] = None; sys.argv[0] = 'blockfuse.bench'; "
             "runpy.run_module('blockfuse.bench', run_name='__main__', alter_sys=True)")
@@ -57,6 +57,8 @@ def test_every_subcommand_has_its_module():
     (("train-mlp", "--impls", "compile,eager"), "eager must come first"),
     (("train-mlp", "--impls", "eager,nope"), "unknown implementation(s) ['nope']"),
     (("train-mlp", "--shapes", "405b"), "unknown shape(s) ['405b']"),
+    (("train", "--variants", "patched,eager"), "eager must come first"),
+    (("train", "--seq", "1"), "--seq >= 2"),
     (("memory-bound", "--rounds", "0"), "--rounds must be >= 1"),
     (("nope",), "invalid choice"),
     ((), "required"),

@@ -24,6 +24,7 @@ MODULES = {
     "sdpa": "sdpa",
     "decode-attention": "decode_attention",
     "train-mlp": "train_mlp",
+    "train": "train",
 }
 
 
@@ -129,6 +130,15 @@ def parser():
                     help="eager first: the others' speed-up and memory are relative to it")
     tm.add_argument("--reps", type=int, default=10)
     tm.add_argument("--json")
+
+    tr = sub.add_parser("train", help="a training step of a Llama-3-8B-shaped model: eager, Liger, torch.compile, "
+                                      "patched (step time, peak memory)")
+    tr.add_argument("--layers", type=int, default=4)
+    tr.add_argument("--seq", type=int, default=4096)
+    tr.add_argument("--batches", default="1,2")
+    tr.add_argument("--variants", default="eager,liger,compile,patched", help="eager first")
+    tr.add_argument("--reps", type=int, default=5)
+    tr.add_argument("--json")
     return p
 
 
@@ -169,6 +179,13 @@ def _check(p, a):
             p.error("train-mlp --impls: eager must come first (the others are compared with it)")
         if a.reps < 1:
             p.error(f"train-mlp --reps must be >= 1, got {a.reps}")
+    elif a.command == "train":
+        a.batches = _ints(a.batches)
+        a.variants = known(_names(a.variants), dict.fromkeys(("eager", "liger", "compile", "patched")), "variant")
+        if not a.variants or a.variants[0] != "eager":
+            p.error("train --variants: eager must come first (the others are compared with it)")
+        if a.layers < 1 or a.seq < 2 or a.reps < 1 or any(b < 1 for b in a.batches):
+            p.error("train: --layers, --reps and each batch must be >= 1, --seq >= 2")
     elif a.command == "decode-attention":
         a.b, a.s, a.hkv = _ints(a.b), _ints(a.s), _ints(a.hkv)
         if any(32 % h for h in a.hkv):

@@ -1,0 +1,124 @@
+"""`python -m blockfuse.bench train`: one training step (forward + backward of the language-model
+loss) of a Llama-3-8B-shaped model with fewer layers, bf16, random weights and tokens, in one process:
+
+  eager      the Hugging Face model as built (SDPA attention)
+  liger      the same with Liger's kernels (liger_kernel.transformers.apply_liger_kernel_to_llama:
+             RMSNorm, SwiGLU, rotary, fused linear cross-entropy), when importable
+  compile    the model's forward through torch.compile
+  patched    blockfuse.patch_model(model): fused gated MLPs and norms (attention through SDPA)
+
+Per variant: the median ms of a step (gradients cleared before each, so every step allocates them)
+and the peak memory a step allocates beyond what was allocated before it (weights). Every variant's
+first loss is checked against eager's (relative difference > 2 %: exit status 1).
+"""
+import copy
+import json
+import sys
+
+import torch
+
+from .common import cuda_ms, meta, ready
+from .model import build_fp32
+
+VARIANTS = ("eager", "liger", "compile", "patched")
+
+
+def variant(name, base):
+    """The model of variant `name` (a copy of base), or a string saying why it is unavailable."""
+    if name == "eager":
+        return base
+    m = copy.deepcopy(base)
+    if name == "liger":
+        try:
+            from liger_kernel.transformers import apply_liger_kernel_to_llama
+        except Exception as e:  # noqa: BLE001 — reported, the rest still runs
+            return f"Liger not importable: {e!r}"
+        apply_liger_kernel_to_llama(model=m)
+        return m
+    if name == "compile":
+        m.forward = torch.compile(m.forward)
+        return m
+    if name == "patched":
+        from .. import patch
+        return patch.patch_model(m)
+    raise ValueError(f"train: unknown variant '{name}'")
+
+
+def step(model, ids):
+    for p in model.parameters():
+        p.grad = None
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    return loss
+
+
+def peak_bytes(model, ids):
+    for p in model.parameters():
+        p.grad = None
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    step(model, ids)
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - base
+
+
+def measure(args):
+    rows, status = [], 0
+    m32 = build_fp32("llama3-8b", args.layers)
+    base = copy.deepcopy(m32).to(torch.bfloat16).train()
+    del m32
+    torch.cuda.empty_cache()
+    for batch in args.batches:
+        ids = torch.randint(0, base.config.vocab_size, (batch, args.seq), device="cuda",
+                            generator=torch.Generator(device="cuda").manual_seed(batch))
+        ref_loss, base_ms, base_peak = None, None, None
+        for name in args.variants:
+            m = variant(name, base)
+            row = {"layers": args.layers, "batch": batch, "seq": args.seq, "variant": name}
+            if isinstance(m, str):
+                row["skipped"] = m
+                print(f"# batch {batch} {name}: {m}", file=sys.stderr, flush=True)
+                rows.append(row)
+                continue
+            m.train()
+            loss = step(m, ids).item()
+            if ref_loss is None:
+                ref_loss = loss
+            row["loss"] = loss
+            if abs(loss - ref_loss) > 0.02 * abs(ref_loss):
+                print(f"| {batch} x {args.seq} | {name} | WRONG: loss {loss:.4f} vs eager {ref_loss:.4f} |", flush=True)
+                status = 1
+                rows.append(row)
+                continue
+            ms = cuda_ms(lambda: step(m, ids), args.reps)
+            peak = peak_bytes(m, ids)
+            if name == "eager":
+                base_ms, base_peak = ms, peak
+            row.update(ms=ms, peak_bytes=peak)
+            speed = f"{base_ms / ms:.2f}x" if base_ms else "-"
+            mem = f"{peak / base_peak:.2f}x" if base_peak else "-"
+            print(f"| {batch} x {args.seq} | {name} | {ms:.1f} ms | {speed} | {peak / 2**20:.0f} MiB | {mem} |", flush=True)
+            rows.append(row)
+            for p in m.parameters():
+                p.grad = None
+            if m is not base:
+                del m
+            torch._dynamo.reset()
+            torch.cuda.empty_cache()
+    return rows, status
+
+
+def run(a):
+    """The `train` subcommand: returns the exit status."""
+    status = ready()
+    if status:
+        return status
+    print(f"# {meta()}; Llama-3-8B shape, {a.layers} layers")
+    print("| batch x seq | variant | step (fwd + bwd) | speed-up over eager | peak beyond weights | memory vs eager |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    rows, status = measure(a)
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump(dict(**meta(), benchmark="train", rows=rows), fh, indent=1)
+    return status
