@@ -127,17 +127,17 @@ def visibility_mask(sq, sk, causal=False, window_left=-1, window_right=-1, devic
 
 
 def attention_reference(q, k, v, softmax_scale=None, causal=False, window_left=-1, window_right=-1,
-                        softcap=0.0, mask=None):
-    """The formula the op computes, in fp32 plain torch (any device), for the tests and the HF
-    fallback with a soft-cap. q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D]; `mask` (optional, bool,
-    broadcastable to [B, Hq, Sq, Sk]) further restricts the visible keys. Returns (out [B, Sq, Hq, D]
-    fp32, lse [B, Hq, Sq] fp32); a row that sees no key gets out = 0, lse = -inf."""
+                        softcap=0.0, mask=None, dtype=torch.float32):
+    """The formula the op computes, in `dtype` (fp32, or fp64) plain torch (any device), for the tests
+    and the HF fallback with a soft-cap. q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D]; `mask` (optional, bool,
+    broadcastable to [B, Hq, Sq, Sk]) further restricts the visible keys. Returns (out [B, Sq, Hq, D],
+    lse [B, Hq, Sq]) in `dtype`; a row that sees no key gets out = 0, lse = -inf."""
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     scale = d ** -0.5 if softmax_scale is None else softmax_scale
-    qf = q.float().transpose(1, 2)
-    kf = k.float().transpose(1, 2).repeat_interleave(hq // hkv, dim=1)
-    vf = v.float().transpose(1, 2).repeat_interleave(hq // hkv, dim=1)
+    qf = q.to(dtype).transpose(1, 2)
+    kf = k.to(dtype).transpose(1, 2).repeat_interleave(hq // hkv, dim=1)
+    vf = v.to(dtype).transpose(1, 2).repeat_interleave(hq // hkv, dim=1)
     s = torch.matmul(qf, kf.transpose(-1, -2)) * scale
     if softcap and softcap > 0:
         s = softcap * torch.tanh(s / softcap)
@@ -153,7 +153,7 @@ def attention_reference(q, k, v, softmax_scale=None, causal=False, window_left=-
 
 # ---- Hugging Face backend ------------------------------------------------------------------------
 
-# Imported here, not at the top: blockfuse.decode_attention imports visibility_mask from this module.
+# Imported here, not at the top: blockfuse.decode_attention imports attention_reference from this module.
 from . import decode_attention as _decode_mod  # noqa: E402
 
 HF_NAME = "blockfuse"

@@ -32,7 +32,7 @@ torch, any device); blockfuse.ops re-exports the public names.
 import torch
 
 from ._common import has_op, require_op
-from .attention import visibility_mask
+from .attention import attention_reference
 
 MAX_SEQLEN_Q = 16  # kDecodeAttentionMaxSeqlenQ: more query tokens go to blockfuse.ops.attention
 MAX_SPLITS = 128
@@ -161,8 +161,6 @@ def decode_attention_reference(q, k_cache, v_cache, cache_seqlens, block_table=N
     [B, Hq, Sq]) in `dtype`; a row that sees no key gets out = 0 and lse = -inf; a sequence whose
     length is negative or past the capacity gets NaN (the kernel's rule)."""
     b, sq, hq, d = q.shape
-    hkv = k_cache.shape[2]
-    scale = d ** -0.5 if softmax_scale is None else softmax_scale
     cap = k_cache.shape[1] * (block_table.shape[1] if block_table is not None else 1)
     out = torch.zeros(b, sq, hq, d, dtype=dtype, device=q.device)
     lse = torch.full((b, hq, sq), float("-inf"), dtype=dtype, device=q.device)
@@ -170,18 +168,11 @@ def decode_attention_reference(q, k_cache, v_cache, cache_seqlens, block_table=N
         if n < 0 or n > cap:
             out[i], lse[i] = float("nan"), float("nan")
             continue
-        k = _cache_rows(k_cache, i, n, block_table).to(dtype).transpose(0, 1).repeat_interleave(hq // hkv, 0)
-        v = _cache_rows(v_cache, i, n, block_table).to(dtype).transpose(0, 1).repeat_interleave(hq // hkv, 0)
-        s = torch.matmul(q[i].to(dtype).transpose(0, 1), k.transpose(-1, -2)) * scale  # [Hq, Sq, n]
-        if softcap and softcap > 0:
-            s = softcap * torch.tanh(s / softcap)
-        vis = visibility_mask(sq, n, causal, window_left, window_right, device=q.device)
-        s = s.masked_fill(~vis, float("-inf"))
-        row_lse = torch.logsumexp(s, dim=-1)
-        p = torch.exp(s - torch.where(torch.isfinite(row_lse), row_lse, torch.zeros_like(row_lse))[..., None])
-        p = torch.where(vis, p, torch.zeros_like(p))
-        out[i] = torch.matmul(p, v).transpose(0, 1)
-        lse[i] = row_lse
+        # The prefill formula on this sequence's n keys: the queries are its last Sq positions.
+        o, l = attention_reference(q[i:i + 1], _cache_rows(k_cache, i, n, block_table)[None],
+                                   _cache_rows(v_cache, i, n, block_table)[None], softmax_scale, causal, window_left,
+                                   window_right, softcap, dtype=dtype)
+        out[i], lse[i] = o[0], l[0]
     return out, lse
 
 
