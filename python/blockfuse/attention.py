@@ -245,8 +245,21 @@ def _decode(q, k, v, cache_seqlens, max_seqlen_k, scale, causal, window_left, wi
     return out
 
 
-# One entry: the analysis of the last 2-D mask seen. Every layer of a forward receives the same mask
-# tensor, so the host read-back happens once per forward, not once per layer.
+def _once_per_forward(slot, t, extra, compute):
+    """compute(), once for the tensor t: every layer of a forward receives the same mask or position
+    tensor, so what is derived from it (a host read-back, the lengths tensor) is made once per forward,
+    not once per layer. `slot` is a one-entry cache keyed by t's identity, data pointer, version and
+    shape and by `extra` (t may be None: then `extra` alone)."""
+    key = (extra,) if t is None else (t.data_ptr(), t._version, tuple(t.shape), extra)
+    hit = slot[0]
+    if hit is not None and hit[0] == key and (t is None or hit[1]() is t):
+        return hit[2]
+    value = compute()
+    slot[0] = (key, None if t is None else weakref.ref(t), value)
+    return value
+
+
+# The analysis of the last 2-D mask seen (_mask_lengths).
 _MASK_LENGTHS = [None]
 
 
@@ -259,10 +272,12 @@ def _mask_lengths(attention_mask, sq, sk):
     the mask tensor; None inside torch.compile or a CUDA-graph capture (no read-back allowed)."""
     if _in_graph_or_compile():
         return None
-    key = (attention_mask.data_ptr(), attention_mask._version, tuple(attention_mask.shape), sq, sk)
-    hit = _MASK_LENGTHS[0]
-    if hit is not None and hit[0] == key and hit[1]() is attention_mask:
-        return hit[2]
+    return _once_per_forward(_MASK_LENGTHS, attention_mask, (sq, sk),
+                             lambda: _analyse_mask(attention_mask, sq, sk))
+
+
+def _analyse_mask(attention_mask, sq, sk):
+    """_mask_lengths' analysis of one mask (one host read-back)."""
     pad = attention_mask.to(dtype=torch.bool)
     length = pad.shape[-1]
     if length > sk:
@@ -274,33 +289,7 @@ def _mask_lengths(attention_mask, sq, sk):
         ok = prefix & ((n == length) | (n <= length - sq))
         if bool(ok.all()):
             result = (n.to(torch.int32), length)
-    _MASK_LENGTHS[0] = (key, weakref.ref(attention_mask), result)
     return result
-
-
-def _unmasked_lengths(kwargs, b, sq, sk, device):
-    """Valid keys per sequence of an unmasked call, on the device (no read-back): a DynamicCache holds
-    exactly Sk, but a StaticCache hands over all its slots and, without padding, transformers (>= 5)
-    passes no mask at all; the filled prefix ends after the last query's position. That position is
-    cache_position[-1] (transformers < 5) or position_ids[:, -1] (which equal the slot indices when
-    there is no padding); clamped to Sk, so a sliding-window cache holding the last keys stays whole.
-    Anything else (no positions, 3-D multimodal position ids): all Sk keys."""
-    last = None
-    cache_position = kwargs.get("cache_position")
-    position_ids = kwargs.get("position_ids")
-    if isinstance(cache_position, torch.Tensor) and cache_position.dim() == 1 and cache_position.shape[0] == sq:
-        last = cache_position[-1:]
-    elif (isinstance(position_ids, torch.Tensor) and position_ids.dim() == 2 and position_ids.shape[-1] == sq
-          and position_ids.shape[0] in (1, b)):
-        last = position_ids[:, -1]
-    if last is None:
-        return torch.full((b,), sk, dtype=torch.int32, device=device)
-    return (last.to(device) + 1).clamp(max=sk).to(torch.int32).expand(b).contiguous()
-
-
-# One entry: the last position tensor read back by _unmasked_key_length (every layer of a forward
-# receives the same one, so the read-back happens once per forward).
-_KEY_LENGTH = [None]
 
 
 def _position_source(kwargs, sq):
@@ -313,6 +302,35 @@ def _position_source(kwargs, sq):
     if isinstance(src, torch.Tensor) and src.dim() == 2 and src.shape[-1] == sq:
         return src
     return None
+
+
+# The lengths tensor of the last forward (_unmasked_lengths) and the read-back key length
+# (_unmasked_key_length).
+_LENGTHS = [None]
+_KEY_LENGTH = [None]
+
+
+def _unmasked_lengths(kwargs, b, sq, sk, device):
+    """Valid keys per sequence of an unmasked call, on the device (no read-back): a DynamicCache holds
+    exactly Sk, but a StaticCache hands over all its slots and, without padding, transformers (>= 5)
+    passes no mask at all; the filled prefix ends after the last query's position (_position_source;
+    position ids equal the slot indices when there is no padding); clamped to Sk, so a sliding-window
+    cache holding the last keys stays whole. Anything else (no positions, 3-D multimodal position ids,
+    position ids of another batch): all Sk keys. Made once per forward outside torch.compile and
+    CUDA-graph capture (where every layer computes it: a capture must record the computation)."""
+    src = _position_source(kwargs, sq)
+    if src is not None and src.dim() == 2 and src.shape[0] not in (1, b):
+        src = None
+
+    def compute():
+        if src is None:
+            return torch.full((b,), sk, dtype=torch.int32, device=device)
+        last = src[-1:] if src.dim() == 1 else src[:, -1]
+        return (last.to(device) + 1).clamp(max=sk).to(torch.int32).expand(b).contiguous()
+
+    if _in_graph_or_compile():
+        return compute()
+    return _once_per_forward(_LENGTHS, src, (b, sq, sk, str(device)), compute)
 
 
 def _unmasked_key_length(kwargs, sq, sk):
@@ -328,13 +346,8 @@ def _unmasked_key_length(kwargs, sq, sk):
         return sk
     if _in_graph_or_compile():
         return None
-    key = (src.data_ptr(), src._version, tuple(src.shape), sq, sk)
-    hit = _KEY_LENGTH[0]
-    if hit is not None and hit[0] == key and hit[1]() is src:
-        return hit[2]
-    n = min(max(int(src.reshape(-1, sq)[:, -1].max()) + 1, sq), sk)
-    _KEY_LENGTH[0] = (key, weakref.ref(src), n)
-    return n
+    return _once_per_forward(_KEY_LENGTH, src, (sq, sk),
+                             lambda: min(max(int(src.reshape(-1, sq)[:, -1].max()) + 1, sq), sk))
 
 
 def _unmasked_mask(query, key, kwargs, causal, window_left):

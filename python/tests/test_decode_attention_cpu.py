@@ -396,3 +396,14 @@ def test_unmasked_key_length_and_mask():
     assert torch.equal(m[0, 0], want) and torch.equal(m[1, 0], want)
     m = A._unmasked_mask(q, k, {"position_ids": torch.tensor([[4, 5, 6]])}, True, 1)
     assert torch.equal(m[0, 0], want & torch.tensor([[j >= 3 + i for j in range(10)] for i in range(3)]))
+
+
+def test_unmasked_lengths_made_once_per_forward():
+    """Every layer of a forward passes the same position tensor: the lengths are made once (the same
+    tensor comes back) and made again when the positions change in place or are a new tensor."""
+    pos = torch.tensor([[24]])
+    first = A._unmasked_lengths({"position_ids": pos}, 2, 1, 40, "cpu")
+    assert A._unmasked_lengths({"position_ids": pos}, 2, 1, 40, "cpu") is first
+    pos.add_(1)  # the next step's position, written in place
+    assert A._unmasked_lengths({"position_ids": pos}, 2, 1, 40, "cpu").tolist() == [26, 26]
+    assert A._unmasked_lengths({"position_ids": torch.tensor([[3]])}, 2, 1, 40, "cpu").tolist() == [4, 4]
