@@ -46,13 +46,12 @@ struct Shape {
   int64_t capacity;   // keys one sequence can hold
   int64_t max_keys;   // the heuristic's key range
   int m_frags, m_blocks, splits;
-  size_t workspace;
 };
 
 // Everything but the device pointers and the workspace; returns the launch shape.
 Shape validate(const char* fn, const AttnConstTensor& q, const AttnConstTensor& k, const AttnConstTensor& v,
                const int32_t* cache_seqlens, const AttnConstTensor& out, const float* lse,
-               const DecodeAttentionParams& prm, int64_t new_tokens, bool with_q_copy) {
+               const DecodeAttentionParams& prm, int64_t new_tokens) {
   const bool paged = prm.block_table != nullptr;
   check_tensor(fn, "q", q, 65535);
   if (q.seqlen < 1 || q.seqlen > kDecodeAttentionMaxSeqlenQ)
@@ -155,7 +154,6 @@ Shape validate(const char* fn, const AttnConstTensor& q, const AttnConstTensor& 
   s.m_frags = dec::m_frags_for(rows, static_cast<int>(q.head_dim));
   s.m_blocks = static_cast<int>((rows + 16 * s.m_frags - 1) / (16 * s.m_frags));
   s.splits = prm.num_splits;
-  (void)with_q_copy;
   return s;
 }
 
@@ -278,7 +276,7 @@ void decode_attention(AttnConstTensor q, AttnConstTensor k_cache, AttnConstTenso
                       AttnTensor out, float* lse, const DecodeAttentionParams& params, void* workspace,
                       size_t workspace_bytes, cudaStream_t stream) {
   constexpr const char* fn = "decode_attention";
-  Shape s = validate(fn, q, k_cache, v_cache, cache_seqlens, out, lse, params, 0, false);
+  Shape s = validate(fn, q, k_cache, v_cache, cache_seqlens, out, lse, params, 0);
   if (q.batch == 0) return;
   const int64_t rows_total = q.batch * q.seqlen * q.heads;
   if (params.num_splits > 0)  // known without the device: checked with the other arguments
@@ -305,7 +303,7 @@ void decode_attention_with_kvcache(AttnConstTensor q, AttnTensor k_cache, AttnTe
                                    AttnTensor out, float* lse, const DecodeAttentionParams& params, void* workspace,
                                    size_t workspace_bytes, cudaStream_t stream) {
   constexpr const char* fn = "decode_attention_with_kvcache";
-  Shape s = validate(fn, q, k_cache, v_cache, cache_seqlens, out, lse, params, q.seqlen, true);
+  Shape s = validate(fn, q, k_cache, v_cache, cache_seqlens, out, lse, params, q.seqlen);
   check_tensor(fn, "k_new", k_new, 65535);
   check_tensor(fn, "v_new", v_new, 65535);
   check_like(fn, "k_new", k_new, "q", q, true, true, false);
