@@ -148,12 +148,13 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const __grid_con
   // block-table lookup's latency is not in front of the copies.
   int page[Tr::kPasses];
   auto lookup = [&](int tile) {
-    if constexpr (!kPaged) return;
+    if constexpr (kPaged) {
 #pragma unroll
-    for (int i = 0; i < Tr::kPasses; ++i) {
-      const int j = tile * kBlockN + key_in_pass + i * Tr::kKeysPerPass;
-      const int idx = p.page_shift >= 0 ? j >> p.page_shift : j / p.page_size;
-      page[i] = (j >= key_lo && j < key_hi) ? __ldg(table + idx) : 0;
+      for (int i = 0; i < Tr::kPasses; ++i) {
+        const int j = tile * kBlockN + key_in_pass + i * Tr::kKeysPerPass;
+        const int idx = p.page_shift >= 0 ? j >> p.page_shift : j / p.page_size;
+        page[i] = (j >= key_lo && j < key_hi) ? __ldg(table + idx) : 0;
+      }
     }
   };
   auto load_tile = [&](int tile, int stage) {
