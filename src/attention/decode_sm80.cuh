@@ -207,6 +207,10 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const __grid_con
       }
     }
 
+  // Query fragments held in registers where they fit beside the accumulators (MF · D <= 128:
+  // D / 4 · MF registers), else read from shared memory every tile.
+  constexpr bool kQInRegs = MF * D <= 128;
+  uint32_t qreg[kQInRegs ? MF : 1][kQInRegs ? D / 16 : 1][4];
   float o[MF][D / 8][4];
   float m[MF][2], l[MF][2];
 #pragma unroll
@@ -232,6 +236,16 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const __grid_con
     const T* const sk = s_kv + (it % Tr::kStages) * 2 * Tr::kTileElems;
     const T* const sv = sk + Tr::kTileElems;
 
+    // The query fragments into registers once (they sit in the first copy group), where they fit.
+    if constexpr (kQInRegs) {
+      if (tile == t_begin) {
+#pragma unroll
+        for (int f = 0; f < MF; ++f)
+#pragma unroll
+          for (int ks = 0; ks < D / 16; ++ks)
+            ldsm_x4(qreg[f][ks], s_q + Tr::swz(f * 16 + lane % 8 + ((lane / 8) % 2) * 8, 2 * ks + lane / 16));
+      }
+    }
     // S = Q · Kᵀ for this warp's 16 keys: two n8 tiles per row fragment.
     float s[MF][2][4];
 #pragma unroll
@@ -245,7 +259,11 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const __grid_con
 #pragma unroll
       for (int f = 0; f < MF; ++f) {
         uint32_t qa[4];
-        ldsm_x4(qa, s_q + Tr::swz(f * 16 + lane % 8 + ((lane / 8) % 2) * 8, 2 * ks + lane / 16));
+        if constexpr (kQInRegs) {
+          qa[0] = qreg[f][ks][0], qa[1] = qreg[f][ks][1], qa[2] = qreg[f][ks][2], qa[3] = qreg[f][ks][3];
+        } else {
+          ldsm_x4(qa, s_q + Tr::swz(f * 16 + lane % 8 + ((lane / 8) % 2) * 8, 2 * ks + lane / 16));
+        }
         Mma::mma(s[f][0], qa, kb[0], kb[1]);
         Mma::mma(s[f][1], qa, kb[2], kb[3]);
       }
