@@ -237,11 +237,12 @@ def _fused_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, window_left,
     return out
 
 
-def _decode(q, k, v, cache_seqlens, max_seqlen_k, scale, causal, window_left, window_right, softcap):
-    """The decode kernel on [B, S, H, D] views and int32 lengths [B] -> out [B, Sq, Hq, D] (a seam, as
-    _fused)."""
+def _decode(q, k, v, cache_seqlens, max_seqlen_k, scale, causal, window_left, window_right, softcap,
+            cache_leftpad=None):
+    """The decode kernel on [B, S, H, D] views, int32 lengths [B] and left padding [B] (or None) ->
+    out [B, Sq, Hq, D] (a seam, as _fused)."""
     out, _ = torch.ops.blockfuse.decode_attention(q, k, v, cache_seqlens, None, scale, causal, window_left,
-                                                  window_right, softcap, 0, max_seqlen_k, False)
+                                                  window_right, softcap, 0, max_seqlen_k, False, cache_leftpad)
     return out
 
 
@@ -264,32 +265,54 @@ _MASK_LENGTHS = [None]
 
 
 def _mask_lengths(attention_mask, sq, sk):
-    """(int32 lengths [B] on the device, their maximum) when a 2-D mask [B, L] is per-sequence lengths
-    for the decode kernel, else None. It is when every row keeps a prefix [0, n_b) of the key slots
-    (a StaticCache's filled slots, right padding) and each row either keeps all L positions or none of
-    its query positions L - Sq .. L - 1 (the kernel puts the queries at n_b - Sq + t; a padding query's
-    output is never read). Left padding is not a prefix: it takes SDPA. One host read-back, cached for
-    the mask tensor; None inside torch.compile or a CUDA-graph capture (no read-back allowed)."""
-    if _in_graph_or_compile():
-        return None
-    return _once_per_forward(_MASK_LENGTHS, attention_mask, (sq, sk),
-                             lambda: _analyse_mask(attention_mask, sq, sk))
+    """(lengths int32 [B], left padding int32 [B] or None, max_k) on the device when a 2-D mask [B, L]
+    keeps one contiguous run [P_b, L_b) of key slots per row, for the decode kernel (cache_seqlens =
+    L_b, cache_leftpad = P_b): left padding, right padding and a StaticCache's unfilled slots all are.
+    The kernel puts the queries at L_b - Sq + t, the last kept slots: right for a row that keeps all
+    its query positions L - Sq .. L - 1 (L_b = L) and for a StaticCache's filled prefix; a row that
+    keeps none of them holds padding queries, whose output is never read; a row keeping some is not
+    expressible (_mask_runs). None when the mask is shorter than Sq (then SDPA).
 
-
-def _analyse_mask(attention_mask, sq, sk):
-    """_mask_lengths' analysis of one mask (one host read-back)."""
+    Outside torch.compile and CUDA-graph capture: one host read-back, cached for the mask tensor, and
+    a mask with a hole in a row gives None (SDPA). Inside (no read-back allowed) the runs are found on
+    the device and a row with a hole gets length -1, which the kernel turns into NaN rows: loud, never
+    silently wrong. transformers' padding masks have no holes, except right padding followed by
+    generated tokens, which it warns about for decoder-only models, and a right-padded chunk of
+    several queries that keeps only some of them."""
     pad = attention_mask.to(dtype=torch.bool)
     length = pad.shape[-1]
     if length > sk:
         pad, length = pad[:, -sk:], sk
-    result = None
-    if length >= sq:
-        n = pad.sum(-1)
-        prefix = (pad == (torch.arange(length, device=pad.device)[None, :] < n[:, None])).all(-1)
-        ok = prefix & ((n == length) | (n <= length - sq))
-        if bool(ok.all()):
-            result = (n.to(torch.int32), length)
-    return result
+    if length < sq:
+        return None
+    if _in_graph_or_compile():
+        lengths, first = _mask_runs(pad, sq)
+        return lengths, first, length
+    return _once_per_forward(_MASK_LENGTHS, attention_mask, (sq, sk), lambda: _analyse_mask(pad, sq))
+
+
+def _mask_runs(pad, sq):
+    """(end int32 [B], first int32 [B]) of each row's kept run [first, end) in a bool mask [B, L], on
+    the device; end = -1 for a row the decode kernel cannot express: kept slots that are not one run,
+    or a run that keeps some but not all of the row's query positions L - Sq .. L - 1 (the kernel
+    would put those queries at other positions)."""
+    length = pad.shape[-1]
+    n = pad.sum(-1, dtype=torch.int32)
+    first = pad.to(torch.int32).argmax(-1).to(torch.int32)  # 0 for a row with nothing kept
+    end = first + n
+    j = torch.arange(length, device=pad.device)[None, :]
+    run = (j >= first[:, None]) & (j < end[:, None])
+    ok = (pad == run).all(-1) & ((end == length) | (end <= length - sq))
+    return torch.where(ok, end, torch.full_like(end, -1)), first
+
+
+def _analyse_mask(pad, sq):
+    """_mask_lengths' analysis of one mask outside compile and capture (one host read-back)."""
+    lengths, first = _mask_runs(pad, sq)
+    runs, padded = torch.stack([(lengths >= 0).all(), (first > 0).any()]).tolist()
+    if not runs:
+        return None
+    return lengths, (first if padded else None), pad.shape[-1]
 
 
 def _position_source(kwargs, sq):
@@ -369,19 +392,20 @@ def _unmasked_mask(query, key, kwargs, causal, window_left):
 
 def _decode_step(query, key, value, attention_mask, scaling, causal, window_left, window_right, softcap, kwargs):
     """A call with <= DECODE_MAX_Q queries through the decode kernel: no mask (every key valid up to the
-    positions, _unmasked_lengths) or a 2-D mask that is per-sequence lengths (_mask_lengths). None when
-    it cannot (the caller takes the SDPA fallback)."""
+    positions, _unmasked_lengths) or a 2-D mask of one kept run per row (_mask_lengths: lengths and
+    left padding). None when it cannot (the caller takes the SDPA fallback)."""
     if not _decode_mod._HAS_OP:
         return None
     b, sk = query.shape[0], key.shape[2]
     if attention_mask is None:
         lengths, max_k = _unmasked_lengths(kwargs, b, query.shape[2], sk, query.device), sk
     elif attention_mask.dim() == 2:
-        found = _mask_lengths(attention_mask, query.shape[2], sk)
+        found = _mask_lengths(attention_mask.to(query.device), query.shape[2], sk)
         if found is None:
             return None
-        lengths, max_k = found
-        lengths = lengths.to(query.device)
+        lengths, leftpad, max_k = found
+        return _decode(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), lengths, max_k, scaling,
+                       causal, window_left, window_right, softcap, leftpad)
     else:
         return None
     return _decode(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), lengths, max_k, scaling,

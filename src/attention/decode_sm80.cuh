@@ -7,7 +7,8 @@
 //   split's 64-key tiles through a cp.async pipeline of stages(D) stages; each of the four warps
 //   takes 16 keys of a tile (S = Q·Kᵀ, online softmax, O += P·V) and keeps its own running max,
 //   sum and output; the warps are merged through shared memory at the end. Keys outside the CTA's
-//   visible range, and pages a sequence does not own, are zero-filled, never read.
+//   visible range (before the left padding's end, past the length, outside the window), and pages
+//   a sequence does not own, are zero-filled, never read.
 // decode_merge_kernel — one warp per output row: the splits' partial outputs weighted by their
 //   log-sum-exps (fixed order: deterministic).
 // decode_append_kernel — rotary embedding of the new q and k, and k/v written into the cache.
@@ -76,10 +77,10 @@ struct KeySlot {
   int block, row;
 };
 
-// The visible keys of one query: [lo, hi] (inclusive), clamped to [0, len).
-__device__ __forceinline__ void visible_range(const Params& p, int len, int t, int& lo, int& hi) {
+// The visible keys of one query: [lo, hi] (inclusive), clamped to [start, len).
+__device__ __forceinline__ void visible_range(const Params& p, int start, int len, int t, int& lo, int& hi) {
   const int pos = len - p.seqlen_q + t;  // the query's own position (bottom-right aligned)
-  lo = p.window_left >= kWindowUnbounded ? 0 : max(0, pos - p.window_left);
+  lo = p.window_left >= kWindowUnbounded ? start : max(start, pos - p.window_left);
   hi = p.window_right >= kWindowUnbounded ? len - 1 : min(len - 1, pos + p.window_right);
 }
 
@@ -108,16 +109,18 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const __grid_con
   const int row0 = mb * Tr::kRows;
 
   const int len_or_bad = attended_length(p, b);
-  bool bad = len_or_bad < 0;
+  const int pad = p.cache_leftpad ? p.cache_leftpad[b] : 0;
+  bool bad = len_or_bad < 0 || pad < 0 || pad > len_or_bad;
   const int len = bad ? 0 : len_or_bad;
+  const int start = bad ? 0 : pad;  // the sequence's first key slot
 
   // The CTA's key range: the union of its query rows' visible ranges.
   int key_lo, key_hi;  // [key_lo, key_hi)
   {
     const int last_row = min(p.rows, row0 + Tr::kRows) - 1;
     int lo0, hi0, lo1, hi1;
-    visible_range(p, len, row0 / p.group, lo0, hi0);
-    visible_range(p, len, last_row / p.group, lo1, hi1);
+    visible_range(p, start, len, row0 / p.group, lo0, hi0);
+    visible_range(p, start, len, last_row / p.group, lo1, hi1);
     key_lo = lo0;
     key_hi = hi1 + 1;
     if (key_hi <= key_lo) key_hi = key_lo;
@@ -202,7 +205,7 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const __grid_con
     for (int h = 0; h < 2; ++h) {
       const int rg = row0 + f * 16 + lane / 4 + h * 8;
       if (rg < p.rows) {
-        visible_range(p, len, rg / p.group, row_lo[f][h], row_hi[f][h]);
+        visible_range(p, start, len, rg / p.group, row_lo[f][h], row_hi[f][h]);
       } else {
         row_lo[f][h] = 0, row_hi[f][h] = -1;
       }
