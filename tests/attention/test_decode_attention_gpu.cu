@@ -13,7 +13,8 @@
 // written slots, and that no other slot of either cache changed. CUDA graphs: replays after the
 // lengths changed on the device, and a captured decode step replayed as a decode loop (lengths
 // advanced between replays). The device guard: a length past the capacity or a page index out of
-// range gives NaN rows (out and LSE) for that sequence only and writes none of its new keys.
+// range gives NaN rows (out and LSE) for that sequence only and writes none of its new keys
+// (GuardUnreadPage: also where a row, or every row, never reads the bad page, as the header says).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -453,10 +454,18 @@ INSTANTIATE_TEST_SUITE_P(
                       Case(3, 1, 32, 8, 128, {100, 500, 900}).paged(16).guard(1, 2),
                       Case(3, 1, 32, 8, 128, {100, 500, 900}).paged(16).splits(1).guard(2, 0),
                       Case(3, 2, 32, 8, 128, {100, 500, 900}).paged(64).with_kvcache().guard(0),
-                      Case(3, 2, 32, 8, 128, {100, 500, 900}).paged(64).with_kvcache().guard(1, -2),
-                      // Sq 16, causal, 4 row blocks per KV head: the first queries do not see the
-                      // last page, whose index is out of range; every row must still be NaN.
-                      Case(2, 16, 32, 4, 128, {100, 300}).causal().paged(16).splits(1).guard(0, -2)),
+                      Case(3, 2, 32, 8, 128, {100, 500, 900}).paged(64).with_kvcache().guard(1, -2)),
+    [](const ::testing::TestParamInfo<Case>& i) { return case_name(i.param); });
+
+// The guard where some rows, or all, never read the bad page: the header promises NaN in every
+// output row of a sequence that refers to an out-of-range page among those it uses.
+INSTANTIATE_TEST_SUITE_P(
+    GuardUnreadPage, DecodeAttentionGpu,
+    ::testing::Values(
+        // Sq 16, causal, 4 row blocks per KV head: the first queries do not see the last page.
+        Case(2, 16, 32, 4, 128, {100, 300}).causal().paged(16).splits(1).guard(0, -2),
+        // A sliding window of 64 keys: no query of sequence 0 sees its first page.
+        Case(2, 1, 32, 8, 128, {1000, 300}).window(64).paged(16).guard(0, 0)),
     [](const ::testing::TestParamInfo<Case>& i) { return case_name(i.param); });
 
 // A captured call replayed after new lengths were written on the device: the replay reads them.
@@ -481,6 +490,7 @@ TEST(DecodeAttentionGpuGraph, ReplayReadsNewLengths) {
     full.lens = lens;
     BF_CUDA_OK(cudaMemcpy(full.dlens.data(), lens.data(), 12, cudaMemcpyHostToDevice));
     poison(full);
+    BF_CUDA_OK(cudaDeviceSynchronize());  // the poison (default stream) before the replay (stream s)
     BF_CUDA_OK(cudaGraphLaunch(ge, s));
     BF_CUDA_OK(cudaStreamSynchronize(s));
     std::vector<double> ro, rl;
@@ -512,6 +522,7 @@ TEST(DecodeAttentionGpuGraph, DecodeLoopWithKvcache) {
   BF_CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
   for (int step = 0; step < 3; ++step) {
     poison(pr);
+    BF_CUDA_OK(cudaDeviceSynchronize());  // the poison (default stream) before the replay (stream s)
     BF_CUDA_OK(cudaGraphLaunch(ge, s));
     BF_CUDA_OK(cudaStreamSynchronize(s));
     std::vector<double> ro, rl;
