@@ -198,6 +198,9 @@ def _llama(impl):
 @pytest.mark.parametrize("cache", ("dynamic", "static"))
 @pytest.mark.parametrize("prompt", (9, 40))
 def test_hf_generate_matches_sdpa(cache, prompt, monkeypatch):
+    """Greedy generation through the decode kernel: every step's logits are as close to the fp32
+    eager model's (teacher-forced on the generated tokens) as the bf16 SDPA model's are. Token
+    equality is not asserted: a random model has near-ties that bf16 rounding breaks either way."""
     import blockfuse.attention as A
     calls = []
     real = A._decode
@@ -208,13 +211,16 @@ def test_hf_generate_matches_sdpa(cache, prompt, monkeypatch):
 
     monkeypatch.setattr(A, "_decode", spy)
     ids = torch.randint(0, 256, (2, prompt), generator=torch.Generator().manual_seed(1)).cuda()
-    gen = {}
-    for impl in ("sdpa", "blockfuse"):
-        m = _llama(impl)
-        kw = {}
-        if cache == "static":
-            kw["past_key_values"] = transformers.StaticCache(config=m.config, max_cache_len=128)
-        with torch.no_grad():
-            gen[impl] = m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False, **kw)
-    assert torch.equal(gen["blockfuse"], gen["sdpa"])
+    m = _llama("blockfuse")
+    kw = {}
+    if cache == "static":
+        kw["past_key_values"] = transformers.StaticCache(config=m.config, max_cache_len=128)
+    with torch.no_grad():
+        g = m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False,
+                       return_dict_in_generate=True, output_logits=True, **kw)
+        seq = g.sequences
+        step = torch.stack(g.logits, dim=1).float()
+        want = _llama("eager").float()(seq).logits[:, prompt - 1:-1].float()
+        base = _llama("sdpa")(seq).logits[:, prompt - 1:-1].float()
+    assert rel(step, want) <= 1.15 * rel(base, want) + 1e-3
     assert calls.count(1) == 11 * 2  # every one-token step of both layers ran the decode kernel
