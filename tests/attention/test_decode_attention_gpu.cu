@@ -514,6 +514,8 @@ TEST(DecodeAttentionGpuGraph, DecodeLoopWithKvcache) {
   make_problem(pr, Case(3, 2, 32, 8, 128, {14, 300, 1000}).with_kvcache().causal().paged(16).splits(3).all_pages(), seed);
   cudaStream_t s;
   BF_CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  launch(pr, s);  // eager first (it writes the slots the first replay rewrites, with the same values)
+  BF_CUDA_OK(cudaStreamSynchronize(s));
   cudaGraph_t g;
   cudaGraphExec_t ge;
   BF_CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
