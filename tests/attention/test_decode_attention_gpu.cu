@@ -59,8 +59,8 @@ struct Case {
   // with_kvcache
   bool append = false, rotary = true, interleaved = false, rot_fp32 = true;
   int64_t rotary_dim = 0;
-  // The device guard: sequence bad_seq gets a length past the capacity (bad_page < 0) or an
-  // out-of-range index at block-table entry bad_page (-2: its last used page).
+  // The device guard: sequence bad_seq gets a length past the capacity (bad_page -1), a negative
+  // length (-3) or an out-of-range index at block-table entry bad_page (-2: its last used page).
   int64_t bad_seq = -1, bad_page = -1;
   bool whole_table = false;  // every block-table entry valid (for lengths that grow), not only the used ones
 
@@ -83,6 +83,7 @@ struct Case {
   }
   Case& no_rotary() { return append = true, rotary = false, *this; }
   Case& guard(int64_t seq, int64_t page = -1) { return bad_seq = seq, bad_page = page, *this; }
+  Case& guard_negative(int64_t seq) { return bad_seq = seq, bad_page = -3, *this; }  // length -5
   Case& all_pages() { return whole_table = true, *this; }
 };
 
@@ -103,7 +104,7 @@ std::string case_name(const Case& c) {
   if (c.append)
     n += !c.rotary ? "_append" : std::string(c.interleaved ? "_gptj" : "_neox") + (c.rot_fp32 ? "_f32" : "_dt") +
                                      (c.rotary_dim ? "_R" + std::to_string(c.rotary_dim) : "");
-  if (c.bad_seq >= 0) n += c.bad_page == -1 ? "_badlen" : "_badpage";
+  if (c.bad_seq >= 0) n += c.bad_page == -1 ? "_badlen" : c.bad_page == -3 ? "_neglen" : "_badpage";
   return n + "_" + dtype_name(c.dt);
 }
 void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
@@ -223,7 +224,7 @@ void make_problem(Problem& pr, const Case& c, uint64_t seed) {
   // Rotary tables (Llama's frequencies) for every position the cache can hold.
   pr.R = c.rotary_dim ? c.rotary_dim : c.d;
   pr.max_pos = pr.capacity;
-  for (int64_t pos = 0; pos < pr.max_pos; ++pos)
+  for (int64_t pos = 0; c.append && pos < pr.max_pos; ++pos)
     for (int64_t i = 0; i < pr.R / 2; ++i) {
       const double th = double(pos) * std::pow(10000.0, -2.0 * double(i) / double(pr.R));
       pr.cos32.push_back(float(std::cos(th))), pr.sin32.push_back(float(std::sin(th)));
@@ -233,6 +234,8 @@ void make_problem(Problem& pr, const Case& c, uint64_t seed) {
   if (c.bad_seq >= 0) {
     if (c.bad_page == -1) {
       pr.lens[size_t(c.bad_seq)] = int32_t(pr.capacity - pr.new_tokens() + 1);
+    } else if (c.bad_page == -3) {
+      pr.lens[size_t(c.bad_seq)] = -5;
     } else {
       const int64_t used = (c.lens[size_t(c.bad_seq)] + pr.new_tokens() + c.page_size - 1) / c.page_size;
       const int64_t at = c.bad_page == -2 ? used - 1 : c.bad_page;
@@ -453,6 +456,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case(3, 1, 32, 8, 128, {100, 500, 900}).paged(16).splits(3).guard(1),
                       Case(3, 1, 32, 8, 128, {100, 500, 900}).paged(16).guard(1, 2),
                       Case(3, 1, 32, 8, 128, {100, 500, 900}).paged(16).splits(1).guard(2, 0),
+                      Case(3, 1, 32, 8, 128, {100, 500, 900}).paged(16).guard_negative(2),
+                      Case(3, 2, 32, 8, 128, {100, 500, 900}).with_kvcache().guard_negative(0),
                       Case(3, 2, 32, 8, 128, {100, 500, 900}).paged(64).with_kvcache().guard(0),
                       Case(3, 2, 32, 8, 128, {100, 500, 900}).paged(64).with_kvcache().guard(1, -2)),
     [](const ::testing::TestParamInfo<Case>& i) { return case_name(i.param); });
