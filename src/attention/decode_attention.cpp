@@ -90,6 +90,8 @@ Shape validate(const char* fn, const AttnConstTensor& q, const AttnConstTensor& 
   check_tensor(fn, "k_cache", k, paged ? int64_t(1) << 31 : int64_t(65535));
   check_tensor(fn, "v_cache", v, paged ? int64_t(1) << 31 : int64_t(65535));
   check_tensor(fn, "out", out, 65535);
+  if (q.batch * q.seqlen * q.heads >= (int64_t(1) << 31))
+    throw_arg(fn, "q", cat("has ", q.batch, " x ", q.seqlen, " x ", q.heads, " rows"), "batch · seqlen · heads < 2^31");
   check_like(fn, "k_cache", k, "q", q, !paged, false, false);
   check_like(fn, "v_cache", v, "k_cache", k, true, true, true);
   check_like(fn, "out", out, "q", q, true, true, true);
@@ -136,6 +138,9 @@ Shape validate(const char* fn, const AttnConstTensor& q, const AttnConstTensor& 
     throw_arg(fn, "params.window_right", cat("is ", prm.window_right, " with causal = true"), "0 or -1 when causal");
   if (prm.num_splits < 0 || prm.num_splits > kDecodeAttentionMaxSplits)
     throw_arg(fn, "params.num_splits", cat("is ", prm.num_splits), cat("0 (heuristic) or 1..", kDecodeAttentionMaxSplits));
+  if (int64_t(std::max(prm.num_splits, 1)) * k.heads > 65535)  // grid y
+    throw_arg(fn, "params.num_splits", cat("is ", prm.num_splits, " with ", k.heads, " KV heads"),
+              "num_splits · k_cache.heads <= 65535");
   if (prm.max_seqlen_k < 0) throw_arg(fn, "params.max_seqlen_k", cat("is ", prm.max_seqlen_k), "0 (the capacity) or > 0");
 
   // Host copies: every length fits, every page a sequence uses exists.
@@ -244,7 +249,7 @@ int resolve_splits(const AttnConstTensor& q, const AttnConstTensor& k, const Sha
   const int sm = detail::current_device_spec().sm_count;
   const int64_t units = q.batch * k.heads * s.m_blocks;
   const int64_t tiles = (s.max_keys + dec::kBlockN - 1) / dec::kBlockN;
-  return dec::num_splits(units, tiles, sm);
+  return static_cast<int>(std::min<int64_t>(dec::num_splits(units, tiles, sm), 65535 / k.heads));  // grid y
 }
 
 void launch(const dec::Params& p, const dec::AppendParams* append, DType dtype, int64_t head_dim, const Shape& s,
