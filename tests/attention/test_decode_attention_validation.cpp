@@ -163,6 +163,25 @@ TEST(DecodeAttentionValidation, MaskScalarsAndSplits) {
   }
 }
 
+// The launch grid's limits: rows of q below 2^31, splits · KV heads within grid y.
+TEST(DecodeAttentionValidation, GridLimits) {
+  for (bool append : {false, true}) {
+    SCOPED_TRACE(append ? "with_kvcache" : "decode_attention");
+    expect_error(
+        [](Call& c) {
+          c.q = make_attn_tensor(c.q.data, DType::kBF16, 65535, 16, 4096, 128);
+          c.out = make_attn_tensor(c.out.data, DType::kBF16, 65535, 16, 4096, 128);
+          c.k.batch = c.v.batch = 65535;
+        },
+        "q", "< 2^31", append);
+    expect_error(
+        [](Call& c) {
+          c.q.heads = c.out.heads = 1024, c.k.heads = c.v.heads = c.kn.heads = c.vn.heads = 1024, c.p.num_splits = 128;
+        },
+        "params.num_splits", "65535", append);
+  }
+}
+
 // The workspace: known without the device when num_splits is given (decode_attention).
 TEST(DecodeAttentionValidation, Workspace) {
   const size_t need = decode_attention_workspace_size(2, 1, 32, 8, 128, 4096, 4);
