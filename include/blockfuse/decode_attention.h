@@ -21,10 +21,11 @@
 //
 // The device-side values (cache_seqlens, block_table) are trusted, as cu_seqlens are in the
 // forward: reading them on the host would cost a synchronisation. Host copies, when given, are
-// checked before anything launches. On the device a sequence whose length is negative or past the
-// cache's capacity (S_max, or max_blocks·page_size), or that refers to a page index outside
-// [0, num_blocks), gets NaN in every output row (and its new keys are not written): never a silent
-// read out of bounds.
+// checked before anything launches. On the device a sequence whose length is negative or leaves no
+// room in the cache (length > capacity − new keys; capacity S_max, or max_blocks·page_size) gets NaN
+// in every output row and LSE (and its new keys are not written); a page index outside
+// [0, num_blocks) among the pages a row block reads turns that block's rows NaN. Never a silent read
+// out of bounds. Block-table entries past a sequence's last page are never read and may hold anything.
 //
 // decode_attention_with_kvcache adds the decode step's small ops, as FlashAttention's
 // flash_attn_with_kvcache does: rotary embedding of the new q and k (GPT-NeoX's rotate-half pairing
@@ -79,7 +80,8 @@ struct DecodeAttentionParams {
 };
 
 // The rotary embedding of decode_attention_with_kvcache. cos and sin are [max_positions, rotary_dim/2]
-// tables with row stride `ld` (elements), fp32 or the dtype of q.
+// tables with row stride `ld` (elements), fp32 or the dtype of q; max_positions must cover the cache's
+// capacity (S_max, or max_blocks·page_size), so no position the kernel can see lies past the table.
 struct RotaryParams {
   const void* cos = nullptr;  // nullptr: no rotary embedding
   const void* sin = nullptr;
@@ -91,8 +93,8 @@ struct RotaryParams {
 };
 
 // The splits decode_attention picks: a pure function of the batch, KV heads, rows per KV head
-// (Sq · Hq/Hkv), head dim, the longest key range and the SM count (src/attention/decode_heuristic.cpp,
-// tested on the CPU). Throws blockfuse::Error for an unsupported head dim or non-positive sizes.
+// (Sq · Hq/Hkv), head dim, the longest key range and the SM count (src/attention/decode_params.h,
+// tested on the CPU), at most 65535 / heads_kv (the grid's y dimension). Throws blockfuse::Error for an unsupported head dim or non-positive sizes.
 int decode_attention_num_splits(int64_t batch, int64_t heads_kv, int64_t rows_per_kv_head, int64_t head_dim,
                                 int64_t seqlen_k, int sm_count);
 
@@ -105,7 +107,7 @@ size_t decode_attention_workspace_size(int64_t batch, int64_t seqlen_q, int64_t 
                                        int64_t head_dim, int64_t max_seqlen_k, int num_splits,
                                        bool with_kvcache = false);
 
-// out = attention(q, cache). lse: nullptr or fp32 [B, Hq, Sq] contiguous. Validates every argument
+// out = attention(q, cache). lse: nullptr or fp32 [B, Hq, Sq] contiguous. Batch 0 launches nothing. Validates every argument
 // before anything is launched (blockfuse::Error naming it): dtypes, D, shapes (k_cache and v_cache
 // alike, Hq % Hkv == 0, out like q, 1 <= Sq <= 16), strides as the forward's, block_table and its
 // sizes, cache_seqlens non-null and 4-byte aligned, window/soft-cap/scale values, num_splits, the

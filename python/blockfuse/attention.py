@@ -298,6 +298,62 @@ def _unmasked_lengths(kwargs, b, sq, sk, device):
     return (last.to(device) + 1).clamp(max=sk).to(torch.int32).expand(b).contiguous()
 
 
+# One entry: the last position tensor read back by _unmasked_key_length (every layer of a forward
+# receives the same one, so the read-back happens once per forward).
+_KEY_LENGTH = [None]
+
+
+def _position_source(kwargs, sq):
+    """The tensor whose last entry is the last query's position: cache_position [Sq] (transformers < 5)
+    or position_ids [B or 1, Sq]; None when neither is there (or 3-D multimodal position ids)."""
+    src = kwargs.get("cache_position")
+    if isinstance(src, torch.Tensor) and src.dim() == 1 and src.shape[0] == sq:
+        return src
+    src = kwargs.get("position_ids")
+    if isinstance(src, torch.Tensor) and src.dim() == 2 and src.shape[-1] == sq:
+        return src
+    return None
+
+
+def _unmasked_key_length(kwargs, sq, sk):
+    """The valid keys of an unmasked call with more than DECODE_MAX_Q queries, on the host: Sk for a
+    DynamicCache or no cache, the filled prefix (last query position + 1, clamped to [Sq, Sk]) for a
+    StaticCache, whose unfilled slots transformers (>= 5) hands over without a mask. One read-back per
+    position tensor, cached across the layers of a forward; None inside torch.compile or a CUDA-graph
+    capture (the caller then masks on the device: _unmasked_mask)."""
+    if sk <= sq:
+        return sk
+    src = _position_source(kwargs, sq)
+    if src is None:
+        return sk
+    if _in_graph_or_compile():
+        return None
+    key = (src.data_ptr(), src._version, tuple(src.shape), sq, sk)
+    hit = _KEY_LENGTH[0]
+    if hit is not None and hit[0] == key and hit[1]() is src:
+        return hit[2]
+    n = min(max(int(src.reshape(-1, sq)[:, -1].max()) + 1, sq), sk)
+    _KEY_LENGTH[0] = (key, weakref.ref(src), n)
+    return n
+
+
+def _unmasked_mask(query, key, kwargs, causal, window_left):
+    """A 4-D bool mask [B, 1, Sq, Sk] for an unmasked call, built on the device from the positions
+    (_unmasked_lengths): the keys past each sequence's filled prefix hidden, the queries at the last Sq
+    positions of the prefix, causal and window as asked. For the SDPA fallback, which would otherwise
+    see every slot of a StaticCache."""
+    b, sq, sk = query.shape[0], query.shape[2], key.shape[2]
+    lengths = _unmasked_lengths(kwargs, b, sq, sk, query.device).long()
+    j = torch.arange(sk, device=query.device)[None, None, :]
+    pos = (lengths[:, None] - sq + torch.arange(sq, device=query.device)[None, :])[:, :, None]
+    vis = j < lengths[:, None, None]
+    if causal:
+        vis = vis & (j <= pos)
+    if window_left >= 0:
+        vis = vis & (j >= pos - window_left)
+    return vis[:, None]
+
+
 def _decode_step(query, key, value, attention_mask, scaling, causal, window_left, window_right, softcap, kwargs):
     """A call with <= DECODE_MAX_Q queries through the decode kernel: no mask (every key valid up to the
     positions, _unmasked_lengths) or a 2-D mask that is per-sequence lengths (_mask_lengths). None when
@@ -379,8 +435,9 @@ def hf_attention_forward(module, query, key, value, attention_mask, scaling=None
     [B, Hkv, Sk, D] (after the KV-cache update) -> (attn_output [B, Sq, Hq, D], None).
 
     Causal comes from kwargs["is_causal"] or module.is_causal (default True) and is aligned
-    bottom-right, so a decode step or a chunked prefill against a DynamicCache is exact. Up to
-    DECODE_MAX_Q query tokens the decode kernel runs (or SDPA where it cannot express the mask).
+    bottom-right, so a decode step or a chunked prefill against a DynamicCache is exact; against a
+    StaticCache without a mask the keys past the filled prefix (from the positions) are never seen.
+    Up to DECODE_MAX_Q query tokens the decode kernel runs (or SDPA where it cannot express the mask).
     sliding_window = W means a query sees itself and the W - 1 keys before it (transformers'
     convention, the same as its FlashAttention path). attention_weights are never returned."""
     if kwargs.get("cu_seq_lens_q") is not None or kwargs.get("cu_seq_lens_k") is not None:
@@ -395,14 +452,24 @@ def hf_attention_forward(module, query, key, value, attention_mask, scaling=None
     window_left = int(sliding_window) - 1 if sliding_window else -1
     softcap = float(softcap) if softcap else 0.0
     window_right = 0 if is_causal else window_left
-    if query.shape[2] <= DECODE_MAX_Q:
+    sq, sk = query.shape[2], key.shape[2]
+    if sq <= DECODE_MAX_Q:
         # A decode step: the decode kernel, else SDPA (never the prefill kernel at a few query rows).
         if _fused_ok(query, key, value, dropout):
             out = _decode_step(query, key, value, attention_mask, scaling, is_causal, window_left, window_right,
                                softcap, kwargs)
             if out is not None:
                 return out, None
+        if attention_mask is None and sk > sq:
+            attention_mask = _unmasked_mask(query, key, kwargs, is_causal, window_left)
         return _fallback(query, key, value, attention_mask, scaling, dropout, is_causal, window_left, softcap), None
+    if attention_mask is None and sk > sq:
+        # A cache without a mask: a StaticCache's unfilled slots must not be seen.
+        n = _unmasked_key_length(kwargs, sq, sk)
+        if n is None:
+            attention_mask = _unmasked_mask(query, key, kwargs, is_causal, window_left)
+        elif n < sk:
+            key, value = key[:, :, :n], value[:, :, :n]
     if attention_mask is None and _fused_ok(query, key, value, dropout):
         out = _fused(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), scaling, is_causal,
                      window_left, window_right, softcap)

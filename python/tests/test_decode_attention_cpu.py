@@ -316,8 +316,7 @@ def test_hf_generate_decode_steps_take_the_decode_kernel(cache, monkeypatch):
 
     monkeypatch.setattr(A, "_fused_varlen", varlen_reference)
     m = _llama()
-    # A 12-token prompt: the prefill runs the decode kernel too. (A longer prompt's prefill against a
-    # StaticCache without a mask reads the unfilled slots: see docs/attention.md.)
+    # A 12-token prompt: the prefill runs the decode kernel too (longer prompts: the test below).
     ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(5))
     gen = {}
     for impl in ("eager", "blockfuse"):
@@ -345,3 +344,55 @@ def test_unmasked_lengths_from_positions():
     assert A._unmasked_lengths({"cache_position": torch.tensor([22, 23])}, 2, 2, 40, "cpu").tolist() == [24, 24]
     assert A._unmasked_lengths({"position_ids": torch.tensor([[99]])}, 1, 1, 8, "cpu").tolist() == [8]  # sliding
     assert A._unmasked_lengths({"position_ids": torch.zeros(3, 2, 1, dtype=torch.long)}, 2, 1, 8, "cpu").tolist() == [8, 8]
+
+
+@pytest.mark.parametrize("kernels", (True, False))
+def test_hf_static_cache_long_prefill_reads_only_filled_slots(kernels, monkeypatch):
+    """A prompt longer than DECODE_MAX_Q against a StaticCache, which transformers (>= 5) hands over
+    without a mask: the prefill kernel sees only the filled prefix (the keys sliced to the prompt), the
+    SDPA fallback a mask built from the positions; greedy generation equals eager attention's."""
+    try:
+        from transformers.masking_utils import AttentionMaskInterface  # noqa: F401
+    except ImportError:
+        pytest.skip("transformers < 4.53: a custom backend receives 4-D masks")
+    A.register_hf_backend()
+    prefill = []
+
+    def fused(q, k, v, *a):
+        prefill.append((q.shape[1], k.shape[1]))
+        return A.attention_reference(q, k, v, *a)[0].to(q.dtype)
+
+    if kernels:
+        monkeypatch.setattr(A, "_fused_ok", lambda *a: True)
+        monkeypatch.setattr(A._decode_mod, "_HAS_OP", True)
+        monkeypatch.setattr(A, "_decode", _decode_reference([]))
+        monkeypatch.setattr(A, "_fused", fused)
+    m = _llama()
+    ids = torch.randint(0, 128, (2, 21), generator=torch.Generator().manual_seed(6))
+    gen = {}
+    for impl in ("eager", "blockfuse"):
+        _set_impl(m, impl)
+        A._MASK_LENGTHS[0] = None
+        A._KEY_LENGTH[0] = None
+        with torch.no_grad():
+            gen[impl] = m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=5, do_sample=False,
+                                   past_key_values=transformers.StaticCache(config=m.config, max_cache_len=48))
+    assert torch.equal(gen["blockfuse"], gen["eager"])
+    if kernels:
+        assert prefill and all(c == (21, 21) for c in prefill), prefill
+
+
+def test_unmasked_key_length_and_mask():
+    A._KEY_LENGTH[0] = None
+    assert A._unmasked_key_length({}, 20, 48) == 48
+    assert A._unmasked_key_length({"position_ids": torch.arange(20)[None]}, 20, 48) == 20
+    assert A._unmasked_key_length({"position_ids": torch.arange(20)[None] + 7}, 20, 48) == 27
+    assert A._unmasked_key_length({"cache_position": torch.arange(20) + 40}, 20, 48) == 48  # clamped
+    assert A._unmasked_key_length({"position_ids": torch.arange(20)[None]}, 20, 20) == 20  # no cache
+    q, k = torch.zeros(2, 4, 3, 8), torch.zeros(2, 2, 10, 8)
+    m = A._unmasked_mask(q, k, {"position_ids": torch.tensor([[4, 5, 6]])}, True, -1)
+    assert m.shape == (2, 1, 3, 10)
+    want = torch.tensor([[j <= 4 + i for j in range(10)] for i in range(3)])
+    assert torch.equal(m[0, 0], want) and torch.equal(m[1, 0], want)
+    m = A._unmasked_mask(q, k, {"position_ids": torch.tensor([[4, 5, 6]])}, True, 1)
+    assert torch.equal(m[0, 0], want & torch.tensor([[j >= 3 + i for j in range(10)] for i in range(3)]))

@@ -247,9 +247,7 @@ dec::Params make_params(const AttnConstTensor& q, const AttnConstTensor& k, cons
 int resolve_splits(const AttnConstTensor& q, const AttnConstTensor& k, const Shape& s, int requested) {
   if (requested > 0) return requested;
   const int sm = detail::current_device_spec().sm_count;
-  const int64_t units = q.batch * k.heads * s.m_blocks;
-  const int64_t tiles = (s.max_keys + dec::kBlockN - 1) / dec::kBlockN;
-  return static_cast<int>(std::min<int64_t>(dec::num_splits(units, tiles, sm), 65535 / k.heads));  // grid y
+  return decode_attention_num_splits(q.batch, k.heads, q.seqlen * (q.heads / k.heads), q.head_dim, s.max_keys, sm);
 }
 
 void launch(const dec::Params& p, const dec::AppendParams* append, DType dtype, int64_t head_dim, const Shape& s,
@@ -294,8 +292,8 @@ int decode_attention_num_splits(int64_t batch, int64_t heads_kv, int64_t rows_pe
   if (sm_count < 1) throw_arg(fn, "sm_count", cat("is ", sm_count), ">= 1");
   const int mf = dec::m_frags_for(rows_per_kv_head, static_cast<int>(head_dim));
   const int64_t m_blocks = (rows_per_kv_head + 16 * mf - 1) / (16 * mf);
-  return dec::num_splits(batch * heads_kv * m_blocks, (seqlen_k + dec::kBlockN - 1) / dec::kBlockN,
-                         sm_count);
+  const int s = dec::num_splits(batch * heads_kv * m_blocks, (seqlen_k + dec::kBlockN - 1) / dec::kBlockN, sm_count);
+  return static_cast<int>(std::min<int64_t>(s, 65535 / heads_kv));  // grid y
 }
 
 size_t decode_attention_workspace_size(int64_t batch, int64_t seqlen_q, int64_t heads_q, int64_t heads_kv,
