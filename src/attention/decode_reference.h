@@ -21,9 +21,10 @@ struct DecodeReferenceInput {
   const int32_t* host_block_table = nullptr;
 };
 
-// Is sequence b guarded on the device, i.e. does the header promise NaN rows for it? Its length
-// (plus new_tokens) is negative or past the capacity, or a page it uses ([0, ceil((L + new) /
-// page))) is outside [0, num_blocks).
+// Is sequence b guarded on the device? Its length (plus new_tokens) is negative or past the capacity,
+// or a page it uses ([0, ceil((L + new) / page))) is outside [0, num_blocks). The kernel poisons all of
+// a length-guarded sequence's rows, but for a bad page only the row blocks that read it: callers
+// that plant a bad page choose one every row block reads (the reference then matches the kernel).
 bool decode_reference_guarded(const DecodeReferenceInput& in, const DecodeAttentionParams& p, int64_t b,
                               int64_t new_tokens = 0);
 
