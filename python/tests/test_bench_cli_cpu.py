@@ -53,6 +53,7 @@ def test_every_subcommand_has_its_module():
     (("decode-attention", "--hkv", "8,3"), "must divide the 32 query heads"),
     (("fused-mlp", "--shapes", "7b"), "unknown shape(s) ['7b']"),
     (("model", "--models", "llama3-8b,x"), "unknown model(s) ['x']"),
+    (("model", "--contexts", "512,0"), "each prompt length must be >= 1"),
     (("memory-bound", "--rounds", "0"), "--rounds must be >= 1"),
     (("nope",), "invalid choice"),
     ((), "required"),
@@ -61,6 +62,19 @@ def test_bad_options_are_refused(args, message):
     r = bench(*args)
     assert r.returncode == 2
     assert message in r.stderr
+
+
+def test_model_contexts_and_attention_options():
+    sys.path.insert(0, PYTHON_DIR)
+    try:
+        from blockfuse.bench.__main__ import _check, parser
+    finally:
+        sys.path.remove(PYTHON_DIR)
+    p = parser()
+    a = _check(p, p.parse_args(["model", "--attention", "--contexts", "512,32768"]))
+    assert a.attention and a.contexts == [512, 32768]
+    a = _check(p, p.parse_args(["model"]))
+    assert not a.attention and a.contexts == []
 
 
 def test_a_run_without_torch_says_so():

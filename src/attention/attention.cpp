@@ -10,6 +10,7 @@
 
 #include "attention/launch.h"
 #include "attention/params.h"
+#include "attention/tensor_check.h"
 #if defined(BLOCKFUSE_HAS_SM90)
 #include "attention/launch_sm90.h"
 #endif
@@ -24,47 +25,11 @@ constexpr const char* kFn = "attention";
 using detail::cat;
 using detail::throw_arg;
 
-constexpr int64_t kMaxLen = int64_t(1) << 30;  // keeps the kernel's int row/key arithmetic exact
+using attn::span_of_tensor;
 
-// Byte range a [batch, seqlen, heads, D] view spans (for the overlap checks).
-detail::Span span_of_tensor(const AttnConstTensor& t) {
-  if (t.batch == 0 || t.seqlen == 0 || t.heads == 0) return detail::Span{};
-  const int64_t last = (t.batch - 1) * t.batch_stride + (t.seqlen - 1) * t.seq_stride +
-                       (t.heads - 1) * t.head_stride + t.head_dim;
-  auto* b = static_cast<const char*>(t.data);
-  return detail::Span{b, b + last * 2};
-}
-
+// The forward's views: batch is grid z (at most 65535); varlen views are batch 1.
 void check_tensor(const char* arg, const AttnConstTensor& t, bool varlen) {
-  if (t.dtype != DType::kBF16 && t.dtype != DType::kFP16)
-    throw_arg(kFn, arg, cat("has dtype code ", static_cast<int>(t.dtype)), "bf16 or fp16");
-  if (t.head_dim != 64 && t.head_dim != 128 && t.head_dim != 256)
-    throw_arg(kFn, arg, cat("has head_dim = ", t.head_dim), "64, 128 or 256");
-  if (t.batch < 0 || t.seqlen < 0 || t.heads < 1)
-    throw_arg(kFn, arg, cat("has batch = ", t.batch, ", seqlen = ", t.seqlen, ", heads = ", t.heads),
-              "batch >= 0, seqlen >= 0, heads >= 1");
-  if (varlen && t.batch != 1)
-    throw_arg(kFn, arg, cat("has batch = ", t.batch, " in varlen mode"),
-              "a packed [total, heads, head_dim] tensor passed as batch = 1, seqlen = total");
-  if (t.seqlen >= kMaxLen) throw_arg(kFn, arg, cat("has seqlen = ", t.seqlen), "seqlen < 2^30");
-  if (t.heads > 65535) throw_arg(kFn, arg, cat("has heads = ", t.heads), "heads <= 65535 (grid y)");
-  if (t.batch > 65535) throw_arg(kFn, arg, cat("has batch = ", t.batch), "batch <= 65535 (grid z)");
-  // Strides: positive, multiples of 8 elements (16-byte vectors), the head dim contiguous.
-  const struct { const char* name; int64_t v; bool used; } strides[] = {
-      {"batch_stride", t.batch_stride, !varlen && t.batch > 1},
-      {"seq_stride", t.seq_stride, t.seqlen > 1},
-      {"head_stride", t.head_stride, t.heads > 1}};
-  for (const auto& s : strides) {
-    if (s.v % 8 != 0)
-      throw_arg(kFn, arg, cat("has ", s.name, " = ", s.v), cat(s.name, " % 8 == 0 (16-byte vector loads)"));
-    if (s.used && s.v < t.head_dim)
-      throw_arg(kFn, arg, cat("has ", s.name, " = ", s.v, " with head_dim = ", t.head_dim),
-                cat(s.name, " >= head_dim (the head dim is contiguous, stride 1; rows must not overlap)"));
-  }
-  if (t.data == nullptr && t.batch > 0 && t.seqlen > 0)
-    throw_arg(kFn, arg, "has a null data pointer", "a valid device pointer for a non-empty tensor");
-  if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0)
-    throw_arg(kFn, arg, cat("pointer ", t.data, " is not 16-byte aligned"), "a 16-byte aligned data pointer");
+  attn::check_tensor(kFn, arg, t, 65535, varlen);
 }
 
 // params.kernel: a known code, and kSm90 only where this build has it and for the shapes it handles.
@@ -234,21 +199,10 @@ attn::Params make_params(const AttnConstTensor& q, const AttnConstTensor& k, con
     p.lse_batch_stride = q.heads * q.seqlen;
     p.lse_head_stride = q.seqlen;
   }
-  const double scale = prm.softmax_scale > 0 ? prm.softmax_scale : 1.0 / std::sqrt(double(q.head_dim));
-  constexpr double kLog2e = 1.4426950408889634;
-  if (prm.softcap > 0) {
-    p.softcap_mul = static_cast<float>(scale / prm.softcap);
-    p.scale_log2 = static_cast<float>(prm.softcap * kLog2e);
-    p.scale_lse = prm.softcap;
-  } else {
-    p.softcap_mul = 0.0f;
-    p.scale_log2 = static_cast<float>(scale * kLog2e);
-    p.scale_lse = static_cast<float>(scale);
-  }
-  constexpr int kUnbounded = attn::kWindowUnbounded;  // clamped per sequence in the kernel
-  p.window_left = prm.window_left < 0 ? kUnbounded : static_cast<int>(std::min<int64_t>(prm.window_left, kUnbounded));
-  const int64_t right = prm.causal ? 0 : prm.window_right;
-  p.window_right = right < 0 ? kUnbounded : static_cast<int>(std::min<int64_t>(right, kUnbounded));
+  const attn::ScoreScale sc = attn::score_scale(prm.softmax_scale, prm.softcap, q.head_dim);
+  p.scale_log2 = sc.scale_log2, p.scale_lse = sc.scale_lse, p.softcap_mul = sc.softcap_mul;
+  p.window_left = attn::window_left_bound(prm.window_left);  // clamped per sequence in the kernel
+  p.window_right = attn::window_right_bound(prm.window_right, prm.causal);
   return p;
 }
 

@@ -9,6 +9,7 @@
 #include "attention/decode_launch.h"
 #include "attention/decode_params.h"
 #include "attention/params.h"
+#include "attention/tensor_check.h"
 #include "common/check.h"
 #include "common/device.h"
 
@@ -20,41 +21,11 @@ using detail::cat;
 using detail::throw_arg;
 namespace dec = attn::decode;
 
-constexpr int64_t kMaxLen = int64_t(1) << 30;
+constexpr int64_t kMaxLen = attn::kMaxSeqlen;
+using attn::span_of_tensor;
 
-detail::Span span_of_tensor(const AttnConstTensor& t) {
-  if (t.batch == 0 || t.seqlen == 0 || t.heads == 0) return detail::Span{};
-  const int64_t last = (t.batch - 1) * t.batch_stride + (t.seqlen - 1) * t.seq_stride +
-                       (t.heads - 1) * t.head_stride + t.head_dim;
-  auto* b = static_cast<const char*>(t.data);
-  return detail::Span{b, b + last * 2};
-}
-
-// dtype, head dim, sizes, strides (multiples of 8 elements, the head dim contiguous), alignment.
 void check_tensor(const char* fn, const char* arg, const AttnConstTensor& t, int64_t max_batch) {
-  if (t.dtype != DType::kBF16 && t.dtype != DType::kFP16)
-    throw_arg(fn, arg, cat("has dtype code ", static_cast<int>(t.dtype)), "bf16 or fp16");
-  if (t.head_dim != 64 && t.head_dim != 128 && t.head_dim != 256)
-    throw_arg(fn, arg, cat("has head_dim = ", t.head_dim), "64, 128 or 256");
-  if (t.batch < 0 || t.seqlen < 0 || t.heads < 1)
-    throw_arg(fn, arg, cat("has batch = ", t.batch, ", seqlen = ", t.seqlen, ", heads = ", t.heads),
-              "batch >= 0, seqlen >= 0, heads >= 1");
-  if (t.batch > max_batch) throw_arg(fn, arg, cat("has batch = ", t.batch), cat("batch <= ", max_batch));
-  if (t.seqlen >= kMaxLen) throw_arg(fn, arg, cat("has seqlen = ", t.seqlen), "seqlen < 2^30");
-  if (t.heads > 65535) throw_arg(fn, arg, cat("has heads = ", t.heads), "heads <= 65535");
-  const struct { const char* name; int64_t v; bool used; } strides[] = {
-      {"batch_stride", t.batch_stride, t.batch > 1}, {"seq_stride", t.seq_stride, t.seqlen > 1},
-      {"head_stride", t.head_stride, t.heads > 1}};
-  for (const auto& s : strides) {
-    if (s.v % 8 != 0) throw_arg(fn, arg, cat("has ", s.name, " = ", s.v), cat(s.name, " % 8 == 0 (16-byte vector loads)"));
-    if (s.used && s.v < t.head_dim)
-      throw_arg(fn, arg, cat("has ", s.name, " = ", s.v, " with head_dim = ", t.head_dim),
-                cat(s.name, " >= head_dim (the head dim is contiguous, stride 1; rows must not overlap)"));
-  }
-  if (t.data == nullptr && t.batch > 0 && t.seqlen > 0)
-    throw_arg(fn, arg, "has a null data pointer", "a valid device pointer for a non-empty tensor");
-  if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0)
-    throw_arg(fn, arg, cat("pointer ", t.data, " is not 16-byte aligned"), "a 16-byte aligned data pointer");
+  attn::check_tensor(fn, arg, t, max_batch, false);
 }
 
 void check_like(const char* fn, const char* arg, const AttnConstTensor& t, const char* ref_arg,
@@ -227,19 +198,10 @@ dec::Params make_params(const AttnConstTensor& q, const AttnConstTensor& k, cons
   p.rows = p.seqlen_q * p.group;
   p.new_tokens = static_cast<int>(new_tokens);
   p.num_splits = s.splits;
-  const double scale = prm.softmax_scale > 0 ? prm.softmax_scale : 1.0 / std::sqrt(double(q.head_dim));
-  constexpr double kLog2e = 1.4426950408889634;
-  if (prm.softcap > 0) {
-    p.softcap_mul = static_cast<float>(scale / prm.softcap);
-    p.scale_log2 = static_cast<float>(prm.softcap * kLog2e);
-  } else {
-    p.softcap_mul = 0.0f;
-    p.scale_log2 = static_cast<float>(scale * kLog2e);
-  }
-  constexpr int kUnbounded = attn::kWindowUnbounded;
-  p.window_left = prm.window_left < 0 ? kUnbounded : static_cast<int>(std::min<int64_t>(prm.window_left, kUnbounded));
-  const int64_t right = prm.causal ? 0 : prm.window_right;
-  p.window_right = right < 0 ? kUnbounded : static_cast<int>(std::min<int64_t>(right, kUnbounded));
+  const attn::ScoreScale sc = attn::score_scale(prm.softmax_scale, prm.softcap, q.head_dim);
+  p.scale_log2 = sc.scale_log2, p.softcap_mul = sc.softcap_mul;
+  p.window_left = attn::window_left_bound(prm.window_left);
+  p.window_right = attn::window_right_bound(prm.window_right, prm.causal);
   return p;
 }
 

@@ -74,6 +74,11 @@ def parser():
     m.add_argument("--steps", type=int, default=32)
     m.add_argument("--graphs", action="store_true", help="also batch-1 decode with StaticCache + CUDA graphs")
     m.add_argument("--profile", action="store_true", help="print the kernels of a batch-1 decode step")
+    m.add_argument("--attention", action="store_true",
+                   help="patch the attention too (patch_model(attention=True): the blockfuse backend)")
+    m.add_argument("--contexts", default="",
+                   help="batch-1 decode after prompts of these lengths (eager DynamicCache steps, and a "
+                        "StaticCache step replayed in a CUDA graph), e.g. 512,2048,8192,32768")
     m.add_argument("--json", default="bench_model.json")
 
     o = sub.add_parser("overhead", help="µs per call of each op on a tiny problem vs F.linear")
@@ -142,6 +147,9 @@ def _check(p, a):
         a.models = known(_names(a.models), HF_MODELS, "model")
         a.prefill = _ints(a.prefill)
         a.batches = _ints(a.batches)
+        a.contexts = _ints(a.contexts)
+        if any(c < 1 for c in a.contexts):
+            p.error("model --contexts: each prompt length must be >= 1")
     elif a.command == "decode-attention":
         a.b, a.s, a.hkv = _ints(a.b), _ints(a.s), _ints(a.hkv)
         if any(32 % h for h in a.hkv):

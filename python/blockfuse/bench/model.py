@@ -9,7 +9,10 @@ from one fp32 model built on the GPU with a fixed seed:
   * decode floor: the weights (all but the embedding table) over the measured copy bandwidth, the
     least time a batch-1 step can take whatever its kernels;
   * decode: tokens/s of `steps` greedy-fed steps (DynamicCache, eager) after a 128-token prompt,
-    at each batch size; with --graphs also batch 1 through generate() with a StaticCache, which
+    at each batch size; with --contexts, batch-1 decode after prompts of each length, eager
+    (DynamicCache) and as a StaticCache step replayed in a CUDA graph (long-context decode, where
+    attention reads the cache: the case --attention, patch_model(attention=True), is for);
+    with --graphs also batch 1 through generate() with a StaticCache, which
     transformers compiles (torch.compile, CUDA graphs) itself (medians of 5: the host loop between
     replays makes single timings swing), and one StaticCache step captured in a CUDA graph by hand
     and replayed back to back (the GPU time of the kernels, without the host); --profile prints the
@@ -114,7 +117,7 @@ def decode_graphs(model, steps, prompt=128):
 
 @torch.no_grad()
 def decode_replay_ms(model, prompt=128, reps=30, graph=True):
-    """GPU time of one batch-1 decode step (StaticCache, 128 cached tokens) captured in a CUDA graph
+    """GPU time of one batch-1 decode step (StaticCache, `prompt` cached tokens) captured in a CUDA graph
     by hand and replayed back to back: the kernels alone, without generate()'s host loop."""
     import transformers as tf
     dev = next(model.parameters()).device
@@ -198,7 +201,7 @@ def measure(args):
         m32 = build_fp32(name, args.layers)
         ref = copy.deepcopy(m32).to(torch.bfloat16)
         pat = copy.deepcopy(ref)
-        patch.patch_model(pat)
+        patch.patch_model(pat, attention=getattr(args, "attention", False))
         ids = torch.randint(0, m32.config.vocab_size, (1, 256), device="cuda")
         with torch.no_grad():
             l32 = m32(ids).logits.float()
@@ -224,6 +227,22 @@ def measure(args):
                                   "ms_per_step": {"unpatched": su, "patched": sp}})
             print(f"| {name} | decode b={b} eager | {tu:.0f} tok/s ({su:.2f} ms) | {tp:.0f} tok/s ({sp:.2f} ms) | "
                   f"{tp / tu:.3f}x |", flush=True)
+        for c in getattr(args, "contexts", []):
+            ctx = {"context": c}
+            try:
+                (tu, su), (tp, sp) = decode(ref, 1, args.steps, prompt=c), decode(pat, 1, args.steps, prompt=c)
+                ctx["eager_ms_per_step"] = {"unpatched": su, "patched": sp}
+                print(f"| {name} | decode b=1 context {c} eager | {su:.2f} ms | {sp:.2f} ms | {su / sp:.3f}x |",
+                      flush=True)
+                mu, mp = decode_replay_ms(ref, prompt=c), decode_replay_ms(pat, prompt=c)
+                ctx["graph_replay_ms_per_step"] = {"unpatched": mu, "patched": mp}
+                print(f"| {name} | decode b=1 context {c} graph replay | {mu:.2f} ms | {mp:.2f} ms | "
+                      f"{mu / mp:.3f}x |", flush=True)
+            except Exception as e:  # report, do not stop the benchmark
+                ctx["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+                print(f"# context {c} failed: {ctx['error']}", flush=True)
+            row.setdefault("decode_contexts", []).append(ctx)
+            torch.cuda.empty_cache()
         if args.graphs:
             try:
                 mu, mp = decode_replay_ms(ref), decode_replay_ms(pat)
@@ -268,7 +287,8 @@ def run(a):
     print(f"# {info}")
     print("| model | case | unpatched | patched | patched / unpatched speed | memory |")
     print("| --- | --- | --- | --- | --- | --- |")
-    result = {**info, "benchmark": "model", "layers": a.layers, "rows": measure(a)}
+    result = {**info, "benchmark": "model", "layers": a.layers, "attention_patched": a.attention,
+              "rows": measure(a)}
     with open(a.json, "w") as f:
         json.dump(result, f, indent=1)
     print(f"wrote {a.json}")
