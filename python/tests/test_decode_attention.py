@@ -91,6 +91,31 @@ def test_against_reference(case, dtype, layout):
     torch.testing.assert_close(lse, want_lse, atol=2e-3, rtol=1e-3)
 
 
+@pytest.mark.parametrize("layout", ("contiguous", "paged16"))
+def test_left_padding(layout):
+    """cache_leftpad: each sequence's keys start at its pad (NaN before it, never read); a pad equal
+    to the length leaves no key (out 0, lse -inf); a pad past the length gives NaN rows."""
+    q, k, v = make(4, 3, 3000, 32, 8, 128, torch.bfloat16, seed=2)
+    lens = torch.tensor([3000, 1000, 70, 9], dtype=torch.int32, device="cuda")
+    pads = torch.tensor([0, 999, 64, 9], dtype=torch.int32, device="cuda")
+    want, want_lse = D.decode_attention_reference(q, k, v, lens, causal=True, window_left=500, cache_leftpad=pads)
+    poison_tail(k, v, lens)
+    for i, p in enumerate(pads.tolist()):
+        k[i, :p] = float("nan")
+        v[i, :p] = float("nan")
+    table = None
+    if layout == "paged16":
+        k, table = to_pages(k, 16)
+        v, _ = to_pages(v, 16)
+    out, lse = ops.decode_attention(q, k, v, lens, block_table=table, causal=True, window_left=500,
+                                    cache_leftpad=pads, return_lse=True)
+    assert torch.isfinite(out).all() and (out[3] == 0).all() and torch.isneginf(lse[3]).all()
+    assert rel(out, want) <= REL_TOL[torch.bfloat16]
+    torch.testing.assert_close(lse, want_lse, atol=2e-3, rtol=1e-3)
+    bad = ops.decode_attention(q, k, v, lens, block_table=table, cache_leftpad=pads + 2)  # 1001 > 1000, 11 > 9
+    assert bad[1].isnan().all() and bad[3].isnan().all() and torch.isfinite(bad[[0, 2]]).all()
+
+
 @pytest.mark.parametrize("splits", (1, 3, 128))
 def test_explicit_splits_and_zero_length(splits):
     q, k, v = make(4, 2, 2000, 32, 8, 128, torch.bfloat16, seed=1)

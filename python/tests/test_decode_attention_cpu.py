@@ -189,6 +189,10 @@ def test_fake_runs_under_fake_tensor_mode():
         assert out.shape == q.shape and lse.shape == (2, 8, 3) and lse.dtype == torch.float32
         out = D.decode_attention_with_kvcache(q, k, k, k[:, :3], k[:, :3], lens)
         assert out.shape == q.shape
+        out = D.decode_attention(q, k, k, lens, cache_leftpad=lens)
+        assert out.shape == q.shape
+        with pytest.raises(RuntimeError, match="argument 'cache_leftpad'"):
+            D.decode_attention(q, k, k, lens, cache_leftpad=torch.empty(3, dtype=torch.int32))
 
 
 # ---- the Hugging Face backend's decode routing ---------------------------------------------------------

@@ -48,11 +48,12 @@ double table_at(const RotaryReference& r, DType dt, int64_t half, int64_t pos, i
 
 bool decode_reference_guarded(const DecodeReferenceInput& in, const DecodeAttentionParams& p, int64_t b,
                               int64_t new_tokens) {
-  const int64_t len = in.cache_seqlens[b];
+  const int64_t len = in.cache_seqlens[b], pad = in.cache_leftpad ? in.cache_leftpad[b] : 0;
   if (len < 0 || len + new_tokens > capacity(in, p)) return true;
+  if (pad < 0 || pad > len) return true;
   if (!paged(in)) return false;
   const int64_t pages = (len + new_tokens + in.k_cache.seqlen - 1) / in.k_cache.seqlen;
-  for (int64_t i = 0; i < pages; ++i) {
+  for (int64_t i = pad / in.k_cache.seqlen; i < pages; ++i) {
     const int64_t pg = in.host_block_table[b * table_stride(p) + i];
     if (pg < 0 || pg >= in.k_cache.batch) return true;
   }
@@ -74,7 +75,7 @@ void decode_attention_reference(const DecodeReferenceInput& in, const DecodeAtte
   std::vector<double> s, acc(static_cast<size_t>(D));
   for (int64_t b = 0; b < B; ++b) {
     const bool guarded = decode_reference_guarded(in, p, b);
-    const int64_t L = in.cache_seqlens[b];
+    const int64_t L = in.cache_seqlens[b], P = in.cache_leftpad ? in.cache_leftpad[b] : 0;
     for (int64_t t = 0; t < Sq; ++t)
       for (int64_t h = 0; h < Hq; ++h) {
         double* o = &out[size_t(((b * Sq + t) * Hq + h) * D)];
@@ -90,7 +91,7 @@ void decode_attention_reference(const DecodeReferenceInput& in, const DecodeAtte
         double m = -inf;
         bool any = false;
         for (int64_t j = 0; j < L; ++j) {
-          if (!reference_visible(t, j, Sq, L, fwd)) continue;
+          if (j < P || !reference_visible(t, j, Sq, L, fwd)) continue;
           const int64_t k0 = slot(in, p, in.k_cache, b, j, hk);
           double dot = 0;
           for (int64_t d = 0; d < D; ++d) dot += at(q, q0 + d) * at(in.k_cache, k0 + d);
@@ -108,7 +109,7 @@ void decode_attention_reference(const DecodeReferenceInput& in, const DecodeAtte
         double sum = 0;
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int64_t j = 0; j < L; ++j) {
-          if (!reference_visible(t, j, Sq, L, fwd)) continue;
+          if (j < P || !reference_visible(t, j, Sq, L, fwd)) continue;
           const double e = std::exp(s[size_t(j)] - m);
           sum += e;
           const int64_t v0 = slot(in, p, in.v_cache, b, j, hk);

@@ -14,22 +14,25 @@ namespace blockfuse::attn {
 // Host views of a decode call. Every pointer is a host pointer; strides as the device call's.
 // The cache is paged when host_block_table is set ([B, block_table_stride] int32, as
 // DecodeAttentionParams::host_block_table; max_blocks and block_table_stride are read from the
-// params), contiguous otherwise. cache_seqlens: [B] host int32.
+// params), contiguous otherwise. cache_seqlens: [B] host int32; cache_leftpad: [B] host int32 or
+// nullptr (decode_attention's left padding: sequence b's keys are slots [P_b, L_b)).
 struct DecodeReferenceInput {
   AttnConstTensor q, k_cache, v_cache;
   const int32_t* cache_seqlens = nullptr;
   const int32_t* host_block_table = nullptr;
+  const int32_t* cache_leftpad = nullptr;
 };
 
 // Is sequence b guarded on the device? Its length (plus new_tokens) is negative or past the capacity,
-// or a page it uses ([0, ceil((L + new) / page))) is outside [0, num_blocks). The kernel poisons all of
+// its left padding outside [0, L], or a page it uses ([P / page, ceil((L + new) / page))) is outside
+// [0, num_blocks). The kernel poisons all of
 // a length-guarded sequence's rows, but for a bad page only the row blocks that read it: callers
 // that plant a bad page choose one every row block reads (the reference then matches the kernel).
 bool decode_reference_guarded(const DecodeReferenceInput& in, const DecodeAttentionParams& p, int64_t b,
                               int64_t new_tokens = 0);
 
 // out [B, Sq, Hq, D] and lse [B, Hq, Sq] of decode_attention: query t of sequence b sits at
-// position L_b − Sq + t and sees key j iff j < L_b and the forward's causal / window rule with
+// position L_b − Sq + t and sees key j iff P_b <= j < L_b and the forward's causal / window rule with
 // shift = L_b − Sq; soft-cap and scale as the forward. Scores, exponentials and sums in double.
 // A row without a visible key: out 0, lse −inf. A guarded sequence (above): every out and lse NaN.
 // Only the slots below a sequence's length are read, so NaN elsewhere cannot reach the result.

@@ -63,6 +63,9 @@ struct Case {
   // length (-3) or an out-of-range index at block-table entry bad_page (-2: its last used page).
   int64_t bad_seq = -1, bad_page = -1;
   bool whole_table = false;  // every block-table entry valid (for lengths that grow), not only the used ones
+  // Left padding per sequence (cache_leftpad); empty: none. The slots before it hold NaN and, paged,
+  // the pages wholly before it out-of-range indices: neither may be read.
+  std::vector<int32_t> pads;
 
   Case() = default;
   Case(int64_t b_, int64_t sq_, int64_t hq_, int64_t hkv_, int64_t d_, std::vector<int32_t> l)
@@ -85,6 +88,7 @@ struct Case {
   Case& guard(int64_t seq, int64_t page = -1) { return bad_seq = seq, bad_page = page, *this; }
   Case& guard_negative(int64_t seq) { return bad_seq = seq, bad_page = -3, *this; }  // length -5
   Case& all_pages() { return whole_table = true, *this; }
+  Case& leftpad(std::vector<int32_t> p) { return pads = std::move(p), *this; }
 };
 
 std::string case_name(const Case& c) {
@@ -105,6 +109,7 @@ std::string case_name(const Case& c) {
     n += !c.rotary ? "_append" : std::string(c.interleaved ? "_gptj" : "_neox") + (c.rot_fp32 ? "_f32" : "_dt") +
                                      (c.rotary_dim ? "_R" + std::to_string(c.rotary_dim) : "");
   if (c.bad_seq >= 0) n += c.bad_page == -1 ? "_badlen" : c.bad_page == -3 ? "_neglen" : "_badpage";
+  if (!c.pads.empty()) n += "_leftpad";
   return n + "_" + dtype_name(c.dt);
 }
 void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
@@ -131,13 +136,13 @@ struct Problem {
   int64_t qrow = 0, q_off = 0, kn_off = 0, vn_off = 0;  // the q buffer's row (Sq step) and view offsets
   int64_t orow = 0;                         // out's seq stride
   std::vector<uint16_t> hq, hk, hv, hnew;   // hq: q (and k_new, v_new when fused); hnew: k_new | v_new
-  std::vector<int32_t> lens, table;
+  std::vector<int32_t> lens, table, pads;
   std::vector<float> cos32, sin32;
   std::vector<uint16_t> cos16, sin16;
   DeviceBuffer<uint16_t> q, k, v, knew, out;
   DeviceBuffer<float> lse, dcos32, dsin32;
   DeviceBuffer<uint16_t> dcos16, dsin16;
-  DeviceBuffer<int32_t> dlens, dtable;
+  DeviceBuffer<int32_t> dlens, dtable, dpads;
   DeviceBuffer<unsigned char> ws;
   size_t ws_bytes = 0;
   DecodeAttentionParams p;
@@ -189,9 +194,11 @@ void make_problem(Problem& pr, const Case& c, uint64_t seed) {
     for (int64_t b = 0; b < c.b; ++b) {
       const int64_t used =
           c.whole_table ? pr.max_blocks : (c.lens[size_t(b)] + pr.new_tokens() + c.page_size - 1) / c.page_size;
-      for (int64_t i = 0; i < pr.table_stride; ++i)  // entries past the used pages: out of range, never read
-        pr.table[size_t(b * pr.table_stride + i)] =
-            i < used ? perm[size_t(b * pr.max_blocks + i)] : int32_t(i % 2 ? -1 - i : pr.num_blocks + i);
+      // Entries past the used pages, and of pages wholly before the left padding: out of range, never read.
+      const int64_t first = c.pads.empty() ? 0 : std::max<int64_t>(c.pads[size_t(b)], 0) / c.page_size;
+      for (int64_t i = 0; i < pr.table_stride; ++i)
+        pr.table[size_t(b * pr.table_stride + i)] = i >= first && i < used ? perm[size_t(b * pr.max_blocks + i)]
+                                                                            : int32_t(i % 2 ? -1 - i : pr.num_blocks + i);
     }
   } else {
     pr.capacity = need + 5;
@@ -206,7 +213,7 @@ void make_problem(Problem& pr, const Case& c, uint64_t seed) {
   pr.hk.assign(cache_elems, nan);
   pr.hv.assign(cache_elems, nan);
   for (int64_t b = 0; b < c.b; ++b)
-    for (int64_t j = 0; j < c.lens[size_t(b)]; ++j)
+    for (int64_t j = c.pads.empty() ? 0 : std::max<int64_t>(c.pads[size_t(b)], 0); j < c.lens[size_t(b)]; ++j)
       for (int64_t h = 0; h < c.hkv; ++h)
         for (int64_t d = 0; d < c.d; ++d) {
           pr.hk[size_t(pr.slot(b, j, h) + d)] = bits_of(c.dt, u2(rng));
@@ -248,6 +255,8 @@ void make_problem(Problem& pr, const Case& c, uint64_t seed) {
   pr.out = DeviceBuffer<uint16_t>(size_t(c.b * c.sq * pr.orow));
   pr.lse = DeviceBuffer<float>(size_t(c.b * c.hq * c.sq));
   pr.dlens = upload(pr.lens);
+  pr.pads = c.pads;
+  if (!c.pads.empty()) pr.dpads = upload(pr.pads), pr.p.cache_leftpad = pr.dpads.data();
   if (c.page_size) pr.dtable = upload(pr.table);
   pr.dcos32 = upload(pr.cos32), pr.dsin32 = upload(pr.sin32), pr.dcos16 = upload(pr.cos16), pr.dsin16 = upload(pr.sin16);
 
@@ -302,7 +311,8 @@ void reference(const Problem& pr, std::vector<double>& out, std::vector<double>&
   ek = pr.hk, ev = pr.hv;
   if (!c.append) {
     const attn::DecodeReferenceInput in{pr.q_view(pr.hq.data()), pr.cache_view(static_cast<const void*>(ek.data())),
-                                        pr.cache_view(static_cast<const void*>(ev.data())), pr.lens.data(), table};
+                                        pr.cache_view(static_cast<const void*>(ev.data())), pr.lens.data(), table,
+                                        pr.pads.empty() ? nullptr : pr.pads.data()};
     attn::decode_attention_reference(in, p, out, lse);
     return;
   }
@@ -462,6 +472,20 @@ INSTANTIATE_TEST_SUITE_P(
                       Case(3, 2, 32, 8, 128, {100, 500, 900}).paged(64).with_kvcache().guard(1, -2)),
     [](const ::testing::TestParamInfo<Case>& i) { return case_name(i.param); });
 
+// Left padding (cache_leftpad): keys before P_b are neither visible nor read (NaN there and, paged,
+// out-of-range indices for the pages wholly before it); P_b = L_b leaves no key; a query before P_b
+// sees none; P_b outside [0, L_b] is guarded (NaN rows).
+INSTANTIATE_TEST_SUITE_P(
+    LeftPad, DecodeAttentionGpu,
+    ::testing::Values(Case(4, 1, 32, 8, 128, {4097, 1000, 65, 7}).leftpad({0, 999, 3, 7}),
+                      Case(4, 1, 32, 8, 128, {4097, 1000, 65, 7}).leftpad({130, 37, 64, 5}).paged(16).splits(3),
+                      Case(3, 4, 28, 4, 128, {1000, 63, 9}).leftpad({17, 60, 0}).causal().window(100),
+                      Case(2, 1, 32, 1, 64, {3000, 50}).leftpad({2049, 1}).paged(64).fp16(),
+                      Case(2, 1, 32, 8, 128, {4097, 300}).leftpad({1000, 0}).splits(128),
+                      Case(3, 1, 32, 8, 128, {100, 500, 900}).leftpad({0, 501, 0}),
+                      Case(3, 1, 32, 8, 128, {100, 500, 900}).leftpad({-1, 0, 0}).paged(16)),
+    [](const ::testing::TestParamInfo<Case>& i) { return case_name(i.param); });
+
 // A captured call replayed after new lengths were written on the device: the replay reads them.
 TEST(DecodeAttentionGpuGraph, ReplayReadsNewLengths) {
   BF_SKIP_WITHOUT_GPU("decode_attention");
@@ -541,7 +565,8 @@ TEST_P(DecodeAttentionSanitizer, Small) { run_case(GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Shapes, DecodeAttentionSanitizer,
                          ::testing::Values(Case(3, 1, 8, 2, 128, {0, 65, 130}).paged(48).splits(3),
                                            Case(2, 5, 8, 1, 64, {3, 100}).causal().with_kvcache(true, 32).paged(16),
-                                           Case(2, 2, 4, 2, 256, {70, 1}).window(20).splits(2).guard(0)),
+                                           Case(2, 2, 4, 2, 256, {70, 1}).window(20).splits(2).guard(0),
+                                           Case(2, 2, 8, 2, 128, {70, 130}).leftpad({5, 64}).paged(16).causal()),
                          [](const ::testing::TestParamInfo<Case>& i) { return case_name(i.param); });
 
 }  // namespace

@@ -120,6 +120,47 @@ TEST(DecodeAttentionReference, ContiguousIsTheForwardAtEachLength) {
     }
 }
 
+// Left padding P_b: the same as a cache whose rows start at slot P_b with L_b − P_b keys (slots
+// before P_b hold NaN: never read); P_b outside [0, L_b] guards the sequence.
+TEST(DecodeAttentionReference, LeftPaddingIsTheCacheFromThePad) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
+  std::mt19937_64 rng(seed);
+  const Shape s{5, 3, 6, 2, 16, 40};
+  const std::vector<int32_t> pads = {0, 1, 5, 17, 40};
+  for (bool causal : {false, true}) {
+    Problem pr(s, DType::kBF16, {3, 1, 20, 40, 40}, rng);
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t j = 0; j < pads[size_t(b)]; ++j)
+        for (int64_t h = 0; h < s.Hkv; ++h)
+          for (int64_t d = 0; d < s.D; ++d) pr.k.set((b * s.S_max + j) * s.Hkv + h, d, NAN), pr.v.set((b * s.S_max + j) * s.Hkv + h, d, NAN);
+    DecodeAttentionParams p;
+    p.causal = causal, p.window_left = causal ? 6 : -1;
+    attn::DecodeReferenceInput in = pr.input();
+    std::vector<int32_t> bad_pads = pads;
+    bad_pads[0] = 4;  // past L_0 = 3
+    in.cache_leftpad = bad_pads.data();
+    std::vector<double> out, lse;
+    attn::decode_attention_reference(in, p, out, lse);
+    const size_t no = size_t(s.Sq * s.Hq * s.D), nl = size_t(s.Hq * s.Sq);
+    for (size_t i = 0; i < no; ++i) EXPECT_TRUE(std::isnan(out[i])) << "sequence 0 (pad past its length) is guarded";
+    for (int64_t b = 1; b < s.B; ++b) {
+      SCOPED_TRACE("b " + std::to_string(b) + (causal ? " causal" : ""));
+      const int64_t pad = pads[size_t(b)], row = b * s.S_max + pad;
+      const int32_t n = pr.lens[size_t(b)] - int32_t(pad);
+      const attn::DecodeReferenceInput one{
+          make_attn_tensor(pr.q.bits.data() + b * s.Sq * s.Hq * s.D, pr.dt, 1, s.Sq, s.Hq, s.D),
+          make_attn_tensor(pr.k.bits.data() + row * s.Hkv * s.D, pr.dt, 1, s.S_max - pad, s.Hkv, s.D),
+          make_attn_tensor(pr.v.bits.data() + row * s.Hkv * s.D, pr.dt, 1, s.S_max - pad, s.Hkv, s.D), &n, nullptr};
+      std::vector<double> fo, fl;
+      attn::decode_attention_reference(one, p, fo, fl);
+      expect_same(std::vector<double>(out.begin() + b * no, out.begin() + (b + 1) * no), fo, 0.0, "out");
+      expect_same(std::vector<double>(lse.begin() + b * nl, lse.begin() + (b + 1) * nl), fl, 0.0, "lse");
+      for (size_t i = 0; i < no; ++i) EXPECT_FALSE(std::isnan(out[b * no + i])) << "a NaN slot before the pad was read";
+    }
+  }
+}
+
 TEST(DecodeAttentionReference, RowsWithoutKeys) {
   std::mt19937_64 rng(testing::fresh_seed());
   Problem pr(Shape{2, 4, 2, 1, 8, 8}, DType::kFP16, {0, 2}, rng);

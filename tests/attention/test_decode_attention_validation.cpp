@@ -236,6 +236,28 @@ TEST(DecodeAttentionValidation, HostCopies) {
   expect_error([](Call& c) { c.p.host_cache_seqlens = full; }, "q", "device memory", false, true);
 }
 
+TEST(DecodeAttentionValidation, LeftPadding) {
+  static const int32_t lens[2] = {10, 64}, pads_ok[2] = {10, 0}, pads_past[2] = {0, 65}, pads_neg[2] = {-2, 0};
+  const int32_t* dev_pads = static_cast<const int32_t*>(fake(13));
+  // decode_attention: a device pointer, its host copy checked against the host lengths.
+  expect_error([&](Call& c) { c.p.cache_leftpad = offset(dev_pads, 2); }, "params.cache_leftpad", "aligned");
+  expect_error([](Call& c) { c.p.host_cache_seqlens = lens, c.p.host_cache_leftpad = pads_ok; }, "params.host_cache_leftpad",
+               "cache_leftpad as well");
+  expect_error([&](Call& c) { c.p.cache_leftpad = dev_pads, c.p.host_cache_leftpad = pads_ok; }, "params.host_cache_leftpad",
+               "host_cache_seqlens as well");
+  expect_error([&](Call& c) { c.p.cache_leftpad = dev_pads, c.p.host_cache_seqlens = lens, c.p.host_cache_leftpad = pads_past; },
+               "cache_leftpad", "0 <= cache_leftpad <= cache_seqlens");
+  expect_error([&](Call& c) { c.p.cache_leftpad = dev_pads, c.p.host_cache_seqlens = lens, c.p.host_cache_leftpad = pads_neg; },
+               "cache_leftpad", "0 <= cache_leftpad <= cache_seqlens", false, true);
+  // Valid (P_b = L_b included): the call reaches the device-pointer check.
+  expect_error([&](Call& c) { c.p.cache_leftpad = dev_pads; }, "q", "device memory");
+  expect_error([&](Call& c) { c.p.cache_leftpad = dev_pads, c.p.host_cache_seqlens = lens, c.p.host_cache_leftpad = pads_ok; },
+               "q", "device memory", false, true);
+  // decode_attention_with_kvcache takes none.
+  expect_error([&](Call& c) { c.p.cache_leftpad = dev_pads; }, "params.cache_leftpad", "decode_attention_with_kvcache takes no",
+               true);
+}
+
 TEST(DecodeAttentionValidation, WithKvcache) {
   auto e = [](const std::function<void(Call&)>& edit, const std::string& arg, const std::string& also) {
     expect_error(edit, arg, also, true);
