@@ -68,7 +68,7 @@ def attention(q, k, v, softmax_scale=None, causal=False, window_left=-1, window_
     contiguous; other strides multiples of 8 elements), e.g. HF's [B, H, S, D] tensors .transpose(1, 2)."""
     _require()
     out, lse = torch.ops.blockfuse.attention(q, k, v, softmax_scale, causal, window_left, window_right,
-                                             softcap, return_lse)
+                                             softcap, return_lse or _needs_grad(q, k, v))
     return (out, lse) if return_lse else out
 
 
@@ -81,8 +81,17 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     _require()
     out, lse = torch.ops.blockfuse.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                                     max_seqlen_k, softmax_scale, causal, window_left,
-                                                    window_right, softcap, return_lse)
+                                                    window_right, softcap, return_lse or _needs_grad(q, k, v))
     return (out, lse) if return_lse else out
+
+
+def _needs_grad(q, k, v):
+    """Whether autograd will call the backward, which needs the forward's lse."""
+    return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+
+
+_NO_LSE = ("the attention backward needs the forward's lse: call blockfuse.ops.attention / attention_varlen "
+           "(which keep it when a gradient is needed), or the op with return_lse=True")
 
 
 if _HAS_OP:
@@ -107,6 +116,55 @@ if _HAS_OP:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         lse_shape = (q.shape[1], q.shape[0]) if return_lse else (0,)
         return out, torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+
+
+    @torch.library.register_fake("blockfuse::attention_backward")
+    def _attention_backward_fake(dout, q, k, v, out, lse, softmax_scale=None, causal=False, window_left=-1,
+                                 window_right=-1, softcap=0.0):
+        return torch.empty_like(q, memory_format=torch.contiguous_format), \
+            torch.empty_like(k, memory_format=torch.contiguous_format), \
+            torch.empty_like(v, memory_format=torch.contiguous_format)
+
+    @torch.library.register_fake("blockfuse::attention_varlen_backward")
+    def _attention_varlen_backward_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                        max_seqlen_k, softmax_scale=None, causal=False, window_left=-1,
+                                        window_right=-1, softcap=0.0):
+        return torch.empty_like(q, memory_format=torch.contiguous_format), \
+            torch.empty_like(k, memory_format=torch.contiguous_format), \
+            torch.empty_like(v, memory_format=torch.contiguous_format)
+
+    # Autograd: the gradients of q, k, v from the backward kernels; lse is not differentiable.
+    def _attention_setup(ctx, inputs, output):
+        q, k, v, softmax_scale, causal, window_left, window_right, softcap, _ = inputs
+        out, lse = output
+        ctx.mark_non_differentiable(lse)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.args = (softmax_scale, causal, window_left, window_right, softcap)
+
+    def _attention_backward(ctx, dout, _dlse):
+        q, k, v, out, lse = ctx.saved_tensors
+        if lse.numel() == 0:
+            raise RuntimeError(f"blockfuse::attention: {_NO_LSE}")
+        dq, dk, dv = torch.ops.blockfuse.attention_backward(dout, q, k, v, out, lse, *ctx.args)
+        return dq, dk, dv, None, None, None, None, None, None
+
+    def _attention_varlen_setup(ctx, inputs, output):
+        q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale, causal, window_left, window_right, softcap, _ = inputs
+        out, lse = output
+        ctx.mark_non_differentiable(lse)
+        ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
+        ctx.args = (max_q, max_k, softmax_scale, causal, window_left, window_right, softcap)
+
+    def _attention_varlen_backward(ctx, dout, _dlse):
+        q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+        if lse.numel() == 0:
+            raise RuntimeError(f"blockfuse::attention_varlen: {_NO_LSE}")
+        dq, dk, dv = torch.ops.blockfuse.attention_varlen_backward(dout, q, k, v, out, lse, cu_q, cu_k, *ctx.args)
+        return (dq, dk, dv) + (None,) * 10
+
+    torch.library.register_autograd("blockfuse::attention", _attention_backward, setup_context=_attention_setup)
+    torch.library.register_autograd("blockfuse::attention_varlen", _attention_varlen_backward,
+                                    setup_context=_attention_varlen_setup)
 
 
 # ---- reference (plain torch) ---------------------------------------------------------------------
