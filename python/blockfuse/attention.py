@@ -221,14 +221,21 @@ HF_NAME = "blockfuse"
 DECODE_MAX_Q = _decode_mod.MAX_SEQLEN_Q
 
 
-def _fused_ok(query, key, value, dropout):
-    """Whether the blockfuse kernel can run this call (else the SDPA fallback does)."""
+# Head dims the attention backward takes (attention_backward: 64 and 128).
+BACKWARD_HEAD_DIMS = (64, 128)
+
+
+def _fused_ok(query, key, value, dropout, has_backward=True):
+    """Whether the blockfuse kernel can run this call (else the SDPA fallback does). A call that
+    needs gradients runs it only where the path has a backward (the prefill kernels, through
+    attention / attention_varlen's autograd, at head dims BACKWARD_HEAD_DIMS; not the decode kernel)."""
+    needs_grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
     return (_HAS_OP and query.is_cuda and query.dtype in _DTYPES
             and key.dtype == query.dtype and value.dtype == query.dtype
             and query.shape[-1] in SUPPORTED_HEAD_DIMS and key.shape[-1] == query.shape[-1]
             and value.shape[-1] == query.shape[-1] and query.shape[1] % key.shape[1] == 0
             and not dropout
-            and not (torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)))
+            and not (needs_grad and (not has_backward or query.shape[-1] not in BACKWARD_HEAD_DIMS)))
 
 
 def _fallback_mask(attention_mask, sq, sk, causal, window_left, device):
@@ -284,14 +291,15 @@ def _fallback(query, key, value, attention_mask, scaling, dropout, causal, windo
 def _fused(q, k, v, scale, causal, window_left, window_right, softcap):
     """The kernel on [B, S, H, D] views -> out [B, Sq, Hq, D] (one seam, so the tests can check the
     backend's argument mapping on the CPU with the reference in its place)."""
-    out, _ = torch.ops.blockfuse.attention(q, k, v, scale, causal, window_left, window_right, softcap, False)
+    out, _ = torch.ops.blockfuse.attention(q, k, v, scale, causal, window_left, window_right, softcap,
+                                           _needs_grad(q, k, v))
     return out
 
 
 def _fused_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, window_left, window_right, softcap):
     """The varlen kernel on packed [T, H, D] tensors -> out [Tq, Hq, D] (a seam, as _fused)."""
     out, _ = torch.ops.blockfuse.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, window_left,
-                                                  window_right, softcap, False)
+                                                  window_right, softcap, _needs_grad(q, k, v))
     return out
 
 
@@ -513,7 +521,7 @@ def hf_attention_forward(module, query, key, value, attention_mask, scaling=None
     sq, sk = query.shape[2], key.shape[2]
     if sq <= DECODE_MAX_Q:
         # A decode step: the decode kernel, else SDPA (never the prefill kernel at a few query rows).
-        if _fused_ok(query, key, value, dropout):
+        if _fused_ok(query, key, value, dropout, False):  # the decode kernel has no backward
             out = _decode_step(query, key, value, attention_mask, scaling, is_causal, window_left, window_right,
                                softcap, kwargs)
             if out is not None:
