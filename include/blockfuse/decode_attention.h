@@ -11,18 +11,23 @@
 //               an int32 block_table [B, max_blocks]: key j of sequence b lives in page
 //               block_table[b][j / page_size], row j % page_size.
 // cache_seqlens (int32, device, [B]) gives each sequence's number of valid keys L_b, which may be 0.
+// An optional cache_leftpad (int32, device, [B]; FlashAttention's name) starts sequence b's keys at
+// slot P_b instead of 0: its keys are slots [P_b, L_b) (a left-padded batch, as Hugging Face's
+// generate pads prompts, needs no copy).
 // Strides are in elements and the head dim is contiguous, as in blockfuse/attention.h.
 //
 // Semantics: the Sq queries of sequence b are its last Sq positions (query t sits at position
-// L_b − Sq + t); key j is visible to query t iff j < L_b and, with causal / a window, the forward's
+// L_b − Sq + t); key j is visible to query t iff P_b <= j < L_b and, with causal / a window, the forward's
 // rule with shift = L_b − Sq (blockfuse/attention.h; causal aligned bottom-right). Soft-cap, scale
 // and the LSE as in the forward. A query row that sees no key gets out = 0 and lse = −inf. Cache
-// slots at or past L_b are never read, so stale or NaN values there cannot reach any output.
+// slots before P_b or at or past L_b are never read, so stale or NaN values there cannot reach any
+// output.
 //
 // The device-side values (cache_seqlens, block_table) are trusted, as cu_seqlens are in the
 // forward: reading them on the host would cost a synchronisation. Host copies, when given, are
 // checked before anything launches. On the device a sequence whose length is negative or leaves no
-// room in the cache (length > capacity − new keys; capacity S_max, or max_blocks·page_size) gets NaN
+// room in the cache (length > capacity − new keys; capacity S_max, or max_blocks·page_size), or whose
+// cache_leftpad lies outside [0, L_b], gets NaN
 // in every output row and LSE (and its new keys are not written); a page index outside
 // [0, num_blocks) among the pages a row block reads turns that block's rows NaN. Never a silent read
 // out of bounds. Block-table entries past a sequence's last page are never read and may hold anything.
@@ -70,6 +75,11 @@ struct DecodeAttentionParams {
   // [0, num_blocks) for every page a sequence uses).
   const int32_t* host_cache_seqlens = nullptr;
   const int32_t* host_block_table = nullptr;
+  // Left padding: int32 device [B], sequence b's keys start at slot cache_leftpad[b] (0 <= P_b <= L_b);
+  // nullptr: 0. decode_attention only (decode_attention_with_kvcache rejects it). host_cache_leftpad:
+  // an optional host copy, checked against host_cache_seqlens before anything launches.
+  const int32_t* cache_leftpad = nullptr;
+  const int32_t* host_cache_leftpad = nullptr;
 
   // Splits of the key range. 0: decode_attention_num_splits for this shape; otherwise 1..128.
   int num_splits = 0;

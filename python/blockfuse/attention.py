@@ -185,17 +185,17 @@ def visibility_mask(sq, sk, causal=False, window_left=-1, window_right=-1, devic
 
 
 def attention_reference(q, k, v, softmax_scale=None, causal=False, window_left=-1, window_right=-1,
-                        softcap=0.0, mask=None):
-    """The formula the op computes, in fp32 plain torch (any device), for the tests and the HF
-    fallback with a soft-cap. q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D]; `mask` (optional, bool,
-    broadcastable to [B, Hq, Sq, Sk]) further restricts the visible keys. Returns (out [B, Sq, Hq, D]
-    fp32, lse [B, Hq, Sq] fp32); a row that sees no key gets out = 0, lse = -inf."""
+                        softcap=0.0, mask=None, dtype=torch.float32):
+    """The formula the op computes, in `dtype` (fp32, or fp64) plain torch (any device), for the tests
+    and the HF fallback with a soft-cap. q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D]; `mask` (optional, bool,
+    broadcastable to [B, Hq, Sq, Sk]) further restricts the visible keys. Returns (out [B, Sq, Hq, D],
+    lse [B, Hq, Sq]) in `dtype`; a row that sees no key gets out = 0, lse = -inf."""
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     scale = d ** -0.5 if softmax_scale is None else softmax_scale
-    qf = q.float().transpose(1, 2)
-    kf = k.float().transpose(1, 2).repeat_interleave(hq // hkv, dim=1)
-    vf = v.float().transpose(1, 2).repeat_interleave(hq // hkv, dim=1)
+    qf = q.to(dtype).transpose(1, 2)
+    kf = k.to(dtype).transpose(1, 2).repeat_interleave(hq // hkv, dim=1)
+    vf = v.to(dtype).transpose(1, 2).repeat_interleave(hq // hkv, dim=1)
     s = torch.matmul(qf, kf.transpose(-1, -2)) * scale
     if softcap and softcap > 0:
         s = softcap * torch.tanh(s / softcap)
@@ -211,7 +211,7 @@ def attention_reference(q, k, v, softmax_scale=None, causal=False, window_left=-
 
 # ---- Hugging Face backend ------------------------------------------------------------------------
 
-# Imported here, not at the top: blockfuse.decode_attention imports visibility_mask from this module.
+# Imported here, not at the top: blockfuse.decode_attention imports attention_reference from this module.
 from . import decode_attention as _decode_mod  # noqa: E402
 
 HF_NAME = "blockfuse"
@@ -303,70 +303,82 @@ def _fused_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, window_left,
     return out
 
 
-def _decode(q, k, v, cache_seqlens, max_seqlen_k, scale, causal, window_left, window_right, softcap):
-    """The decode kernel on [B, S, H, D] views and int32 lengths [B] -> out [B, Sq, Hq, D] (a seam, as
-    _fused)."""
+def _decode(q, k, v, cache_seqlens, max_seqlen_k, scale, causal, window_left, window_right, softcap,
+            cache_leftpad=None):
+    """The decode kernel on [B, S, H, D] views, int32 lengths [B] and left padding [B] (or None) ->
+    out [B, Sq, Hq, D] (a seam, as _fused)."""
     out, _ = torch.ops.blockfuse.decode_attention(q, k, v, cache_seqlens, None, scale, causal, window_left,
-                                                  window_right, softcap, 0, max_seqlen_k, False)
+                                                  window_right, softcap, 0, max_seqlen_k, False, cache_leftpad)
     return out
 
 
-# One entry: the analysis of the last 2-D mask seen. Every layer of a forward receives the same mask
-# tensor, so the host read-back happens once per forward, not once per layer.
+def _once_per_forward(slot, t, extra, compute):
+    """compute(), once for the tensor t: every layer of a forward receives the same mask or position
+    tensor, so what is derived from it (a host read-back, the lengths tensor) is made once per forward,
+    not once per layer. `slot` is a one-entry cache keyed by t's identity, data pointer, version and
+    shape and by `extra` (t may be None: then `extra` alone)."""
+    key = (extra,) if t is None else (t.data_ptr(), t._version, tuple(t.shape), extra)
+    hit = slot[0]
+    if hit is not None and hit[0] == key and (t is None or hit[1]() is t):
+        return hit[2]
+    value = compute()
+    slot[0] = (key, None if t is None else weakref.ref(t), value)
+    return value
+
+
+# The analysis of the last 2-D mask seen (_mask_lengths).
 _MASK_LENGTHS = [None]
 
 
 def _mask_lengths(attention_mask, sq, sk):
-    """(int32 lengths [B] on the device, their maximum) when a 2-D mask [B, L] is per-sequence lengths
-    for the decode kernel, else None. It is when every row keeps a prefix [0, n_b) of the key slots
-    (a StaticCache's filled slots, right padding) and each row either keeps all L positions or none of
-    its query positions L - Sq .. L - 1 (the kernel puts the queries at n_b - Sq + t; a padding query's
-    output is never read). Left padding is not a prefix: it takes SDPA. One host read-back, cached for
-    the mask tensor; None inside torch.compile or a CUDA-graph capture (no read-back allowed)."""
-    if _in_graph_or_compile():
-        return None
-    key = (attention_mask.data_ptr(), attention_mask._version, tuple(attention_mask.shape), sq, sk)
-    hit = _MASK_LENGTHS[0]
-    if hit is not None and hit[0] == key and hit[1]() is attention_mask:
-        return hit[2]
+    """(lengths int32 [B], left padding int32 [B] or None, max_k) on the device when a 2-D mask [B, L]
+    keeps one contiguous run [P_b, L_b) of key slots per row, for the decode kernel (cache_seqlens =
+    L_b, cache_leftpad = P_b): left padding, right padding and a StaticCache's unfilled slots all are.
+    The kernel puts the queries at L_b - Sq + t, the last kept slots: right for a row that keeps all
+    its query positions L - Sq .. L - 1 (L_b = L) and for a StaticCache's filled prefix; a row that
+    keeps none of them holds padding queries, whose output is never read; a row keeping some is not
+    expressible (_mask_runs). None when the mask is shorter than Sq (then SDPA).
+
+    Outside torch.compile and CUDA-graph capture: one host read-back, cached for the mask tensor, and
+    a mask with a hole in a row gives None (SDPA). Inside (no read-back allowed) the runs are found on
+    the device and a row with a hole gets length -1, which the kernel turns into NaN rows: loud, never
+    silently wrong. transformers' padding masks have no holes, except right padding followed by
+    generated tokens, which it warns about for decoder-only models, and a right-padded chunk of
+    several queries that keeps only some of them."""
     pad = attention_mask.to(dtype=torch.bool)
     length = pad.shape[-1]
     if length > sk:
         pad, length = pad[:, -sk:], sk
-    result = None
-    if length >= sq:
-        n = pad.sum(-1)
-        prefix = (pad == (torch.arange(length, device=pad.device)[None, :] < n[:, None])).all(-1)
-        ok = prefix & ((n == length) | (n <= length - sq))
-        if bool(ok.all()):
-            result = (n.to(torch.int32), length)
-    _MASK_LENGTHS[0] = (key, weakref.ref(attention_mask), result)
-    return result
+    if length < sq:
+        return None
+    if _in_graph_or_compile():
+        lengths, first = _mask_runs(pad, sq)
+        return lengths, first, length
+    return _once_per_forward(_MASK_LENGTHS, attention_mask, (sq, sk), lambda: _analyse_mask(pad, sq))
 
 
-def _unmasked_lengths(kwargs, b, sq, sk, device):
-    """Valid keys per sequence of an unmasked call, on the device (no read-back): a DynamicCache holds
-    exactly Sk, but a StaticCache hands over all its slots and, without padding, transformers (>= 5)
-    passes no mask at all; the filled prefix ends after the last query's position. That position is
-    cache_position[-1] (transformers < 5) or position_ids[:, -1] (which equal the slot indices when
-    there is no padding); clamped to Sk, so a sliding-window cache holding the last keys stays whole.
-    Anything else (no positions, 3-D multimodal position ids): all Sk keys."""
-    last = None
-    cache_position = kwargs.get("cache_position")
-    position_ids = kwargs.get("position_ids")
-    if isinstance(cache_position, torch.Tensor) and cache_position.dim() == 1 and cache_position.shape[0] == sq:
-        last = cache_position[-1:]
-    elif (isinstance(position_ids, torch.Tensor) and position_ids.dim() == 2 and position_ids.shape[-1] == sq
-          and position_ids.shape[0] in (1, b)):
-        last = position_ids[:, -1]
-    if last is None:
-        return torch.full((b,), sk, dtype=torch.int32, device=device)
-    return (last.to(device) + 1).clamp(max=sk).to(torch.int32).expand(b).contiguous()
+def _mask_runs(pad, sq):
+    """(end int32 [B], first int32 [B]) of each row's kept run [first, end) in a bool mask [B, L], on
+    the device; end = -1 for a row the decode kernel cannot express: kept slots that are not one run,
+    or a run that keeps some but not all of the row's query positions L - Sq .. L - 1 (the kernel
+    would put those queries at other positions)."""
+    length = pad.shape[-1]
+    n = pad.sum(-1, dtype=torch.int32)
+    first = pad.to(torch.int32).argmax(-1).to(torch.int32)  # 0 for a row with nothing kept
+    end = first + n
+    j = torch.arange(length, device=pad.device)[None, :]
+    run = (j >= first[:, None]) & (j < end[:, None])
+    ok = (pad == run).all(-1) & ((end == length) | (end <= length - sq))
+    return torch.where(ok, end, torch.full_like(end, -1)), first
 
 
-# One entry: the last position tensor read back by _unmasked_key_length (every layer of a forward
-# receives the same one, so the read-back happens once per forward).
-_KEY_LENGTH = [None]
+def _analyse_mask(pad, sq):
+    """_mask_lengths' analysis of one mask outside compile and capture (one host read-back)."""
+    lengths, first = _mask_runs(pad, sq)
+    runs, padded = torch.stack([(lengths >= 0).all(), (first > 0).any()]).tolist()
+    if not runs:
+        return None
+    return lengths, (first if padded else None), pad.shape[-1]
 
 
 def _position_source(kwargs, sq):
@@ -379,6 +391,35 @@ def _position_source(kwargs, sq):
     if isinstance(src, torch.Tensor) and src.dim() == 2 and src.shape[-1] == sq:
         return src
     return None
+
+
+# The lengths tensor of the last forward (_unmasked_lengths) and the read-back key length
+# (_unmasked_key_length).
+_LENGTHS = [None]
+_KEY_LENGTH = [None]
+
+
+def _unmasked_lengths(kwargs, b, sq, sk, device):
+    """Valid keys per sequence of an unmasked call, on the device (no read-back): a DynamicCache holds
+    exactly Sk, but a StaticCache hands over all its slots and, without padding, transformers (>= 5)
+    passes no mask at all; the filled prefix ends after the last query's position (_position_source;
+    position ids equal the slot indices when there is no padding); clamped to Sk, so a sliding-window
+    cache holding the last keys stays whole. Anything else (no positions, 3-D multimodal position ids,
+    position ids of another batch): all Sk keys. Made once per forward outside torch.compile and
+    CUDA-graph capture (where every layer computes it: a capture must record the computation)."""
+    src = _position_source(kwargs, sq)
+    if src is not None and src.dim() == 2 and src.shape[0] not in (1, b):
+        src = None
+
+    def compute():
+        if src is None:
+            return torch.full((b,), sk, dtype=torch.int32, device=device)
+        last = src[-1:] if src.dim() == 1 else src[:, -1]
+        return (last.to(device) + 1).clamp(max=sk).to(torch.int32).expand(b).contiguous()
+
+    if _in_graph_or_compile():
+        return compute()
+    return _once_per_forward(_LENGTHS, src, (b, sq, sk, str(device)), compute)
 
 
 def _unmasked_key_length(kwargs, sq, sk):
@@ -394,13 +435,8 @@ def _unmasked_key_length(kwargs, sq, sk):
         return sk
     if _in_graph_or_compile():
         return None
-    key = (src.data_ptr(), src._version, tuple(src.shape), sq, sk)
-    hit = _KEY_LENGTH[0]
-    if hit is not None and hit[0] == key and hit[1]() is src:
-        return hit[2]
-    n = min(max(int(src.reshape(-1, sq)[:, -1].max()) + 1, sq), sk)
-    _KEY_LENGTH[0] = (key, weakref.ref(src), n)
-    return n
+    return _once_per_forward(_KEY_LENGTH, src, (sq, sk),
+                             lambda: min(max(int(src.reshape(-1, sq)[:, -1].max()) + 1, sq), sk))
 
 
 def _unmasked_mask(query, key, kwargs, causal, window_left):
@@ -422,19 +458,20 @@ def _unmasked_mask(query, key, kwargs, causal, window_left):
 
 def _decode_step(query, key, value, attention_mask, scaling, causal, window_left, window_right, softcap, kwargs):
     """A call with <= DECODE_MAX_Q queries through the decode kernel: no mask (every key valid up to the
-    positions, _unmasked_lengths) or a 2-D mask that is per-sequence lengths (_mask_lengths). None when
-    it cannot (the caller takes the SDPA fallback)."""
+    positions, _unmasked_lengths) or a 2-D mask of one kept run per row (_mask_lengths: lengths and
+    left padding). None when it cannot (the caller takes the SDPA fallback)."""
     if not _decode_mod._HAS_OP:
         return None
     b, sk = query.shape[0], key.shape[2]
     if attention_mask is None:
         lengths, max_k = _unmasked_lengths(kwargs, b, query.shape[2], sk, query.device), sk
     elif attention_mask.dim() == 2:
-        found = _mask_lengths(attention_mask, query.shape[2], sk)
+        found = _mask_lengths(attention_mask.to(query.device), query.shape[2], sk)
         if found is None:
             return None
-        lengths, max_k = found
-        lengths = lengths.to(query.device)
+        lengths, leftpad, max_k = found
+        return _decode(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), lengths, max_k, scaling,
+                       causal, window_left, window_right, softcap, leftpad)
     else:
         return None
     return _decode(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), lengths, max_k, scaling,

@@ -13,7 +13,8 @@ block_table [B, max_blocks] (key j of sequence b in page block_table[b, j // pag
 cache_seqlens is an int32 CUDA tensor [B]: L_b valid keys per sequence (0 allowed). The queries of
 sequence b are its last Sq positions (query t at position L_b − Sq + t), causal / windows aligned
 bottom-right as in blockfuse.ops.attention; a row that sees no key gets out = 0, lse = −inf; slots at
-or past L_b are never read. decode_attention_with_kvcache first applies the rotary embedding to q
+or past L_b are never read. decode_attention's cache_leftpad (int32 CUDA [B], FlashAttention's name)
+starts sequence b's keys at slot P_b: a left-padded batch attends to slots [P_b, L_b) without a copy. decode_attention_with_kvcache first applies the rotary embedding to q
 and k_new at positions L_b + t (GPT-NeoX rotate-half, or GPT-J interleaved pairs; cos/sin tables
 [max_positions, R/2], R <= D), writes k_new / v_new into the cache at L_b .. L_b + Sq − 1, then
 attends over the L_b + Sq keys; q itself is not modified.
@@ -32,7 +33,7 @@ torch, any device); blockfuse.ops re-exports the public names.
 import torch
 
 from ._common import has_op, require_op
-from .attention import visibility_mask
+from .attention import attention_reference
 
 MAX_SEQLEN_Q = 16  # kDecodeAttentionMaxSeqlenQ: more query tokens go to blockfuse.ops.attention
 MAX_SPLITS = 128
@@ -48,11 +49,14 @@ def _require():
 # ---- the ops -----------------------------------------------------------------------------------
 
 def decode_attention(q, k_cache, v_cache, cache_seqlens, block_table=None, softmax_scale=None, causal=False,
-                     window_left=-1, window_right=-1, softcap=0.0, num_splits=0, max_seqlen_k=0, return_lse=False):
+                     window_left=-1, window_right=-1, softcap=0.0, num_splits=0, max_seqlen_k=0, return_lse=False,
+                     cache_leftpad=None):
     """Attention of q [B, Sq, Hq, D] (1 <= Sq <= 16) against a KV cache of cache_seqlens[b] keys.
 
     k_cache / v_cache: [B, S_max, Hkv, D] (any strides, head dim contiguous), or with block_table
     (int32 [B, max_blocks]) pages [num_blocks, page_size, Hkv, D]. cache_seqlens: int32 CUDA [B].
+    cache_leftpad: None, or int32 CUDA [B]: sequence b's keys are slots [cache_leftpad[b],
+    cache_seqlens[b]) (a left-padded batch; out of [0, L_b] on the device: NaN rows).
     num_splits: 0 for the heuristic's choice, else 1..128 splits of the key range. max_seqlen_k: an
     upper bound of any L_b for the heuristic (0: the cache's capacity; a smaller one is never wrong,
     only slower for longer sequences). Returns out [B, Sq, Hq, D] (q's dtype), and with
@@ -60,7 +64,7 @@ def decode_attention(q, k_cache, v_cache, cache_seqlens, block_table=None, softm
     _require()
     out, lse = torch.ops.blockfuse.decode_attention(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale,
                                                     causal, window_left, window_right, softcap, num_splits,
-                                                    max_seqlen_k, return_lse)
+                                                    max_seqlen_k, return_lse, cache_leftpad)
     return (out, lse) if return_lse else out
 
 
@@ -125,7 +129,13 @@ if _HAS_OP:
     @torch.library.register_fake("blockfuse::decode_attention")
     def _decode_attention_fake(q, k_cache, v_cache, cache_seqlens, block_table=None, softmax_scale=None,
                                causal=False, window_left=-1, window_right=-1, softcap=0.0, num_splits=0,
-                               max_seqlen_k=0, return_lse=False):
+                               max_seqlen_k=0, return_lse=False, cache_leftpad=None):
+        if cache_leftpad is not None:
+            torch._check(cache_leftpad.dim() == 1 and cache_leftpad.shape[0] == q.shape[0]
+                         and cache_leftpad.dtype == torch.int32,
+                         lambda: f"blockfuse::decode_attention: argument 'cache_leftpad' has sizes "
+                                 f"{list(cache_leftpad.shape)}, dtype {cache_leftpad.dtype}; required: int32 [B], "
+                                 f"B = {q.shape[0]}")
         return _outputs(q, *decode_output_shapes("decode_attention", q, k_cache, v_cache, cache_seqlens,
                                                  block_table, return_lse))
 
@@ -155,33 +165,28 @@ def _cache_rows(cache, b, n, block_table):
 
 
 def decode_attention_reference(q, k_cache, v_cache, cache_seqlens, block_table=None, softmax_scale=None,
-                               causal=False, window_left=-1, window_right=-1, softcap=0.0, dtype=torch.float32):
+                               causal=False, window_left=-1, window_right=-1, softcap=0.0, dtype=torch.float32,
+                               cache_leftpad=None):
     """The formula decode_attention computes, in `dtype` (fp32 or fp64) plain torch on any device, for
     the tests and benchmarks (it reads cache_seqlens on the host). Returns (out [B, Sq, Hq, D], lse
     [B, Hq, Sq]) in `dtype`; a row that sees no key gets out = 0 and lse = -inf; a sequence whose
-    length is negative or past the capacity gets NaN (the kernel's rule)."""
+    length is negative or past the capacity, or whose left padding is outside [0, length], gets NaN
+    (the kernel's rule)."""
     b, sq, hq, d = q.shape
-    hkv = k_cache.shape[2]
-    scale = d ** -0.5 if softmax_scale is None else softmax_scale
     cap = k_cache.shape[1] * (block_table.shape[1] if block_table is not None else 1)
     out = torch.zeros(b, sq, hq, d, dtype=dtype, device=q.device)
     lse = torch.full((b, hq, sq), float("-inf"), dtype=dtype, device=q.device)
-    for i, n in enumerate(cache_seqlens.tolist()):
-        if n < 0 or n > cap:
+    pads = [0] * b if cache_leftpad is None else cache_leftpad.tolist()
+    for i, (n, pad) in enumerate(zip(cache_seqlens.tolist(), pads)):
+        if n < 0 or n > cap or pad < 0 or pad > n:
             out[i], lse[i] = float("nan"), float("nan")
             continue
-        k = _cache_rows(k_cache, i, n, block_table).to(dtype).transpose(0, 1).repeat_interleave(hq // hkv, 0)
-        v = _cache_rows(v_cache, i, n, block_table).to(dtype).transpose(0, 1).repeat_interleave(hq // hkv, 0)
-        s = torch.matmul(q[i].to(dtype).transpose(0, 1), k.transpose(-1, -2)) * scale  # [Hq, Sq, n]
-        if softcap and softcap > 0:
-            s = softcap * torch.tanh(s / softcap)
-        vis = visibility_mask(sq, n, causal, window_left, window_right, device=q.device)
-        s = s.masked_fill(~vis, float("-inf"))
-        row_lse = torch.logsumexp(s, dim=-1)
-        p = torch.exp(s - torch.where(torch.isfinite(row_lse), row_lse, torch.zeros_like(row_lse))[..., None])
-        p = torch.where(vis, p, torch.zeros_like(p))
-        out[i] = torch.matmul(p, v).transpose(0, 1)
-        lse[i] = row_lse
+        # The prefill formula on this sequence's keys [pad, n): the queries are its last Sq positions
+        # (bottom-right alignment on the slice is the same rule as on the slots: index differences).
+        o, l = attention_reference(q[i:i + 1], _cache_rows(k_cache, i, n, block_table)[None, pad:],
+                                   _cache_rows(v_cache, i, n, block_table)[None, pad:], softmax_scale, causal,
+                                   window_left, window_right, softcap, dtype=dtype)
+        out[i], lse[i] = o[0], l[0]
     return out, lse
 
 

@@ -2,7 +2,8 @@
 // operators,
 //
 //   blockfuse::decode_attention(q [B, Sq, Hq, D], k_cache, v_cache, cache_seqlens [B] int32,
-//                               block_table [B, max_blocks] int32 or None, ...)
+//                               block_table [B, max_blocks] int32 or None, ...,
+//                               cache_leftpad [B] int32 or None)
 //       -> (out [B, Sq, Hq, D], lse [B, Hq, Sq] fp32, or [0] when return_lse is false)
 //   blockfuse::decode_attention_with_kvcache(q, k_cache (written), v_cache (written), k_new [B, Sq, Hkv, D],
 //                                            v_new [B, Sq, Hkv, D], cache_seqlens, block_table or None,
@@ -51,11 +52,12 @@ void check_devices(const char* fn, const at::Tensor& q, std::initializer_list<Na
   }
 }
 
-const int32_t* seqlens_ptr(const at::Tensor& s, int64_t batch, const char* fn) {
-  TORCH_CHECK_TYPE(s.scalar_type() == at::kInt, "blockfuse::", fn, ": argument 'cache_seqlens' has dtype ",
+// A per-sequence int32 tensor [B] (cache_seqlens, cache_leftpad).
+const int32_t* seqlens_ptr(const at::Tensor& s, int64_t batch, const char* fn, const char* name = "cache_seqlens") {
+  TORCH_CHECK_TYPE(s.scalar_type() == at::kInt, "blockfuse::", fn, ": argument '", name, "' has dtype ",
                    dtype_str(s), "; required: torch.int32");
   TORCH_CHECK_VALUE(s.dim() == 1 && s.size(0) == batch && (s.stride(0) == 1 || batch <= 1), "blockfuse::", fn,
-                    ": argument 'cache_seqlens' has ", shape_str(s), "; required: a contiguous 1-D [B] tensor, B = ",
+                    ": argument '", name, "' has ", shape_str(s), "; required: a contiguous 1-D [B] tensor, B = ",
                     num(batch), " (q's batch)");
   return s.data_ptr<int32_t>();
 }
@@ -120,16 +122,19 @@ std::tuple<at::Tensor, at::Tensor> decode_attention_op(const at::Tensor& q, cons
                                                        const std::optional<at::Tensor>& block_table,
                                                        std::optional<double> softmax_scale, bool causal,
                                                        int64_t window_left, int64_t window_right, double softcap,
-                                                       int64_t num_splits, int64_t max_seqlen_k, bool return_lse) {
+                                                       int64_t num_splits, int64_t max_seqlen_k, bool return_lse,
+                                                       const std::optional<at::Tensor>& cache_leftpad) {
   constexpr const char* fn = "decode_attention";
   check_devices(fn, q, {{&k_cache, "k_cache"}, {&v_cache, "v_cache"}, {&cache_seqlens, "cache_seqlens"},
-                        {block_table ? &*block_table : nullptr, "block_table"}});
+                        {block_table ? &*block_table : nullptr, "block_table"},
+                        {cache_leftpad ? &*cache_leftpad : nullptr, "cache_leftpad"}});
   const auto qv = view_of(q, false, fn, "q");
   const auto kv = view_of(k_cache, false, fn, "k_cache");
   const auto vv = view_of(v_cache, false, fn, "v_cache");
   const int32_t* seqlens = seqlens_ptr(cache_seqlens, qv.batch, fn);
   auto prm = decode_params(fn, block_table, softmax_scale, causal, window_left, window_right, softcap, num_splits,
                            max_seqlen_k);
+  if (cache_leftpad.has_value()) prm.cache_leftpad = seqlens_ptr(*cache_leftpad, qv.batch, fn, "cache_leftpad");
   if (prm.max_seqlen_k == 0) prm.max_seqlen_k = capacity(kv, prm);
   c10::cuda::CUDAGuard guard(q.device());
   auto [out, lse] = outputs(q, return_lse);
@@ -214,7 +219,7 @@ TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
   def_ops(m, {"decode_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor cache_seqlens, "
                "Tensor? block_table=None, float? softmax_scale=None, bool causal=False, int window_left=-1, "
                "int window_right=-1, float softcap=0.0, int num_splits=0, int max_seqlen_k=0, "
-               "bool return_lse=False) -> (Tensor, Tensor)",
+               "bool return_lse=False, Tensor? cache_leftpad=None) -> (Tensor, Tensor)",
                "decode_attention_with_kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k_new, "
                "Tensor v_new, Tensor cache_seqlens, Tensor? block_table=None, Tensor? rotary_cos=None, "
                "Tensor? rotary_sin=None, bool rotary_interleaved=False, float? softmax_scale=None, "

@@ -77,13 +77,14 @@ def _model(kind):
 
 def _decode_reference(calls=None):
     """A stand-in for the decode kernel (the fp32 reference; records each call)."""
-    def kernel(q, k, v, lengths, max_k, scale, causal, window_left, window_right, softcap):
+    def kernel(q, k, v, lengths, max_k, scale, causal, window_left, window_right, softcap, cache_leftpad=None):
         assert q.dim() == 4 and lengths.dtype == torch.int32 and lengths.shape == (q.shape[0],)
         assert q.shape[1] <= A.DECODE_MAX_Q and int(lengths.max()) <= max_k <= k.shape[1]
         if calls is not None:
-            calls.append((q.shape[1], k.shape[1], lengths.tolist(), causal, window_left, window_right, softcap))
+            calls.append((q.shape[1], k.shape[1], lengths.tolist(), causal, window_left, window_right, softcap,
+                          None if cache_leftpad is None else cache_leftpad.tolist()))
         return D.decode_attention_reference(q, k, v, lengths, None, scale, causal, window_left, window_right,
-                                            softcap)[0].to(q.dtype)
+                                            softcap, cache_leftpad=cache_leftpad)[0].to(q.dtype)
     return kernel
 
 
@@ -238,7 +239,7 @@ def test_hf_padded_batch_takes_the_varlen_path(kind, side, monkeypatch):
     if kind == "gemma2":
         assert any(c[3] == 4 and c[4] == 0 for c in calls) and all(c[5] == 50.0 for c in calls)
 
-    if side == "left":  # generate() pads on the left: its decode steps take SDPA, not the prefill kernel
+    if side == "left":  # generate() pads on the left: its decode steps take the decode kernel's left padding
         monkeypatch.setattr(A, "_fallback", fallback)
         n_varlen = len(calls)
         gen = {}
@@ -249,8 +250,9 @@ def test_hf_padded_batch_takes_the_varlen_path(kind, side, monkeypatch):
                                        past_key_values=_dynamic_cache(m.config))
         assert torch.equal(gen["blockfuse"], gen["eager"])
         assert all(c[0][-1] > 3 for c in calls[n_varlen:])  # no one-query step went through the varlen kernel
-        if kind == "llama":  # left padding is not per-sequence lengths (Gemma-2's sliding layers see no padding)
-            assert not decode_calls
+        assert len(decode_calls) == 4 * 2 and all(c[0] == 1 for c in decode_calls)  # 4 steps x 2 layers
+        if kind == "llama":  # the padded rows start at their first kept slot
+            assert all(c[7] is not None and c[7][1:] == [4, 17] for c in decode_calls)
 
 
 def test_hf_mask_with_a_hole_falls_back(monkeypatch):

@@ -91,6 +91,31 @@ def test_against_reference(case, dtype, layout):
     torch.testing.assert_close(lse, want_lse, atol=2e-3, rtol=1e-3)
 
 
+@pytest.mark.parametrize("layout", ("contiguous", "paged16"))
+def test_left_padding(layout):
+    """cache_leftpad: each sequence's keys start at its pad (NaN before it, never read); a pad equal
+    to the length leaves no key (out 0, lse -inf); a pad past the length gives NaN rows."""
+    q, k, v = make(4, 3, 3000, 32, 8, 128, torch.bfloat16, seed=2)
+    lens = torch.tensor([3000, 1000, 70, 9], dtype=torch.int32, device="cuda")
+    pads = torch.tensor([0, 999, 64, 9], dtype=torch.int32, device="cuda")
+    want, want_lse = D.decode_attention_reference(q, k, v, lens, causal=True, window_left=500, cache_leftpad=pads)
+    poison_tail(k, v, lens)
+    for i, p in enumerate(pads.tolist()):
+        k[i, :p] = float("nan")
+        v[i, :p] = float("nan")
+    table = None
+    if layout == "paged16":
+        k, table = to_pages(k, 16)
+        v, _ = to_pages(v, 16)
+    out, lse = ops.decode_attention(q, k, v, lens, block_table=table, causal=True, window_left=500,
+                                    cache_leftpad=pads, return_lse=True)
+    assert torch.isfinite(out).all() and (out[3] == 0).all() and torch.isneginf(lse[3]).all()
+    assert rel(out, want) <= REL_TOL[torch.bfloat16]
+    torch.testing.assert_close(lse, want_lse, atol=2e-3, rtol=1e-3)
+    bad = ops.decode_attention(q, k, v, lens, block_table=table, cache_leftpad=pads + 2)  # 1001 > 1000, 11 > 9
+    assert bad[1].isnan().all() and bad[3].isnan().all() and torch.isfinite(bad[[0, 2]]).all()
+
+
 @pytest.mark.parametrize("splits", (1, 3, 128))
 def test_explicit_splits_and_zero_length(splits):
     q, k, v = make(4, 2, 2000, 32, 8, 128, torch.bfloat16, seed=1)
@@ -195,32 +220,50 @@ def _llama(impl):
     return transformers.LlamaForCausalLM(cfg).to("cuda", torch.bfloat16).eval()
 
 
-@pytest.mark.parametrize("cache", ("dynamic", "static"))
+@pytest.mark.parametrize("cache", ("dynamic", "static", "static-compiled", "left-padded"))
 @pytest.mark.parametrize("prompt", (9, 40))
 def test_hf_generate_matches_sdpa(cache, prompt, monkeypatch):
     """Greedy generation through the decode kernel: every step's logits are as close to the fp32
     eager model's (teacher-forced on the generated tokens) as the bf16 SDPA model's are. Token
-    equality is not asserted: a random model has near-ties that bf16 rounding breaks either way."""
+    equality is not asserted: a random model has near-ties that bf16 rounding breaks either way.
+    "static" runs eagerly; "static-compiled" lets generate compile the decode step (transformers does
+    for a StaticCache on CUDA), where the seams below run only while tracing; "left-padded" has a
+    shorter second prompt, left-padded as generate expects (the decode kernel's cache_leftpad)."""
     import blockfuse.attention as A
-    calls = []
-    real = A._decode
+    calls, fallback = [], []
+    real, real_fallback = A._decode, A._fallback
 
     def spy(*a):
         calls.append(a[0].shape[1])
         return real(*a)
 
+    def fallback_spy(query, *a):
+        fallback.append(query.shape[2])
+        return real_fallback(query, *a)
+
     monkeypatch.setattr(A, "_decode", spy)
+    monkeypatch.setattr(A, "_fallback", fallback_spy)
     ids = torch.randint(0, 256, (2, prompt), generator=torch.Generator().manual_seed(1)).cuda()
+    mask = torch.ones_like(ids)
+    if cache == "left-padded":
+        mask[1, :prompt // 3] = 0
     m = _llama("blockfuse")
     kw = {}
-    if cache == "static":
+    if cache.startswith("static"):
         kw["past_key_values"] = transformers.StaticCache(config=m.config, max_cache_len=128)
+        kw["disable_compile"] = cache == "static"
     with torch.no_grad():
-        g = m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False,
+        g = m.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False,
                        return_dict_in_generate=True, output_logits=True, **kw)
         seq = g.sequences
         step = torch.stack(g.logits, dim=1).float()
-        want = _llama("eager").float()(seq).logits[:, prompt - 1:-1].float()
-        base = _llama("sdpa")(seq).logits[:, prompt - 1:-1].float()
+        full = torch.cat([mask, torch.ones_like(seq[:, prompt:])], dim=1)
+        pos = (full.cumsum(-1) - 1).clamp(min=0)
+        want = _llama("eager").float()(seq, attention_mask=full, position_ids=pos).logits[:, prompt - 1:-1].float()
+        base = _llama("sdpa")(seq, attention_mask=full, position_ids=pos).logits[:, prompt - 1:-1].float()
     assert rel(step, want) <= 1.15 * rel(base, want) + 1e-3
-    assert calls.count(1) == 11 * 2  # every one-token step of both layers ran the decode kernel
+    assert 1 not in fallback  # no one-token step took SDPA
+    if cache == "static-compiled":
+        assert 1 in calls  # traced through the decode kernel
+    else:
+        assert calls.count(1) == 11 * 2  # every one-token step of both layers ran the decode kernel

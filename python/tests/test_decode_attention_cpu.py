@@ -3,8 +3,8 @@ the reference (fp64 against the prefill reference, paged equal to contiguous, th
 cache writes and rotary embedding against transformers' apply_rotary_pos_emb), the shape checks of
 the fake implementations on meta tensors, the op's argument errors where the library is loaded, and
 the Hugging Face backend's decode routing with the reference in place of the kernel: which calls
-take the decode kernel (no mask, StaticCache lengths, right padding), which take SDPA (left padding,
-holes), that no call of <= 16 queries reaches the prefill kernel, and greedy generation with a
+take the decode kernel (no mask, StaticCache lengths, right and left padding), which take SDPA (holes,
+a right-padded chunk keeping some of its queries; under compile these rows turn NaN instead), that no call of <= 16 queries reaches the prefill kernel, and greedy generation with a
 DynamicCache and a StaticCache equal to eager attention's."""
 import pytest
 
@@ -189,16 +189,23 @@ def test_fake_runs_under_fake_tensor_mode():
         assert out.shape == q.shape and lse.shape == (2, 8, 3) and lse.dtype == torch.float32
         out = D.decode_attention_with_kvcache(q, k, k, k[:, :3], k[:, :3], lens)
         assert out.shape == q.shape
+        out = D.decode_attention(q, k, k, lens, cache_leftpad=lens)
+        assert out.shape == q.shape
+        with pytest.raises(RuntimeError, match="argument 'cache_leftpad'"):
+            D.decode_attention(q, k, k, lens, cache_leftpad=torch.empty(3, dtype=torch.int32))
 
 
 # ---- the Hugging Face backend's decode routing ---------------------------------------------------------
 
 def _decode_reference(calls):
-    def kernel(q, k, v, lengths, max_k, scale, causal, window_left, window_right, softcap):
+    def kernel(q, k, v, lengths, max_k, scale, causal, window_left, window_right, softcap, cache_leftpad=None):
         assert lengths.dtype == torch.int32 and int(lengths.max()) <= max_k <= k.shape[1]
-        calls.append((q.shape[1], k.shape[1], lengths.tolist(), max_k))
+        if cache_leftpad is not None:
+            assert cache_leftpad.dtype == torch.int32 and cache_leftpad.shape == lengths.shape
+        calls.append((q.shape[1], k.shape[1], lengths.tolist(), max_k,
+                      None if cache_leftpad is None else cache_leftpad.tolist()))
         return D.decode_attention_reference(q, k, v, lengths, None, scale, causal, window_left, window_right,
-                                            softcap)[0].to(q.dtype)
+                                            softcap, cache_leftpad=cache_leftpad)[0].to(q.dtype)
     return kernel
 
 
@@ -221,8 +228,8 @@ def routed(monkeypatch):
 
 @pytest.mark.parametrize("sq", (1, 3, 16))
 @pytest.mark.parametrize("mask_kind, decodes", [
-    ("none", True), ("static", True), ("right_pad_decode", True), ("left_pad", False), ("hole", False),
-    ("right_pad_partial", False),
+    ("none", True), ("static", True), ("right_pad_decode", True), ("left_pad", True),
+    ("hole", False), ("right_pad_partial", False),
 ])
 def test_decode_routing_equals_the_fallback(sq, mask_kind, decodes, routed):
     b, hq, hkv, d, sk = 4, 8, 2, 64, 40
@@ -237,8 +244,9 @@ def test_decode_routing_equals_the_fallback(sq, mask_kind, decodes, routed):
     elif mask_kind == "right_pad_partial":  # row 1 keeps some query positions but not all L: not lengths
         mask[1, length - 1:] = 0
         keep_q[1, -1] = False
-    elif mask_kind == "left_pad":
+    elif mask_kind == "left_pad":  # (and the StaticCache slots past L unfilled, as every masked kind)
         mask[1, :5] = 0
+        mask[3, :length - sq] = 0  # only the queries' own slots kept
     elif mask_kind == "hole":
         mask[2, 3:6] = 0
     if mask is not None:
@@ -251,6 +259,7 @@ def test_decode_routing_equals_the_fallback(sq, mask_kind, decodes, routed):
     assert bool(routed) == decodes
     if decodes:
         assert routed[0][3] == length
+        assert (routed[0][4] is not None) == (mask_kind == "left_pad")
     for row in range(b):
         torch.testing.assert_close(got[row, keep_q[row]], want[row, keep_q[row]], atol=1e-5, rtol=1e-5)
 
@@ -273,6 +282,19 @@ def test_mask_analysis_is_read_once_per_mask(routed, monkeypatch):
 
 
 transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+
+
+def _varlen_reference(calls):
+    """The varlen prefill kernel's seam with the reference in its place; records (max_q, max_k)."""
+    def kernel(q, k, v, cu_q, cu_k, max_q, max_k, *a):
+        calls.append((max_q, max_k))
+        cq, ck = cu_q.tolist(), cu_k.tolist()
+        out = torch.empty_like(q)
+        for i in range(len(cq) - 1):
+            out[cq[i]:cq[i + 1]] = A.attention_reference(q[None, cq[i]:cq[i + 1]], k[None, ck[i]:ck[i + 1]],
+                                                         v[None, ck[i]:ck[i + 1]], *a)[0][0].to(q.dtype)
+        return out
+    return kernel
 
 
 def _llama():
@@ -304,17 +326,7 @@ def test_hf_generate_decode_steps_take_the_decode_kernel(cache, monkeypatch):
     monkeypatch.setattr(A, "_decode", _decode_reference(calls))
     monkeypatch.setattr(A, "_fused", lambda q, k, v, *a: A.attention_reference(q, k, v, *a)[0].to(q.dtype))
     varlen = []
-
-    def varlen_reference(q, k, v, cu_q, cu_k, max_q, max_k, *a):
-        varlen.append(max_q)
-        cq, ck = cu_q.tolist(), cu_k.tolist()
-        out = torch.empty_like(q)
-        for i in range(len(cq) - 1):
-            out[cq[i]:cq[i + 1]] = A.attention_reference(q[None, cq[i]:cq[i + 1]], k[None, ck[i]:ck[i + 1]],
-                                                         v[None, ck[i]:ck[i + 1]], *a)[0][0].to(q.dtype)
-        return out
-
-    monkeypatch.setattr(A, "_fused_varlen", varlen_reference)
+    monkeypatch.setattr(A, "_fused_varlen", _varlen_reference(varlen))
     m = _llama()
     # A 12-token prompt: the prefill runs the decode kernel too (longer prompts: the test below).
     ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(5))
@@ -333,7 +345,7 @@ def test_hf_generate_decode_steps_take_the_decode_kernel(cache, monkeypatch):
     if cache == "static":  # no mask (all ones is dropped by generate): the lengths come from position_ids
         assert all(c[1] == 40 for c in steps)  # the full-capacity cache, read up to the lengths
         assert sorted({c[2][0] for c in steps}) == list(range(13, 18))
-    assert all(q > 1 for q in varlen)
+    assert all(c[0] > 1 for c in varlen)
 
 
 def test_unmasked_lengths_from_positions():
@@ -348,9 +360,10 @@ def test_unmasked_lengths_from_positions():
 
 @pytest.mark.parametrize("kernels", (True, False))
 def test_hf_static_cache_long_prefill_reads_only_filled_slots(kernels, monkeypatch):
-    """A prompt longer than DECODE_MAX_Q against a StaticCache, which transformers (>= 5) hands over
-    without a mask: the prefill kernel sees only the filled prefix (the keys sliced to the prompt), the
-    SDPA fallback a mask built from the positions; greedy generation equals eager attention's."""
+    """A prompt longer than DECODE_MAX_Q against a StaticCache, which transformers hands over without a
+    mask (>= 5.2x) or with a 2-D mask of the cache's length (5.1x): the prefill kernel sees only the
+    filled prefix (the keys sliced to the prompt, or the varlen kernel's lengths), the SDPA fallback a
+    mask built from the positions or the given one; greedy generation equals eager attention's."""
     try:
         from transformers.masking_utils import AttentionMaskInterface  # noqa: F401
     except ImportError:
@@ -367,6 +380,7 @@ def test_hf_static_cache_long_prefill_reads_only_filled_slots(kernels, monkeypat
         monkeypatch.setattr(A._decode_mod, "_HAS_OP", True)
         monkeypatch.setattr(A, "_decode", _decode_reference([]))
         monkeypatch.setattr(A, "_fused", fused)
+        monkeypatch.setattr(A, "_fused_varlen", _varlen_reference(prefill))
     m = _llama()
     ids = torch.randint(0, 128, (2, 21), generator=torch.Generator().manual_seed(6))
     gen = {}
@@ -396,3 +410,59 @@ def test_unmasked_key_length_and_mask():
     assert torch.equal(m[0, 0], want) and torch.equal(m[1, 0], want)
     m = A._unmasked_mask(q, k, {"position_ids": torch.tensor([[4, 5, 6]])}, True, 1)
     assert torch.equal(m[0, 0], want & torch.tensor([[j >= 3 + i for j in range(10)] for i in range(3)]))
+
+
+def test_unmasked_lengths_made_once_per_forward():
+    """Every layer of a forward passes the same position tensor: the lengths are made once (the same
+    tensor comes back) and made again when the positions change in place or are a new tensor."""
+    pos = torch.tensor([[24]])
+    first = A._unmasked_lengths({"position_ids": pos}, 2, 1, 40, "cpu")
+    assert A._unmasked_lengths({"position_ids": pos}, 2, 1, 40, "cpu") is first
+    pos.add_(1)  # the next step's position, written in place
+    assert A._unmasked_lengths({"position_ids": pos}, 2, 1, 40, "cpu").tolist() == [26, 26]
+    assert A._unmasked_lengths({"position_ids": torch.tensor([[3]])}, 2, 1, 40, "cpu").tolist() == [4, 4]
+
+
+def test_mask_runs_under_compile_mark_what_the_kernel_cannot_express(monkeypatch):
+    """Inside torch.compile / CUDA-graph capture the mask is analysed on the device without a read-back:
+    every row's run [first, end) is passed on, and a row the kernel cannot express gets length -1 (the
+    kernel's NaN rows), never a silently wrong length."""
+    monkeypatch.setattr(A, "_in_graph_or_compile", lambda: True)
+    sq, length = 2, 12
+    mask = torch.ones(6, length, dtype=torch.long)
+    mask[1, :4] = 0                 # left padding: [4, 12)
+    mask[2, 9:] = 0                 # a StaticCache's filled prefix / padding queries: [0, 9)
+    mask[3, 3:5] = 0                # a hole
+    mask[4, length - 1:] = 0        # keeps one of its two query positions
+    mask[5] = 0                     # nothing kept
+    lengths, first, max_k = A._mask_lengths(mask, sq, 20)
+    assert max_k == length and lengths.dtype == torch.int32 and first.dtype == torch.int32
+    assert lengths.tolist() == [12, 12, 9, -1, -1, 0]
+    assert first.tolist()[:3] == [0, 4, 0] and first[5] == 0
+    assert A._mask_lengths(mask[:, :1], sq, 20) is None  # shorter than Sq: SDPA
+    # Outside compile the same mask is refused as a whole (SDPA for the batch), one host read-back.
+    monkeypatch.setattr(A, "_in_graph_or_compile", lambda: False)
+    A._MASK_LENGTHS[0] = None
+    assert A._mask_lengths(mask, sq, 20) is None
+    A._MASK_LENGTHS[0] = None
+    lengths, first, _ = A._mask_lengths(mask[:3], sq, 20)
+    assert lengths.tolist() == [12, 12, 9] and first.tolist() == [0, 4, 0]
+    A._MASK_LENGTHS[0] = None
+    assert A._mask_lengths(mask[[0, 2]], sq, 20)[1] is None  # no left padding: no cache_leftpad
+
+
+def test_reference_left_padding_equals_the_sliced_cache():
+    q, k, v = rand(3, 2, 8, 64, seed=1), rand(3, 30, 2, 64, seed=2), rand(3, 30, 2, 64, seed=3)
+    lens = torch.tensor([30, 17, 5], dtype=torch.int32)
+    pads = torch.tensor([0, 6, 5], dtype=torch.int32)
+    out, lse = D.decode_attention_reference(q, k, v, lens, causal=True, window_left=7, cache_leftpad=pads,
+                                            dtype=torch.float64)
+    for i, (n, p) in enumerate(zip(lens.tolist(), pads.tolist())):
+        want, wl = D.decode_attention_reference(q[i:i + 1], k[i:i + 1, p:], v[i:i + 1, p:],
+                                                torch.tensor([n - p], dtype=torch.int32), causal=True,
+                                                window_left=7, dtype=torch.float64)
+        torch.testing.assert_close(out[i:i + 1], want)
+        torch.testing.assert_close(lse[i:i + 1], wl)
+    assert torch.isneginf(lse[2]).all() and (out[2] == 0).all()  # no key left: out 0, lse -inf
+    bad, _ = D.decode_attention_reference(q, k, v, lens, cache_leftpad=torch.tensor([0, 18, -1], dtype=torch.int32))
+    assert bad[0].isfinite().all() and bad[1:].isnan().all()

@@ -46,13 +46,12 @@ struct Shape {
   int64_t capacity;   // keys one sequence can hold
   int64_t max_keys;   // the heuristic's key range
   int m_frags, m_blocks, splits;
-  size_t workspace;
 };
 
 // Everything but the device pointers and the workspace; returns the launch shape.
 Shape validate(const char* fn, const AttnConstTensor& q, const AttnConstTensor& k, const AttnConstTensor& v,
                const int32_t* cache_seqlens, const AttnConstTensor& out, const float* lse,
-               const DecodeAttentionParams& prm, int64_t new_tokens, bool with_q_copy) {
+               const DecodeAttentionParams& prm, int64_t new_tokens) {
   const bool paged = prm.block_table != nullptr;
   check_tensor(fn, "q", q, 65535);
   if (q.seqlen < 1 || q.seqlen > kDecodeAttentionMaxSeqlenQ)
@@ -113,6 +112,16 @@ Shape validate(const char* fn, const AttnConstTensor& q, const AttnConstTensor& 
     throw_arg(fn, "params.num_splits", cat("is ", prm.num_splits, " with ", k.heads, " KV heads"),
               "num_splits · k_cache.heads <= 65535");
   if (prm.max_seqlen_k < 0) throw_arg(fn, "params.max_seqlen_k", cat("is ", prm.max_seqlen_k), "0 (the capacity) or > 0");
+  if (prm.cache_leftpad != nullptr && new_tokens > 0)
+    throw_arg(fn, "params.cache_leftpad", "is set", "nullptr (decode_attention_with_kvcache takes no left padding)");
+  if (prm.cache_leftpad != nullptr && reinterpret_cast<std::uintptr_t>(prm.cache_leftpad) % 4 != 0)
+    throw_arg(fn, "params.cache_leftpad", cat("pointer ", static_cast<const void*>(prm.cache_leftpad), " is not 4-byte aligned"),
+              "an int32 device buffer of batch entries");
+  if (prm.host_cache_leftpad != nullptr && prm.cache_leftpad == nullptr)
+    throw_arg(fn, "params.host_cache_leftpad", "is set without cache_leftpad", "cache_leftpad as well (the device copy)");
+  if (prm.host_cache_leftpad != nullptr && prm.host_cache_seqlens == nullptr)
+    throw_arg(fn, "params.host_cache_leftpad", "is set without host_cache_seqlens",
+              "host_cache_seqlens as well (the left padding is checked against the lengths)");
 
   // Host copies: every length fits, every page a sequence uses exists.
   if (prm.host_cache_seqlens) {
@@ -121,6 +130,12 @@ Shape validate(const char* fn, const AttnConstTensor& q, const AttnConstTensor& 
       if (len < 0 || len + new_tokens > capacity)
         throw_arg(fn, "cache_seqlens", cat("holds ", len, " for sequence ", b, new_tokens ? " (before the new keys)" : ""),
                   cat("0 <= length <= ", capacity - new_tokens, " (the cache's capacity", new_tokens ? " less the new keys" : "", ")"));
+      if (prm.host_cache_leftpad) {
+        const int64_t pad = prm.host_cache_leftpad[b];
+        if (pad < 0 || pad > len)
+          throw_arg(fn, "cache_leftpad", cat("holds ", pad, " for sequence ", b, " of length ", len),
+                    "0 <= cache_leftpad <= cache_seqlens");
+      }
       if (paged && prm.host_block_table) {
         const int64_t pages = (len + new_tokens + k.seqlen - 1) / k.seqlen;
         for (int64_t i = 0; i < pages; ++i) {
@@ -155,7 +170,6 @@ Shape validate(const char* fn, const AttnConstTensor& q, const AttnConstTensor& 
   s.m_frags = dec::m_frags_for(rows, static_cast<int>(q.head_dim));
   s.m_blocks = static_cast<int>((rows + 16 * s.m_frags - 1) / (16 * s.m_frags));
   s.splits = prm.num_splits;
-  (void)with_q_copy;
   return s;
 }
 
@@ -182,6 +196,7 @@ dec::Params make_params(const AttnConstTensor& q, const AttnConstTensor& k, cons
   p.v_block_stride = v.batch_stride, p.v_row_stride = v.seq_stride, p.v_head_stride = v.head_stride;
   p.o_batch_stride = out.batch_stride, p.o_row_stride = out.seq_stride, p.o_head_stride = out.head_stride;
   p.cache_seqlens = cache_seqlens;
+  p.cache_leftpad = prm.cache_leftpad;
   p.block_table = prm.block_table;
   p.block_table_stride = prm.block_table_stride == 0 ? prm.max_blocks : prm.block_table_stride;
   p.page_size = static_cast<int>(k.seqlen);
@@ -278,7 +293,7 @@ void decode_attention(AttnConstTensor q, AttnConstTensor k_cache, AttnConstTenso
                       AttnTensor out, float* lse, const DecodeAttentionParams& params, void* workspace,
                       size_t workspace_bytes, cudaStream_t stream) {
   constexpr const char* fn = "decode_attention";
-  Shape s = validate(fn, q, k_cache, v_cache, cache_seqlens, out, lse, params, 0, false);
+  Shape s = validate(fn, q, k_cache, v_cache, cache_seqlens, out, lse, params, 0);
   if (q.batch == 0) return;
   const int64_t rows_total = q.batch * q.seqlen * q.heads;
   if (params.num_splits > 0)  // known without the device: checked with the other arguments
@@ -288,6 +303,7 @@ void decode_attention(AttnConstTensor q, AttnConstTensor k_cache, AttnConstTenso
   detail::check_device_pointer(fn, "v_cache", v_cache.data);
   detail::check_device_pointer(fn, "out", out.data);
   detail::check_device_pointer(fn, "cache_seqlens", cache_seqlens);
+  if (params.cache_leftpad) detail::check_device_pointer(fn, "params.cache_leftpad", params.cache_leftpad);
   if (lse) detail::check_device_pointer(fn, "lse", lse);
   if (params.block_table) detail::check_device_pointer(fn, "params.block_table", params.block_table);
   detail::check_compute_capability(fn, 8, 0);
@@ -305,7 +321,7 @@ void decode_attention_with_kvcache(AttnConstTensor q, AttnTensor k_cache, AttnTe
                                    AttnTensor out, float* lse, const DecodeAttentionParams& params, void* workspace,
                                    size_t workspace_bytes, cudaStream_t stream) {
   constexpr const char* fn = "decode_attention_with_kvcache";
-  Shape s = validate(fn, q, k_cache, v_cache, cache_seqlens, out, lse, params, q.seqlen, true);
+  Shape s = validate(fn, q, k_cache, v_cache, cache_seqlens, out, lse, params, q.seqlen);
   check_tensor(fn, "k_new", k_new, 65535);
   check_tensor(fn, "v_new", v_new, 65535);
   check_like(fn, "k_new", k_new, "q", q, true, true, false);

@@ -69,6 +69,7 @@ struct Params {
   int64_t v_block_stride, v_row_stride, v_head_stride;
   int64_t o_batch_stride, o_row_stride, o_head_stride;
   const int32_t* cache_seqlens;  // [B]
+  const int32_t* cache_leftpad;  // [B] first key slot of each sequence, or nullptr (0)
   const int32_t* block_table;    // nullptr: contiguous
   int64_t block_table_stride;
   int page_size;    // paged: rows per page; contiguous: S_max

@@ -7,7 +7,8 @@
 //   split's 64-key tiles through a cp.async pipeline of stages(D) stages; each of the four warps
 //   takes 16 keys of a tile (S = Q·Kᵀ, online softmax, O += P·V) and keeps its own running max,
 //   sum and output; the warps are merged through shared memory at the end. Keys outside the CTA's
-//   visible range, and pages a sequence does not own, are zero-filled, never read.
+//   visible range (before the left padding's end, past the length, outside the window), and pages
+//   a sequence does not own, are zero-filled, never read.
 // decode_merge_kernel — one warp per output row: the splits' partial outputs weighted by their
 //   log-sum-exps (fixed order: deterministic).
 // decode_append_kernel — rotary embedding of the new q and k, and k/v written into the cache.
@@ -52,10 +53,10 @@ struct KeySlot {
   int block, row;
 };
 
-// The visible keys of one query: [lo, hi] (inclusive), clamped to [0, len).
-__device__ __forceinline__ void visible_range(const Params& p, int len, int t, int& lo, int& hi) {
+// The visible keys of one query: [lo, hi] (inclusive), clamped to [start, len).
+__device__ __forceinline__ void visible_range(const Params& p, int start, int len, int t, int& lo, int& hi) {
   const int pos = len - p.seqlen_q + t;  // the query's own position (bottom-right aligned)
-  lo = p.window_left >= kWindowUnbounded ? 0 : max(0, pos - p.window_left);
+  lo = p.window_left >= kWindowUnbounded ? start : max(start, pos - p.window_left);
   hi = p.window_right >= kWindowUnbounded ? len - 1 : min(len - 1, pos + p.window_right);
 }
 
@@ -84,16 +85,18 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const __grid_con
   const int row0 = mb * Tr::kRows;
 
   const int len_or_bad = attended_length(p, b);
-  bool bad = len_or_bad < 0;
+  const int pad = p.cache_leftpad ? p.cache_leftpad[b] : 0;
+  bool bad = len_or_bad < 0 || pad < 0 || pad > len_or_bad;
   const int len = bad ? 0 : len_or_bad;
+  const int start = bad ? 0 : pad;  // the sequence's first key slot
 
   // The CTA's key range: the union of its query rows' visible ranges.
   int key_lo, key_hi;  // [key_lo, key_hi)
   {
     const int last_row = min(p.rows, row0 + Tr::kRows) - 1;
     int lo0, hi0, lo1, hi1;
-    visible_range(p, len, row0 / p.group, lo0, hi0);
-    visible_range(p, len, last_row / p.group, lo1, hi1);
+    visible_range(p, start, len, row0 / p.group, lo0, hi0);
+    visible_range(p, start, len, last_row / p.group, lo1, hi1);
     key_lo = lo0;
     key_hi = hi1 + 1;
     if (key_hi <= key_lo) key_hi = key_lo;
@@ -124,12 +127,13 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const __grid_con
   // block-table lookup's latency is not in front of the copies.
   int page[Tr::kPasses];
   auto lookup = [&](int tile) {
-    if constexpr (!kPaged) return;
+    if constexpr (kPaged) {
 #pragma unroll
-    for (int i = 0; i < Tr::kPasses; ++i) {
-      const int j = tile * kBlockN + key_in_pass + i * Tr::kKeysPerPass;
-      const int idx = p.page_shift >= 0 ? j >> p.page_shift : j / p.page_size;
-      page[i] = (j >= key_lo && j < key_hi) ? __ldg(table + idx) : 0;
+      for (int i = 0; i < Tr::kPasses; ++i) {
+        const int j = tile * kBlockN + key_in_pass + i * Tr::kKeysPerPass;
+        const int idx = p.page_shift >= 0 ? j >> p.page_shift : j / p.page_size;
+        page[i] = (j >= key_lo && j < key_hi) ? __ldg(table + idx) : 0;
+      }
     }
   };
   auto load_tile = [&](int tile, int stage) {
@@ -177,12 +181,16 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const __grid_con
     for (int h = 0; h < 2; ++h) {
       const int rg = row0 + f * 16 + lane / 4 + h * 8;
       if (rg < p.rows) {
-        visible_range(p, len, rg / p.group, row_lo[f][h], row_hi[f][h]);
+        visible_range(p, start, len, rg / p.group, row_lo[f][h], row_hi[f][h]);
       } else {
         row_lo[f][h] = 0, row_hi[f][h] = -1;
       }
     }
 
+  // Query fragments held in registers where they fit beside the accumulators (MF · D <= 128:
+  // D / 4 · MF registers), else read from shared memory every tile.
+  constexpr bool kQInRegs = MF * D <= 128;
+  uint32_t qreg[kQInRegs ? MF : 1][kQInRegs ? D / 16 : 1][4];
   float o[MF][D / 8][4];
   float m[MF][2], l[MF][2];
 #pragma unroll
@@ -208,6 +216,16 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const __grid_con
     const T* const sk = s_kv + (it % Tr::kStages) * 2 * Tr::kTileElems;
     const T* const sv = sk + Tr::kTileElems;
 
+    // The query fragments into registers once (they sit in the first copy group), where they fit.
+    if constexpr (kQInRegs) {
+      if (tile == t_begin) {
+#pragma unroll
+        for (int f = 0; f < MF; ++f)
+#pragma unroll
+          for (int ks = 0; ks < D / 16; ++ks)
+            ldsm_x4(qreg[f][ks], s_q + Tr::swz(f * 16 + lane % 8 + ((lane / 8) % 2) * 8, 2 * ks + lane / 16));
+      }
+    }
     // S = Q · Kᵀ for this warp's 16 keys: two n8 tiles per row fragment.
     float s[MF][2][4];
 #pragma unroll
@@ -221,7 +239,11 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const __grid_con
 #pragma unroll
       for (int f = 0; f < MF; ++f) {
         uint32_t qa[4];
-        ldsm_x4(qa, s_q + Tr::swz(f * 16 + lane % 8 + ((lane / 8) % 2) * 8, 2 * ks + lane / 16));
+        if constexpr (kQInRegs) {
+          qa[0] = qreg[f][ks][0], qa[1] = qreg[f][ks][1], qa[2] = qreg[f][ks][2], qa[3] = qreg[f][ks][3];
+        } else {
+          ldsm_x4(qa, s_q + Tr::swz(f * 16 + lane % 8 + ((lane / 8) % 2) * 8, 2 * ks + lane / 16));
+        }
         Mma::mma(s[f][0], qa, kb[0], kb[1]);
         Mma::mma(s[f][1], qa, kb[2], kb[3]);
       }
@@ -345,50 +367,62 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const __grid_con
   }
 }
 
-// Merges the splits: row pr of [B·Sq·Hq] per warp, D/32 elements per lane.
+// Merges the splits: row pr of [B·Sq·Hq] per warp, D/32 elements per lane. Lane l holds the LSEs
+// of splits l, l + 32, l + 64, l + 96 (kDecodeAttentionMaxSplits = 128) and their weights; the
+// partial outputs are then read with the weights broadcast by shuffles, eight splits' loads in
+// flight at once (the loads depend on nothing but the split index).
 template <class T, int D>
 __global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant__ Params p) {
+  static_assert(kDecodeAttentionMaxSplits <= 128, "four LSEs per lane");
   constexpr int kPerLane = D / 32;
   const int rows_total = p.batch * p.seqlen_q * p.heads_q;
   const int pr = blockIdx.x * 4 + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (pr >= rows_total) return;
   const float* lse_p = p.lse_partial + pr;
-  float mx = -INFINITY;
+  float l[4];
   bool nan = false;
-  for (int s = lane; s < p.num_splits; s += 32) {
-    const float v = lse_p[int64_t(s) * rows_total];
-    nan |= v != v;
-    mx = fmaxf(mx, v);
+  float mx = -INFINITY;
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    const int s = lane + 32 * c;
+    l[c] = s < p.num_splits ? lse_p[int64_t(s) * rows_total] : -INFINITY;
+    nan |= l[c] != l[c];
+    mx = fmaxf(mx, l[c]);
   }
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   nan = __any_sync(0xffffffffu, nan);
   float acc[kPerLane];
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) acc[i] = 0.f;
-  float lse = -INFINITY;
-  if (nan) {
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) acc[i] = NAN;
-    lse = NAN;
-  } else if (mx != -INFINITY) {
+  for (int i = 0; i < kPerLane; ++i) acc[i] = nan ? NAN : 0.f;
+  float lse = nan ? NAN : -INFINITY;
+  if (!nan && mx != -INFINITY) {
     float sum = 0.f;
-    for (int s = 0; s < p.num_splits; ++s) {
-      const float w = __expf(lse_p[int64_t(s) * rows_total] - mx);
-      if (w == 0.f) continue;  // an empty split: its partial holds zeros
-      sum += w;
-      const float* src = p.o_partial + (int64_t(s) * rows_total + pr) * D + lane * kPerLane;
 #pragma unroll
-      for (int i = 0; i < kPerLane; i += 2) {
-        const float2 v = *reinterpret_cast<const float2*>(src + i);
-        acc[i] += w * v.x, acc[i + 1] += w * v.y;
+    for (int c = 0; c < 4; ++c) sum += __expf(l[c] - mx);  // -inf (no split, or an empty one) -> 0
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    lse = mx + logf(sum);
+    float w[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) w[c] = __expf(l[c] - lse);  // the normalised weights
+    const float* base = p.o_partial + int64_t(pr) * D + lane * kPerLane;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int n = min(32, p.num_splits - 32 * c);
+      if (n <= 0) break;
+#pragma unroll 8
+      for (int j = 0; j < n; ++j) {
+        const float ws = __shfl_sync(0xffffffffu, w[c], j);
+        const float* src = base + int64_t(32 * c + j) * rows_total * D;
+#pragma unroll
+        for (int i = 0; i < kPerLane; i += 2) {
+          const float2 v = *reinterpret_cast<const float2*>(src + i);
+          acc[i] += ws * v.x, acc[i + 1] += ws * v.y;
+        }
       }
     }
-    const float inv = 1.f / sum;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) acc[i] *= inv;
-    lse = mx + logf(sum);
   }
   const int head = pr % p.heads_q, t = (pr / p.heads_q) % p.seqlen_q, b = pr / (p.heads_q * p.seqlen_q);
   T* dst = static_cast<T*>(p.out) + b * p.o_batch_stride + t * p.o_row_stride + head * p.o_head_stride + lane * kPerLane;

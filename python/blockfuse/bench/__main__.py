@@ -9,7 +9,7 @@ import argparse
 import importlib
 import sys
 
-from .shapes import GATED_UP_MODELS, GATED_UP_TOKENS, HF_MODELS, MLP_SHAPES
+from .shapes import GATED_UP_MODELS, GATED_UP_TOKENS, HF_MODELS, MLP_SHAPES, TRAIN_MLP_IMPLS
 
 # subcommand -> module of this package (its run(args) returns the exit status)
 MODULES = {
@@ -125,7 +125,7 @@ def parser():
                                           "Liger, quack: time and peak memory")
     tm.add_argument("--shapes", default="8b,70b", help=f"from: {','.join(MLP_SHAPES)}")
     tm.add_argument("--tokens", default="4096,8192,16384")
-    tm.add_argument("--impls", default="eager,compile,liger,quack,quack-recompute,blockfuse",
+    tm.add_argument("--impls", default=",".join(TRAIN_MLP_IMPLS),
                     help="eager first: the others' speed-up and memory are relative to it")
     tm.add_argument("--reps", type=int, default=10)
     tm.add_argument("--json")
@@ -163,8 +163,7 @@ def _check(p, a):
     elif a.command == "train-mlp":
         a.shapes = known(_names(a.shapes), MLP_SHAPES, "shape")
         a.tokens = _ints(a.tokens)
-        impls = ("eager", "compile", "liger", "quack", "quack-recompute", "blockfuse")
-        a.impls = known(_names(a.impls), dict.fromkeys(impls), "implementation")
+        a.impls = known(_names(a.impls), dict.fromkeys(TRAIN_MLP_IMPLS), "implementation")
         if not a.impls or a.impls[0] != "eager":
             p.error("train-mlp --impls: eager must come first (the others are compared with it)")
         if a.reps < 1:

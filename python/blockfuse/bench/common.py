@@ -202,6 +202,17 @@ def peak_activation_bytes(fn, x):
     return peak
 
 
+def optional_peer(label, load):
+    """load() for a peer implementation that may be missing (quack, Liger, FlashAttention-4:
+    ../shared/peers stages them), or None with the reason printed to stderr: the rest of a benchmark
+    still runs."""
+    try:
+        return load()
+    except Exception as e:  # noqa: BLE001 — reported, not raised
+        print(f"{label} not available: {e!r}", file=sys.stderr)
+        return None
+
+
 def rel(a, b):
     """Relative Frobenius error ‖a − b‖ / ‖b‖, in fp32."""
     return ((a.float() - b.float()).norm() / b.float().norm()).item()

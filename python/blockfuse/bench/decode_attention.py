@@ -21,19 +21,15 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from .common import copy_gbs, meta, ready, sets_for, time_graph
+from .common import copy_gbs, meta, optional_peer, ready, sets_for, time_graph
 
 HQ, D = 32, 128
 DT = torch.bfloat16
 
 
-def load_fa4():
-    try:
-        from flash_attn.cute.interface import flash_attn_func
-        return flash_attn_func
-    except Exception as e:  # noqa: BLE001 — reported, the rest still runs
-        print(f"FlashAttention-4 not available: {e!r}", file=sys.stderr)
-        return None
+def _fa4():
+    from flash_attn.cute.interface import flash_attn_func
+    return flash_attn_func
 
 
 def paged_copy(k, page, seed):
@@ -111,7 +107,7 @@ def point(bf, fa4, b, s, hkv, ceiling):
         us = time_graph(fn, 3, 20, n_sets=n, calls=max(20, n))
         row[name + "_us"], row[name + "_gbs"] = us, kv_bytes / us * 1e-3
         row[name + "_frac_copy"] = row[name + "_gbs"] / ceiling
-        del pk, pv
+        pk = pv = fn = None  # the pages freed before the next page size
     for base in ("sdpa_flash", "sdpa_cudnn", "fa4"):
         if row.get(base + "_us"):
             row[f"blockfuse_over_{base}"] = row[base + "_us"] / row["blockfuse_us"]
@@ -201,7 +197,7 @@ def run(args):
                 print(f"fused B 1 S {s} Hkv {hkv}: separate {row['separate_us']:.1f} us, fused {row['fused_us']:.1f} "
                       f"us ({row['speedup']:.2f}x)", flush=True)
     else:
-        fa4 = load_fa4()
+        fa4 = optional_peer("FlashAttention-4", _fa4)
         for hkv in args.hkv:
             for b in args.b:
                 for s in args.s:

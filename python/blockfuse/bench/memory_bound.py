@@ -33,7 +33,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from .common import GRAPH_ROWS, copy_gbs, ready, sets_for, time_batched, time_graph
+from .common import GRAPH_ROWS, copy_gbs, optional_peer, ready, sets_for, time_batched, time_graph
 
 EPS = 1e-6
 FP8 = torch.float8_e4m3fn
@@ -103,23 +103,15 @@ def swiglu_fp8d(gu):
     return quant_dyn(swiglu_f32(gu))
 
 
-def load_liger():
-    try:
-        from liger_kernel.ops.fused_add_rms_norm import fused_add_rms_norm_forward
-        from liger_kernel.ops.swiglu import swiglu_forward
-        return fused_add_rms_norm_forward, swiglu_forward
-    except Exception as e:  # noqa: BLE001 — reported, the rest still runs
-        print(f"liger not available: {e!r}", file=sys.stderr)
-        return None, None
+def _liger():
+    from liger_kernel.ops.fused_add_rms_norm import fused_add_rms_norm_forward
+    from liger_kernel.ops.swiglu import swiglu_forward
+    return fused_add_rms_norm_forward, swiglu_forward
 
 
-def load_quack():
-    try:
-        from quack.rmsnorm import rmsnorm_fwd
-        return rmsnorm_fwd
-    except Exception as e:  # noqa: BLE001 — reported, the rest still runs
-        print(f"quack not available: {e!r}", file=sys.stderr)
-        return None
+def _quack():
+    from quack.rmsnorm import rmsnorm_fwd
+    return rmsnorm_fwd
 
 
 def load_blockfuse():
@@ -163,8 +155,8 @@ def run(a):
     res = {"device": dev, "torch": torch.__version__, "copy_gbs": bw, "rows": []}
     bo = load_blockfuse() if {"blockfuse", "blockfuse-nopdl"} & set(impls) else None
     bf_impls = [i for i in ("blockfuse", "blockfuse-nopdl") if i in impls]
-    liger_norm, liger_sw = load_liger() if "liger" in impls else (None, None)
-    quack_norm = load_quack() if "quack" in impls else None
+    liger_norm, liger_sw = (optional_peer("liger", _liger) if "liger" in impls else None) or (None, None)
+    quack_norm = optional_peer("quack", _quack) if "quack" in impls else None
     if bo is not None and hasattr(bo, "set_programmatic_dependent_launch"):
         res["pdl_default"] = bo.set_programmatic_dependent_launch(True)
     elif "blockfuse-nopdl" in bf_impls:

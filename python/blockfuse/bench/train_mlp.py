@@ -23,8 +23,6 @@ import torch.nn.functional as F
 
 from .common import cuda_ms, meta, ready, rel
 from .shapes import MLP_SHAPES
-
-IMPLS = ("eager", "compile", "liger", "quack", "quack-recompute", "blockfuse")
 TOLERANCE = 0.02
 
 
