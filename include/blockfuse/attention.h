@@ -137,4 +137,29 @@ void attention(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnTens
 void attention(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnTensor out, float* lse,
                const AttentionParams& params, AttentionConfig config, cudaStream_t stream = nullptr);
 
+// ---- backward ------------------------------------------------------------------------------------
+//
+// The gradients of out = attention(q, k, v) (same params) given dout: dq, dk, dv, from q, k, v, the
+// forward's out and its fp32 lse (required: the backward recomputes the probabilities from it).
+// FlashAttention-2's algorithm on mma.sync (compute capability >= 8.0; Hopper runs the same kernel):
+// a Dsum = rowsum(dout ∘ out) pass, a kernel that walks the query blocks for each 64-key block
+// (dk, dv; GQA's sum over the query heads of a group inside it) and one that walks the key blocks for
+// each 64-row query block (dq). No atomics: deterministic, the same inputs give the same bits.
+// Supported: head_dim 64 and 128 (256: blockfuse::Error naming head_dim), bf16 / fp16, batched and
+// varlen, causal / window / soft-cap as the forward. Keys no query sees get dk = dv = 0; rows
+// without a visible key get dq = 0.
+
+// Workspace bytes of attention_backward for q (batched [B, Sq, Hq, D] or varlen [total, Hq, D]):
+// the fp32 Dsum, laid out like lse. 16-byte aligned, no zeroing needed.
+size_t attention_backward_workspace_size(AttnConstTensor q);
+
+// dq like q, dk like k, dv like v (any strides of the forward's rules), out and dout like q's shape.
+// Validates everything attention() does, plus: dout, dq, dk, dv of q's dtype and matching shapes,
+// lse non-null, head_dim 64 or 128, params.kernel kAuto or kSm80, the workspace, and that no output
+// overlaps an input or another output.
+void attention_backward(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnConstTensor out,
+                        AttnConstTensor dout, const float* lse, AttnTensor dq, AttnTensor dk, AttnTensor dv,
+                        const AttentionParams& params, void* workspace, size_t workspace_bytes,
+                        cudaStream_t stream = nullptr);
+
 }  // namespace blockfuse

@@ -68,7 +68,7 @@ def attention(q, k, v, softmax_scale=None, causal=False, window_left=-1, window_
     contiguous; other strides multiples of 8 elements), e.g. HF's [B, H, S, D] tensors .transpose(1, 2)."""
     _require()
     out, lse = torch.ops.blockfuse.attention(q, k, v, softmax_scale, causal, window_left, window_right,
-                                             softcap, return_lse)
+                                             softcap, return_lse or _needs_grad(q, k, v))
     return (out, lse) if return_lse else out
 
 
@@ -81,8 +81,17 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     _require()
     out, lse = torch.ops.blockfuse.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                                     max_seqlen_k, softmax_scale, causal, window_left,
-                                                    window_right, softcap, return_lse)
+                                                    window_right, softcap, return_lse or _needs_grad(q, k, v))
     return (out, lse) if return_lse else out
+
+
+def _needs_grad(q, k, v):
+    """Whether autograd will call the backward, which needs the forward's lse."""
+    return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+
+
+_NO_LSE = ("the attention backward needs the forward's lse: call blockfuse.ops.attention / attention_varlen "
+           "(which keep it when a gradient is needed), or the op with return_lse=True")
 
 
 if _HAS_OP:
@@ -107,6 +116,55 @@ if _HAS_OP:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         lse_shape = (q.shape[1], q.shape[0]) if return_lse else (0,)
         return out, torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+
+
+    @torch.library.register_fake("blockfuse::attention_backward")
+    def _attention_backward_fake(dout, q, k, v, out, lse, softmax_scale=None, causal=False, window_left=-1,
+                                 window_right=-1, softcap=0.0):
+        return torch.empty_like(q, memory_format=torch.contiguous_format), \
+            torch.empty_like(k, memory_format=torch.contiguous_format), \
+            torch.empty_like(v, memory_format=torch.contiguous_format)
+
+    @torch.library.register_fake("blockfuse::attention_varlen_backward")
+    def _attention_varlen_backward_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                        max_seqlen_k, softmax_scale=None, causal=False, window_left=-1,
+                                        window_right=-1, softcap=0.0):
+        return torch.empty_like(q, memory_format=torch.contiguous_format), \
+            torch.empty_like(k, memory_format=torch.contiguous_format), \
+            torch.empty_like(v, memory_format=torch.contiguous_format)
+
+    # Autograd: the gradients of q, k, v from the backward kernels; lse is not differentiable.
+    def _attention_setup(ctx, inputs, output):
+        q, k, v, softmax_scale, causal, window_left, window_right, softcap, _ = inputs
+        out, lse = output
+        ctx.mark_non_differentiable(lse)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.args = (softmax_scale, causal, window_left, window_right, softcap)
+
+    def _attention_backward(ctx, dout, _dlse):
+        q, k, v, out, lse = ctx.saved_tensors
+        if lse.numel() == 0:
+            raise RuntimeError(f"blockfuse::attention: {_NO_LSE}")
+        dq, dk, dv = torch.ops.blockfuse.attention_backward(dout, q, k, v, out, lse, *ctx.args)
+        return dq, dk, dv, None, None, None, None, None, None
+
+    def _attention_varlen_setup(ctx, inputs, output):
+        q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale, causal, window_left, window_right, softcap, _ = inputs
+        out, lse = output
+        ctx.mark_non_differentiable(lse)
+        ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
+        ctx.args = (max_q, max_k, softmax_scale, causal, window_left, window_right, softcap)
+
+    def _attention_varlen_backward(ctx, dout, _dlse):
+        q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+        if lse.numel() == 0:
+            raise RuntimeError(f"blockfuse::attention_varlen: {_NO_LSE}")
+        dq, dk, dv = torch.ops.blockfuse.attention_varlen_backward(dout, q, k, v, out, lse, cu_q, cu_k, *ctx.args)
+        return (dq, dk, dv) + (None,) * 10
+
+    torch.library.register_autograd("blockfuse::attention", _attention_backward, setup_context=_attention_setup)
+    torch.library.register_autograd("blockfuse::attention_varlen", _attention_varlen_backward,
+                                    setup_context=_attention_varlen_setup)
 
 
 # ---- reference (plain torch) ---------------------------------------------------------------------
@@ -163,14 +221,21 @@ HF_NAME = "blockfuse"
 DECODE_MAX_Q = _decode_mod.MAX_SEQLEN_Q
 
 
-def _fused_ok(query, key, value, dropout):
-    """Whether the blockfuse kernel can run this call (else the SDPA fallback does)."""
+# Head dims the attention backward takes (attention_backward: 64 and 128).
+BACKWARD_HEAD_DIMS = (64, 128)
+
+
+def _fused_ok(query, key, value, dropout, has_backward=True):
+    """Whether the blockfuse kernel can run this call (else the SDPA fallback does). A call that
+    needs gradients runs it only where the path has a backward (the prefill kernels, through
+    attention / attention_varlen's autograd, at head dims BACKWARD_HEAD_DIMS; not the decode kernel)."""
+    needs_grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
     return (_HAS_OP and query.is_cuda and query.dtype in _DTYPES
             and key.dtype == query.dtype and value.dtype == query.dtype
             and query.shape[-1] in SUPPORTED_HEAD_DIMS and key.shape[-1] == query.shape[-1]
             and value.shape[-1] == query.shape[-1] and query.shape[1] % key.shape[1] == 0
             and not dropout
-            and not (torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)))
+            and not (needs_grad and (not has_backward or query.shape[-1] not in BACKWARD_HEAD_DIMS)))
 
 
 def _fallback_mask(attention_mask, sq, sk, causal, window_left, device):
@@ -226,14 +291,15 @@ def _fallback(query, key, value, attention_mask, scaling, dropout, causal, windo
 def _fused(q, k, v, scale, causal, window_left, window_right, softcap):
     """The kernel on [B, S, H, D] views -> out [B, Sq, Hq, D] (one seam, so the tests can check the
     backend's argument mapping on the CPU with the reference in its place)."""
-    out, _ = torch.ops.blockfuse.attention(q, k, v, scale, causal, window_left, window_right, softcap, False)
+    out, _ = torch.ops.blockfuse.attention(q, k, v, scale, causal, window_left, window_right, softcap,
+                                           _needs_grad(q, k, v))
     return out
 
 
 def _fused_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, window_left, window_right, softcap):
     """The varlen kernel on packed [T, H, D] tensors -> out [Tq, Hq, D] (a seam, as _fused)."""
     out, _ = torch.ops.blockfuse.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, window_left,
-                                                  window_right, softcap, False)
+                                                  window_right, softcap, _needs_grad(q, k, v))
     return out
 
 
@@ -492,7 +558,7 @@ def hf_attention_forward(module, query, key, value, attention_mask, scaling=None
     sq, sk = query.shape[2], key.shape[2]
     if sq <= DECODE_MAX_Q:
         # A decode step: the decode kernel, else SDPA (never the prefill kernel at a few query rows).
-        if _fused_ok(query, key, value, dropout):
+        if _fused_ok(query, key, value, dropout, False):  # the decode kernel has no backward
             out = _decode_step(query, key, value, attention_mask, scaling, is_causal, window_left, window_right,
                                softcap, kwargs)
             if out is not None:

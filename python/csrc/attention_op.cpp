@@ -6,6 +6,9 @@
 //                               cu_seqlens_q [N + 1] int32, cu_seqlens_k [N + 1] int32,
 //                               max_seqlen_q, max_seqlen_k, ...)
 //       -> (out [Tq, Hq, D], lse [Hq, Tq] fp32, or [0])
+//   blockfuse::attention_backward(dout, q, k, v, out, lse, ...) -> (dq, dk, dv)   (and _varlen_backward)
+//       the gradients, from the forward's out and lse; python/blockfuse/attention.py registers them as
+//       the two forward ops' autograd formulas.
 //
 // The op only maps tensors to blockfuse's strided views (data pointer, dtype, sizes and the element
 // strides the tensors carry, so transposed [B, H, S, D] -> [B, S, H, D] views and slices of a fused
@@ -22,6 +25,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <optional>
 #include <tuple>
 #include <vector>
@@ -104,6 +108,64 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen_cuda(
   return {out, lse};
 }
 
+// The backward of both ops: gradients allocated like q, k, v (contiguous), Dsum from the caching
+// allocator; dout made contiguous (autograd may hand over any strides).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_common(
+    const char* fn, bool varlen, const at::Tensor& dout_in, const at::Tensor& q, const at::Tensor& k,
+    const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse, blockfuse::AttentionParams prm) {
+  const at::Tensor dout = dout_in.contiguous();
+  const auto qv = view_of(q, varlen, fn, "q");
+  const auto kv = view_of(k, varlen, fn, "k");
+  const auto vv = view_of(v, varlen, fn, "v");
+  const auto ov = view_of(out, varlen, fn, "out");
+  const auto dov = view_of(dout, varlen, fn, "dout");
+  TORCH_CHECK_TYPE(lse.scalar_type() == at::kFloat, "blockfuse::", fn, ": argument 'lse' has dtype ", dtype_str(lse),
+                   "; required: torch.float32 (the forward's lse)");
+  const int64_t lse_numel = varlen ? q.size(0) * q.size(1) : q.size(0) * q.size(1) * q.size(2);
+  TORCH_CHECK_VALUE(lse.is_contiguous() && lse.numel() == lse_numel, "blockfuse::", fn, ": argument 'lse' has sizes ",
+                    dims(lse.sizes()), "; required: the forward's contiguous lse (",
+                    varlen ? "[Hq, total]" : "[B, Hq, Sq]", ", ", num(lse_numel),
+                    " values; call the forward with return_lse=True)");
+  c10::cuda::CUDAGuard guard(q.device());
+  at::Tensor dq = at::empty(q.sizes(), q.options()), dk = at::empty(k.sizes(), k.options()),
+             dv = at::empty(v.sizes(), v.options());
+  const size_t bytes = blockfuse::attention_backward_workspace_size(qv);
+  at::Tensor ws = at::empty({static_cast<int64_t>(std::max<size_t>(bytes, 16))}, q.options().dtype(at::kByte));
+  const auto dqv = out_view(dq, varlen, fn, "dq"), dkv = out_view(dk, varlen, fn, "dk"), dvv = out_view(dv, varlen, fn, "dv");
+  call_blockfuse([&] {
+    blockfuse::attention_backward(qv, kv, vv, ov, dov, lse.data_ptr<float>(), dqv, dkv, dvv, prm, ws.data_ptr(),
+                                  static_cast<size_t>(ws.numel()), current_stream(q));
+  });
+  return {dq, dk, dv};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
+    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+    const at::Tensor& lse, std::optional<double> softmax_scale, bool causal, int64_t window_left, int64_t window_right,
+    double softcap) {
+  check_scale(softmax_scale, "attention_backward");
+  return backward_common("attention_backward", false, dout, q, k, v, out, lse,
+                         scalar_params(softmax_scale, causal, window_left, window_right, softcap));
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_varlen_backward_cuda(
+    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+    const at::Tensor& lse, const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
+    int64_t max_seqlen_k, std::optional<double> softmax_scale, bool causal, int64_t window_left, int64_t window_right,
+    double softcap) {
+  check_scale(softmax_scale, "attention_varlen_backward");
+  check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q");
+  check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k");
+  auto prm = scalar_params(softmax_scale, causal, window_left, window_right, softcap);
+  prm.cu_seqlens_q = cu_seqlens_q.data_ptr();
+  prm.cu_seqlens_k = cu_seqlens_k.data_ptr();
+  prm.cu_seqlens_type = blockfuse::IndexType::kInt32;
+  prm.num_seqs = cu_seqlens_q.size(0) - 1;
+  prm.max_seqlen_q = max_seqlen_q;
+  prm.max_seqlen_k = max_seqlen_k;
+  return backward_common("attention_varlen_backward", true, dout, q, k, v, out, lse, prm);
+}
+
 // CPU tensors: the kernel runs only on the GPU; say so, naming the argument, rather than torch's
 // "could not run with arguments from the CPU backend".
 std::tuple<at::Tensor, at::Tensor> refuse_cpu(const char* fn, const at::Tensor& q) {
@@ -130,12 +192,20 @@ TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
                "int window_left=-1, int window_right=-1, float softcap=0.0, bool return_lse=False) -> (Tensor, Tensor)",
                "attention_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
                "int max_seqlen_q, int max_seqlen_k, float? softmax_scale=None, bool causal=False, int window_left=-1, "
-               "int window_right=-1, float softcap=0.0, bool return_lse=False) -> (Tensor, Tensor)"});
+               "int window_right=-1, float softcap=0.0, bool return_lse=False) -> (Tensor, Tensor)",
+               "attention_backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
+               "float? softmax_scale=None, bool causal=False, int window_left=-1, int window_right=-1, "
+               "float softcap=0.0) -> (Tensor, Tensor, Tensor)",
+               "attention_varlen_backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
+               "Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float? softmax_scale=None, "
+               "bool causal=False, int window_left=-1, int window_right=-1, float softcap=0.0) -> (Tensor, Tensor, Tensor)"});
 }
 
 TORCH_LIBRARY_IMPL(blockfuse, CUDA, m) {
   m.impl("attention", &attention_cuda);
   m.impl("attention_varlen", &attention_varlen_cuda);
+  m.impl("attention_backward", &attention_backward_cuda);
+  m.impl("attention_varlen_backward", &attention_varlen_backward_cuda);
 }
 
 TORCH_LIBRARY_IMPL(blockfuse, CPU, m) {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "attention/backward_params.h"
 #include "attention/launch.h"
 #include "attention/params.h"
 #include "attention/tensor_check.h"
@@ -320,6 +321,80 @@ void attention(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnTens
   const AttentionConfig c = attention_heuristic(q.head_dim, params.causal, spec.cc_major, spec.cc_minor);
   check_smem(c, q.head_dim);
   run(q, k, v, out, lse, params, val, c, stream);
+}
+
+size_t attention_backward_workspace_size(AttnConstTensor q) {
+  const int64_t rows = q.batch * q.seqlen;  // varlen: batch 1, total rows
+  if (q.heads < 0 || rows < 0) throw_arg("attention_backward_workspace_size", "q", "has negative sizes", "sizes >= 0");
+  return static_cast<size_t>((rows * q.heads * 4 + 15) / 16 * 16);
+}
+
+void attention_backward(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnConstTensor out,
+                        AttnConstTensor dout, const float* lse, AttnTensor dq, AttnTensor dk, AttnTensor dv,
+                        const AttentionParams& params, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  constexpr const char* fn = "attention_backward";
+  // The forward's checks on q, k, v, out (as the output's shape) and lse.
+  const AttnTensor out_w{const_cast<void*>(out.data), out.dtype, out.batch, out.seqlen, out.heads, out.head_dim,
+                         out.batch_stride, out.seq_stride, out.head_stride};
+  const Validated val = validate_host(q, k, v, out_w, lse, params);
+  if (lse == nullptr) throw_arg(fn, "lse", "is null", "the forward's fp32 log-sum-exp [B, Hq, Sq] (or [Hq, total])");
+  if (!attn::backward_supports(q.head_dim))
+    throw_arg(fn, "head_dim", cat("is ", q.head_dim), "64 or 128 for the backward (256 does not fit the sm80 kernel's registers)");
+  if (params.kernel == AttentionKernel::kSm90)
+    throw_arg(fn, "params.kernel", "= kSm90", "kAuto or kSm80 (the backward is the sm80 kernel on every device)");
+  // The gradients and dout: like the tensors they belong to.
+  const struct { const char* name; AttnConstTensor t; const AttnConstTensor* like; } grads[] = {
+      {"dout", dout, &q}, {"dq", dq, &q}, {"dk", dk, &k}, {"dv", dv, &v}};
+  for (const auto& g : grads) {
+    attn::check_tensor(fn, g.name, g.t, 65535, val.varlen);
+    if (g.t.dtype != q.dtype) throw_arg(fn, g.name, cat("has dtype ", dtype_name(g.t.dtype)), cat("q's dtype (", dtype_name(q.dtype), ")"));
+    if (g.t.batch != g.like->batch || g.t.seqlen != g.like->seqlen || g.t.heads != g.like->heads || g.t.head_dim != g.like->head_dim)
+      throw_arg(fn, g.name, cat("has shape [", g.t.batch, ", ", g.t.seqlen, ", ", g.t.heads, ", ", g.t.head_dim, "]"),
+                cat("[", g.like->batch, ", ", g.like->seqlen, ", ", g.like->heads, ", ", g.like->head_dim, "]"));
+  }
+  const size_t need = attention_backward_workspace_size(q);
+  if (need > 0 && (workspace == nullptr || workspace_bytes < need))
+    throw_arg(fn, "workspace", cat("has ", workspace ? workspace_bytes : 0, " bytes"),
+              cat("at least ", need, " bytes (attention_backward_workspace_size)"));
+  if (reinterpret_cast<std::uintptr_t>(workspace) % 16 != 0)
+    throw_arg(fn, "workspace", cat("pointer ", workspace, " is not 16-byte aligned"), "a 16-byte aligned device buffer");
+  // Outputs overlap no input and no other output.
+  const detail::Span sdq = span_of_tensor(dq), sdk = span_of_tensor(dk), sdv = span_of_tensor(dv);
+  const struct { const char* name; detail::Span s; } ins[] = {
+      {"q", span_of_tensor(q)}, {"k", span_of_tensor(k)}, {"v", span_of_tensor(v)}, {"out", span_of_tensor(out)},
+      {"dout", span_of_tensor(dout)}, {"lse", detail::span_of_bytes(lse, q.heads * (val.varlen ? q.seqlen : q.batch * q.seqlen) * 4)},
+      {"workspace", detail::span_of_bytes(workspace, static_cast<int64_t>(need))}};
+  for (const auto& [name, s] : {std::pair<const char*, detail::Span>{"dq", sdq}, {"dk", sdk}, {"dv", sdv}})
+    for (const auto& in : ins) detail::check_no_overlap(fn, name, s, in.name, in.s);
+  detail::check_no_overlap(fn, "dq", sdq, "dk", sdk);
+  detail::check_no_overlap(fn, "dq", sdq, "dv", sdv);
+  detail::check_no_overlap(fn, "dk", sdk, "dv", sdv);
+  if (nothing_to_do(q, val)) return;
+  check_devices(q, k, v, out_w, lse, params, val.varlen);
+  detail::check_device_pointer(fn, "dout", dout.data);
+  detail::check_device_pointer(fn, "dq", dq.data);
+  if (k.seqlen > 0) detail::check_device_pointer(fn, "dk", dk.data), detail::check_device_pointer(fn, "dv", dv.data);
+  detail::check_device_pointer(fn, "workspace", workspace);
+  detail::check_compute_capability(fn, 8, 0);
+
+  attn::BwdParams p{};
+  static_cast<attn::Params&>(p) = make_params(q, k, v, out_w, const_cast<float*>(lse), params, val);
+  p.dout = dout.data;
+  p.do_batch_stride = dout.batch_stride, p.do_row_stride = dout.seq_stride, p.do_head_stride = dout.head_stride;
+  p.dq = dq.data;
+  p.dq_batch_stride = dq.batch_stride, p.dq_row_stride = dq.seq_stride, p.dq_head_stride = dq.head_stride;
+  p.dk = dk.data;
+  p.dk_batch_stride = dk.batch_stride, p.dk_row_stride = dk.seq_stride, p.dk_head_stride = dk.head_stride;
+  p.dv = dv.data;
+  p.dv_batch_stride = dv.batch_stride, p.dv_row_stride = dv.seq_stride, p.dv_head_stride = dv.head_stride;
+  p.dsum = static_cast<float*>(workspace);
+  p.scale = static_cast<float>(params.softmax_scale > 0 ? params.softmax_scale : 1.0 / std::sqrt(double(q.head_dim)));
+  const int batch_dsum = val.varlen ? 1 : static_cast<int>(q.batch);
+  const int rows_dsum = static_cast<int>(q.seqlen);
+  if (q.head_dim == 64)
+    attn::bwd::launch_d64(p, q.dtype, batch_dsum, rows_dsum, stream);
+  else
+    attn::bwd::launch_d128(p, q.dtype, batch_dsum, rows_dsum, stream);
 }
 
 }  // namespace blockfuse

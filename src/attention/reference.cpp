@@ -1,6 +1,7 @@
 // CPU reference of attention: one query row at a time, fp64 scores, exponentials and sums.
 #include "attention/reference.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -78,6 +79,76 @@ void attention_reference(const AttnConstTensor& q, const AttnConstTensor& k, con
       }
     }
   }
+}
+
+void attention_backward_reference(const AttnConstTensor& q, const AttnConstTensor& k, const AttnConstTensor& v,
+                                  const AttnConstTensor& dout, const AttentionParams& p, std::vector<float>& dq,
+                                  std::vector<float>& dk, std::vector<float>& dv) {
+  const bool varlen = p.cu_seqlens_q != nullptr || p.host_cu_seqlens_q != nullptr;
+  const int64_t D = q.head_dim, Hq = q.heads, Hkv = k.heads, group = q.heads / k.heads;
+  const int64_t nb = varlen ? p.num_seqs : q.batch;
+  const double scale = p.softmax_scale > 0 ? p.softmax_scale : 1.0 / std::sqrt(double(D));
+  const int64_t q_rows = varlen ? q.seqlen : q.batch * q.seqlen, k_rows = varlen ? k.seqlen : k.batch * k.seqlen;
+  dq.assign(size_t(q_rows * Hq * D), 0.0f);
+  dk.assign(size_t(k_rows * Hkv * D), 0.0f);
+  dv.assign(size_t(k_rows * Hkv * D), 0.0f);
+  std::vector<double> dk_acc(dk.size(), 0.0), dv_acc(dv.size(), 0.0);
+  std::vector<double> s, pr, dp, dqrow(static_cast<size_t>(D));
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t q0 = varlen ? p.host_cu_seqlens_q[b] : 0, k0 = varlen ? p.host_cu_seqlens_k[b] : 0;
+    const int64_t sq = varlen ? p.host_cu_seqlens_q[b + 1] - q0 : q.seqlen;
+    const int64_t sk = varlen ? p.host_cu_seqlens_k[b + 1] - k0 : k.seqlen;
+    const int64_t tb = varlen ? 0 : b;
+    for (int64_t h = 0; h < Hq; ++h) {
+      const int64_t hk = h / group;
+      for (int64_t i = 0; i < sq; ++i) {
+        s.assign(size_t(sk), 0.0), pr.assign(size_t(sk), 0.0), dp.assign(size_t(sk), 0.0);
+        std::vector<double> tanh_v(size_t(sk), 0.0);
+        double m = -std::numeric_limits<double>::infinity();
+        bool any = false;
+        for (int64_t j = 0; j < sk; ++j) {
+          if (!reference_visible(i, j, sq, sk, p)) continue;
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d) dot += elem(q, tb, q0 + i, h, d) * elem(k, tb, k0 + j, hk, d);
+          double x = dot * scale;
+          if (p.softcap > 0) tanh_v[size_t(j)] = std::tanh(x / p.softcap), x = p.softcap * tanh_v[size_t(j)];
+          s[size_t(j)] = x;
+          any = true;
+          if (x > m) m = x;
+        }
+        if (!any) continue;  // no visible key: no gradient through this row
+        double sum = 0;
+        for (int64_t j = 0; j < sk; ++j)
+          if (reference_visible(i, j, sq, sk, p)) pr[size_t(j)] = std::exp(s[size_t(j)] - m), sum += pr[size_t(j)];
+        double rowdot = 0;  // Σ_j P_ij dP_ij = rowsum(dout ∘ out)
+        for (int64_t j = 0; j < sk; ++j) {
+          if (!reference_visible(i, j, sq, sk, p)) continue;
+          pr[size_t(j)] /= sum;
+          double acc = 0;
+          for (int64_t d = 0; d < D; ++d) acc += elem(dout, tb, q0 + i, h, d) * elem(v, tb, k0 + j, hk, d);
+          dp[size_t(j)] = acc;
+          rowdot += pr[size_t(j)] * acc;
+        }
+        std::fill(dqrow.begin(), dqrow.end(), 0.0);
+        const int64_t krow_base = varlen ? k0 : b * k.seqlen;
+        for (int64_t j = 0; j < sk; ++j) {
+          if (!reference_visible(i, j, sq, sk, p)) continue;
+          double ds = pr[size_t(j)] * (dp[size_t(j)] - rowdot) * scale;
+          if (p.softcap > 0) ds *= 1.0 - tanh_v[size_t(j)] * tanh_v[size_t(j)];
+          double* dkr = &dk_acc[size_t(((krow_base + j) * Hkv + hk) * D)];
+          double* dvr = &dv_acc[size_t(((krow_base + j) * Hkv + hk) * D)];
+          for (int64_t d = 0; d < D; ++d) {
+            dqrow[size_t(d)] += ds * elem(k, tb, k0 + j, hk, d);
+            dkr[d] += ds * elem(q, tb, q0 + i, h, d);
+            dvr[d] += pr[size_t(j)] * elem(dout, tb, q0 + i, h, d);
+          }
+        }
+        const int64_t row = varlen ? q0 + i : b * q.seqlen + i;
+        for (int64_t d = 0; d < D; ++d) dq[size_t((row * Hq + h) * D + d)] = static_cast<float>(dqrow[size_t(d)]);
+      }
+    }
+  }
+  for (size_t i = 0; i < dk.size(); ++i) dk[i] = static_cast<float>(dk_acc[i]), dv[i] = static_cast<float>(dv_acc[i]);
 }
 
 }  // namespace blockfuse::attn

@@ -19,4 +19,12 @@ bool reference_visible(int64_t i, int64_t j, int64_t sq, int64_t sk, const Atten
 void attention_reference(const AttnConstTensor& q, const AttnConstTensor& k, const AttnConstTensor& v,
                          const AttentionParams& p, std::vector<float>& out, std::vector<float>& lse);
 
+// Gradients of attention(q, k, v) given dout (host views, as above): dq, dk, dv in fp32, laid out
+// like contiguous q, k, v. Scores, probabilities and sums in double from the definition:
+//   dv = Pᵀ·dout, dP = dout·vᵀ, dS = P ∘ (dP − rowsum(dP ∘ P)), ds/dqk = scale (× (1 − tanh²) with a
+//   soft-cap), dq = dS'·k, dk = dS'ᵀ·q, GQA summed over the query heads of a group.
+void attention_backward_reference(const AttnConstTensor& q, const AttnConstTensor& k, const AttnConstTensor& v,
+                                  const AttnConstTensor& dout, const AttentionParams& p, std::vector<float>& dq,
+                                  std::vector<float>& dk, std::vector<float>& dv);
+
 }  // namespace blockfuse::attn

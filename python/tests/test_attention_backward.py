@@ -1,0 +1,148 @@
+"""GPU tests of the attention backward through autograd (blockfuse.ops.attention / attention_varlen):
+gradients of q, k, v against torch autograd of the fp32 reference formula (attention_reference) on
+small shapes — GQA / MQA, causal, sliding window, soft-cap, Sq != Sk, varlen with an empty sequence —
+bitwise determinism, torch.compile(fullgraph=True) with gradients, and the error when the op was
+called without the lse the backward needs."""
+import pytest
+
+from conftest import require_gpu
+
+torch, ops = require_gpu()
+import blockfuse.attention as A  # noqa: E402
+from tensor_utils import rel  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+# Relative Frobenius error of each gradient vs the fp32 formula: the inputs' rounding is shared,
+# the kernel rounds P and dS to the input dtype before its matrix products and each gradient once.
+TOL = {torch.bfloat16: 2.5e-2, torch.float16: 6e-3}
+
+CASES = [  # b, sq, sk, hq, hkv, d, causal, window_left, window_right, softcap
+    (2, 127, 127, 4, 4, 64, False, -1, -1, 0.0),
+    (2, 127, 127, 4, 4, 128, True, -1, -1, 0.0),
+    (1, 1000, 1000, 8, 2, 128, True, -1, -1, 0.0),
+    (2, 7, 300, 8, 1, 64, True, -1, -1, 0.0),
+    (1, 300, 7, 4, 4, 128, True, -1, -1, 0.0),
+    (1, 257, 257, 8, 1, 128, False, 40, 0, 0.0),
+    (1, 200, 200, 4, 2, 64, True, -1, -1, 30.0),
+]
+
+
+@pytest.fixture(autouse=True)
+def _no_tf32():
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def _inputs(b, sq, sk, hq, hkv, d, dtype, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    mk = lambda *s: torch.randn(*s, device="cuda", generator=g).to(dtype)  # noqa: E731
+    return mk(b, sq, hq, d), mk(b, sk, hkv, d), mk(b, sk, hkv, d), mk(b, sq, hq, d)
+
+
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
+@pytest.mark.parametrize("case", CASES)
+def test_gradients_match_autograd_of_the_reference(case, dtype):
+    b, sq, sk, hq, hkv, d, causal, left, right, softcap = case
+    q, k, v, dout = _inputs(b, sq, sk, hq, hkv, d, dtype)
+    kw = dict(causal=causal, window_left=left, window_right=right, softcap=softcap)
+    ref = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    A.attention_reference(*ref, **kw)[0].backward(dout.float())
+    got = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out = ops.attention(*got, **kw)
+    out.backward(dout)
+    for name, g, r in zip("qkv", got, ref):
+        assert g.grad.dtype == dtype and g.grad.shape == g.shape
+        assert torch.isfinite(g.grad).all(), f"d{name} not finite"
+        assert rel(g.grad, r.grad) <= TOL[dtype], f"d{name}: {rel(g.grad, r.grad):.3e}"
+    first = [g.grad.clone() for g in got]
+    for g in got:
+        g.grad = None
+    ops.attention(*got, **kw).backward(dout)
+    assert all(torch.equal(a, g.grad) for a, g in zip(first, got)), "two backward calls differ"
+
+
+def test_varlen_gradients_with_an_empty_sequence():
+    lens_q, lens_k = [100, 0, 1, 70], [130, 5, 1, 70]
+    hq, hkv, d, dtype = 8, 2, 128, torch.bfloat16
+    g = torch.Generator(device="cuda").manual_seed(3)
+    mk = lambda n, h: torch.randn(n, h, d, device="cuda", generator=g).to(dtype)  # noqa: E731
+    q, k, v, dout = mk(sum(lens_q), hq), mk(sum(lens_k), hkv), mk(sum(lens_k), hkv), mk(sum(lens_q), hq)
+    cu = lambda ls: torch.tensor([0] + list(torch.tensor(ls).cumsum(0)), dtype=torch.int32, device="cuda")  # noqa: E731
+    got = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    ops.attention_varlen(*got, cu(lens_q), cu(lens_k), max(lens_q), max(lens_k), causal=True).backward(dout)
+    ref = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    outs, qo, ko = [], 0, 0
+    for lq, lk in zip(lens_q, lens_k):
+        if lq:
+            o = A.attention_reference(ref[0][None, qo:qo + lq], ref[1][None, ko:ko + lk], ref[2][None, ko:ko + lk],
+                                      causal=True)[0][0]
+            outs.append((o * dout[qo:qo + lq].float()).sum())
+        qo, ko = qo + lq, ko + lk
+    torch.stack(outs).sum().backward()
+    for name, a, r in zip("qkv", got, ref):
+        assert rel(a.grad, r.grad) <= TOL[dtype], f"d{name}: {rel(a.grad, r.grad):.3e}"
+    assert torch.equal(got[1].grad[100:105], torch.zeros_like(got[1].grad[100:105]))  # keys no query sees
+
+
+def test_compiled_training_step():
+    q, k, v, dout = _inputs(2, 130, 130, 8, 2, 64, torch.bfloat16, seed=5)
+
+    def loss_fn(q, k, v):
+        return (ops.attention(q, k, v, causal=True).float() * dout.float()).sum()
+
+    got = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    torch.compile(loss_fn, fullgraph=True)(*got).backward()
+    eager = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    loss_fn(*eager).backward()
+    for a, b in zip(got, eager):
+        assert torch.equal(a.grad, b.grad)
+
+
+def test_backward_without_lse_says_so():
+    q, k, v, _ = _inputs(1, 16, 16, 4, 4, 64, torch.bfloat16)
+    q.requires_grad_()
+    out, _ = torch.ops.blockfuse.attention(q, k, v, None, True, -1, -1, 0.0, False)
+    with pytest.raises(RuntimeError, match="needs the forward's lse"):
+        out.sum().backward()
+
+
+def test_hf_backend_trains_through_the_kernel(monkeypatch):
+    """A random tiny Llama in training with attn_implementation="blockfuse": the loss's gradients
+    match the SDPA model's within bf16 noise, and the prefill kernel (not the fallback) ran."""
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    assert A.register_hf_backend()
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, head_dim=64)
+    cfg._attn_implementation = "sdpa"
+    fp32 = transformers.LlamaForCausalLM(cfg).cuda().train()
+    ids = torch.randint(0, 256, (2, 80), device="cuda", generator=torch.Generator(device="cuda").manual_seed(1))
+
+    def grads(model):
+        model.zero_grad(set_to_none=True)
+        model(ids, labels=ids).loss.backward()
+        return {n: p.grad.float().clone() for n, p in model.named_parameters()}
+
+    want = grads(fp32)
+    sdpa = fp32.to(torch.bfloat16)
+    got_sdpa = grads(sdpa)
+    calls = []
+    real = A._fused
+
+    def spy(*a):
+        calls.append(a[0].shape)
+        return real(*a)
+
+    monkeypatch.setattr(A, "_fused", spy)
+    if hasattr(sdpa, "set_attn_implementation"):
+        sdpa.set_attn_implementation("blockfuse")
+    else:
+        sdpa.config._attn_implementation = "blockfuse"
+    got = grads(sdpa)
+    assert calls, "the blockfuse backend did not run its kernel in training"
+    err = sum(rel(got[n], want[n]) for n in want) / len(want)
+    err_sdpa = sum(rel(got_sdpa[n], want[n]) for n in want) / len(want)
+    assert err <= 1.5 * err_sdpa + 1e-3, f"blockfuse {err:.3e} vs sdpa {err_sdpa:.3e}"

@@ -1,0 +1,28 @@
+"""CPU tests of the attention backward's registration: on meta tensors, a forward + backward through
+blockfuse.ops.attention / attention_varlen gives gradients of q, k, v's shapes (the fakes and the
+autograd formula), and lse is not differentiable."""
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+import blockfuse.attention as A  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not A._HAS_OP, reason="blockfuse's ops are not loaded (no _C.so)")
+
+
+def test_meta_forward_backward_shapes():
+    q = torch.empty(2, 9, 8, 64, device="meta", dtype=torch.bfloat16, requires_grad=True)
+    k = torch.empty(2, 11, 2, 64, device="meta", dtype=torch.bfloat16, requires_grad=True)
+    v = torch.empty(2, 11, 2, 64, device="meta", dtype=torch.bfloat16, requires_grad=True)
+    out, lse = A.attention(q, k, v, causal=True, return_lse=True)
+    assert out.shape == q.shape and lse.shape == (2, 8, 9) and not lse.requires_grad
+    out.sum().backward()
+    assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad.shape == v.shape
+
+
+def test_meta_varlen_forward_backward_shapes():
+    q = torch.empty(20, 8, 128, device="meta", dtype=torch.float16, requires_grad=True)
+    k = torch.empty(30, 4, 128, device="meta", dtype=torch.float16, requires_grad=True)
+    v = torch.empty(30, 4, 128, device="meta", dtype=torch.float16)
+    cu = torch.empty(3, device="meta", dtype=torch.int32)
+    A.attention_varlen(q, k, v, cu, cu, 10, 15).sum().backward()
+    assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad is None

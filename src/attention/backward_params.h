@@ -1,0 +1,34 @@
+// Internal: the attention backward's Params (the forward's, plus the gradient tensors and the Dsum
+// buffer) and its shared-memory sizes.
+#pragma once
+
+#include <cstdint>
+
+#include "attention/params.h"
+
+namespace blockfuse::attn {
+
+struct BwdParams : Params {
+  const void* dout;  // [B, Sq, Hq, D] like out
+  int64_t do_batch_stride, do_row_stride, do_head_stride;
+  void* dq;
+  int64_t dq_batch_stride, dq_row_stride, dq_head_stride;
+  void* dk;
+  int64_t dk_batch_stride, dk_row_stride, dk_head_stride;
+  void* dv;
+  int64_t dv_batch_stride, dv_row_stride, dv_head_stride;
+  float* dsum;  // rowsum(dO ∘ O), laid out like lse (the workspace)
+  float scale;  // dS's factor into dQ and dK: the softmax scale (natural units)
+};
+
+// The head dims the sm80 backward is compiled for (dK and dV of 16 keys × D per warp in registers).
+inline bool backward_supports(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
+
+}  // namespace blockfuse::attn
+
+namespace blockfuse::attn::bwd {
+// The launchers (launch_backward_d<D>.cu): Dsum over `rows_dsum` rows of `batch` (grid z), then
+// the dK/dV and dQ kernels over p.batch sequences of at most p.seqlen_q / p.seqlen_k rows.
+void launch_d64(const BwdParams& p, DType dtype, int batch, int rows_dsum, cudaStream_t stream);
+void launch_d128(const BwdParams& p, DType dtype, int batch, int rows_dsum, cudaStream_t stream);
+}  // namespace blockfuse::attn::bwd

@@ -1,0 +1,39 @@
+// Internal: instantiation and launch of the backward kernels for one head dim.
+#pragma once
+
+#include "attention/backward_sm80.cuh"
+#include "common/check.h"
+#include "common/device.h"
+#include "common/launch.h"
+
+namespace blockfuse::attn::bwd {
+
+template <class T, int D>
+void launch_typed(const BwdParams& p, int batch, int rows_dsum, cudaStream_t stream) {
+  bwd_dsum_kernel<T, D><<<dim3((rows_dsum + 3) / 4, p.heads_q, batch), 128, 0, stream>>>(p, rows_dsum);
+  BF_CHECK_LAUNCH();
+  {
+    auto kernel = bwd_dkdv_kernel<T, D>;
+    static blockfuse::detail::PerDeviceCache<bool> once;
+    blockfuse::detail::opt_in_dynamic_smem_once(once, kernel, dkdv_smem_bytes<D>());
+    kernel<<<dim3((p.seqlen_k + kBlock - 1) / kBlock, p.heads_kv, p.batch), kThreads, dkdv_smem_bytes<D>(), stream>>>(p);
+    BF_CHECK_LAUNCH();
+  }
+  {
+    auto kernel = bwd_dq_kernel<T, D>;
+    static blockfuse::detail::PerDeviceCache<bool> once;
+    blockfuse::detail::opt_in_dynamic_smem_once(once, kernel, dq_smem_bytes<D>());
+    kernel<<<dim3((p.seqlen_q + kBlock - 1) / kBlock, p.heads_q, p.batch), kThreads, dq_smem_bytes<D>(), stream>>>(p);
+    BF_CHECK_LAUNCH();
+  }
+}
+
+template <int D>
+void launch_head_dim(const BwdParams& p, DType dtype, int batch, int rows_dsum, cudaStream_t stream) {
+  if (dtype == DType::kBF16)
+    launch_typed<__nv_bfloat16, D>(p, batch, rows_dsum, stream);
+  else
+    launch_typed<__half, D>(p, batch, rows_dsum, stream);
+}
+
+}  // namespace blockfuse::attn::bwd

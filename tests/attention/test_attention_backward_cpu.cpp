@@ -1,0 +1,129 @@
+// The attention backward on the CPU: the fp64 reference against central differences of the forward
+// reference (so the GPU tests compare against a checked gradient), and attention_backward's argument
+// errors (thrown before any CUDA call; the pointers are fake aligned addresses, never dereferenced).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "attention/reference.h"
+#include "blockfuse/attention.h"
+#include "testing/gtest/gtest_util.h"
+
+namespace blockfuse {
+namespace {
+
+using testing::expect_arg_error;
+
+// fp32 views of host data through the 2-byte reference interface: bf16 inputs, so the difference
+// quotient is taken on the loss L = Σ out ∘ dout computed in double from those inputs.
+struct Problem {
+  int64_t b = 1, sq = 5, sk = 7, hq = 4, hkv = 2, d = 8;
+  std::vector<uint16_t> q, k, v, dout;
+};
+
+double loss(const Problem& pb, const AttentionParams& p) {
+  std::vector<float> out, lse;
+  auto view = [&](const std::vector<uint16_t>& x, int64_t rows, int64_t heads) {
+    return make_attn_tensor(static_cast<const void*>(x.data()), DType::kBF16, pb.b, rows, heads, pb.d);
+  };
+  attn::attention_reference(view(pb.q, pb.sq, pb.hq), view(pb.k, pb.sk, pb.hkv), view(pb.v, pb.sk, pb.hkv), p, out, lse);
+  double l = 0;
+  for (size_t i = 0; i < out.size(); ++i) l += double(out[i]) * host::bf16_to_float(pb.dout[i]);
+  return l;
+}
+
+TEST(AttentionBackwardReference, MatchesCentralDifferences) {
+  for (int variant = 0; variant < 3; ++variant) {
+    Problem pb;
+    std::mt19937_64 rng(testing::fresh_seed());
+    std::normal_distribution<float> nd(0.f, 1.f);
+    auto fill = [&](size_t n) {
+      std::vector<uint16_t> v(n);
+      for (auto& x : v) x = host::float_to_bf16(nd(rng));
+      return v;
+    };
+    pb.q = fill(size_t(pb.sq * pb.hq * pb.d)), pb.k = fill(size_t(pb.sk * pb.hkv * pb.d));
+    pb.v = fill(size_t(pb.sk * pb.hkv * pb.d)), pb.dout = fill(size_t(pb.sq * pb.hq * pb.d));
+    AttentionParams p;
+    p.causal = variant >= 1;
+    if (variant == 2) p.softcap = 2.0f, p.window_left = 3;
+    std::vector<float> dq, dk, dv;
+    auto view = [&](const std::vector<uint16_t>& x, int64_t rows, int64_t heads) {
+      return make_attn_tensor(static_cast<const void*>(x.data()), DType::kBF16, pb.b, rows, heads, pb.d);
+    };
+    attn::attention_backward_reference(view(pb.q, pb.sq, pb.hq), view(pb.k, pb.sk, pb.hkv), view(pb.v, pb.sk, pb.hkv),
+                                       view(pb.dout, pb.sq, pb.hq), p, dq, dk, dv);
+    // Perturb a few elements of each input by ±h (bf16 steps: h = 1/64 is exact near 1) and compare.
+    auto check = [&](std::vector<uint16_t>& x, const std::vector<float>& grad, const char* what) {
+      for (size_t idx : {size_t(0), x.size() / 3, x.size() - 1}) {
+        const float x0 = host::bf16_to_float(x[idx]);
+        const float h = std::max(std::fabs(x0) / 64.f, 1.f / 256.f);
+        const uint16_t saved = x[idx];
+        x[idx] = host::float_to_bf16(x0 + h);
+        const float xp = host::bf16_to_float(x[idx]);
+        const double lp = loss(pb, p);
+        x[idx] = host::float_to_bf16(x0 - h);
+        const float xm = host::bf16_to_float(x[idx]);
+        const double lm = loss(pb, p);
+        x[idx] = saved;
+        const double fd = (lp - lm) / (double(xp) - double(xm));
+        EXPECT_NEAR(grad[idx], fd, 2e-2 * std::max(1.0, std::fabs(fd))) << what << "[" << idx << "], variant " << variant;
+      }
+    };
+    check(pb.q, dq, "dq");
+    check(pb.k, dk, "dk");
+    check(pb.v, dv, "dv");
+  }
+}
+
+void* fake(int i) { return reinterpret_cast<void*>(uintptr_t(0x7e0000000000ull) + uintptr_t(i) * (uintptr_t(1) << 32)); }
+
+struct Call {
+  AttnConstTensor q, k, v, out, dout;
+  const float* lse = static_cast<const float*>(fake(6));
+  AttnTensor dq, dk, dv;
+  AttentionParams p;
+  void* ws = fake(10);
+  size_t ws_bytes = size_t(1) << 30;
+  void operator()() const { attention_backward(q, k, v, out, dout, lse, dq, dk, dv, p, ws, ws_bytes); }
+};
+
+Call valid(int64_t d = 128) {
+  Call c;
+  c.q = make_attn_tensor(static_cast<const void*>(fake(1)), DType::kBF16, 2, 100, 8, d);
+  c.k = make_attn_tensor(static_cast<const void*>(fake(2)), DType::kBF16, 2, 100, 2, d);
+  c.v = make_attn_tensor(static_cast<const void*>(fake(3)), DType::kBF16, 2, 100, 2, d);
+  c.out = make_attn_tensor(static_cast<const void*>(fake(4)), DType::kBF16, 2, 100, 8, d);
+  c.dout = make_attn_tensor(static_cast<const void*>(fake(5)), DType::kBF16, 2, 100, 8, d);
+  c.dq = make_attn_tensor(fake(7), DType::kBF16, 2, 100, 8, d);
+  c.dk = make_attn_tensor(fake(8), DType::kBF16, 2, 100, 2, d);
+  c.dv = make_attn_tensor(fake(9), DType::kBF16, 2, 100, 2, d);
+  return c;
+}
+
+void expect_error(const std::function<void(Call&)>& edit, const std::string& arg, int64_t d = 128) {
+  Call c = valid(d);
+  edit(c);
+  expect_arg_error(c, arg);
+}
+
+TEST(AttentionBackwardValidation, NamesTheArgument) {
+  expect_error([](Call&) {}, "head_dim", 256);
+  expect_error([](Call& c) { c.lse = nullptr; }, "lse");
+  expect_error([](Call& c) { c.p.kernel = AttentionKernel::kSm90; }, "params.kernel");
+  expect_error([](Call& c) { c.dq.seqlen = 99; }, "dq");
+  expect_error([](Call& c) { c.dk.heads = 4; }, "dk");
+  expect_error([](Call& c) { c.dv.dtype = DType::kFP16; }, "dv");
+  expect_error([](Call& c) { c.dout.batch = 1; }, "dout");
+  expect_error([](Call& c) { c.ws_bytes = 16; }, "workspace");
+  expect_error([](Call& c) { c.dq.data = const_cast<void*>(c.q.data); }, "dq");
+  expect_error([](Call& c) { c.dv.data = c.dk.data; }, "dk");
+  EXPECT_EQ(attention_backward_workspace_size(valid().q), size_t(2 * 100 * 8 * 4));
+}
+
+}  // namespace
+}  // namespace blockfuse

@@ -1,0 +1,162 @@
+// attention_backward() on the device against the fp64 CPU reference (reference.cpp): batched and
+// varlen (with an empty and a one-token sequence), lengths 1, 7, 127, 1000, Sq != Sk both ways, GQA
+// ratios 1, 4, 8 and MQA, causal / sliding window / soft-cap, bf16 and fp16, D = 64 and 128. The
+// forward runs first on the device (out and lse come from it, as in training); gradients are
+// poisoned before each call, compared by relative Frobenius error per tensor, and a second call must
+// give the same bits.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "attention/reference.h"
+#include "blockfuse/attention.h"
+#include "common/host_float.h"
+#include "testing/device_buffer.h"
+#include "testing/gtest/gtest_util.h"
+
+namespace blockfuse {
+namespace {
+
+using testing::DeviceBuffer;
+
+template <class T>
+DeviceBuffer<T> up(const std::vector<T>& h) {
+  DeviceBuffer<T> d(std::max<size_t>(h.size(), 1));
+  if (!h.empty() && cudaMemcpy(d.data(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice) != cudaSuccess)
+    throw Error("cudaMemcpy to the device failed");
+  return d;
+}
+template <class T>
+std::vector<T> down(const DeviceBuffer<T>& d, size_t n) {
+  std::vector<T> h(n);
+  if (n && cudaMemcpy(h.data(), d.data(), n * sizeof(T), cudaMemcpyDeviceToHost) != cudaSuccess)
+    throw Error("cudaMemcpy to the host failed");
+  return h;
+}
+
+struct Case {
+  int64_t b, sq, sk, hq, hkv, d;
+  bool causal = false;
+  int64_t left = -1, right = -1;
+  float softcap = 0;
+  DType dt = DType::kBF16;
+  std::vector<int32_t> q_lens, k_lens;  // varlen when non-empty
+};
+
+std::string name(const Case& c) {
+  std::string s = std::string(c.dt == DType::kBF16 ? "bf16" : "fp16") + "_B" + std::to_string(c.b) + "_Sq" +
+                  std::to_string(c.sq) + "_Sk" + std::to_string(c.sk) + "_Hq" + std::to_string(c.hq) + "_Hkv" +
+                  std::to_string(c.hkv) + "_D" + std::to_string(c.d);
+  if (c.causal) s += "_causal";
+  if (c.left >= 0) s += "_left" + std::to_string(c.left);
+  if (c.softcap > 0) s += "_softcap";
+  if (!c.q_lens.empty()) s += "_varlen";
+  return s;
+}
+
+double rel_err(const std::vector<uint16_t>& got, DType dt, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double g = host::to_float(dt, got[i]), w = want[i];
+    num += (g - w) * (g - w), den += w * w;
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+class AttentionBackwardGpu : public ::testing::TestWithParam<Case> {};
+
+TEST_P(AttentionBackwardGpu, MatchesReference) {
+  BF_SKIP_WITHOUT_GPU("attention_backward");
+  const Case c = GetParam();
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const bool varlen = !c.q_lens.empty();
+  std::vector<int32_t> cu_q{0}, cu_k{0};
+  for (size_t i = 0; i < c.q_lens.size(); ++i)
+    cu_q.push_back(cu_q.back() + c.q_lens[i]), cu_k.push_back(cu_k.back() + c.k_lens[i]);
+  const int64_t batch = varlen ? 1 : c.b, sq = varlen ? cu_q.back() : c.sq, sk = varlen ? cu_k.back() : c.sk;
+  auto fill = [&](int64_t rows, int64_t heads) {
+    std::vector<uint16_t> v(size_t(batch * rows * heads * c.d));
+    for (auto& x : v) x = host::from_float(c.dt, nd(rng));
+    return v;
+  };
+  const auto hq = fill(sq, c.hq), hk = fill(sk, c.hkv), hv = fill(sk, c.hkv), hdo = fill(sq, c.hq);
+  auto dq_ = up(hq), dk_ = up(hk), dv_ = up(hv), ddo = up(hdo);
+  DeviceBuffer<uint16_t> dout_(hq.size()), dgq(hq.size()), dgk(hk.size()), dgv(hv.size());
+  DeviceBuffer<float> dlse(size_t(batch * sq * c.hq));
+  auto cuq = up(cu_q), cuk = up(cu_k);
+  AttentionParams p;
+  p.causal = c.causal, p.window_left = c.left, p.window_right = c.right, p.softcap = c.softcap;
+  if (varlen) {
+    p.cu_seqlens_q = cuq.data(), p.cu_seqlens_k = cuk.data(), p.num_seqs = int64_t(c.q_lens.size());
+    p.max_seqlen_q = *std::max_element(c.q_lens.begin(), c.q_lens.end());
+    p.max_seqlen_k = *std::max_element(c.k_lens.begin(), c.k_lens.end());
+    p.host_cu_seqlens_q = cu_q.data(), p.host_cu_seqlens_k = cu_k.data();
+  }
+  auto view = [&](const void* ptr, int64_t rows, int64_t heads) { return make_attn_tensor(ptr, c.dt, batch, rows, heads, c.d); };
+  auto wview = [&](void* ptr, int64_t rows, int64_t heads) { return make_attn_tensor(ptr, c.dt, batch, rows, heads, c.d); };
+  const AttnConstTensor q = view(dq_.data(), sq, c.hq), k = view(dk_.data(), sk, c.hkv), v = view(dv_.data(), sk, c.hkv);
+  attention(q, k, v, wview(dout_.data(), sq, c.hq), dlse.data(), p);
+  const size_t ws_bytes = attention_backward_workspace_size(q);
+  DeviceBuffer<unsigned char> ws(std::max<size_t>(ws_bytes, 16));
+  auto run = [&] {
+    BF_CUDA_OK(cudaMemset(dgq.data(), 0xff, dgq.bytes()));
+    BF_CUDA_OK(cudaMemset(dgk.data(), 0xff, dgk.bytes()));
+    BF_CUDA_OK(cudaMemset(dgv.data(), 0xff, dgv.bytes()));
+    attention_backward(q, k, v, view(dout_.data(), sq, c.hq), view(ddo.data(), sq, c.hq), dlse.data(),
+                       wview(dgq.data(), sq, c.hq), wview(dgk.data(), sk, c.hkv), wview(dgv.data(), sk, c.hkv), p,
+                       ws.data(), ws_bytes);
+    BF_CUDA_OK(cudaDeviceSynchronize());
+  };
+  run();
+  const auto gq = down(dgq, hq.size()), gk = down(dgk, hk.size()), gv = down(dgv, hv.size());
+
+  std::vector<float> rq, rk, rv;
+  auto hview = [&](const std::vector<uint16_t>& h, int64_t rows, int64_t heads) {
+    return make_attn_tensor(static_cast<const void*>(h.data()), c.dt, batch, rows, heads, c.d);
+  };
+  attn::attention_backward_reference(hview(hq, sq, c.hq), hview(hk, sk, c.hkv), hview(hv, sk, c.hkv),
+                                     hview(hdo, sq, c.hq), p, rq, rk, rv);
+  // bf16 inputs and one rounding of each gradient: a few 1e-3 of relative error; the bound leaves
+  // room for the rounding of P and dS to the MMA's input type.
+  const double tol = c.dt == DType::kBF16 ? 2.5e-2 : 6e-3;
+  EXPECT_LE(rel_err(gq, c.dt, rq), tol) << "dq";
+  EXPECT_LE(rel_err(gk, c.dt, rk), tol) << "dk";
+  EXPECT_LE(rel_err(gv, c.dt, rv), tol) << "dv";
+  run();  // determinism
+  EXPECT_TRUE(down(dgq, hq.size()) == gq) << "dq differs between two calls";
+  EXPECT_TRUE(down(dgk, hk.size()) == gk) << "dk differs between two calls";
+  EXPECT_TRUE(down(dgv, hv.size()) == gv) << "dv differs between two calls";
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> v;
+  v.push_back({2, 127, 127, 4, 4, 64});
+  v.push_back({2, 127, 127, 4, 4, 128, true});
+  v.push_back({1, 1000, 1000, 8, 2, 128, true});
+  v.push_back({2, 7, 300, 8, 1, 64, true});          // Sq < Sk, MQA
+  v.push_back({1, 300, 7, 4, 4, 128, true});         // Sq > Sk: rows without keys
+  v.push_back({1, 257, 257, 8, 1, 128, false, 40, 0});
+  v.push_back({1, 200, 200, 4, 2, 64, true, -1, -1, 30.f});
+  v.push_back({2, 65, 129, 4, 4, 128, false, -1, -1, 0.f, DType::kFP16});
+  v.push_back({1, 1, 1, 4, 4, 64, true});
+  Case vl{3, 0, 0, 8, 2, 128, true};
+  vl.q_lens = {100, 0, 1, 70}, vl.k_lens = {130, 5, 1, 70};
+  vl.b = 4;
+  v.push_back(vl);
+  return v;
+}
+INSTANTIATE_TEST_SUITE_P(Cases, AttentionBackwardGpu, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case>& i) { return name(i.param); });
+
+}  // namespace
+}  // namespace blockfuse
