@@ -45,7 +45,8 @@ def _grads(model, ids):
 def test_patched_model_trains_like_the_unpatched(kind):
     fp32 = _model(kind).train()
     base = copy.deepcopy(fp32).to(torch.bfloat16)
-    patched = blockfuse.patch_model(copy.deepcopy(base))
+    patched = copy.deepcopy(base)
+    assert blockfuse.patch_model(patched)  # in place; returns what it replaced
     patched.train()
     g = torch.Generator(device="cuda").manual_seed(1)
     batches = [torch.randint(0, 256, (2, 48), device="cuda", generator=g) for _ in range(4)]
