@@ -9,8 +9,8 @@
 compute capability >= 8.0; x's last dim contiguous and its leading dims flattenable into rows with
 one row stride; K % 8 == 0, U % 8 == 0, row strides % 8 == 0, 16-byte aligned data. Numerics: fp32
 accumulation, activation and product in fp32, one rounding to the output dtype. The op has a
-backward (in C++: the pre-activation recomputed, then blockfuse's swiglu backward in place and two
-GEMMs; gated_up_backward is its formula in torch). Up to 32 rows it runs the decode
+backward (in C++: the pre-activation kept by the forward, or recomputed with recompute=True, then
+blockfuse's swiglu backward in place and two GEMMs; gated_up_backward is its formula in torch). Up to 32 rows it runs the decode
 kernel, which streams the weight (docs/gated_up.md).
 
 This module holds the op's wrapper, the weight-layout helpers, the reference and the fake
@@ -24,11 +24,16 @@ from ._common import FUSED_DTYPES, LOADED, activation as _activation, activation
 _GATED_UP = resolve("gated_up")
 
 
-def gated_up(x, w, activation="silu"):
+def gated_up(x, w, activation="silu", recompute=False):
     """h[..., U] = act(x·W_gateᵀ) ⊙ (x·W_upᵀ) for x [..., K] and the interleaved w [2U, K].
 
-    activation: "silu" (SwiGLU: Llama, Mistral, Qwen, Phi-3) or "gelu_tanh" (GeGLU: Gemma)."""
-    return _GATED_UP(x, w, activation)
+    activation: "silu" (SwiGLU: Llama, Mistral, Qwen, Phi-3) or "gelu_tanh" (GeGLU: Gemma).
+    recompute: only when x or w needs a gradient. False (default): the forward keeps the
+    pre-activation z = x·wᵀ [M, 2U] (computed with torch's GEMM, then blockfuse's swiglu) and the
+    backward runs no extra GEMM; True: the forward is the fused kernel, keeps only x, and the
+    backward recomputes z (the least memory, one more GEMM). Without gradients the fused kernel
+    runs either way."""
+    return _GATED_UP(x, w, activation, recompute)
 
 
 # ---- the interleaved weight layout ---------------------------------------------------------------
@@ -116,7 +121,7 @@ def gated_up_backward(grad, x, w, activation, need_x=True, need_w=True):
 if LOADED:
 
     @torch.library.register_fake("blockfuse::gated_up")
-    def _gated_up_fake(x, w, activation="silu"):
+    def _gated_up_fake(x, w, activation="silu", recompute=False):
         torch._check(w.dim() == 2, lambda: f"blockfuse.gated_up: argument 'w' has {w.dim()} dims; required: [2U, K]")
         torch._check(x.shape[-1] == w.shape[1],
                      lambda: f"blockfuse.gated_up: argument 'w' has K = {w.shape[1]}; required: x.size(-1) = {x.shape[-1]}")

@@ -68,6 +68,9 @@ class GatedMLP(nn.Module):
         intermediate_size: U, the up-projection width; U % 8 == 0 for the kernel.
         activation: "silu" (SwiGLU) or "gelu_tanh" (GeGLU).
         bias: must be False — the fused kernel has no bias on gate/up (Llama-family MLPs have none).
+        recompute: in training, keep only x and recompute the [M, 2U] pre-activation in the backward
+            (less memory, one more GEMM) instead of keeping it (ops.gated_up); an attribute, so it
+            can be switched on a converted model (`mlp.recompute = True`).
         dtype, device: of the parameters (bf16/fp16 on CUDA for the fused kernel).
 
     Parameters: `w_gate_up` [2U, K] (interleaved), `down` (nn.Linear U -> K, bias-free unless
@@ -76,7 +79,7 @@ class GatedMLP(nn.Module):
     """
 
     def __init__(self, hidden_size, intermediate_size, activation="silu", bias=False, dtype=None,
-                 device=None, down_bias=False):
+                 device=None, down_bias=False, recompute=False):
         super().__init__()
         if bias:
             raise ValueError("blockfuse.nn.GatedMLP: bias=True is not supported: the fused gate/up "
@@ -86,6 +89,7 @@ class GatedMLP(nn.Module):
         self.hidden_size = int(hidden_size)
         self.intermediate_size = int(intermediate_size)
         self.activation = activation
+        self.recompute = bool(recompute)
         self.w_gate_up = nn.Parameter(torch.empty(2 * self.intermediate_size, self.hidden_size,
                                                   dtype=dtype, device=device))
         self.down = nn.Linear(self.intermediate_size, self.hidden_size, bias=down_bias, dtype=dtype,
@@ -108,7 +112,7 @@ class GatedMLP(nn.Module):
         otherwise."""
         w = self.w_gate_up
         if x.is_cuda and x.dtype is w.dtype and x.dtype in _FUSED_DTYPES:
-            return _GATED_UP(x, w, self.activation)  # the registered op itself: checks in C++
+            return _GATED_UP(x, w, self.activation, self.recompute)  # the registered op itself: checks in C++
         return ops.gated_up_reference(x, w, self.activation)
 
     def use_fused_mlp(self, enabled=True, deterministic=False):

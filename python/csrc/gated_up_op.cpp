@@ -1,6 +1,6 @@
 // The PyTorch ops of the fused gated up-projection (include/blockfuse/gated_up.h) and of its
 // interleaved weight layout (include/blockfuse/weight_layout.h):
-//   gated_up(x [..., K], w [2U, K] interleaved, activation) -> h [..., U]         CUDA; autograd in C++
+//   gated_up(x [..., K], w [2U, K] interleaved, activation, recompute) -> h [..., U] CUDA; autograd in C++
 //   interleave_gate_up(gate [U, K], up [U, K]) -> w [2U, K]                       CUDA, CPU
 //   interleave_stacked(stacked [2U, K] = [gate; up]) -> w [2U, K]                 CUDA, CPU
 //   deinterleave_gate_up(w [2U, K]) -> (gate [U, K], up [U, K])                   CUDA, CPU
@@ -41,7 +41,8 @@ int64_t check_gated_up_args(const at::Tensor& x, const at::Tensor& w) {
   return w.size(0) / 2;
 }
 
-at::Tensor gated_up_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view activation) {
+// `recompute` only matters to the backward (GatedUpFunction below): the kernel is the same.
+at::Tensor gated_up_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view activation, bool /*recompute*/) {
   constexpr const char* fn = "gated_up";
   const blockfuse::Activation act = parse_activation(activation, fn);
   const int64_t U = check_gated_up_args(x, w);
@@ -90,34 +91,57 @@ at::Tensor gated_up_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_v
   return out;
 }
 
-at::Tensor gated_up_cpu(const at::Tensor& x, const at::Tensor&, c10::string_view) {
+at::Tensor gated_up_cpu(const at::Tensor& x, const at::Tensor&, c10::string_view, bool) {
   check_cuda(x, "gated_up", "x");  // always throws: names the argument
   return {};
 }
 
 // The backward of gated_up, in C++ so that an inference call pays no Python autograd kernel (a
-// torch.library.register_autograd formula runs Python on every call, grad or not). It recomputes
-// the pre-activation z = x·wᵀ [M, 2U] with torch in x's dtype (the forward keeps only x: its memory
-// saving is kept), then, in place over z, blockfuse::swiglu_backward in gated_up's interleaved layout:
+// torch.library.register_autograd formula runs Python on every call, grad or not). Two modes when an
+// input needs a gradient:
+//   saved pre-activation (recompute = false, the default): the forward computes z = x·wᵀ [M, 2U]
+//     with torch (cuBLAS) and h = swiglu(z) with blockfuse's interleaved swiglu, and keeps z: the
+//     backward runs no GEMM beyond the two it needs. z is [M, 2U] in x's dtype, what eager torch
+//     keeps as its gate and up.
+//   recompute (recompute = true): the forward is the fused kernel and keeps only x; the backward
+//     recomputes z (one more GEMM of the forward's size) for the smallest memory.
+// Either way the backward then writes, in place over z, blockfuse::swiglu_backward in gated_up's
+// interleaved layout:
 //   dz_up = g · act(gate),  dz_gate = g · up · act'(gate)     (fp32 math, one rounding)
 //   dx = dz · w,  dw = dzᵀ · x
-// So the backward holds one [M, 2U] tensor in x's dtype, as eager torch holds its saved gate and up
-// (ops.gated_up_backward is the same formula in plain torch, which the CPU tests check against
-// autograd).
+// A saved z is consumed by the first backward (overwritten by dz); a second backward through the
+// same graph (retain_graph) recomputes it. ops.gated_up_backward is the same formula in plain torch,
+// which the CPU tests check against autograd.
 class GatedUpFunction : public torch::autograd::Function<GatedUpFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
-                            c10::string_view activation) {
+                            c10::string_view activation, bool recompute) {
     const blockfuse::Activation act = parse_activation(activation, "gated_up");
+    const bool grad = x.requires_grad() || w.requires_grad();
     at::Tensor out;
     {
       at::AutoDispatchBelowADInplaceOrView guard;
       static auto op = c10::Dispatcher::singleton()
                            .findSchemaOrThrow("blockfuse::gated_up", "")
-                           .typed<at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view)>();
-      out = op.call(x, w, activation);
+                           .typed<at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view, bool)>();
+      if (grad && !recompute && x.is_cuda()) {
+        check_gated_up_args(x, w);  // the fused path's checks and messages, before torch's GEMM
+        static auto swiglu = c10::Dispatcher::singleton()
+                                 .findSchemaOrThrow("blockfuse::swiglu", "")
+                                 .typed<at::Tensor(const at::Tensor&, c10::string_view, c10::string_view)>();
+        const int64_t k = x.size(-1);
+        const at::Tensor z = at::mm(x.reshape({-1, k}), w.t());  // [M, 2U], interleaved like w
+        std::vector<int64_t> shape = x.sizes().vec();
+        shape.back() = w.size(0) / 2;
+        out = (z.size(0) > 0 ? swiglu.call(z, activation, "interleaved") : at::empty({0, shape.back()}, x.options()))
+                  .view(shape);
+        ctx->save_for_backward({x, w, z});
+        ctx->saved_data["z_fresh"] = true;
+      } else {
+        out = op.call(x, w, activation, recompute);
+        ctx->save_for_backward({x, w});
+      }
     }
-    ctx->save_for_backward({x, w});
     ctx->saved_data["act"] = static_cast<int64_t>(act);
     return out;
   }
@@ -130,7 +154,16 @@ class GatedUpFunction : public torch::autograd::Function<GatedUpFunction> {
     const auto act = static_cast<blockfuse::Activation>(ctx->saved_data["act"].toInt());
     const int64_t k = x.size(-1), u = w.size(0) / 2;
     const at::Tensor x2 = x.reshape({-1, k});
-    at::Tensor dz = at::mm(x2, w.t());  // z, then dz in place: [M, 2U] contiguous, interleaved like w
+    // z, then dz in place: [M, 2U] contiguous, interleaved like w. The saved z on the first backward;
+    // recomputed otherwise (recompute mode, or a second backward after the first consumed it).
+    at::Tensor dz;
+    auto fresh = ctx->saved_data.find("z_fresh");
+    if (saved.size() > 2 && fresh != ctx->saved_data.end() && fresh->second.toBool()) {
+      dz = saved[2];
+      ctx->saved_data["z_fresh"] = false;
+    } else {
+      dz = at::mm(x2, w.t());
+    }
     const at::Tensor g2 = grads[0].reshape({-1, u}).contiguous();
     const int64_t m = dz.size(0);
     if (m > 0) {
@@ -146,12 +179,12 @@ class GatedUpFunction : public torch::autograd::Function<GatedUpFunction> {
     at::Tensor dx, dw;
     if (ctx->needs_input_grad(0)) dx = at::mm(dz, w).reshape(x.sizes());
     if (ctx->needs_input_grad(1)) dw = at::mm(dz.t(), x2);
-    return {dx, dw, at::Tensor()};
+    return {dx, dw, at::Tensor(), at::Tensor()};
   }
 };
 
-at::Tensor gated_up_autograd(const at::Tensor& x, const at::Tensor& w, c10::string_view activation) {
-  return GatedUpFunction::apply(x, w, activation);
+at::Tensor gated_up_autograd(const at::Tensor& x, const at::Tensor& w, c10::string_view activation, bool recompute) {
+  return GatedUpFunction::apply(x, w, activation, recompute);
 }
 
 // ---- weight layout -----------------------------------------------------------------------------
@@ -249,7 +282,7 @@ void impls(torch::Library& m) {
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
-  def_ops(m, {"gated_up(Tensor x, Tensor w, str activation='silu') -> Tensor",
+  def_ops(m, {"gated_up(Tensor x, Tensor w, str activation='silu', bool recompute=False) -> Tensor",
                "interleave_gate_up(Tensor gate, Tensor up) -> Tensor",
                "interleave_stacked(Tensor stacked) -> Tensor",
                "deinterleave_gate_up(Tensor w) -> (Tensor, Tensor)",
