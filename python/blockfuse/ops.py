@@ -16,8 +16,9 @@ graph break; outputs come from the caching allocator and the work goes on the cu
 every op can be captured in a CUDA graph. The wrappers call the registered op directly: all argument
 checks are in C++ (no Python on the hot path), and every argument error is a ValueError whose message
 names the op and the argument (blockfuse::Error's message, unchanged). gated_up has a backward (in
-C++); rmsnorm, add_rmsnorm and swiglu have one through their backward kernels (registered with
-torch.library.register_autograd); the other ops are inference-only (a backward through them raises).
+C++); rmsnorm, add_rmsnorm, swiglu, attention and attention_varlen have one through their backward
+kernels (registered with torch.library.register_autograd); the other ops are inference-only (a
+backward through them raises).
 
 This module is the public namespace: it re-exports each family's op wrappers and references from
 the module that holds them with its fake implementations —
