@@ -10,7 +10,7 @@ import pytest
 
 PYTHON_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 SUBCOMMANDS = ("gated-up", "gated-up-fp8", "fused-mlp", "sparse-prefill", "model", "overhead", "torch-baselines",
-               "memory-bound", "sdpa", "decode-attention", "train-mlp", "train")
+               "memory-bound", "sdpa", "decode-attention", "attention-backward", "train-mlp", "train")
 # Runs the front with `import torch` failing, as on a machine without torch.
 NO_TORCH = ("import runpy, sys; sys.modules['torch'] = None; sys.argv[0] = 'blockfuse.bench'; "
             "runpy.run_module('blockfuse.bench', run_name='__main__', alter_sys=True)")
@@ -51,6 +51,8 @@ def test_every_subcommand_has_its_module():
     (("gated-up", "--models", "8b,nope"), "unknown model(s) ['nope']"),
     (("fused-mlp", "--rows", "1,33"), "each between 1 and 32"),
     (("decode-attention", "--hkv", "8,3"), "must divide the 32 query heads"),
+    (("attention-backward", "--hkv", "32,5"), "must divide the 32 query heads"),
+    (("attention-backward", "--reps", "0"), "--reps must be >= 1"),
     (("fused-mlp", "--shapes", "7b"), "unknown shape(s) ['7b']"),
     (("model", "--models", "llama3-8b,x"), "unknown model(s) ['x']"),
     (("model", "--contexts", "512,0"), "each prompt length must be >= 1"),

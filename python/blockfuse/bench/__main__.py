@@ -23,6 +23,7 @@ MODULES = {
     "memory-bound": "memory_bound",
     "sdpa": "sdpa",
     "decode-attention": "decode_attention",
+    "attention-backward": "attention_backward",
     "train-mlp": "train_mlp",
     "train": "train",
 }
@@ -122,6 +123,14 @@ def parser():
     da.add_argument("--plot", metavar="PNG", help="a chart of the fraction of copy bandwidth")
     da.add_argument("--json")
 
+    ab = sub.add_parser("attention-backward", help="attention forward + backward (training) TFLOP/s vs SDPA flash / "
+                                                   "cuDNN and FlashAttention-4, B 2, Hq 32, bf16")
+    ab.add_argument("--d", default="128,64", help="head dims")
+    ab.add_argument("--s", default="1024,4096,16384", help="sequence lengths")
+    ab.add_argument("--hkv", default="32,8", help="KV heads (32 query heads)")
+    ab.add_argument("--reps", type=int, default=10)
+    ab.add_argument("--json")
+
     tm = sub.add_parser("train-mlp", help="gated MLP forward + backward (training) vs eager, torch.compile, "
                                           "Liger, quack: time and peak memory")
     tm.add_argument("--shapes", default="8b,70b", help=f"from: {','.join(MLP_SHAPES)}")
@@ -189,6 +198,12 @@ def _check(p, a):
         a.b, a.s, a.hkv = _ints(a.b), _ints(a.s), _ints(a.hkv)
         if any(32 % h for h in a.hkv):
             p.error("decode-attention --hkv: each must divide the 32 query heads")
+    elif a.command == "attention-backward":
+        a.d, a.s, a.hkv = _ints(a.d), _ints(a.s), _ints(a.hkv)
+        if any(32 % h for h in a.hkv):
+            p.error("attention-backward --hkv: each must divide the 32 query heads")
+        if a.reps < 1:
+            p.error(f"attention-backward --reps must be >= 1, got {a.reps}")
     elif a.command == "memory-bound" and a.rounds < 1:
         p.error(f"memory-bound --rounds must be >= 1, got {a.rounds}")
     return a

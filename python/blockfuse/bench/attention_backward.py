@@ -1,0 +1,126 @@
+"""`python -m blockfuse.bench attention-backward`: attention forward + backward (training), bf16,
+B = 2, Hq = 32: blockfuse.ops.attention with its autograd beside PyTorch SDPA's flash and cuDNN
+backends and FlashAttention-4 (flash_attn.cute.interface.flash_attn_func, when importable:
+../shared/peers stages it), in one process.
+
+Per point, q, k, v [B, S, H, D] are leaf tensors (SDPA gets their [B, H, S, D] transposed views, what
+a Hugging Face model hands it; blockfuse and FlashAttention-4 take [B, S, H, D]). One step is the
+forward and torch.autograd.grad of (out · dout) for q, k and v: the gradients are allocated per step,
+as a training step without accumulation does. Every implementation's out, dq, dk and dv are checked
+against SDPA flash's first (relative error above 0.02 stops the run, exit status 1); then the median
+ms of `--reps` steps (CUDA events around each, common.time_events). TFLOP/s counts 3.5x the forward's
+4·B·Hq·S²·D (halved when causal), the usual forward + backward convention.
+"""
+import json
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from .common import meta, optional_peer, ready, rel, time_events
+
+B, HQ = 2, 32
+DT = torch.bfloat16
+MAX_REL = 0.02
+
+
+def _fa4():
+    from flash_attn.cute.interface import flash_attn_func
+    return flash_attn_func
+
+
+def _leaves(s, hkv, d, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(B, s, HQ, d, device="cuda", generator=g).to(DT).requires_grad_()
+    k = torch.randn(B, s, hkv, d, device="cuda", generator=g).to(DT).requires_grad_()
+    v = torch.randn(B, s, hkv, d, device="cuda", generator=g).to(DT).requires_grad_()
+    dout = torch.randn(B, s, HQ, d, device="cuda", generator=g).to(DT)
+    return q, k, v, dout
+
+
+def implementations(bf, fa4, causal, gqa):
+    """name -> forward(q, k, v) on [B, S, H, D] leaves, returning out [B, S, Hq, D]."""
+    def sdpa(backend):
+        def fn(q, k, v):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                      is_causal=causal, enable_gqa=gqa).transpose(1, 2)
+        return fn
+
+    impls = {"sdpa_flash": sdpa(SDPBackend.FLASH_ATTENTION), "sdpa_cudnn": sdpa(SDPBackend.CUDNN_ATTENTION)}
+    if bf is not None:
+        impls["blockfuse"] = lambda q, k, v: bf.attention(q, k, v, causal=causal)
+    if fa4 is not None:
+        def fa(q, k, v):
+            out = fa4(q, k, v, causal=causal)
+            return out[0] if isinstance(out, tuple) else out
+        impls["fa4"] = fa
+    return impls
+
+
+def point(bf, fa4, d, s, hkv, causal, reps):
+    """One grid point: a row of TFLOP/s (None with an error where an implementation cannot run it), or
+    None when an implementation's result is wrong."""
+    q, k, v, dout = _leaves(s, hkv, d, seed=s * 7 + d + hkv)
+    flops = 3.5 * 4 * B * HQ * s * s * d * (0.5 if causal else 1.0)
+    row = dict(head_dim=d, seqlen=s, heads_kv=hkv, causal=causal)
+    want = None
+    for name, fwd in implementations(bf, fa4, causal, hkv != HQ).items():
+        def step(_):
+            out = fwd(q, k, v)
+            return out, torch.autograd.grad(out, (q, k, v), dout)
+        try:
+            out, grads = step(0)
+        except Exception as e:  # noqa: BLE001 — a backend without support for the shape: reported
+            row[name + "_tflops"] = None
+            row[name + "_error"] = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+            continue
+        got = (out, *grads)
+        if want is None:
+            want = got
+        else:
+            errs = [rel(a, b) for a, b in zip(got, want)]
+            row[name + "_rel_err"] = max(errs)
+            if not max(errs) <= MAX_REL:
+                print(f"{name} differs from sdpa_flash (out, dq, dk, dv relative errors {errs}) at D {d} S {s} "
+                      f"Hkv {hkv} causal {causal}", file=sys.stderr)
+                return None
+        del out, grads, got
+        ms = time_events(step, 1, 2, reps) * 1e-3
+        row[name + "_ms"] = ms
+        row[name + "_tflops"] = flops / (ms * 1e-3) / 1e12
+    mine = row.get("blockfuse_tflops")
+    for base in ("sdpa_flash", "sdpa_cudnn", "fa4"):
+        if mine and row.get(base + "_tflops"):
+            row[f"blockfuse_over_{base}"] = mine / row[base + "_tflops"]
+    return row
+
+
+def run(args):
+    """The `attention-backward` subcommand: returns the exit status (1 when a result is wrong)."""
+    status = ready(need_ops=False)
+    if status:
+        return status
+    from .. import ops as bf
+    if not bf.available():
+        print(f"blockfuse's torch binding is not available ({bf.load_error()}): timing the peers only",
+              file=sys.stderr)
+        bf = None
+    fa4 = optional_peer("FlashAttention-4", _fa4)
+    rows = []
+    for d in args.d:
+        for s in args.s:
+            for hkv in args.hkv:
+                for causal in (False, True):
+                    row = point(bf, fa4, d, s, hkv, causal, args.reps)
+                    if row is None:
+                        return 1
+                    rows.append(row)
+                    cells = " ".join(f"{k[:-7]} {row[k]:.0f}" for k in row if k.endswith("_tflops") and row[k])
+                    print(f"D {d} S {s} Hkv {hkv} causal {int(causal)}: TFLOP/s {cells}", flush=True)
+                    torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(dict(benchmark="attention_backward", **meta(), batch=B, heads_q=HQ, rows=rows), fh, indent=1)
+    return 0
