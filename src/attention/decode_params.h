@@ -17,6 +17,11 @@ inline constexpr int kWarps = 4;
 inline constexpr int kBlockN = 16 * kWarps;
 inline constexpr int kThreads = 32 * kWarps;
 
+// From this many splits the merge kernel gives each row four warps (each a quarter of the splits):
+// one warp's chain of dependent loads over 128 splits was most of an MQA call's time at B = 1
+// (docs/attention.md#decode, Tuning). Below it one warp per row, four rows per CTA.
+inline constexpr int kMergeRowWarpsFrom = 32;
+
 // Query rows of one CTA are 16·m_frags (one MMA row tile per fragment): at most 256 / D fragments,
 // so the fp32 output accumulator stays at 128 registers per thread at every head dim.
 constexpr int max_m_frags(int head_dim) { return 256 / head_dim; }

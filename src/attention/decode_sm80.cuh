@@ -9,8 +9,8 @@
 //   sum and output; the warps are merged through shared memory at the end. Keys outside the CTA's
 //   visible range (before the left padding's end, past the length, outside the window), and pages
 //   a sequence does not own, are zero-filled, never read.
-// decode_merge_kernel — one warp per output row: the splits' partial outputs weighted by their
-//   log-sum-exps (fixed order: deterministic).
+// decode_merge_kernel — one warp per output row, or four where the splits are many: the splits'
+//   partial outputs weighted by their log-sum-exps (fixed order: deterministic).
 // decode_append_kernel — rotary embedding of the new q and k, and k/v written into the cache.
 #pragma once
 
@@ -367,18 +367,23 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const __grid_con
   }
 }
 
-// Merges the splits: row pr of [B·Sq·Hq] per warp, D/32 elements per lane. Lane l holds the LSEs
-// of splits l, l + 32, l + 64, l + 96 (kDecodeAttentionMaxSplits = 128) and their weights; the
-// partial outputs are then read with the weights broadcast by shuffles, eight splits' loads in
-// flight at once (the loads depend on nothing but the split index).
-template <class T, int D>
+// Merges the splits of row pr of [B·Sq·Hq] (D/32 elements per lane). Every warp of a row reads the
+// row's LSEs, lane l those of splits l, l + 32, l + 64, l + 96 (kDecodeAttentionMaxSplits = 128),
+// and turns them into the normalised weights; the partial outputs are then read with the weights
+// broadcast by shuffles, eight splits' loads in flight at once (the loads depend on nothing but the
+// split index). kRowWarps warps share a row: warp part takes the splits j ≡ part (mod kRowWarps), so
+// the chain of dependent loads is kRowWarps times shorter where the splits are many, and warp 0 adds
+// the parts in a fixed order (deterministic). kRowWarps = 1: four rows per CTA.
+template <class T, int D, int kRowWarps>
 __global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant__ Params p) {
   static_assert(kDecodeAttentionMaxSplits <= 128, "four LSEs per lane");
+  static_assert(kRowWarps == 1 || kRowWarps == 4, "one warp per row, or the CTA's four");
   constexpr int kPerLane = D / 32;
   const int rows_total = p.batch * p.seqlen_q * p.heads_q;
-  const int pr = blockIdx.x * 4 + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (pr >= rows_total) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int pr = blockIdx.x * (4 / kRowWarps) + warp / kRowWarps;
+  const int part = warp % kRowWarps;
+  if (pr >= rows_total) return;  // kRowWarps = 4: the grid has one CTA per row, none returns
   const float* lse_p = p.lse_partial + pr;
   float l[4];
   bool nan = false;
@@ -413,7 +418,7 @@ __global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant
       const int n = min(32, p.num_splits - 32 * c);
       if (n <= 0) break;
 #pragma unroll 8
-      for (int j = 0; j < n; ++j) {
+      for (int j = part; j < n; j += kRowWarps) {
         const float ws = __shfl_sync(0xffffffffu, w[c], j);
         const float* src = base + int64_t(32 * c + j) * rows_total * D;
 #pragma unroll
@@ -422,6 +427,20 @@ __global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant
           acc[i] += ws * v.x, acc[i + 1] += ws * v.y;
         }
       }
+    }
+  }
+  if constexpr (kRowWarps > 1) {
+    __shared__ float parts[kRowWarps][D];
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) parts[part][lane * kPerLane + i] = acc[i];
+    __syncthreads();
+    if (part != 0) return;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      float t = parts[0][lane * kPerLane + i];
+#pragma unroll
+      for (int q = 1; q < kRowWarps; ++q) t += parts[q][lane * kPerLane + i];
+      acc[i] = t;
     }
   }
   const int head = pr % p.heads_q, t = (pr / p.heads_q) % p.seqlen_q, b = pr / (p.heads_q * p.seqlen_q);

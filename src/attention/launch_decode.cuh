@@ -44,7 +44,10 @@ void launch_typed(const Params& p, const AppendParams* append, int m_frags, int 
   if (m_frags == 1) launch_split<T, D, 1>(p, m_blocks, stream);
   if (p.num_splits > 1) {
     const int rows_total = p.batch * p.seqlen_q * p.heads_q;
-    decode_merge_kernel<T, D><<<static_cast<unsigned>((rows_total + 3) / 4), 128, 0, stream>>>(p);
+    if (p.num_splits >= kMergeRowWarpsFrom)
+      decode_merge_kernel<T, D, 4><<<static_cast<unsigned>(rows_total), 128, 0, stream>>>(p);
+    else
+      decode_merge_kernel<T, D, 1><<<static_cast<unsigned>((rows_total + 3) / 4), 128, 0, stream>>>(p);
     BF_CHECK_LAUNCH();
   }
 }
