@@ -46,11 +46,17 @@ constexpr int m_frags_for(int64_t rows, int head_dim) {
 // least 95 % as well as the best count does (a partly filled second wave runs at the speed of
 // its fullest SM). On the H100 at batch 1, Hkv = 8, D = 128, 16 splits (128 CTAs) read the cache
 // at 2.4-2.9 TB/s from S = 32768, where 24 splits lost 11-15 % and 33 (two CTAs per SM) 5-9 %
-// (docs/attention.md#decode). At most one tile per split and kDecodeAttentionMaxSplits. Host-only,
-// a pure function (tests/attention/test_decode_attention_heuristic.cpp).
+// (docs/attention.md#decode). At least kMinTilesPerSplit tiles per split: a split of one tile is
+// mostly its fixed cost (the query load, the pipeline's ramp, a partial written and merged), and two
+// tiles per split measured faster or equal wherever one-tile splits were chosen (B = 1, S = 1k:
+// 8 splits 7.7 µs against 16 splits' 8.2-8.5; MQA, S = 8k: 64 splits 14.2 µs against 122's 16.7).
+// At most kDecodeAttentionMaxSplits. Host-only, a pure function
+// (tests/attention/test_decode_attention_heuristic.cpp).
+inline constexpr int64_t kMinTilesPerSplit = 2;
 inline int num_splits(int64_t units, int64_t tiles, int sm_count) {
-  if (units >= sm_count || tiles <= 1) return 1;
-  const int64_t max_s = tiles < kDecodeAttentionMaxSplits ? tiles : kDecodeAttentionMaxSplits;
+  const int64_t cap = tiles / kMinTilesPerSplit;
+  if (units >= sm_count || cap <= 1) return 1;
+  const int64_t max_s = cap < kDecodeAttentionMaxSplits ? cap : kDecodeAttentionMaxSplits;
   auto efficiency = [&](int64_t s) {
     const int64_t ctas = units * s;
     return static_cast<double>(ctas) / static_cast<double>((ctas + sm_count - 1) / sm_count * sm_count);

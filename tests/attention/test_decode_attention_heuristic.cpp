@@ -1,7 +1,8 @@
 // The decode attention split heuristic (decode_attention_num_splits, a pure function of the batch,
 // KV heads, rows per KV head, head dim, key range and SM count) and the workspace size, on the CPU.
 // The contract checked: one split where batch · Hkv · row blocks already fills the SMs; many splits
-// at batch 1 with a long cache; never more splits than 64-key tiles nor than 128; the chosen count
+// at batch 1 with a long cache; never fewer than two 64-key tiles per split nor more than 128
+// splits; the chosen count
 // is the smallest whose grid fills the SMs within 95 % of the best count's fill
 // (src/attention/decode_params.h); errors name the argument.
 #include <gtest/gtest.h>
@@ -35,11 +36,18 @@ TEST(DecodeAttentionHeuristic, MeasuredChoices) {
   // Enough CTAs without splitting.
   EXPECT_EQ(decode_attention_num_splits(32, 8, 4, 128, 32768, 132), 1);
   EXPECT_EQ(decode_attention_num_splits(128, 8, 4, 128, 131072, 132), 1);
-  // Capped by the tiles of a short cache.
-  EXPECT_EQ(decode_attention_num_splits(1, 8, 4, 128, 200, 132), 4);
+  // Capped at two tiles per split by a short cache: S = 1024 (16 tiles) takes 8 splits, as
+  // measured best; 200 keys (4 tiles) 2; up to three tiles one.
+  EXPECT_EQ(decode_attention_num_splits(1, 8, 4, 128, 1024, 132), 8);
+  EXPECT_EQ(decode_attention_num_splits(1, 8, 4, 128, 200, 132), 2);
   EXPECT_EQ(decode_attention_num_splits(1, 8, 4, 128, 0, 132), 1);
   EXPECT_EQ(decode_attention_num_splits(1, 8, 4, 128, 64, 132), 1);
-  EXPECT_EQ(decode_attention_num_splits(1, 8, 4, 128, 65, 132), 2);
+  EXPECT_EQ(decode_attention_num_splits(1, 8, 4, 128, 192, 132), 1);
+  EXPECT_EQ(decode_attention_num_splits(1, 8, 4, 128, 193, 132), 2);
+  // MQA at batch 1 (one CTA per split): S = 8192 (128 tiles) takes at most 64 splits (61: the
+  // smallest count within 95 % of 64's fill), not the 122 of a long cache.
+  EXPECT_EQ(decode_attention_num_splits(1, 1, 32, 128, 8192, 132), 61);
+  EXPECT_EQ(decode_attention_num_splits(1, 1, 32, 128, 131072, 132), 122);
 }
 
 TEST(DecodeAttentionHeuristic, OneSplitWhenTheGridIsFull) {
@@ -80,14 +88,15 @@ TEST(DecodeAttentionHeuristic, BoundsAndFillRule) {
               const int64_t tiles = (s + 63) / 64;
               EXPECT_GE(n, 1);
               EXPECT_LE(n, kDecodeAttentionMaxSplits);
-              EXPECT_LE(n, std::max<int64_t>(1, tiles)) << "a split without a 64-key tile";
+              const int64_t cap = std::max<int64_t>(1, tiles / attn::decode::kMinTilesPerSplit);
+              EXPECT_LE(n, cap) << "a split of fewer than two 64-key tiles";
               const int64_t units = b * hkv * m_blocks(rows, d);
               if (n == 1) continue;
               // Split only where one split leaves SMs idle; the fill within 95 % of the best, and no
               // smaller count gets there.
               EXPECT_LT(units, sm);
               double best = 0;
-              for (int64_t k = 1; k <= std::min<int64_t>(tiles, kDecodeAttentionMaxSplits); ++k) best = std::max(best, fill(units * k, sm));
+              for (int64_t k = 1; k <= std::min<int64_t>(cap, kDecodeAttentionMaxSplits); ++k) best = std::max(best, fill(units * k, sm));
               EXPECT_GE(fill(units * n, sm), 0.95 * best);
               for (int k = 1; k < n; ++k) EXPECT_LT(fill(units * k, sm), 0.95 * best) << "k " << k;
             }
