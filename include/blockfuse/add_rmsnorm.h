@@ -86,8 +86,8 @@ void add_rmsnorm_fp8(ConstMatrix x, ConstMatrix residual, ConstMatrix weight, Ma
 // One kernel per call computes dh and, per CTA, fp32 partial sums of dweight over the rows that CTA
 // handled ([rmsnorm_backward_ctas(M), H] in the caller's workspace); a second kernel adds the
 // partials in a fixed order (CTA 0, 1, 2, ...) and rounds once. The number of CTAs and every
-// summation order depend only on (M, H), so the result is bitwise the same on every call (and on
-// every device).
+// summation order depend only on (M, H), so the result is bitwise the same on every call (for a
+// given build and device: the compiler's and the device's math may differ elsewhere).
 //
 // Arguments ([M, H] row-major views, row stride ld in elements, of device memory on the current
 // device; dtype bf16 or fp16, all equal):

@@ -28,10 +28,11 @@ def gated_up(x, w, activation="silu", recompute=False):
     """h[..., U] = act(x·W_gateᵀ) ⊙ (x·W_upᵀ) for x [..., K] and the interleaved w [2U, K].
 
     activation: "silu" (SwiGLU: Llama, Mistral, Qwen, Phi-3) or "gelu_tanh" (GeGLU: Gemma).
-    recompute: only when x or w needs a gradient. False (default): the forward keeps the
-    pre-activation z = x·wᵀ [M, 2U] (computed with torch's GEMM, then blockfuse's swiglu) and the
-    backward runs no extra GEMM; True: the forward is the fused kernel, keeps only x, and the
-    backward recomputes z (the least memory, one more GEMM). Without gradients the fused kernel
+    recompute: only when a gradient is recorded (grad mode on, x or w requiring grad). False
+    (default): the forward keeps the pre-activation z = x·wᵀ [M, 2U] (computed with torch's GEMM,
+    then blockfuse's swiglu) and the backward runs no extra GEMM; True: the forward is the fused
+    kernel, keeps only x, and the backward recomputes z (the least memory, one more GEMM). Without
+    a recorded gradient (torch.no_grad, inference_mode, no input requiring grad) the fused kernel
     runs either way."""
     return _GATED_UP(x, w, activation, recompute)
 

@@ -91,6 +91,12 @@ if LOADED:
         def _swiglu_backward_fake(dh, gate_up, activation="silu", layout="stacked"):
             return torch.empty_like(gate_up, memory_format=torch.contiguous_format)
 
+    if has_op("swiglu_backward_"):
+
+        @torch.library.register_fake("blockfuse::swiglu_backward_")
+        def _swiglu_backward_inplace_fake(dh, gate_up, activation="silu", layout="stacked"):
+            return None  # writes gate_up in place (gated_up's backward, over its pre-activation)
+
         def _swiglu_setup(ctx, inputs, output):
             gate_up, activation, layout = inputs
             ctx.save_for_backward(gate_up)

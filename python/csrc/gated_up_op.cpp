@@ -41,6 +41,20 @@ int64_t check_gated_up_args(const at::Tensor& x, const at::Tensor& w) {
   return w.size(0) / 2;
 }
 
+// The checks of the training forward that keeps z (torch's GEMM, then swiglu): the same inputs as
+// the fused kernel takes, with its messages, so a shape is accepted or refused in training and
+// inference alike.
+void check_training_args(const at::Tensor& x, const at::Tensor& w) {
+  constexpr const char* fn = "gated_up";
+  const int64_t U = check_gated_up_args(x, w);
+  (void)as_rows(x, fn, "x");
+  (void)as_matrix(w, fn, "w");
+  TORCH_CHECK_VALUE(x.size(-1) % 8 == 0, "blockfuse.gated_up: argument 'x' has K = ", num(x.size(-1)),
+                    "; required: K % 8 == 0 (16-byte rows)");
+  TORCH_CHECK_VALUE(U % 8 == 0, "blockfuse.gated_up: argument 'w' has 2U = ", num(2 * U),
+                    " rows; required: U % 8 == 0");
+}
+
 // `recompute` only matters to the backward (GatedUpFunction below): the kernel is the same.
 at::Tensor gated_up_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view activation, bool /*recompute*/) {
   constexpr const char* fn = "gated_up";
@@ -114,27 +128,25 @@ at::Tensor gated_up_cpu(const at::Tensor& x, const at::Tensor&, c10::string_view
 // which the CPU tests check against autograd.
 class GatedUpFunction : public torch::autograd::Function<GatedUpFunction> {
  public:
+  // save_z: gated_up_autograd's decision (grad mode on, an input requiring grad, not recompute),
+  // made before apply because forward runs with grad mode off.
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
-                            c10::string_view activation, bool recompute) {
-    const blockfuse::Activation act = parse_activation(activation, "gated_up");
-    const bool grad = x.requires_grad() || w.requires_grad();
+                            c10::string_view activation, bool recompute, bool save_z) {
+    parse_activation(activation, "gated_up");
     at::Tensor out;
     {
       at::AutoDispatchBelowADInplaceOrView guard;
       static auto op = c10::Dispatcher::singleton()
                            .findSchemaOrThrow("blockfuse::gated_up", "")
                            .typed<at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view, bool)>();
-      if (grad && !recompute && x.is_cuda()) {
-        check_gated_up_args(x, w);  // the fused path's checks and messages, before torch's GEMM
+      if (save_z && x.is_cuda()) {
+        check_training_args(x, w);  // the fused kernel's requirements and messages, before torch's GEMM
         static auto swiglu = c10::Dispatcher::singleton()
                                  .findSchemaOrThrow("blockfuse::swiglu", "")
                                  .typed<at::Tensor(const at::Tensor&, c10::string_view, c10::string_view)>();
         const int64_t k = x.size(-1);
         const at::Tensor z = at::mm(x.reshape({-1, k}), w.t());  // [M, 2U], interleaved like w
-        std::vector<int64_t> shape = x.sizes().vec();
-        shape.back() = w.size(0) / 2;
-        out = (z.size(0) > 0 ? swiglu.call(z, activation, "interleaved") : at::empty({0, shape.back()}, x.options()))
-                  .view(shape);
+        out = swiglu.call(z, activation, "interleaved").view(with_last(x, w.size(0) / 2));
         ctx->save_for_backward({x, w, z});
         ctx->saved_data["z_fresh"] = true;
       } else {
@@ -142,7 +154,7 @@ class GatedUpFunction : public torch::autograd::Function<GatedUpFunction> {
         ctx->save_for_backward({x, w});
       }
     }
-    ctx->saved_data["act"] = static_cast<int64_t>(act);
+    ctx->saved_data["act"] = std::string(activation.data(), activation.size());
     return out;
   }
 
@@ -151,7 +163,7 @@ class GatedUpFunction : public torch::autograd::Function<GatedUpFunction> {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor& x = saved[0];
     const at::Tensor& w = saved[1];
-    const auto act = static_cast<blockfuse::Activation>(ctx->saved_data["act"].toInt());
+    const std::string act = ctx->saved_data["act"].toStringRef();
     const int64_t k = x.size(-1), u = w.size(0) / 2;
     const at::Tensor x2 = x.reshape({-1, k});
     // z, then dz in place: [M, 2U] contiguous, interleaved like w. The saved z on the first backward;
@@ -165,26 +177,22 @@ class GatedUpFunction : public torch::autograd::Function<GatedUpFunction> {
       dz = at::mm(x2, w.t());
     }
     const at::Tensor g2 = grads[0].reshape({-1, u}).contiguous();
-    const int64_t m = dz.size(0);
-    if (m > 0) {
-      c10::cuda::CUDAGuard guard(x.device());
-      const blockfuse::DType dt = x.scalar_type() == at::kBFloat16 ? blockfuse::DType::kBF16 : blockfuse::DType::kFP16;
-      call_blockfuse([&] {
-        blockfuse::swiglu_backward(blockfuse::make_matrix(static_cast<const void*>(g2.data_ptr()), dt, m, u),
-                                   blockfuse::make_matrix(static_cast<const void*>(dz.data_ptr()), dt, m, 2 * u),
-                                   blockfuse::make_matrix(dz.data_ptr(), dt, m, 2 * u), act,
-                                   blockfuse::GateUpLayout::kInterleaved, current_stream(x));
-      });
-    }
+    // Through the dispatcher (the mutation is in the schema): torch.compile traces this backward.
+    static auto swiglu_backward_ = c10::Dispatcher::singleton()
+                                       .findSchemaOrThrow("blockfuse::swiglu_backward_", "")
+                                       .typed<void(const at::Tensor&, const at::Tensor&, c10::string_view,
+                                                   c10::string_view)>();
+    swiglu_backward_.call(g2, dz, act, "interleaved");
     at::Tensor dx, dw;
     if (ctx->needs_input_grad(0)) dx = at::mm(dz, w).reshape(x.sizes());
     if (ctx->needs_input_grad(1)) dw = at::mm(dz.t(), x2);
-    return {dx, dw, at::Tensor(), at::Tensor()};
+    return {dx, dw, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 at::Tensor gated_up_autograd(const at::Tensor& x, const at::Tensor& w, c10::string_view activation, bool recompute) {
-  return GatedUpFunction::apply(x, w, activation, recompute);
+  const bool save_z = !recompute && at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad());
+  return GatedUpFunction::apply(x, w, activation, recompute, save_z);
 }
 
 // ---- weight layout -----------------------------------------------------------------------------

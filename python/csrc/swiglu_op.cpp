@@ -3,6 +3,7 @@
 //   swiglu(gate_up [..., 2U], activation, layout) -> out [..., U]
 //   swiglu_fp8(gate_up, scale?, activation, layout) -> (out e4m3, row_scales)
 //   swiglu_backward(dh [..., U], gate_up [..., 2U], activation, layout) -> d_gate_up [..., 2U]
+//   swiglu_backward_(dh, gate_up (written: d_gate_up), activation, layout) -> ()
 // (swiglu_backward serves swiglu's autograd formula, registered in Python: blockfuse/swiglu.py.)
 // Schemas at the end; the fake implementations are in the Python package. FP8 scales as for
 // rmsnorm_fp8 (binding.h's fp8_scale): a one-element float32 tensor is the static per-tensor scale
@@ -80,17 +81,22 @@ std::tuple<at::Tensor, at::Tensor> swiglu_fp8_op(const at::Tensor& gate_up, cons
   return {out, row_scales};
 }
 
-at::Tensor swiglu_backward_op(const at::Tensor& dh, const at::Tensor& gate_up, c10::string_view activation,
-                              c10::string_view layout) {
-  constexpr const char* fn = "swiglu_backward";
-  const SwigluArgs a = check_swiglu(fn, gate_up, activation, layout);
+// dh's checks (device, dtype, gate_up's sizes with the last halved); returns its row view.
+RowView check_dh(const char* fn, const at::Tensor& dh, const at::Tensor& gate_up, const SwigluArgs& a) {
   check_cuda(dh, fn, "dh");
   check_same_device(dh, gate_up, fn, "dh", "gate_up");
   check_same_dtype(dh, gate_up, fn, "dh", "gate_up");
   const std::vector<int64_t> want = with_last(gate_up, a.u);
   TORCH_CHECK_VALUE(dh.sizes() == c10::IntArrayRef(want), "blockfuse.", fn, ": argument 'dh' has sizes ", dims(dh.sizes()),
                     "; required: gate_up's sizes with the last halved (", dims(want), ")");
-  const RowView dv = as_rows(dh, fn, "dh");
+  return as_rows(dh, fn, "dh");
+}
+
+at::Tensor swiglu_backward_op(const at::Tensor& dh, const at::Tensor& gate_up, c10::string_view activation,
+                              c10::string_view layout) {
+  constexpr const char* fn = "swiglu_backward";
+  const SwigluArgs a = check_swiglu(fn, gate_up, activation, layout);
+  const RowView dv = check_dh(fn, dh, gate_up, a);
   c10::cuda::CUDAGuard guard(gate_up.device());
   at::Tensor out = at::empty(gate_up.sizes(), gate_up.options());
   if (a.gv.rows == 0) return out;
@@ -102,16 +108,34 @@ at::Tensor swiglu_backward_op(const at::Tensor& dh, const at::Tensor& gate_up, c
   return out;
 }
 
+// The same, written over gate_up (the kernel reads each element before it writes it): what
+// gated_up's backward runs on its [M, 2U] pre-activation, through the dispatcher so that
+// torch.compile's tracing sees the mutation (Tensor(a!)) and can functionalise it.
+void swiglu_backward_inplace_op(const at::Tensor& dh, const at::Tensor& gate_up, c10::string_view activation,
+                                c10::string_view layout) {
+  constexpr const char* fn = "swiglu_backward_";
+  const SwigluArgs a = check_swiglu(fn, gate_up, activation, layout);
+  const RowView dv = check_dh(fn, dh, gate_up, a);
+  if (a.gv.rows == 0) return;
+  c10::cuda::CUDAGuard guard(gate_up.device());
+  call_blockfuse([&] {
+    blockfuse::swiglu_backward(cview(dh, dv, a.dt), cview(gate_up, a.gv, a.dt), mview(gate_up, a.gv, a.dt), a.act,
+                               a.layout, current_stream(gate_up));
+  });
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
   def_ops(m, {"swiglu(Tensor gate_up, str activation='silu', str layout='stacked') -> Tensor",
                "swiglu_fp8(Tensor gate_up, Tensor? scale=None, str activation='silu', str layout='stacked') -> (Tensor, Tensor)",
-               "swiglu_backward(Tensor dh, Tensor gate_up, str activation='silu', str layout='stacked') -> Tensor"});
+               "swiglu_backward(Tensor dh, Tensor gate_up, str activation='silu', str layout='stacked') -> Tensor",
+               "swiglu_backward_(Tensor dh, Tensor(a!) gate_up, str activation='silu', str layout='stacked') -> ()"});
 }
 
 BLOCKFUSE_TORCH_IMPLS(m) {
   m.impl("swiglu", &swiglu_op);
   m.impl("swiglu_fp8", &swiglu_fp8_op);
   m.impl("swiglu_backward", &swiglu_backward_op);
+  m.impl("swiglu_backward_", &swiglu_backward_inplace_op);
 }

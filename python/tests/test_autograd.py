@@ -67,14 +67,23 @@ def test_add_rmsnorm_grad_matches_fp64(dtype, gemma, use):
         assert torch.count_nonzero(w.grad) == 0
 
 
-@pytest.mark.parametrize("pattern", ["only_x", "only_weight", "frozen_weight"])
+@pytest.mark.parametrize("pattern", ["frozen_weight", "only_weight", "both"])
 def test_norm_mixed_requires_grad(pattern):
+    """x trainable with the gain frozen (LoRA-style), only the gain trainable (x a frozen input), and
+    both: the gradients asked for, of fp64 autograd's values, and no others."""
     torch.manual_seed(2)
     x = rnd(33, 1024, dtype=torch.bfloat16, grad=pattern != "only_weight")
-    w = rnd(1024, dtype=torch.bfloat16, grad=pattern == "only_weight")
-    ops.rmsnorm(x, w).float().pow(2).sum().backward()
+    w = rnd(1024, dtype=torch.bfloat16, grad=pattern != "frozen_weight")
+    dy = torch.randn(33, 1024, device="cuda").to(torch.bfloat16)
+    ops.rmsnorm(x, w).backward(dy)
     assert (x.grad is None) == (pattern == "only_weight")
-    assert (w.grad is None) == (pattern != "only_weight")
+    assert (w.grad is None) == (pattern == "frozen_weight")
+    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    (fp64_norm(x64, w64, 1e-6, False) * dy.double()).sum().backward()
+    if x.grad is not None:
+        assert rel(x.grad, x64.grad) < REL_TOL[torch.bfloat16]
+    if w.grad is not None:
+        assert rel(w.grad, w64.grad) < REL_TOL[torch.bfloat16]
 
 
 def test_dweight_is_bitwise_reproducible():
@@ -125,12 +134,36 @@ def test_compile_fullgraph_with_gradients():
         assert rel(c, e) < 1e-2
 
 
+@pytest.mark.parametrize("recompute", (False, True))
+def test_compile_fullgraph_gated_up_with_gradients(recompute):
+    """gated_up's C++ backward traced by torch.compile (AOTAutograd): the in-place swiglu_backward_
+    goes through the dispatcher, so the trace sees the mutation; gradients as eager's."""
+    torch._dynamo.reset()
+    torch.manual_seed(7)
+
+    def mlp(x, w_gu, w_down):
+        return (ops.gated_up(x, w_gu, "silu", recompute=recompute) @ w_down.t()).float().pow(2).mean()
+
+    x = rnd(37, 256, dtype=torch.bfloat16)
+    w_gu = rnd(256, 256, dtype=torch.bfloat16, scale=0.05)
+    w_down = rnd(256, 128, dtype=torch.bfloat16, scale=0.05)
+    mlp(x, w_gu, w_down).backward()
+    eager = [t.grad.clone() for t in (x, w_gu, w_down)]
+    for t in (x, w_gu, w_down):
+        t.grad = None
+    torch.compile(mlp, fullgraph=True)(x, w_gu, w_down).backward()
+    for e, c in zip(eager, (x.grad, w_gu.grad, w_down.grad)):
+        assert rel(c, e) < 1e-2
+
+
 def test_opcheck_backward_ops():
     torch.manual_seed(6)
     dy = torch.randn(5, 64, device="cuda").to(torch.bfloat16)
     x = torch.randn(5, 64, device="cuda").to(torch.bfloat16)
     w = torch.randn(64, device="cuda").to(torch.bfloat16)
     torch.library.opcheck(torch.ops.blockfuse.rmsnorm_backward.default, (dy, x, w, 1e-6, False, True, True))
+    gu = torch.randn(5, 128, device="cuda").to(torch.bfloat16)
+    torch.library.opcheck(torch.ops.blockfuse.swiglu_backward_.default, (dy, gu.clone(), "silu", "interleaved"))
     torch.library.opcheck(torch.ops.blockfuse.add_rmsnorm_backward.default, (dy, dy, x, w, 1e-6, True, True, False))
     gu = torch.randn(5, 128, device="cuda").to(torch.bfloat16)
     torch.library.opcheck(torch.ops.blockfuse.swiglu_backward.default, (dy, gu, "gelu_tanh", "interleaved"))

@@ -252,8 +252,13 @@ def test_training_forward_equals_the_fused_kernel():
     x, w = make((4, 33), 256, 128, torch.bfloat16, seed=13)
     fused = ops.gated_up(x, w, "silu")
     assert torch.equal(ops.gated_up(x, w, "silu", recompute=True), fused)
-    train = ops.gated_up(x, w.clone().requires_grad_(True), "silu")
+    wg = w.clone().requires_grad_(True)
+    train = ops.gated_up(x, wg, "silu")
     assert train.requires_grad and ((train.float() - fused.float()).norm() / fused.float().norm()).item() < 1e-2
+    with torch.no_grad():  # a trainable weight in inference (generate, eval): the fused kernel
+        assert torch.equal(ops.gated_up(x, wg, "silu"), fused)
+    with torch.inference_mode():
+        assert torch.equal(ops.gated_up(x, wg, "silu"), fused)
 
 
 def test_opcheck():

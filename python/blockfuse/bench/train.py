@@ -40,7 +40,8 @@ def variant(name, base):
         return m
     if name == "patched":
         from .. import patch
-        return patch.patch_model(m)
+        patch.patch_model(m)  # in place (it returns what it replaced)
+        return m
     raise ValueError(f"train: unknown variant '{name}'")
 
 
