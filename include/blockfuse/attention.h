@@ -146,8 +146,10 @@ void attention(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnTens
 // (dk, dv; GQA's sum over the query heads of a group inside it) and one that walks the key blocks for
 // each 64-row query block (dq). No atomics: deterministic, the same inputs give the same bits.
 // Supported: head_dim 64 and 128 (256: blockfuse::Error naming head_dim), bf16 / fp16, batched and
-// varlen, causal / window / soft-cap as the forward. Keys no query sees get dk = dv = 0; rows
-// without a visible key get dq = 0.
+// varlen, causal / window / soft-cap as the forward. Within the sequences, keys no query sees get
+// dk = dv = 0 and rows without a visible key get dq = 0. Rows outside every varlen sequence
+// (cu_seqlens[N] < total) are not written, nor are dk and dv when there is no query row at all
+// (nothing is launched): the torch ops return zeros there.
 
 // Workspace bytes of attention_backward for q (batched [B, Sq, Hq, D] or varlen [total, Hq, D]):
 // the fp32 Dsum, laid out like lse. 16-byte aligned, no zeroing needed.

@@ -65,7 +65,11 @@ def attention(q, k, v, softmax_scale=None, causal=False, window_left=-1, window_
 
     Returns out [B, Sq, Hq, D] (q's dtype), and with return_lse=True also lse [B, Hq, Sq] (fp32,
     natural log; -inf for a row that sees no key). Strided views are accepted (the head dim must be
-    contiguous; other strides multiples of 8 elements), e.g. HF's [B, H, S, D] tensors .transpose(1, 2)."""
+    contiguous; other strides multiples of 8 elements), e.g. HF's [B, H, S, D] tensors .transpose(1, 2).
+
+    Autograd: gradients of q, k and v flow through out (D 64 and 128); lse is returned as a
+    non-differentiable tensor, so a loss that uses it (merging chunks by their LSEs, as ring attention
+    does) gets no gradient through it."""
     _require()
     out, lse = torch.ops.blockfuse.attention(q, k, v, softmax_scale, causal, window_left, window_right,
                                              softcap, return_lse or _needs_grad(q, k, v))
@@ -135,29 +139,31 @@ if _HAS_OP:
 
     # Autograd: the gradients of q, k, v from the backward kernels; lse is not differentiable.
     def _attention_setup(ctx, inputs, output):
-        q, k, v, softmax_scale, causal, window_left, window_right, softcap, _ = inputs
+        q, k, v, softmax_scale, causal, window_left, window_right, softcap, return_lse = inputs
         out, lse = output
         ctx.mark_non_differentiable(lse)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.args = (softmax_scale, causal, window_left, window_right, softcap)
+        ctx.has_lse = bool(return_lse)  # (an empty batch has an empty lse too: the flag, not numel)
 
     def _attention_backward(ctx, dout, _dlse):
         q, k, v, out, lse = ctx.saved_tensors
-        if lse.numel() == 0:
+        if not ctx.has_lse:
             raise RuntimeError(f"blockfuse::attention: {_NO_LSE}")
         dq, dk, dv = torch.ops.blockfuse.attention_backward(dout, q, k, v, out, lse, *ctx.args)
         return dq, dk, dv, None, None, None, None, None, None
 
     def _attention_varlen_setup(ctx, inputs, output):
-        q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale, causal, window_left, window_right, softcap, _ = inputs
+        q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale, causal, window_left, window_right, softcap, return_lse = inputs
         out, lse = output
         ctx.mark_non_differentiable(lse)
         ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
         ctx.args = (max_q, max_k, softmax_scale, causal, window_left, window_right, softcap)
+        ctx.has_lse = bool(return_lse)
 
     def _attention_varlen_backward(ctx, dout, _dlse):
         q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
-        if lse.numel() == 0:
+        if not ctx.has_lse:
             raise RuntimeError(f"blockfuse::attention_varlen: {_NO_LSE}")
         dq, dk, dv = torch.ops.blockfuse.attention_varlen_backward(dout, q, k, v, out, lse, cu_q, cu_k, *ctx.args)
         return (dq, dk, dv) + (None,) * 10

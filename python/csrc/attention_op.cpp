@@ -91,7 +91,9 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen_cuda(
                     "'cu_seqlens_k' has ", num(cu_seqlens_k.size(0)), " entries; required: as many as "
                     "'cu_seqlens_q' (", num(cu_seqlens_q.size(0)), ")");
   c10::cuda::CUDAGuard guard(q.device());
-  at::Tensor out = at::empty(q.sizes(), q.options());  // contiguous [Tq, Hq, D]
+  // Contiguous [Tq, Hq, D], zero-filled: rows past cu_seqlens_q[N] (padding) are never written by the
+  // kernel and must not carry garbage (NaN bit patterns) into the next layer or its gradients.
+  at::Tensor out = at::zeros(q.sizes(), q.options());
   at::Tensor lse = return_lse ? at::empty({q.size(1), q.size(0)}, q.options().dtype(at::kFloat))
                               : at::empty({0}, q.options().dtype(at::kFloat));
   const auto ov = out_view(out, true, fn);
@@ -127,8 +129,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_common(
                     varlen ? "[Hq, total]" : "[B, Hq, Sq]", ", ", num(lse_numel),
                     " values; call the forward with return_lse=True)");
   c10::cuda::CUDAGuard guard(q.device());
-  at::Tensor dq = at::empty(q.sizes(), q.options()), dk = at::empty(k.sizes(), k.options()),
-             dv = at::empty(v.sizes(), v.options());
+  // Zero-filled where the kernels may leave rows unwritten: varlen rows outside every sequence
+  // (cu_seqlens[N] < total: padding, which must not carry garbage into the projections' weight
+  // gradients), and dk / dv of a call without queries (the launcher then launches nothing).
+  const bool zero = varlen || q.numel() == 0;
+  auto alloc = [&](const at::Tensor& t) { return zero ? at::zeros(t.sizes(), t.options()) : at::empty(t.sizes(), t.options()); };
+  at::Tensor dq = alloc(q), dk = alloc(k), dv = alloc(v);
   const size_t bytes = blockfuse::attention_backward_workspace_size(qv);
   at::Tensor ws = at::empty({static_cast<int64_t>(std::max<size_t>(bytes, 16))}, q.options().dtype(at::kByte));
   const auto dqv = out_view(dq, varlen, fn, "dq"), dkv = out_view(dk, varlen, fn, "dk"), dvv = out_view(dv, varlen, fn, "dv");
@@ -156,6 +162,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_varlen_backward_cuda(
   check_scale(softmax_scale, "attention_varlen_backward");
   check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q");
   check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k");
+  TORCH_CHECK_VALUE(cu_seqlens_k.size(0) == cu_seqlens_q.size(0), "blockfuse::attention_varlen_backward: argument "
+                    "'cu_seqlens_k' has ", num(cu_seqlens_k.size(0)), " entries; required: as many as "
+                    "'cu_seqlens_q' (", num(cu_seqlens_q.size(0)), ")");
   auto prm = scalar_params(softmax_scale, causal, window_left, window_right, softcap);
   prm.cu_seqlens_q = cu_seqlens_q.data_ptr();
   prm.cu_seqlens_k = cu_seqlens_k.data_ptr();

@@ -24,7 +24,9 @@ CASES = [  # b, sq, sk, hq, hkv, d, causal, window_left, window_right, softcap
     (2, 7, 300, 8, 1, 64, True, -1, -1, 0.0),
     (1, 300, 7, 4, 4, 128, True, -1, -1, 0.0),
     (1, 257, 257, 8, 1, 128, False, 40, 0, 0.0),
-    (1, 200, 200, 4, 2, 64, True, -1, -1, 30.0),
+    (1, 200, 200, 4, 2, 64, True, -1, -1, 2.0),   # a cap at which tanh bends (|scale·qk| ~ 1-3)
+    (1, 129, 200, 6, 2, 128, True, 50, -1, 3.0),  # GQA 3, Sq < Sk, window + soft-cap
+    (1, 150, 180, 4, 4, 64, False, 20, 30, 0.0),  # a two-sided window, Sq != Sk
 ]
 
 

@@ -126,6 +126,15 @@ __global__ void __launch_bounds__(128) bwd_dsum_kernel(const __grid_constant__ B
 // (its value kept in `t` as fp16 pairs for the derivative). `row_of(h)` / `col_of(n, e)` give the
 // global query row and key of element (n-tile n, element e; h = e / 2 selects the row half);
 // `lse_log2_of(h, n, e)` the row's LSE in exp2 units.
+// tanh as the forward computes it (attn::SoftCap, mask.cuh: tanh.approx.f32, about 2^-11 relative
+// error): the recomputed P must match the forward's LSE, and tanhf would differ by up to cap · 2^-11
+// in the logit where tanh saturates.
+__device__ __forceinline__ float fast_tanh(float x) {
+  float t;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(x));
+  return t;
+}
+
 template <class RowCol, class Lse>
 __device__ __forceinline__ void probabilities(const BwdParams& p, const Seq& sq, float (&s)[8][4], uint32_t (&t)[8][2],
                                               RowCol&& row_col, Lse&& lse_log2_of) {
@@ -136,7 +145,7 @@ __device__ __forceinline__ void probabilities(const BwdParams& p, const Seq& sq,
       int i, j;
       row_col(n, e, i, j);
       float x = s[n][e];
-      if (p.softcap_mul != 0.f) x = tanhf(x * p.softcap_mul);
+      if (p.softcap_mul != 0.f) x = fast_tanh(x * p.softcap_mul);
       const bool vis = i < sq.sq && j < sq.sk && j >= key_lo(p, sq, i) && j <= key_hi(p, sq, i);
       const float lse2 = lse_log2_of(n, e);
       s[n][e] = vis ? exp2f(x * p.scale_log2 - lse2) : 0.f;

@@ -10,9 +10,11 @@ namespace blockfuse::attn::bwd {
 
 template <class T, int D>
 void launch_typed(const BwdParams& p, int batch, int rows_dsum, cudaStream_t stream) {
+  // A varlen call may have no key (max_seqlen_k = 0, as the forward allows): no dK/dV grid, and the
+  // dQ kernel writes dq = 0. Queries are never absent here (the launcher returns before).
   bwd_dsum_kernel<T, D><<<dim3((rows_dsum + 3) / 4, p.heads_q, batch), 128, 0, stream>>>(p, rows_dsum);
   BF_CHECK_LAUNCH();
-  {
+  if (p.seqlen_k > 0) {
     auto kernel = bwd_dkdv_kernel<T, D>;
     static blockfuse::detail::PerDeviceCache<bool> once;
     blockfuse::detail::opt_in_dynamic_smem_once(once, kernel, dkdv_smem_bytes<D>());

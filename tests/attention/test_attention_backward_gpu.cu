@@ -146,7 +146,12 @@ std::vector<Case> cases() {
   v.push_back({2, 7, 300, 8, 1, 64, true});          // Sq < Sk, MQA
   v.push_back({1, 300, 7, 4, 4, 128, true});         // Sq > Sk: rows without keys
   v.push_back({1, 257, 257, 8, 1, 128, false, 40, 0});
-  v.push_back({1, 200, 200, 4, 2, 64, true, -1, -1, 30.f});
+  // Soft-caps small enough that tanh bends at these logits (|scale·qk| ~ 1-3): a cap of 30 left
+  // 1 − tanh² within 1e-3 of 1, so a wrong derivative could pass.
+  v.push_back({1, 200, 200, 4, 2, 64, true, -1, -1, 2.f});
+  v.push_back({1, 129, 200, 6, 2, 128, true, 50, -1, 3.f});  // GQA 3, Sq < Sk, window + soft-cap
+  v.push_back({1, 150, 180, 4, 4, 64, false, 20, 30});      // a two-sided window, Sq != Sk
+  v.push_back({2, 128, 513, 4, 1, 64, true, -1, -1, 0.f, DType::kFP16});  // a multiple of 64; 513 keys
   v.push_back({2, 65, 129, 4, 4, 128, false, -1, -1, 0.f, DType::kFP16});
   v.push_back({1, 1, 1, 4, 4, 64, true});
   Case vl{3, 0, 0, 8, 2, 128, true};
