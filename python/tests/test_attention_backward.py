@@ -91,6 +91,36 @@ def test_varlen_gradients_with_an_empty_sequence():
     assert torch.equal(got[2].grad[130:135], torch.zeros_like(got[2].grad[130:135]))
 
 
+def test_varlen_padding_rows_and_calls_without_keys_or_queries():
+    """Rows past cu_seqlens[N] (padding in a static-shape batch) get zero gradients and a zero forward
+    output, never the allocator's leftovers; a call without keys (max_seqlen_k = 0) gives dq = 0 and
+    a batched call without queries dk = dv = 0."""
+    hq, hkv, d, dtype = 4, 2, 64, torch.bfloat16
+    g = torch.Generator(device="cuda").manual_seed(4)
+    mk = lambda n, h: torch.randn(n, h, d, device="cuda", generator=g).to(dtype)  # noqa: E731
+    cu_q = torch.tensor([0, 30, 50], dtype=torch.int32, device="cuda")  # 50 of 64 rows used
+    cu_k = torch.tensor([0, 40, 70], dtype=torch.int32, device="cuda")  # 70 of 80 rows used
+    q, k, v = (t.requires_grad_() for t in (mk(64, hq), mk(80, hkv), mk(80, hkv)))
+    out = ops.attention_varlen(q, k, v, cu_q, cu_k, 30, 40, causal=True)
+    assert torch.equal(out[50:], torch.zeros_like(out[50:]))
+    out.backward(mk(64, hq))
+    assert torch.isfinite(q.grad).all() and torch.isfinite(k.grad).all() and torch.isfinite(v.grad).all()
+    assert torch.equal(q.grad[50:], torch.zeros_like(q.grad[50:]))
+    assert torch.equal(k.grad[70:], torch.zeros_like(k.grad[70:])) and torch.equal(v.grad[70:], torch.zeros_like(v.grad[70:]))
+    # No keys at all: every query row sees nothing.
+    q0 = mk(10, hq).requires_grad_()
+    k0, v0 = (mk(0, hkv).requires_grad_() for _ in range(2))
+    cu0 = torch.tensor([0, 10], dtype=torch.int32, device="cuda")
+    z = torch.zeros(2, dtype=torch.int32, device="cuda")
+    ops.attention_varlen(q0, k0, v0, cu0, z, 10, 0).backward(mk(10, hq))
+    assert torch.equal(q0.grad, torch.zeros_like(q0.grad))
+    # A batch without query rows: nothing launched, dk = dv = 0.
+    qb = torch.randn(2, 0, hq, d, device="cuda").to(dtype).requires_grad_()
+    kb, vb = (torch.randn(2, 33, hkv, d, device="cuda").to(dtype).requires_grad_() for _ in range(2))
+    ops.attention(qb, kb, vb).sum().backward()
+    assert torch.equal(kb.grad, torch.zeros_like(kb.grad)) and torch.equal(vb.grad, torch.zeros_like(vb.grad))
+
+
 def test_compiled_training_step():
     q, k, v, dout = _inputs(2, 130, 130, 8, 2, 64, torch.bfloat16, seed=5)
 
