@@ -351,16 +351,20 @@ def _mask_lengths(attention_mask, sq, sk):
     silently wrong. transformers' padding masks have no holes, except right padding followed by
     generated tokens, which it warns about for decoder-only models, and a right-padded chunk of
     several queries that keeps only some of them."""
-    pad = attention_mask.to(dtype=torch.bool)
-    length = pad.shape[-1]
-    if length > sk:
-        pad, length = pad[:, -sk:], sk
+    length = min(attention_mask.shape[-1], sk)
     if length < sq:
         return None
     if _in_graph_or_compile():
-        lengths, first = _mask_runs(pad, sq)
+        lengths, first = _mask_runs(_kept(attention_mask, sk), sq)
         return lengths, first, length
-    return _once_per_forward(_MASK_LENGTHS, attention_mask, (sq, sk), lambda: _analyse_mask(pad, sq))
+    # The cache is looked up before any device work: every layer of a forward passes the same mask.
+    return _once_per_forward(_MASK_LENGTHS, attention_mask, (sq, sk),
+                             lambda: _analyse_mask(_kept(attention_mask, sk), sq))
+
+
+def _kept(attention_mask, sk):
+    """The mask's last sk slots as bool (a sliding-window cache holds the last keys)."""
+    return attention_mask[:, -sk:].to(dtype=torch.bool)
 
 
 def _mask_runs(pad, sq):
@@ -472,10 +476,12 @@ def _decode_step(query, key, value, attention_mask, scaling, causal, window_left
     if attention_mask is None:
         lengths, max_k = _unmasked_lengths(kwargs, b, query.shape[2], sk, query.device), sk
     elif attention_mask.dim() == 2:
-        found = _mask_lengths(attention_mask.to(query.device), query.shape[2], sk)
+        found = _mask_lengths(attention_mask, query.shape[2], sk)
         if found is None:
             return None
         lengths, leftpad, max_k = found
+        lengths = lengths.to(query.device)
+        leftpad = None if leftpad is None else leftpad.to(query.device)
         return _decode(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), lengths, max_k, scaling,
                        causal, window_left, window_right, softcap, leftpad)
     else:
