@@ -159,6 +159,9 @@ inline Matrix mview(const at::Tensor& t, const RowView& v, DType dt) {
   return blockfuse::make_matrix(t.data_ptr(), dt, v.rows, v.cols, v.ld);
 }
 
+// A FakeTensor's under torch.compile's dynamic shapes: size() and numel() would throw.
+inline bool has_symbolic_sizes(const at::Tensor& t) { return t.unsafeGetTensorImpl()->has_symbolic_sizes_strides(); }
+
 // The output shape of an op mapping x [..., K] to [..., n].
 inline std::vector<int64_t> with_last(const at::Tensor& x, int64_t n) {
   std::vector<int64_t> s(x.sizes().begin(), x.sizes().end());

@@ -140,13 +140,17 @@ class GatedUpFunction : public torch::autograd::Function<GatedUpFunction> {
                            .findSchemaOrThrow("blockfuse::gated_up", "")
                            .typed<at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view, bool)>();
       if (save_z && x.is_cuda()) {
-        check_training_args(x, w);  // the fused kernel's requirements and messages, before torch's GEMM
+        // The fused kernel's requirements and messages, before torch's GEMM. Under torch.compile the
+        // tensors are fakes with symbolic sizes: the ops' fakes check what they can, and the real call
+        // checks the rest; hence the sym_ sizes below too.
+        if (!has_symbolic_sizes(x) && !has_symbolic_sizes(w)) check_training_args(x, w);
         static auto swiglu = c10::Dispatcher::singleton()
                                  .findSchemaOrThrow("blockfuse::swiglu", "")
                                  .typed<at::Tensor(const at::Tensor&, c10::string_view, c10::string_view)>();
-        const int64_t k = x.size(-1);
-        const at::Tensor z = at::mm(x.reshape({-1, k}), w.t());  // [M, 2U], interleaved like w
-        out = swiglu.call(z, activation, "interleaved").view(with_last(x, w.size(0) / 2));
+        const at::Tensor z = at::mm(x.reshape_symint({-1, x.sym_size(-1)}), w.t());  // [M, 2U], interleaved like w
+        std::vector<c10::SymInt> h_sizes(x.sym_sizes().begin(), x.sym_sizes().end());
+        h_sizes.back() = w.sym_size(0) / 2;
+        out = swiglu.call(z, activation, "interleaved").view_symint(h_sizes);
         ctx->save_for_backward({x, w, z});
         ctx->saved_data["z_fresh"] = true;
       } else {
@@ -164,8 +168,8 @@ class GatedUpFunction : public torch::autograd::Function<GatedUpFunction> {
     const at::Tensor& x = saved[0];
     const at::Tensor& w = saved[1];
     const std::string act = ctx->saved_data["act"].toStringRef();
-    const int64_t k = x.size(-1), u = w.size(0) / 2;
-    const at::Tensor x2 = x.reshape({-1, k});
+    const c10::SymInt k = x.sym_size(-1), u = w.sym_size(0) / 2;  // symbolic under torch.compile
+    const at::Tensor x2 = x.reshape_symint({-1, k});
     // z, then dz in place: [M, 2U] contiguous, interleaved like w. The saved z on the first backward;
     // recomputed otherwise (recompute mode, or a second backward after the first consumed it).
     at::Tensor dz;
@@ -176,7 +180,7 @@ class GatedUpFunction : public torch::autograd::Function<GatedUpFunction> {
     } else {
       dz = at::mm(x2, w.t());
     }
-    const at::Tensor g2 = grads[0].reshape({-1, u}).contiguous();
+    const at::Tensor g2 = grads[0].reshape_symint({-1, u}).contiguous();
     // Through the dispatcher (the mutation is in the schema): torch.compile traces this backward.
     static auto swiglu_backward_ = c10::Dispatcher::singleton()
                                        .findSchemaOrThrow("blockfuse::swiglu_backward_", "")
@@ -184,7 +188,7 @@ class GatedUpFunction : public torch::autograd::Function<GatedUpFunction> {
                                                    c10::string_view)>();
     swiglu_backward_.call(g2, dz, act, "interleaved");
     at::Tensor dx, dw;
-    if (ctx->needs_input_grad(0)) dx = at::mm(dz, w).reshape(x.sizes());
+    if (ctx->needs_input_grad(0)) dx = at::mm(dz, w).reshape_symint(x.sym_sizes());
     if (ctx->needs_input_grad(1)) dw = at::mm(dz.t(), x2);
     return {dx, dw, at::Tensor(), at::Tensor(), at::Tensor()};
   }

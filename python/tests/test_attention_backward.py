@@ -121,6 +121,24 @@ def test_varlen_padding_rows_and_calls_without_keys_or_queries():
     assert torch.equal(kb.grad, torch.zeros_like(kb.grad)) and torch.equal(vb.grad, torch.zeros_like(vb.grad))
 
 
+def test_expanded_output_gradient():
+    """out.sum().backward() hands the backward an expanded dout (every stride 0): the same gradients
+    as a dense dout of ones, batched and packed."""
+    q, k, v, _ = _inputs(2, 37, 45, 4, 2, 64, torch.bfloat16, seed=5)
+    cu_q = torch.tensor([0, 30, 74], dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0, 40, 90], dtype=torch.int32, device="cuda")
+    calls = (lambda a, b, c: ops.attention(a, b, c, causal=True),
+             lambda a, b, c: ops.attention_varlen(a.flatten(0, 1), b.flatten(0, 1), c.flatten(0, 1), cu_q, cu_k, 44, 50))
+    for call in calls:
+        expanded = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        out = call(*expanded)
+        out.sum().backward()
+        dense = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        call(*dense).backward(torch.ones_like(out))
+        for a, b in zip(expanded, dense):
+            assert a.grad.abs().sum() > 0 and torch.equal(a.grad, b.grad)
+
+
 def test_compiled_training_step():
     q, k, v, dout = _inputs(2, 130, 130, 8, 2, 64, torch.bfloat16, seed=5)
 

@@ -74,7 +74,8 @@ def test_decode_rows_match(kind, rows):
     with torch.no_grad():
         want, got, theirs = ref32(x.float()), ours(x), hf(x)
         h = ours.gate_up(x)
-    assert torch.equal(h, ops.gated_up(x, ours.w_gate_up, ours.activation))
+        # (with a gradient recorded the op keeps z from torch's GEMM: close, not bit for bit)
+        assert torch.equal(h, ops.gated_up(x, ours.w_gate_up, ours.activation))
     e_ours, e_hf = rel(got, want), rel(theirs, want)
     assert e_ours <= 1.25 * e_hf + 1e-3, f"rows {rows}: blockfuse {e_ours:.3e} vs Hugging Face {e_hf:.3e} (vs fp32)"
 
