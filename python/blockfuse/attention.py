@@ -146,17 +146,11 @@ if _HAS_OP:
         ctx.args = (softmax_scale, causal, window_left, window_right, softcap)
         ctx.has_lse = bool(return_lse)  # (an empty batch has an empty lse too: the flag, not numel)
 
-    def _dense_head_dim(dout):
-        # Autograd hands expanded gradients (out.sum().backward(): every stride 0) and the kernels read
-        # rows with a contiguous head dim. clone, not contiguous(): an empty tensor counts as contiguous
-        # whatever its strides.
-        return dout if dout.stride(-1) == 1 else dout.clone(memory_format=torch.contiguous_format)
-
     def _attention_backward(ctx, dout, _dlse):
         q, k, v, out, lse = ctx.saved_tensors
         if not ctx.has_lse:
             raise RuntimeError(f"blockfuse::attention: {_NO_LSE}")
-        dq, dk, dv = torch.ops.blockfuse.attention_backward(_dense_head_dim(dout), q, k, v, out, lse, *ctx.args)
+        dq, dk, dv = torch.ops.blockfuse.attention_backward(dout, q, k, v, out, lse, *ctx.args)
         return dq, dk, dv, None, None, None, None, None, None
 
     def _attention_varlen_setup(ctx, inputs, output):
@@ -171,8 +165,7 @@ if _HAS_OP:
         q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
         if not ctx.has_lse:
             raise RuntimeError(f"blockfuse::attention_varlen: {_NO_LSE}")
-        dq, dk, dv = torch.ops.blockfuse.attention_varlen_backward(_dense_head_dim(dout), q, k, v, out, lse, cu_q, cu_k,
-                                                                   *ctx.args)
+        dq, dk, dv = torch.ops.blockfuse.attention_varlen_backward(dout, q, k, v, out, lse, cu_q, cu_k, *ctx.args)
         return (dq, dk, dv) + (None,) * 10
 
     torch.library.register_autograd("blockfuse::attention", _attention_backward, setup_context=_attention_setup)

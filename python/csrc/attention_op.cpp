@@ -115,7 +115,9 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen_cuda(
 std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_common(
     const char* fn, bool varlen, const at::Tensor& dout_in, const at::Tensor& q, const at::Tensor& k,
     const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse, blockfuse::AttentionParams prm) {
-  const at::Tensor dout = dout_in.contiguous();
+  // (an empty tensor counts as contiguous whatever its strides: out.sum().backward() of a batch
+  // without queries hands over stride-0 dims, which view_of would refuse)
+  const at::Tensor dout = dout_in.numel() == 0 ? at::empty(dout_in.sizes(), dout_in.options()) : dout_in.contiguous();
   const auto qv = view_of(q, varlen, fn, "q");
   const auto kv = view_of(k, varlen, fn, "k");
   const auto vv = view_of(v, varlen, fn, "v");
@@ -137,6 +139,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_common(
   at::Tensor dq = alloc(q), dk = alloc(k), dv = alloc(v);
   const size_t bytes = blockfuse::attention_backward_workspace_size(qv);
   at::Tensor ws = at::empty({static_cast<int64_t>(std::max<size_t>(bytes, 16))}, q.options().dtype(at::kByte));
+  // Without queries there is nothing to launch, and the forward's lse is empty (no pointer).
+  if (q.numel() == 0) return {dq, dk, dv};
   const auto dqv = out_view(dq, varlen, fn, "dq"), dkv = out_view(dk, varlen, fn, "dk"), dvv = out_view(dv, varlen, fn, "dv");
   call_blockfuse([&] {
     blockfuse::attention_backward(qv, kv, vv, ov, dov, lse.data_ptr<float>(), dqv, dkv, dvv, prm, ws.data_ptr(),
