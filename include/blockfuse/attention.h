@@ -157,8 +157,8 @@ size_t attention_backward_workspace_size(AttnConstTensor q);
 
 // dq like q, dk like k, dv like v (any strides of the forward's rules), out and dout like q's shape.
 // Validates everything attention() does, plus: dout, dq, dk, dv of q's dtype and matching shapes,
-// lse non-null, head_dim 64 or 128, params.kernel kAuto or kSm80, the workspace, and that no output
-// overlaps an input or another output.
+// lse non-null (null only for a call without query rows, whose lse is empty), head_dim 64 or 128,
+// params.kernel kAuto or kSm80, the workspace, and that no output overlaps an input or another output.
 void attention_backward(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnConstTensor out,
                         AttnConstTensor dout, const float* lse, AttnTensor dq, AttnTensor dk, AttnTensor dv,
                         const AttentionParams& params, void* workspace, size_t workspace_bytes,

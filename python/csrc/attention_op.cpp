@@ -139,8 +139,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_common(
   at::Tensor dq = alloc(q), dk = alloc(k), dv = alloc(v);
   const size_t bytes = blockfuse::attention_backward_workspace_size(qv);
   at::Tensor ws = at::empty({static_cast<int64_t>(std::max<size_t>(bytes, 16))}, q.options().dtype(at::kByte));
-  // Without queries there is nothing to launch, and the forward's lse is empty (no pointer).
-  if (q.numel() == 0) return {dq, dk, dv};
   const auto dqv = out_view(dq, varlen, fn, "dq"), dkv = out_view(dk, varlen, fn, "dk"), dvv = out_view(dv, varlen, fn, "dv");
   call_blockfuse([&] {
     blockfuse::attention_backward(qv, kv, vv, ov, dov, lse.data_ptr<float>(), dqv, dkv, dvv, prm, ws.data_ptr(),

@@ -119,6 +119,14 @@ def test_varlen_padding_rows_and_calls_without_keys_or_queries():
     kb, vb = (torch.randn(2, 33, hkv, d, device="cuda").to(dtype).requires_grad_() for _ in range(2))
     ops.attention(qb, kb, vb).sum().backward()
     assert torch.equal(kb.grad, torch.zeros_like(kb.grad)) and torch.equal(vb.grad, torch.zeros_like(vb.grad))
+    # The same packed: no query row in any sequence.
+    qp = mk(0, hq).requires_grad_()
+    kp, vp = (mk(9, hkv).requires_grad_() for _ in range(2))
+    cu_q0 = torch.zeros(3, dtype=torch.int32, device="cuda")
+    cu_k0 = torch.tensor([0, 4, 9], dtype=torch.int32, device="cuda")
+    ops.attention_varlen(qp, kp, vp, cu_q0, cu_k0, 0, 5).sum().backward()
+    assert qp.grad.shape == (0, hq, d)
+    assert torch.equal(kp.grad, torch.zeros_like(kp.grad)) and torch.equal(vp.grad, torch.zeros_like(vp.grad))
 
 
 def test_expanded_output_gradient():

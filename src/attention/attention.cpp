@@ -337,7 +337,9 @@ void attention_backward(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v,
   const AttnTensor out_w{const_cast<void*>(out.data), out.dtype, out.batch, out.seqlen, out.heads, out.head_dim,
                          out.batch_stride, out.seq_stride, out.head_stride};
   const Validated val = validate_host(q, k, v, out_w, lse, params);
-  if (lse == nullptr) throw_arg(fn, "lse", "is null", "the forward's fp32 log-sum-exp [B, Hq, Sq] (or [Hq, total])");
+  // (a call without query rows has an empty lse: PyTorch hands over a null pointer for it)
+  if (lse == nullptr && !nothing_to_do(q, val))
+    throw_arg(fn, "lse", "is null", "the forward's fp32 log-sum-exp [B, Hq, Sq] (or [Hq, total])");
   if (!attn::backward_supports(q.head_dim))
     throw_arg(fn, "head_dim", cat("is ", q.head_dim), "64 or 128 for the backward (256 does not fit the sm80 kernel's registers)");
   if (params.kernel == AttentionKernel::kSm90)

@@ -125,5 +125,19 @@ TEST(AttentionBackwardValidation, NamesTheArgument) {
   EXPECT_EQ(attention_backward_workspace_size(valid().q), size_t(2 * 100 * 8 * 4));
 }
 
+// A call without query rows has an empty lse (PyTorch passes a null pointer for it): accepted,
+// nothing launched (the fake pointers would fault), while its tensors are still checked.
+TEST(AttentionBackwardValidation, NoQueryRowsTakeANullLse) {
+  Call c = valid();
+  for (AttnConstTensor* t : {&c.q, &c.out, &c.dout}) t->seqlen = 0;
+  c.dq.seqlen = 0;
+  c.lse = nullptr;
+  c.ws = nullptr;
+  c.ws_bytes = 0;
+  EXPECT_NO_THROW(c());
+  c.dk.heads = 4;
+  expect_arg_error(c, "dk");
+}
+
 }  // namespace
 }  // namespace blockfuse
