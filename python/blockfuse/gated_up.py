@@ -37,6 +37,21 @@ def gated_up(x, w, activation="silu", recompute=False):
     return _GATED_UP(x, w, activation, recompute)
 
 
+_GATED_MLP = resolve("gated_mlp")
+
+
+def gated_mlp(x, w, w_down, activation="silu"):
+    """y[..., N] = gated_up(x, w, activation) · w_downᵀ: a gated MLP's forward (w_down: the down
+    projection's nn.Linear weight [N, U], no bias) as one op, for training.
+
+    With a recorded gradient it keeps only x and the pre-activation z = x·wᵀ [M, 2U] (torch's GEMM,
+    blockfuse's swiglu, torch's GEMM), not h: the backward gets h back from the pass that turns z into
+    dz (blockfuse::swiglu_backward_with_out_). That is 2U saved values a token, where gated_up followed
+    by F.linear keeps 3U and eager torch 4U. Without a recorded gradient: gated_up's fused kernel and
+    one GEMM. blockfuse.nn.GatedMLP's forward uses it in training."""
+    return _GATED_MLP(x, w, w_down, activation)
+
+
 # ---- the interleaved weight layout ---------------------------------------------------------------
 
 def interleave_gate_up(gate, up):
@@ -127,6 +142,18 @@ if LOADED:
         torch._check(x.shape[-1] == w.shape[1],
                      lambda: f"blockfuse.gated_up: argument 'w' has K = {w.shape[1]}; required: x.size(-1) = {x.shape[-1]}")
         return x.new_empty(with_last(x, w.shape[0] // 2))
+
+    @torch.library.register_fake("blockfuse::gated_mlp")
+    def _gated_mlp_fake(x, w, w_down, activation="silu"):
+        torch._check(w.dim() == 2, lambda: f"blockfuse.gated_mlp: argument 'w' has {w.dim()} dims; required: [2U, K]")
+        torch._check(x.shape[-1] == w.shape[1],
+                     lambda: f"blockfuse.gated_mlp: argument 'w' has K = {w.shape[1]}; required: x.size(-1) = {x.shape[-1]}")
+        torch._check(w_down.dim() == 2, lambda: f"blockfuse.gated_mlp: argument 'w_down' has {w_down.dim()} dims; "
+                                                 "required: [N, U]")
+        torch._check(w_down.shape[1] * 2 == w.shape[0],
+                     lambda: f"blockfuse.gated_mlp: argument 'w_down' has sizes {tuple(w_down.shape)}; "
+                             f"required: [N, U] with U = {w.shape[0] // 2}")
+        return x.new_empty(with_last(x, w_down.shape[0]))
 
     @torch.library.register_fake("blockfuse::interleave_gate_up")
     def _interleave_gate_up_fake(gate, up):
