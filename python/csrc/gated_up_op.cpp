@@ -28,16 +28,15 @@ using namespace blockfuse_torch;
 // ---- gated_up ----------------------------------------------------------------------------------
 
 // Validates gated_up's tensors (every error names the argument); returns U.
-int64_t check_gated_up_args(const at::Tensor& x, const at::Tensor& w) {
-  constexpr const char* fn = "gated_up";
+int64_t check_gated_up_args(const at::Tensor& x, const at::Tensor& w, const char* fn = "gated_up") {
   (void)check_operands(fn, x, {{&w, "w"}});
-  TORCH_CHECK_VALUE(x.dim() >= 1, "blockfuse.gated_up: argument 'x' is 0-dimensional; required: [..., K]");
-  TORCH_CHECK_VALUE(w.dim() == 2, "blockfuse.gated_up: argument 'w' has sizes ", dims(w.sizes()),
+  TORCH_CHECK_VALUE(x.dim() >= 1, "blockfuse.", fn, ": argument 'x' is 0-dimensional; required: [..., K]");
+  TORCH_CHECK_VALUE(w.dim() == 2, "blockfuse.", fn, ": argument 'w' has sizes ", dims(w.sizes()),
                     "; required: a 2-D interleaved weight [2U, K] (row 2j = up_j, row 2j+1 = gate_j)");
   const int64_t K = x.size(-1);
-  TORCH_CHECK_VALUE(w.size(1) == K, "blockfuse.gated_up: argument 'w' has sizes ", dims(w.sizes()),
+  TORCH_CHECK_VALUE(w.size(1) == K, "blockfuse.", fn, ": argument 'w' has sizes ", dims(w.sizes()),
                     "; required: w.size(1) == x.size(-1) (K = ", num(K), ")");
-  TORCH_CHECK_VALUE(w.size(0) % 2 == 0, "blockfuse.gated_up: argument 'w' has ", num(w.size(0)),
+  TORCH_CHECK_VALUE(w.size(0) % 2 == 0, "blockfuse.", fn, ": argument 'w' has ", num(w.size(0)),
                     " rows; required: an even number 2U (interleaved [up_0; gate_0; up_1; ...])");
   return w.size(0) / 2;
 }
@@ -45,22 +44,20 @@ int64_t check_gated_up_args(const at::Tensor& x, const at::Tensor& w) {
 // The checks of the training forward that keeps z (torch's GEMM, then swiglu): the same inputs as
 // the fused kernel takes, with its messages, so a shape is accepted or refused in training and
 // inference alike.
-void check_training_args(const at::Tensor& x, const at::Tensor& w) {
-  constexpr const char* fn = "gated_up";
-  const int64_t U = check_gated_up_args(x, w);
+void check_training_args(const at::Tensor& x, const at::Tensor& w, const char* fn = "gated_up") {
+  const int64_t U = check_gated_up_args(x, w, fn);
   (void)as_rows(x, fn, "x");
   (void)as_matrix(w, fn, "w");
-  TORCH_CHECK_VALUE(x.size(-1) % 8 == 0, "blockfuse.gated_up: argument 'x' has K = ", num(x.size(-1)),
+  TORCH_CHECK_VALUE(x.size(-1) % 8 == 0, "blockfuse.", fn, ": argument 'x' has K = ", num(x.size(-1)),
                     "; required: K % 8 == 0 (16-byte rows)");
-  TORCH_CHECK_VALUE(U % 8 == 0, "blockfuse.gated_up: argument 'w' has 2U = ", num(2 * U),
+  TORCH_CHECK_VALUE(U % 8 == 0, "blockfuse.", fn, ": argument 'w' has 2U = ", num(2 * U),
                     " rows; required: U % 8 == 0");
 }
 
-// `recompute` only matters to the backward (GatedUpFunction below): the kernel is the same.
-at::Tensor gated_up_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view activation, bool /*recompute*/) {
-  constexpr const char* fn = "gated_up";
+// The fused kernel's call; `fn` names the op in errors (gated_up, or gated_mlp's first half).
+at::Tensor run_gated_up(const at::Tensor& x, const at::Tensor& w, c10::string_view activation, const char* fn) {
   const blockfuse::Activation act = parse_activation(activation, fn);
-  const int64_t U = check_gated_up_args(x, w);
+  const int64_t U = check_gated_up_args(x, w, fn);
   const DType dt = to_dtype(x, fn, "x");
   const RowView xv = as_rows(x, fn, "x");
   const RowView wv = as_matrix(w, fn, "w");
@@ -104,6 +101,11 @@ at::Tensor gated_up_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_v
     blockfuse::gated_up(cview(x, xv, dt), cview(w, wv, dt), mview(out, ov, dt), act, ws, ws_bytes, stream);
   });
   return out;
+}
+
+// `recompute` only matters to the backward (GatedUpFunction below): the kernel is the same.
+at::Tensor gated_up_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view activation, bool /*recompute*/) {
+  return run_gated_up(x, w, activation, "gated_up");
 }
 
 at::Tensor gated_up_cpu(const at::Tensor& x, const at::Tensor&, c10::string_view, bool) {
@@ -222,9 +224,9 @@ void check_down_arg(const at::Tensor& x, const at::Tensor& w_down, int64_t U) {
 
 at::Tensor gated_mlp_cuda(const at::Tensor& x, const at::Tensor& w, const at::Tensor& w_down,
                           c10::string_view activation) {
-  const int64_t U = check_gated_up_args(x, w);
+  const int64_t U = check_gated_up_args(x, w, "gated_mlp");
   check_down_arg(x, w_down, U);
-  const at::Tensor h = gated_up_cuda(x, w, activation, false);
+  const at::Tensor h = run_gated_up(x, w, activation, "gated_mlp");
   return at::mm(h.reshape({-1, U}), w_down.t()).view(with_last(x, w_down.size(0)));
 }
 
@@ -242,8 +244,15 @@ class GatedMlpFunction : public torch::autograd::Function<GatedMlpFunction> {
     // Under torch.compile the tensors are fakes with symbolic sizes: the fake checks what it can and
     // the compiled call's real kernels the rest.
     if (!has_symbolic_sizes(x) && !has_symbolic_sizes(w) && !has_symbolic_sizes(w_down)) {
-      check_training_args(x, w);
+      check_training_args(x, w, "gated_mlp");
       check_down_arg(x, w_down, w.size(0) / 2);
+    } else {  // the shapes the GEMMs need, symbolically (torch's own mm errors would not name them)
+      TORCH_CHECK_VALUE(x.dim() >= 1 && w.dim() == 2 && w_down.dim() == 2, "blockfuse.gated_mlp: arguments 'x', 'w', "
+                        "'w_down' have ", x.dim(), ", ", w.dim(), ", ", w_down.dim(), " dims; required: [..., K], [2U, K], [N, U]");
+      TORCH_SYM_CHECK(x.sym_size(-1).sym_eq(w.sym_size(1)), "blockfuse.gated_mlp: argument 'w' has K = ", w.sym_size(1),
+                      "; required: x.size(-1) = ", x.sym_size(-1));
+      TORCH_SYM_CHECK(w_down.sym_size(1).sym_eq(w.sym_size(0) / 2), "blockfuse.gated_mlp: argument 'w_down' has U = ",
+                      w_down.sym_size(1), "; required: w.size(0) / 2 = ", w.sym_size(0) / 2);
     }
     static auto swiglu = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("blockfuse::swiglu", "")

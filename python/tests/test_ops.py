@@ -339,13 +339,15 @@ def test_gated_mlp_bad_inputs_name_the_argument():
     wd = make_down(48, 32, torch.bfloat16)
     for grad in (False, True):
         wg = w.clone().requires_grad_(grad)
-        with pytest.raises(ValueError, match="w_down"):
+        with pytest.raises(ValueError, match="gated_mlp: argument 'w_down'"):
             ops.gated_mlp(x, wg, make_down(48, 40, torch.bfloat16))
-        with pytest.raises(ValueError, match="w_down"):
+        with pytest.raises(ValueError, match="gated_mlp: argument 'w_down'"):
             ops.gated_mlp(x, wg, wd.half())
-        with pytest.raises(ValueError, match="'w'"):
+        with pytest.raises(ValueError, match="gated_mlp: argument 'w'"):
             ops.gated_mlp(x, wg[:, :32], wd)
-    with pytest.raises(ValueError, match="'x'"):
+        with pytest.raises(ValueError, match="gated_mlp: argument 'x'"):
+            ops.gated_mlp(x.float(), wg, wd)
+    with pytest.raises(ValueError, match="gated_mlp: argument 'x'"):
         ops.gated_mlp(x.cpu(), w.cpu(), wd.cpu())
 
 
