@@ -48,4 +48,12 @@ void swiglu_fp8(ConstMatrix gate_up, Fp8Matrix out, Fp8Scale scale, Activation a
 void swiglu_backward(ConstMatrix dh, ConstMatrix gate_up, Matrix d_gate_up, Activation act, GateUpLayout layout,
                      cudaStream_t stream = nullptr);
 
+// The same pass, also writing the forward's output out [M, U] = act(gate) · up (fp32, one rounding:
+// swiglu()'s value up to the special-function sigmoid's last bit). A training step that keeps only
+// gate_up gets from it the input of the down projection's weight gradient without a second pass over
+// gate_up (blockfuse.ops.gated_mlp). Requirements: as above, plus out of dh's shape and dtype,
+// out.ld % 8 == 0, a 16-byte aligned pointer, and no overlap with dh, gate_up or d_gate_up.
+void swiglu_backward(ConstMatrix dh, ConstMatrix gate_up, Matrix d_gate_up, Matrix out, Activation act,
+                     GateUpLayout layout, cudaStream_t stream = nullptr);
+
 }  // namespace blockfuse

@@ -19,7 +19,7 @@ implementations (blockfuse::gated_up and the layout ops).
 import torch
 
 from . import _lib
-from ._common import FUSED_DTYPES, LOADED, activation as _activation, activation_and_grad, resolve, with_last
+from ._common import FUSED_DTYPES, LOADED, activation as _activation, activation_and_grad, has_op, resolve, with_last
 
 _GATED_UP = resolve("gated_up")
 
@@ -35,6 +35,25 @@ def gated_up(x, w, activation="silu", recompute=False):
     a recorded gradient (torch.no_grad, inference_mode, no input requiring grad) the fused kernel
     runs either way."""
     return _GATED_UP(x, w, activation, recompute)
+
+
+_HAS_GATED_MLP = has_op("gated_mlp")  # (a _C.so built before the op existed lacks it)
+_GATED_MLP = resolve("gated_mlp") if _HAS_GATED_MLP else None
+
+
+def gated_mlp(x, w, w_down, activation="silu"):
+    """y[..., N] = gated_up(x, w, activation) · w_downᵀ: a gated MLP's forward (w_down: the down
+    projection's nn.Linear weight [N, U], no bias) as one op, for training.
+
+    With a recorded gradient it keeps only x and the pre-activation z = x·wᵀ [M, 2U] (torch's GEMM,
+    blockfuse's swiglu, torch's GEMM), not h: the backward gets h back from the pass that turns z into
+    dz (blockfuse::swiglu_backward_with_out_). That is 2U saved values a token, where gated_up followed
+    by F.linear keeps 3U and eager torch 4U. Without a recorded gradient: gated_up's fused kernel and
+    one GEMM. blockfuse.nn.GatedMLP's forward uses it in training."""
+    if not _HAS_GATED_MLP:
+        raise RuntimeError(_lib.error or "blockfuse: the loaded library has no blockfuse::gated_mlp op: rebuild it "
+                                         "(pip install --no-build-isolation .)")
+    return _GATED_MLP(x, w, w_down, activation)
 
 
 # ---- the interleaved weight layout ---------------------------------------------------------------
@@ -143,3 +162,18 @@ if LOADED:
     @torch.library.register_fake("blockfuse::deinterleave_to_stacked")
     def _deinterleave_to_stacked_fake(w):
         return w.new_empty(w.shape)
+
+
+if LOADED and _HAS_GATED_MLP:
+
+    @torch.library.register_fake("blockfuse::gated_mlp")
+    def _gated_mlp_fake(x, w, w_down, activation="silu"):
+        torch._check(w.dim() == 2, lambda: f"blockfuse.gated_mlp: argument 'w' has {w.dim()} dims; required: [2U, K]")
+        torch._check(x.shape[-1] == w.shape[1],
+                     lambda: f"blockfuse.gated_mlp: argument 'w' has K = {w.shape[1]}; required: x.size(-1) = {x.shape[-1]}")
+        torch._check(w_down.dim() == 2, lambda: f"blockfuse.gated_mlp: argument 'w_down' has {w_down.dim()} dims; "
+                                                 "required: [N, U]")
+        torch._check(w_down.shape[1] * 2 == w.shape[0],
+                     lambda: f"blockfuse.gated_mlp: argument 'w_down' has sizes {tuple(w_down.shape)}; "
+                             f"required: [N, U] with U = {w.shape[0] // 2}")
+        return x.new_empty(with_last(x, w_down.shape[0]))

@@ -23,7 +23,7 @@ from torch import nn
 from . import ops
 from ._common import FUSED_DTYPES as _FUSED_DTYPES, activation as _activation
 from .fused_mlp import _HAS_OP as _HAS_FUSED_MLP_OP
-from .gated_up import _GATED_UP
+from .gated_up import _GATED_MLP, _GATED_UP, _HAS_GATED_MLP
 
 # Hugging Face MLP classes with gate_proj/up_proj/down_proj and forward
 #   down_proj(act_fn(gate_proj(x)) * up_proj(x))
@@ -60,6 +60,15 @@ HF_ACTIVATIONS = {
 }
 
 
+def _has_hooks(module):
+    """Whether calling `module` would run a hook: its own forward / backward hooks or the global ones
+    (torch.nn.modules.module.register_module_forward_hook and friends)."""
+    own = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+    glob = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks", "_global_backward_pre_hooks")
+    return (any(getattr(module, name, None) for name in own)
+            or any(getattr(nn.modules.module, name, None) for name in glob))
+
+
 class GatedMLP(nn.Module):
     """down(act(x·W_gateᵀ) ⊙ (x·W_upᵀ)) with the gate/up projection fused with the activation.
 
@@ -69,8 +78,12 @@ class GatedMLP(nn.Module):
         activation: "silu" (SwiGLU) or "gelu_tanh" (GeGLU).
         bias: must be False — the fused kernel has no bias on gate/up (Llama-family MLPs have none).
         recompute: in training, keep only x and recompute the [M, 2U] pre-activation in the backward
-            (less memory, one more GEMM) instead of keeping it (ops.gated_up); an attribute, so it
-            can be switched on a converted model (`mlp.recompute = True`).
+            (less memory, one more GEMM) instead of keeping it; an attribute, so it can be switched
+            on a converted model (`mlp.recompute = True`). Off (the default), training with x or
+            w_gate_up needing a gradient runs ops.gated_mlp, which keeps the pre-activation and
+            not h (2U values a token; gate_up + down as two modules would keep 3U), when `down` is
+            a plain nn.Linear with no hook (a LoRA-wrapped or hooked down keeps the two-module
+            path: ops.gated_up, then down).
         dtype, device: of the parameters (bf16/fp16 on CUDA for the fused kernel).
 
     Parameters: `w_gate_up` [2U, K] (interleaved), `down` (nn.Linear U -> K, bias-free unless
@@ -153,9 +166,29 @@ class GatedMLP(nn.Module):
             self._w_down_t_key = key
         return self._w_down_t
 
+    def _trains_whole(self, x):
+        # ops.gated_mlp in training: x or w_gate_up needing a gradient (with only `down` training, the
+        # two-module path keeps h alone, U values a token against z's 2U), the saved pre-activation
+        # mode, CUDA tensors of one fused dtype, a plain down Linear with no hook of any kind, its
+        # own or global (its weight is passed as a tensor: a wrapper or hook would be skipped), and no
+        # tensor parallelism (DTensor weights).
+        w, down = self.w_gate_up, self.down
+        d = down.weight
+        if not (_HAS_GATED_MLP and torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)):
+            return False
+        if self.recompute or not (x.is_cuda and x.dtype is w.dtype and x.dtype in _FUSED_DTYPES and d.dtype is x.dtype):
+            return False
+        if type(down) is not nn.Linear or _has_hooks(down):
+            return False
+        DTensor = _dtensor_cls()
+        return DTensor is None or not (isinstance(d, DTensor) or isinstance(w, DTensor))
+
     def forward(self, x):
         if getattr(self, "_whole_mlp", False) and self._whole_mlp_applies(x):
             y = ops.fused_mlp(x, self.w_gate_up, self._down_t(), self.activation, self._whole_mlp_deterministic)
+            return y if self.down.bias is None else y + self.down.bias
+        if self._trains_whole(x):
+            y = _GATED_MLP(x, self.w_gate_up, self.down.weight, self.activation)
             return y if self.down.bias is None else y + self.down.bias
         return self.down(self.gate_up(x))
 

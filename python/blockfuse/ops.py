@@ -1,6 +1,7 @@
 """blockfuse's operators for PyTorch: every kernel of the decoder block, as torch.library ops.
 
     h = blockfuse.ops.gated_up(x, w, activation="silu")           # act(x·W_gateᵀ) ⊙ (x·W_upᵀ), one kernel
+    y = blockfuse.ops.gated_mlp(x, w, w_down)                     # gated_up, then h·w_downᵀ (training: keeps z only)
     out, residual = blockfuse.ops.add_rmsnorm(x, residual, weight, eps, gemma=False)
     out = blockfuse.ops.rmsnorm(x, weight, eps)
     h = blockfuse.ops.swiglu(gate_up, "silu", "stacked")          # act(gate) ⊙ up of a [.., 2U] GEMM output
@@ -15,15 +16,15 @@ implementations in the family modules), so it traces under torch.compile(fullgra
 graph break; outputs come from the caching allocator and the work goes on the current stream, so
 every op can be captured in a CUDA graph. The wrappers call the registered op directly: all argument
 checks are in C++ (no Python on the hot path), and every argument error is a ValueError whose message
-names the op and the argument (blockfuse::Error's message, unchanged). gated_up has a backward (in
-C++); rmsnorm, add_rmsnorm, swiglu, attention and attention_varlen have one through their backward
-kernels (registered with torch.library.register_autograd); the other ops are inference-only (a
-backward through them raises).
+names the op and the argument (blockfuse::Error's message, unchanged). gated_up and gated_mlp have a
+backward (in C++); rmsnorm, add_rmsnorm, swiglu, attention and attention_varlen have one through their
+backward kernels (registered with torch.library.register_autograd); the other ops are inference-only
+(a backward through them raises).
 
 This module is the public namespace: it re-exports each family's op wrappers and references from
 the module that holds them with its fake implementations —
 
-    blockfuse.gated_up      gated_up, interleave_gate_up / interleave_stacked / deinterleave_*,
+    blockfuse.gated_up      gated_up, gated_mlp, interleave_gate_up / interleave_stacked / deinterleave_*,
                             gated_up_reference, gated_up_backward
     blockfuse.gated_up_fp8  gated_up_fp8, gated_up_fp8_dynamic, gated_up_fp8_reference
     blockfuse.attention     attention, attention_varlen (and the Hugging Face backend)
@@ -48,7 +49,7 @@ from .decode_attention import (decode_attention, decode_attention_reference, dec
 from .decode_gemm import decode_gemm, decode_gemm_reference, decode_gemm_reserve
 from .fused_mlp import (ROUTER_MODES, fused_mlp, fused_mlp_reference, fused_mlp_reserve,
                         fused_mlp_sparse, neuron_block_router, router_reference)
-from .gated_up import (deinterleave_gate_up, deinterleave_to_stacked, gated_up, gated_up_backward,
+from .gated_up import (deinterleave_gate_up, deinterleave_to_stacked, gated_mlp, gated_up, gated_up_backward,
                        gated_up_reference, interleave_gate_up, interleave_stacked)
 from .gated_up_fp8 import gated_up_fp8, gated_up_fp8_dynamic, gated_up_fp8_reference
 from .swiglu import swiglu, swiglu_backward, swiglu_backward_reference, swiglu_fp8, swiglu_reference
@@ -61,7 +62,7 @@ __all__ = [
     "attention", "attention_varlen", "decode_attention", "decode_attention_with_kvcache",
     "decode_attention_reference", "decode_attention_with_kvcache_reference", "decode_gemm", "decode_gemm_reference", "decode_gemm_reserve",
     "ROUTER_MODES", "fused_mlp", "fused_mlp_reference", "fused_mlp_reserve", "fused_mlp_sparse",
-    "neuron_block_router", "router_reference", "deinterleave_gate_up", "deinterleave_to_stacked", "gated_up",
+    "neuron_block_router", "router_reference", "deinterleave_gate_up", "deinterleave_to_stacked", "gated_mlp", "gated_up",
     "gated_up_backward", "gated_up_reference", "interleave_gate_up", "interleave_stacked", "gated_up_fp8",
     "gated_up_fp8_dynamic", "gated_up_fp8_reference", "swiglu", "swiglu_backward",
     "swiglu_backward_reference", "swiglu_fp8", "swiglu_reference",

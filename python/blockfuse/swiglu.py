@@ -109,3 +109,9 @@ if LOADED:
             return _SWIGLU_BACKWARD(grad.contiguous(), gate_up, ctx.activation, ctx.layout), None, None
 
         torch.library.register_autograd("blockfuse::swiglu", _swiglu_grad, setup_context=_swiglu_setup)
+
+    if has_op("swiglu_backward_with_out_"):
+
+        @torch.library.register_fake("blockfuse::swiglu_backward_with_out_")
+        def _swiglu_backward_with_out_fake(dh, gate_up, activation="silu", layout="stacked"):
+            return torch.empty_like(dh, memory_format=torch.contiguous_format)  # h; gate_up written in place

@@ -1,6 +1,7 @@
 // The PyTorch ops of the fused gated up-projection (include/blockfuse/gated_up.h) and of its
 // interleaved weight layout (include/blockfuse/weight_layout.h):
 //   gated_up(x [..., K], w [2U, K] interleaved, activation, recompute) -> h [..., U] CUDA; autograd in C++
+//   gated_mlp(x [..., K], w [2U, K], w_down [N, U], activation) -> y [..., N]    CUDA; autograd in C++
 //   interleave_gate_up(gate [U, K], up [U, K]) -> w [2U, K]                       CUDA, CPU
 //   interleave_stacked(stacked [2U, K] = [gate; up]) -> w [2U, K]                 CUDA, CPU
 //   deinterleave_gate_up(w [2U, K]) -> (gate [U, K], up [U, K])                   CUDA, CPU
@@ -27,16 +28,15 @@ using namespace blockfuse_torch;
 // ---- gated_up ----------------------------------------------------------------------------------
 
 // Validates gated_up's tensors (every error names the argument); returns U.
-int64_t check_gated_up_args(const at::Tensor& x, const at::Tensor& w) {
-  constexpr const char* fn = "gated_up";
+int64_t check_gated_up_args(const at::Tensor& x, const at::Tensor& w, const char* fn = "gated_up") {
   (void)check_operands(fn, x, {{&w, "w"}});
-  TORCH_CHECK_VALUE(x.dim() >= 1, "blockfuse.gated_up: argument 'x' is 0-dimensional; required: [..., K]");
-  TORCH_CHECK_VALUE(w.dim() == 2, "blockfuse.gated_up: argument 'w' has sizes ", dims(w.sizes()),
+  TORCH_CHECK_VALUE(x.dim() >= 1, "blockfuse.", fn, ": argument 'x' is 0-dimensional; required: [..., K]");
+  TORCH_CHECK_VALUE(w.dim() == 2, "blockfuse.", fn, ": argument 'w' has sizes ", dims(w.sizes()),
                     "; required: a 2-D interleaved weight [2U, K] (row 2j = up_j, row 2j+1 = gate_j)");
   const int64_t K = x.size(-1);
-  TORCH_CHECK_VALUE(w.size(1) == K, "blockfuse.gated_up: argument 'w' has sizes ", dims(w.sizes()),
+  TORCH_CHECK_VALUE(w.size(1) == K, "blockfuse.", fn, ": argument 'w' has sizes ", dims(w.sizes()),
                     "; required: w.size(1) == x.size(-1) (K = ", num(K), ")");
-  TORCH_CHECK_VALUE(w.size(0) % 2 == 0, "blockfuse.gated_up: argument 'w' has ", num(w.size(0)),
+  TORCH_CHECK_VALUE(w.size(0) % 2 == 0, "blockfuse.", fn, ": argument 'w' has ", num(w.size(0)),
                     " rows; required: an even number 2U (interleaved [up_0; gate_0; up_1; ...])");
   return w.size(0) / 2;
 }
@@ -44,22 +44,20 @@ int64_t check_gated_up_args(const at::Tensor& x, const at::Tensor& w) {
 // The checks of the training forward that keeps z (torch's GEMM, then swiglu): the same inputs as
 // the fused kernel takes, with its messages, so a shape is accepted or refused in training and
 // inference alike.
-void check_training_args(const at::Tensor& x, const at::Tensor& w) {
-  constexpr const char* fn = "gated_up";
-  const int64_t U = check_gated_up_args(x, w);
+void check_training_args(const at::Tensor& x, const at::Tensor& w, const char* fn = "gated_up") {
+  const int64_t U = check_gated_up_args(x, w, fn);
   (void)as_rows(x, fn, "x");
   (void)as_matrix(w, fn, "w");
-  TORCH_CHECK_VALUE(x.size(-1) % 8 == 0, "blockfuse.gated_up: argument 'x' has K = ", num(x.size(-1)),
+  TORCH_CHECK_VALUE(x.size(-1) % 8 == 0, "blockfuse.", fn, ": argument 'x' has K = ", num(x.size(-1)),
                     "; required: K % 8 == 0 (16-byte rows)");
-  TORCH_CHECK_VALUE(U % 8 == 0, "blockfuse.gated_up: argument 'w' has 2U = ", num(2 * U),
+  TORCH_CHECK_VALUE(U % 8 == 0, "blockfuse.", fn, ": argument 'w' has 2U = ", num(2 * U),
                     " rows; required: U % 8 == 0");
 }
 
-// `recompute` only matters to the backward (GatedUpFunction below): the kernel is the same.
-at::Tensor gated_up_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view activation, bool /*recompute*/) {
-  constexpr const char* fn = "gated_up";
+// The fused kernel's call; `fn` names the op in errors (gated_up, or gated_mlp's first half).
+at::Tensor run_gated_up(const at::Tensor& x, const at::Tensor& w, c10::string_view activation, const char* fn) {
   const blockfuse::Activation act = parse_activation(activation, fn);
-  const int64_t U = check_gated_up_args(x, w);
+  const int64_t U = check_gated_up_args(x, w, fn);
   const DType dt = to_dtype(x, fn, "x");
   const RowView xv = as_rows(x, fn, "x");
   const RowView wv = as_matrix(w, fn, "w");
@@ -103,6 +101,11 @@ at::Tensor gated_up_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_v
     blockfuse::gated_up(cview(x, xv, dt), cview(w, wv, dt), mview(out, ov, dt), act, ws, ws_bytes, stream);
   });
   return out;
+}
+
+// `recompute` only matters to the backward (GatedUpFunction below): the kernel is the same.
+at::Tensor gated_up_cuda(const at::Tensor& x, const at::Tensor& w, c10::string_view activation, bool /*recompute*/) {
+  return run_gated_up(x, w, activation, "gated_up");
 }
 
 at::Tensor gated_up_cpu(const at::Tensor& x, const at::Tensor&, c10::string_view, bool) {
@@ -197,6 +200,120 @@ class GatedUpFunction : public torch::autograd::Function<GatedUpFunction> {
 at::Tensor gated_up_autograd(const at::Tensor& x, const at::Tensor& w, c10::string_view activation, bool recompute) {
   const bool save_z = !recompute && at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad());
   return GatedUpFunction::apply(x, w, activation, recompute, save_z);
+}
+
+// ---- gated_mlp: down(gated_up(x)) in training ---------------------------------------------------
+// y = h·w_downᵀ with h = gated_up(x, w): a GatedMLP's forward as one op, so that its backward can
+// keep z = x·wᵀ [M, 2U] alone. gated_up followed by nn.Linear keeps z and h (the Linear saves its
+// input): 3U values a token, where eager torch keeps 4U (gate, up, act(gate), h) and
+// torch.compile's partitioner 2U. This op keeps 2U and gets h back in the backward from the pass
+// that turns z into dz anyway (swiglu_backward_with_out_: one more [M, U] store, no second read):
+//   forward   z = x·wᵀ (torch's GEMM), h = swiglu(z) (interleaved), y = h·w_downᵀ
+//   backward  dh = dy·w_down; dz (over z) and h from one pass; dw_down = dyᵀ·h, dx = dz·w,
+//             dw = dzᵀ·x
+// Without a recorded gradient it is gated_up's fused kernel and one GEMM.
+
+// w_down's checks against x and w (U from w); every message names the argument.
+void check_down_arg(const at::Tensor& x, const at::Tensor& w_down, int64_t U) {
+  constexpr const char* fn = "gated_mlp";
+  (void)check_operands(fn, x, {{&w_down, "w_down"}});
+  TORCH_CHECK_VALUE(w_down.dim() == 2 && w_down.size(1) == U, "blockfuse.gated_mlp: argument 'w_down' has sizes ",
+                    dims(w_down.sizes()), "; required: the down projection's weight [N, U] (nn.Linear(U, N).weight, U = ",
+                    num(U), ")");
+}
+
+at::Tensor gated_mlp_cuda(const at::Tensor& x, const at::Tensor& w, const at::Tensor& w_down,
+                          c10::string_view activation) {
+  const int64_t U = check_gated_up_args(x, w, "gated_mlp");
+  check_down_arg(x, w_down, U);
+  const at::Tensor h = run_gated_up(x, w, activation, "gated_mlp");
+  return at::mm(h.reshape({-1, U}), w_down.t()).view(with_last(x, w_down.size(0)));
+}
+
+at::Tensor gated_mlp_cpu(const at::Tensor& x, const at::Tensor&, const at::Tensor&, c10::string_view) {
+  check_cuda(x, "gated_mlp", "x");  // always throws: names the argument
+  return {};
+}
+
+class GatedMlpFunction : public torch::autograd::Function<GatedMlpFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
+                            const at::Tensor& w_down, c10::string_view activation) {
+    parse_activation(activation, "gated_mlp");
+    at::AutoDispatchBelowADInplaceOrView guard;
+    // Under torch.compile the tensors are fakes with symbolic sizes: the fake checks what it can and
+    // the compiled call's real kernels the rest.
+    if (!has_symbolic_sizes(x) && !has_symbolic_sizes(w) && !has_symbolic_sizes(w_down)) {
+      check_training_args(x, w, "gated_mlp");
+      check_down_arg(x, w_down, w.size(0) / 2);
+    } else {  // the shapes the GEMMs need, symbolically (torch's own mm errors would not name them)
+      TORCH_CHECK_VALUE(x.dim() >= 1 && w.dim() == 2 && w_down.dim() == 2, "blockfuse.gated_mlp: arguments 'x', 'w', "
+                        "'w_down' have ", x.dim(), ", ", w.dim(), ", ", w_down.dim(), " dims; required: [..., K], [2U, K], [N, U]");
+      TORCH_SYM_CHECK(x.sym_size(-1).sym_eq(w.sym_size(1)), "blockfuse.gated_mlp: argument 'w' has K = ", w.sym_size(1),
+                      "; required: x.size(-1) = ", x.sym_size(-1));
+      TORCH_SYM_CHECK(w_down.sym_size(1).sym_eq(w.sym_size(0) / 2), "blockfuse.gated_mlp: argument 'w_down' has U = ",
+                      w_down.sym_size(1), "; required: w.size(0) / 2 = ", w.sym_size(0) / 2);
+    }
+    static auto swiglu = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("blockfuse::swiglu", "")
+                             .typed<at::Tensor(const at::Tensor&, c10::string_view, c10::string_view)>();
+    const at::Tensor z = at::mm(x.reshape_symint({-1, x.sym_size(-1)}), w.t());  // [M, 2U], interleaved like w
+    const at::Tensor y = at::mm(swiglu.call(z, activation, "interleaved"), w_down.t());
+    ctx->save_for_backward({x, w, w_down, z});
+    ctx->saved_data["z_fresh"] = true;
+    ctx->saved_data["act"] = std::string(activation.data(), activation.size());
+    std::vector<c10::SymInt> y_sizes(x.sym_sizes().begin(), x.sym_sizes().end());
+    y_sizes.back() = w_down.sym_size(0);
+    return y.view_symint(y_sizes);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &w = saved[1], &w_down = saved[2];
+    const std::string act = ctx->saved_data["act"].toStringRef();
+    const at::Tensor x2 = x.reshape_symint({-1, x.sym_size(-1)});
+    const at::Tensor dy = grads[0].reshape_symint({-1, w_down.sym_size(0)}).contiguous();
+    const at::Tensor dh = at::mm(dy, w_down);  // [M, U]
+    // dz over z: the saved z on the first backward, recomputed on a second (retain_graph).
+    at::Tensor dz;
+    if (ctx->saved_data["z_fresh"].toBool()) {
+      dz = saved[3];
+      ctx->saved_data["z_fresh"] = false;
+    } else {
+      dz = at::mm(x2, w.t());
+    }
+    using Backward = at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view, c10::string_view);
+    static auto with_out = c10::Dispatcher::singleton()
+                               .findSchemaOrThrow("blockfuse::swiglu_backward_with_out_", "")
+                               .typed<Backward>();
+    static auto in_place = c10::Dispatcher::singleton()
+                               .findSchemaOrThrow("blockfuse::swiglu_backward_", "")
+                               .typed<void(const at::Tensor&, const at::Tensor&, c10::string_view, c10::string_view)>();
+    at::Tensor dx, dw, dw_down;
+    if (ctx->needs_input_grad(2)) {
+      const at::Tensor h = with_out.call(dh, dz, act, "interleaved");  // the forward's h, from the same pass
+      dw_down = at::mm(dy.t(), h);
+    } else {
+      in_place.call(dh, dz, act, "interleaved");  // a frozen down projection (LoRA) needs no h
+    }
+    if (ctx->needs_input_grad(0)) dx = at::mm(dz, w).reshape_symint(x.sym_sizes());
+    if (ctx->needs_input_grad(1)) dw = at::mm(dz.t(), x2);
+    return {dx, dw, dw_down, at::Tensor()};
+  }
+};
+
+at::Tensor gated_mlp_autograd(const at::Tensor& x, const at::Tensor& w, const at::Tensor& w_down,
+                              c10::string_view activation) {
+  const bool grad = at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad() || w_down.requires_grad());
+  if (!grad) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    static auto op = c10::Dispatcher::singleton()
+                         .findSchemaOrThrow("blockfuse::gated_mlp", "")
+                         .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, c10::string_view)>();
+    return op.call(x, w, w_down, activation);
+  }
+  return GatedMlpFunction::apply(x, w, w_down, activation);
 }
 
 // ---- weight layout -----------------------------------------------------------------------------
@@ -295,19 +412,26 @@ void impls(torch::Library& m) {
 
 TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
   def_ops(m, {"gated_up(Tensor x, Tensor w, str activation='silu', bool recompute=False) -> Tensor",
+               "gated_mlp(Tensor x, Tensor w, Tensor w_down, str activation='silu') -> Tensor",
                "interleave_gate_up(Tensor gate, Tensor up) -> Tensor",
                "interleave_stacked(Tensor stacked) -> Tensor",
                "deinterleave_gate_up(Tensor w) -> (Tensor, Tensor)",
                "deinterleave_to_stacked(Tensor w) -> Tensor"});
 }
 
-// gated_up has a CPU kernel of its own (it only raises); the layout helpers run on both backends.
+// gated_up and gated_mlp have CPU kernels of their own (they only raise); the layout helpers run on
+// both backends.
 TORCH_LIBRARY_IMPL(blockfuse, CUDA, m) {
   m.impl("gated_up", &gated_up_cuda);
+  m.impl("gated_mlp", &gated_mlp_cuda);
   impls(m);
 }
 TORCH_LIBRARY_IMPL(blockfuse, CPU, m) {
   m.impl("gated_up", &gated_up_cpu);
+  m.impl("gated_mlp", &gated_mlp_cpu);
   impls(m);
 }
-TORCH_LIBRARY_IMPL(blockfuse, Autograd, m) { m.impl("gated_up", &gated_up_autograd); }
+TORCH_LIBRARY_IMPL(blockfuse, Autograd, m) {
+  m.impl("gated_up", &gated_up_autograd);
+  m.impl("gated_mlp", &gated_mlp_autograd);
+}

@@ -4,6 +4,7 @@
 //   swiglu_fp8(gate_up, scale?, activation, layout) -> (out e4m3, row_scales)
 //   swiglu_backward(dh [..., U], gate_up [..., 2U], activation, layout) -> d_gate_up [..., 2U]
 //   swiglu_backward_(dh, gate_up (written: d_gate_up), activation, layout) -> ()
+//   swiglu_backward_with_out_(dh, gate_up (written: d_gate_up), activation, layout) -> h [..., U]
 // (swiglu_backward serves swiglu's autograd formula, registered in Python: blockfuse/swiglu.py.)
 // Schemas at the end; the fake implementations are in the Python package. FP8 scales as for
 // rmsnorm_fp8 (binding.h's fp8_scale): a one-element float32 tensor is the static per-tensor scale
@@ -124,13 +125,34 @@ void swiglu_backward_inplace_op(const at::Tensor& dh, const at::Tensor& gate_up,
   });
 }
 
+// The same in-place pass, also returning the forward's output h = act(gate)·up (a new tensor of
+// dh's sizes): gated_mlp's backward keeps only z and needs h for the down projection's weight
+// gradient, so the kernel writes it while it reads z anyway.
+at::Tensor swiglu_backward_with_out_op(const at::Tensor& dh, const at::Tensor& gate_up, c10::string_view activation,
+                                       c10::string_view layout) {
+  constexpr const char* fn = "swiglu_backward_with_out_";
+  const SwigluArgs a = check_swiglu(fn, gate_up, activation, layout);
+  const RowView dv = check_dh(fn, dh, gate_up, a);
+  c10::cuda::CUDAGuard guard(gate_up.device());
+  at::Tensor h = at::empty(dh.sizes(), dh.options());
+  if (a.gv.rows == 0) return h;
+  const RowView hv{a.gv.rows, a.u, a.u};
+  call_blockfuse([&] {
+    blockfuse::swiglu_backward(cview(dh, dv, a.dt), cview(gate_up, a.gv, a.dt), mview(gate_up, a.gv, a.dt),
+                               mview(h, hv, a.dt), a.act, a.layout, current_stream(gate_up));
+  });
+  return h;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
   def_ops(m, {"swiglu(Tensor gate_up, str activation='silu', str layout='stacked') -> Tensor",
                "swiglu_fp8(Tensor gate_up, Tensor? scale=None, str activation='silu', str layout='stacked') -> (Tensor, Tensor)",
                "swiglu_backward(Tensor dh, Tensor gate_up, str activation='silu', str layout='stacked') -> Tensor",
-               "swiglu_backward_(Tensor dh, Tensor(a!) gate_up, str activation='silu', str layout='stacked') -> ()"});
+               "swiglu_backward_(Tensor dh, Tensor(a!) gate_up, str activation='silu', str layout='stacked') -> ()",
+               "swiglu_backward_with_out_(Tensor dh, Tensor(a!) gate_up, str activation='silu', str layout='stacked') "
+               "-> Tensor"});
 }
 
 BLOCKFUSE_TORCH_IMPLS(m) {
@@ -138,4 +160,5 @@ BLOCKFUSE_TORCH_IMPLS(m) {
   m.impl("swiglu_fp8", &swiglu_fp8_op);
   m.impl("swiglu_backward", &swiglu_backward_op);
   m.impl("swiglu_backward_", &swiglu_backward_inplace_op);
+  m.impl("swiglu_backward_with_out_", &swiglu_backward_with_out_op);
 }

@@ -149,6 +149,44 @@ def test_module_backward():
     assert rel(ours.down.weight.grad, hf.down_proj.weight.grad) < 3e-2
 
 
+@pytest.mark.parametrize("path", ("gated_mlp", "recompute", "hooked_down", "backward_hook"))
+def test_module_training_paths(path, monkeypatch):
+    """Training takes ops.gated_mlp (z kept, not h) unless recompute is set or `down` carries a hook
+    (then gated_up and the down module, hook called); every path's gradients match Hugging Face's,
+    with a down bias too."""
+    hf = hf_mlp("LlamaMLP", torch.bfloat16)
+    hf.down_proj.bias = torch.nn.Parameter(torch.randn(HIDDEN, device="cuda", dtype=torch.bfloat16) * 0.1)
+    ours = bnn.GatedMLP.from_hf(hf).train()
+    calls = {"gated_mlp": 0, "hook": 0}
+    real = bnn._GATED_MLP
+
+    def counting(*args):
+        calls["gated_mlp"] += 1
+        return real(*args)
+
+    monkeypatch.setattr(bnn, "_GATED_MLP", counting)
+    if path == "recompute":
+        ours.recompute = True
+    if path == "hooked_down":
+        ours.down.register_forward_hook(lambda *_: calls.__setitem__("hook", calls["hook"] + 1))
+    if path == "backward_hook":
+        ours.down.register_full_backward_hook(lambda *_: calls.__setitem__("hook", calls["hook"] + 1))
+    x = torch.randn(3, 21, HIDDEN, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    x_hf = x.detach().clone().requires_grad_(True)
+    gy = torch.randn(3, 21, HIDDEN, device="cuda", dtype=torch.bfloat16)
+    ours(x).backward(gy)
+    hf(x_hf).backward(gy)
+    assert calls["gated_mlp"] == (path == "gated_mlp") and calls["hook"] == (path in ("hooked_down", "backward_hook"))
+    assert rel(x.grad, x_hf.grad) < 3e-2
+    assert rel(ours.w_gate_up.grad[1::2], hf.gate_proj.weight.grad) < 3e-2
+    assert rel(ours.w_gate_up.grad[0::2], hf.up_proj.weight.grad) < 3e-2
+    assert rel(ours.down.weight.grad, hf.down_proj.weight.grad) < 3e-2
+    assert rel(ours.down.bias.grad, hf.down_proj.bias.grad) < 1e-2
+    with torch.no_grad():  # inference never takes the training op
+        ours(x)
+    assert calls["gated_mlp"] == (path == "gated_mlp")
+
+
 def test_module_torch_compile_fullgraph():
     torch._dynamo.reset()
     ours = bnn.GatedMLP.from_hf(hf_mlp("Gemma2MLP", torch.bfloat16))

@@ -261,12 +261,106 @@ def test_training_forward_equals_the_fused_kernel():
         assert torch.equal(ops.gated_up(x, wg, "silu"), fused)
 
 
+# ---- gated_mlp: down(gated_up(x)), keeping only the pre-activation in training ----
+
+def make_down(n, u, dtype, seed=20):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return (torch.randn(n, u, device="cuda", generator=g) / u ** 0.5).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
+@pytest.mark.parametrize("act", ACTS)
+def test_gated_mlp_backward_matches_fp32_autograd(act, dtype):
+    x, w = make((2, 37), 128, 96, dtype, seed=21)
+    wd = make_down(136, 96, dtype)
+    gy = torch.randn(2, 37, 136, device="cuda").to(dtype)
+    leaves = [t.clone().requires_grad_(True) for t in (x, w, wd)]
+    y = ops.gated_mlp(*leaves, act)
+    y.backward(gy)
+    ref = [t.detach().float().requires_grad_(True) for t in (x, w, wd)]
+    yr = ops.gated_up_reference(ref[0], ref[1], act, out_dtype=torch.float32) @ ref[2].t()
+    yr.backward(gy.float())
+    assert y.dtype == dtype and y.shape == yr.shape
+    assert ((y.float() - yr).norm() / yr.norm()).item() < 1e-2
+    for name, got, want in zip(("x", "w", "w_down"), leaves, ref):
+        assert got.grad.dtype == dtype and got.grad.shape == want.grad.shape
+        err = ((got.grad.float() - want.grad).norm() / want.grad.norm()).item()
+        assert err < 2e-2, f"d{name}: relative error {err:.3e}"
+
+
+def test_gated_mlp_keeps_the_pre_activation_not_h():
+    """What autograd keeps: gated_mlp saves x, the weights and z [M, 2U], never an [M, U] tensor;
+    gated_up followed by the down GEMM saves h [M, U] as well."""
+    m, k, u, n = 64, 128, 96, 136
+    x, w = make((m,), k, u, torch.bfloat16, seed=22)
+    wd = make_down(n, u, torch.bfloat16)
+
+    def saved_shapes(f):
+        shapes = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: shapes.append(tuple(t.shape)) or t, lambda t: t):
+            f(x, w.clone().requires_grad_(True), wd.clone().requires_grad_(True)).sum()
+        return shapes
+
+    ours = saved_shapes(lambda a, b, c: ops.gated_mlp(a, b, c))
+    assert (m, 2 * u) in ours and (m, u) not in ours, ours
+    two_step = saved_shapes(lambda a, b, c: ops.gated_up(a, b) @ c.t())
+    assert (m, u) in two_step, two_step
+
+
+def test_gated_mlp_twice_partial_and_without_gradients():
+    """retain_graph: a second backward (z recomputed) gives the first one's gradients; each input
+    alone needing a gradient (a frozen down projection runs the pass without h) gives that gradient;
+    without a recorded gradient the op is gated_up's fused kernel and the GEMM, bit for bit."""
+    x, w = make((3, 50), 256, 128, torch.bfloat16, seed=23)
+    wd = make_down(200, 128, torch.bfloat16)
+    gy = torch.randn(3, 50, 200, device="cuda").to(torch.bfloat16)
+    leaves = [t.clone().requires_grad_(True) for t in (x, w, wd)]
+    y = ops.gated_mlp(*leaves)
+    y.backward(gy, retain_graph=True)
+    first = [t.grad.clone() for t in leaves]
+    for t in leaves:
+        t.grad = None
+    y.backward(gy)
+    for t, f in zip(leaves, first):
+        assert torch.equal(t.grad, f)
+    for i in range(3):
+        args = [t.clone().requires_grad_(j == i) for j, t in enumerate((x, w, wd))]
+        ops.gated_mlp(*args).backward(gy)
+        assert torch.equal(args[i].grad, first[i]), f"input {i} alone"
+        assert all(a.grad is None for j, a in enumerate(args) if j != i)
+    want = ops.gated_up(x, w) @ wd.t()
+    assert torch.equal(ops.gated_mlp(x, w, wd), want)
+    with torch.no_grad():
+        assert torch.equal(ops.gated_mlp(x, leaves[1], leaves[2]), want)
+
+
+def test_gated_mlp_bad_inputs_name_the_argument():
+    x, w = make((4,), 64, 32, torch.bfloat16, seed=24)
+    wd = make_down(48, 32, torch.bfloat16)
+    for grad in (False, True):
+        wg = w.clone().requires_grad_(grad)
+        with pytest.raises(ValueError, match="gated_mlp: argument 'w_down'"):
+            ops.gated_mlp(x, wg, make_down(48, 40, torch.bfloat16))
+        with pytest.raises(ValueError, match="gated_mlp: argument 'w_down'"):
+            ops.gated_mlp(x, wg, wd.half())
+        with pytest.raises(ValueError, match="gated_mlp: argument 'w'"):
+            ops.gated_mlp(x, wg[:, :32], wd)
+        with pytest.raises(ValueError, match="gated_mlp: argument 'x'"):
+            ops.gated_mlp(x.float(), wg, wd)
+    with pytest.raises(ValueError, match="gated_mlp: argument 'x'"):
+        ops.gated_mlp(x.cpu(), w.cpu(), wd.cpu())
+
+
 def test_opcheck():
     x, w = make((5, 3), 64, 32, torch.bfloat16)
     torch.library.opcheck(torch.ops.blockfuse.gated_up.default, (x, w, "silu"))
     torch.library.opcheck(torch.ops.blockfuse.gated_up.default, (x, w, "gelu_tanh"))
     torch.library.opcheck(torch.ops.blockfuse.gated_up.default, (x, w.clone().requires_grad_(True), "silu", False))
     torch.library.opcheck(torch.ops.blockfuse.gated_up.default, (x, w.clone().requires_grad_(True), "silu", True))
+    wd = make_down(24, 32, torch.bfloat16)
+    torch.library.opcheck(torch.ops.blockfuse.gated_mlp.default, (x, w, wd, "silu"))
+    torch.library.opcheck(torch.ops.blockfuse.gated_mlp.default, (x, w.clone().requires_grad_(True), wd, "gelu_tanh"))
+    torch.library.opcheck(torch.ops.blockfuse.gated_mlp.default, (x, w, wd.clone().requires_grad_(True), "silu"))
     g = torch.randn(16, 32, device="cuda", dtype=torch.float16)
     torch.library.opcheck(torch.ops.blockfuse.interleave_gate_up.default, (g, g + 1))
     torch.library.opcheck(torch.ops.blockfuse.deinterleave_gate_up.default, (torch.cat((g, g)),))

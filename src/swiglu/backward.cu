@@ -2,8 +2,8 @@
 // [M, 2U] in gate_up's layout from dh [M, U] and the saved gate_up. Memory-bound like the forward:
 // one grid-stride elementwise kernel (the forward's grid, config.h: swiglu_elementwise_config), each
 // thread one 8-column chunk: three 16-byte loads (dh, and gate and up in either layout), two 16-byte
-// stores; act and act' from one sigmoid of the special-function unit (common/activation.cuh:
-// act_and_grad_fast), fp32, one rounding.
+// stores (three with the forward's output); act and act' from one sigmoid of the special-function
+// unit (common/activation.cuh: act_and_grad_fast), fp32, one rounding.
 #include <cstdint>
 
 #include <cuda_bf16.h>
@@ -25,8 +25,8 @@ namespace swiglu_detail {
 // reads its chunk's two input vectors before it writes the same two.
 template <class T, bool kInterleaved>
 __global__ void __launch_bounds__(256) swiglu_backward_kernel(const T* __restrict__ dh, int64_t lddh, const T* in,
-                                                              int64_t ldi, T* dout, int64_t ldo, int64_t rows,
-                                                              int64_t u, int act) {
+                                                              int64_t ldi, T* dout, int64_t ldo, T* hout,
+                                                              int64_t ldh, int64_t rows, int64_t u, int act) {
   const int64_t chunks_per_row = u / 8;
   const int64_t total = rows * chunks_per_row;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(256) swiglu_backward_kernel(const T* __restric
     uint4 raw[2];
     load_gate_up_raw<T, kInterleaved>(in + r * ldi, u, c, raw);
     const uint4 dv = *reinterpret_cast<const uint4*>(dh + r * lddh + c);
-    float g[8], up[8], d[8], dg[8], du[8];
+    float g[8], up[8], d[8], dg[8], du[8], h[8];
     unpack_gate_up<T, kInterleaved>(raw, g, up);
     detail::Vec8<T>::unpack(dv, d);
 #pragma unroll
@@ -53,7 +53,9 @@ __global__ void __launch_bounds__(256) swiglu_backward_kernel(const T* __restric
       act_and_grad_fast(act, g[j], a, da);
       dg[j] = d[j] * up[j] * da;
       du[j] = d[j] * a;
+      h[j] = a * up[j];
     }
+    if (hout != nullptr) *reinterpret_cast<uint4*>(hout + r * ldh + c) = detail::Vec8<T>::pack(h);
     T* row = dout + r * ldo;
     if constexpr (kInterleaved) {
       float e[16];
@@ -76,13 +78,14 @@ __global__ void __launch_bounds__(256) swiglu_backward_kernel(const T* __restric
 namespace {
 
 template <class T>
-void launch_backward(const ConstMatrix& dh, const ConstMatrix& in, const Matrix& dout, Activation act,
-                     GateUpLayout layout, cudaStream_t stream) {
+void launch_backward(const ConstMatrix& dh, const ConstMatrix& in, const Matrix& dout, const Matrix& hout,
+                     Activation act, GateUpLayout layout, cudaStream_t stream) {
   const detail::SwigluElementwiseConfig cfg = detail::swiglu_elementwise_config(dh.rows * (dh.cols / 8));
   auto go = [&](auto kernel) {
     detail::launch_kernel(kernel, dim3(unsigned(cfg.blocks)), dim3(cfg.threads), 0, stream, dim3(1, 1, 1), false,
                           static_cast<const T*>(dh.data), dh.ld, static_cast<const T*>(in.data), in.ld,
-                          static_cast<T*>(dout.data), dout.ld, dh.rows, dh.cols, int(act));
+                          static_cast<T*>(dout.data), dout.ld, static_cast<T*>(hout.data), hout.ld, dh.rows,
+                          dh.cols, int(act));
   };
   if (layout == GateUpLayout::kInterleaved)
     go(swiglu_detail::swiglu_backward_kernel<T, true>);
@@ -91,10 +94,9 @@ void launch_backward(const ConstMatrix& dh, const ConstMatrix& in, const Matrix&
   BF_CHECK_LAUNCH();
 }
 
-}  // namespace
-
-void swiglu_backward(ConstMatrix dh, ConstMatrix gate_up, Matrix d_gate_up, Activation act, GateUpLayout layout,
-                     cudaStream_t stream) {
+// Both public forms; out == nullptr: without the forward's output.
+void backward_impl(const ConstMatrix& dh, const ConstMatrix& gate_up, const Matrix& d_gate_up, const Matrix* out_arg,
+                   Activation act, GateUpLayout layout, cudaStream_t stream) {
   constexpr const char* kFn = "swiglu_backward";
   detail::check_swiglu_codes_and_input(kFn, gate_up, act, layout);
   detail::check_matrix_shape(kFn, "dh", dh);
@@ -116,15 +118,41 @@ void swiglu_backward(ConstMatrix dh, ConstMatrix gate_up, Matrix d_gate_up, Acti
   if (!in_place) detail::check_no_overlap(kFn, "d_gate_up", d_gate_up, "gate_up", gate_up);
   detail::check_no_overlap(kFn, "d_gate_up", d_gate_up, "dh", dh);
   detail::check_no_overlap(kFn, "dh", dh, "gate_up", gate_up);
+  const bool with_out = out_arg != nullptr;
+  const Matrix out = with_out ? *out_arg : Matrix{nullptr, dh.dtype, 0, 0, 0};
+  if (with_out) {
+    detail::check_matrix_shape(kFn, "out", out);
+    detail::check_same_dtype(kFn, "out", out, "gate_up", gate_up.dtype);
+    if (out.rows != dh.rows || out.cols != dh.cols)
+      detail::throw_arg(kFn, "out", detail::cat("is [", out.rows, ", ", out.cols, "]"),
+                        detail::cat("the shape of 'dh' [", dh.rows, ", ", dh.cols, "]"));
+    detail::check_alignment(kFn, "out", out, 16, 8);
+    detail::check_no_overlap(kFn, "out", out, "dh", dh);
+    detail::check_no_overlap(kFn, "out", out, "gate_up", gate_up);
+    detail::check_no_overlap(kFn, "out", out, "d_gate_up", d_gate_up);
+  }
   if (dh.rows == 0 || dh.cols == 0) return;
   detail::check_device_matrix(kFn, "dh", dh);
   detail::check_device_matrix(kFn, "gate_up", gate_up);
   detail::check_device_matrix(kFn, "d_gate_up", d_gate_up);
+  if (with_out) detail::check_device_matrix(kFn, "out", out);
   detail::check_compute_capability(kFn, 8, 0);
   if (dh.dtype == DType::kBF16)
-    launch_backward<__nv_bfloat16>(dh, gate_up, d_gate_up, act, layout, stream);
+    launch_backward<__nv_bfloat16>(dh, gate_up, d_gate_up, out, act, layout, stream);
   else
-    launch_backward<__half>(dh, gate_up, d_gate_up, act, layout, stream);
+    launch_backward<__half>(dh, gate_up, d_gate_up, out, act, layout, stream);
+}
+
+}  // namespace
+
+void swiglu_backward(ConstMatrix dh, ConstMatrix gate_up, Matrix d_gate_up, Activation act, GateUpLayout layout,
+                     cudaStream_t stream) {
+  backward_impl(dh, gate_up, d_gate_up, nullptr, act, layout, stream);
+}
+
+void swiglu_backward(ConstMatrix dh, ConstMatrix gate_up, Matrix d_gate_up, Matrix out, Activation act,
+                     GateUpLayout layout, cudaStream_t stream) {
+  backward_impl(dh, gate_up, d_gate_up, &out, act, layout, stream);
 }
 
 }  // namespace blockfuse

@@ -67,7 +67,12 @@ struct Call {
   Matrix dout;
   Activation act = Activation::kSiLU;
   GateUpLayout layout = GateUpLayout::kStacked;
-  void operator()() const { swiglu_backward(dh, in, dout, act, layout); }
+  bool with_out = false;  // the form that also writes the forward's output
+  Matrix out;
+  void operator()() const {
+    if (with_out) swiglu_backward(dh, in, dout, out, act, layout);
+    else swiglu_backward(dh, in, dout, act, layout);
+  }
 };
 
 Call valid(DType dt, GateUpLayout layout) {
@@ -101,6 +106,27 @@ TEST_P(SwigluBackwardCpu, ArgumentErrors) {
   { Call c = valid(dt, layout); c.dout = Matrix{fake(2), dt, 7, 96, 96}; expect_arg_error(c, "d_gate_up", "overlaps 'gate_up'"); }
   { Call c = valid(dt, layout); c.dout = Matrix{fake(1), dt, 7, 96, 96}; expect_arg_error(c, "d_gate_up", "overlaps 'dh'"); }
   { Call c = valid(dt, layout); c.dh.rows = c.in.rows = c.dout.rows = 0; EXPECT_NO_THROW(c()); }
+}
+
+TEST_P(SwigluBackwardCpu, ArgumentErrorsWithForwardOutput) {
+  const auto [dt, layout] = GetParam();
+  const DType other = dt == DType::kBF16 ? DType::kFP16 : DType::kBF16;
+  auto valid_out = [&] {
+    Call c = valid(dt, layout);
+    c.with_out = true;
+    c.out = Matrix{fake(4), dt, 7, 48, 48};
+    return c;
+  };
+  { Call c = valid_out(); expect_arg_error(c, "dh", "device memory"); }  // every check passed but the device's
+  { Call c = valid_out(); c.out.dtype = other; expect_arg_error(c, "out", dtype_name(other)); }
+  { Call c = valid_out(); c.out.rows = 6; expect_arg_error(c, "out", "[6, 48]"); }
+  { Call c = valid_out(); c.out.cols = 40; expect_arg_error(c, "out", "[7, 40]"); }
+  { Call c = valid_out(); c.out.ld = 52; expect_arg_error(c, "out", "52"); }
+  { Call c = valid_out(); c.out.data = static_cast<char*>(fake(4)) + 8; expect_arg_error(c, "out", "aligned"); }
+  { Call c = valid_out(); c.out.data = fake(1); expect_arg_error(c, "out", "overlaps 'dh'"); }
+  { Call c = valid_out(); c.out.data = static_cast<char*>(fake(2)) + 64; expect_arg_error(c, "out", "overlaps 'gate_up'"); }
+  { Call c = valid_out(); c.out.data = fake(3); expect_arg_error(c, "out", "overlaps 'd_gate_up'"); }
+  { Call c = valid_out(); c.dh.rows = c.in.rows = c.dout.rows = c.out.rows = 0; EXPECT_NO_THROW(c()); }
 }
 
 INSTANTIATE_TEST_SUITE_P(All, SwigluBackwardCpu,

@@ -6,8 +6,10 @@ y = down(silu(x·W_gateᵀ) ⊙ (x·W_upᵀ)), gradients of x and of every weigh
   liger      Liger's fused SiLU·mul (LigerSiLUMulFunction) between the three F.linear calls
   quack      quack's mlp_func(x, W1, W2, activation="swiglu", tuned=False), W1 = [gate; up] interleaved
              gate first; and with recompute=True (keeps only x)
-  blockfuse  blockfuse.ops.gated_up (keeping the pre-activation for its backward) and F.linear (down);
-             blockfuse-recompute: gated_up(recompute=True), the fused forward keeping only x
+  blockfuse  blockfuse.ops.gated_mlp, what blockfuse.nn.GatedMLP runs in training: torch's GEMM,
+             blockfuse's swiglu and torch's GEMM, keeping x and the pre-activation (not h);
+             blockfuse-recompute: gated_up(recompute=True), the fused forward keeping only x, and
+             F.linear (down)
 
 Per point: the median ms of one forward + backward (x and the weights leaf tensors with
 requires_grad; their .grad cleared before every step, so each step allocates its gradients, as a
@@ -61,8 +63,9 @@ def build(name, wg, wu, wd):
             return f"blockfuse ops not available: {ops.load_error()}"
         w = ops.interleave_gate_up(wg.detach(), wu.detach()).requires_grad_()
         w2 = wd.detach().clone().requires_grad_()
-        recompute = name == "blockfuse-recompute"
-        return (lambda x: F.linear(ops.gated_up(x, w, "silu", recompute=recompute), w2)), [w, w2]
+        if name == "blockfuse":
+            return (lambda x: ops.gated_mlp(x, w, w2, "silu")), [w, w2]
+        return (lambda x: F.linear(ops.gated_up(x, w, "silu", recompute=True), w2)), [w, w2]
     raise ValueError(f"train-mlp: unknown implementation '{name}'")
 
 
