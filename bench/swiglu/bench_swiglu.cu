@@ -5,7 +5,10 @@
 //   bf16:        k1 t = act(gate)   k2 out = t * up
 //   fp8 static:  k1, k2, then k3 q = fp8(out / scale)
 //   fp8 dynamic: k1, k2, then k3 scale_r = amax_r / 448, k4 q = fp8(out / scale_r)
-// Bytes counted = the minimum traffic: read [M, 2U], write [M, U] (+ one scale per row). Rows <= 32
+// Bytes counted = the minimum traffic: read [M, 2U], write [M, U] (+ one scale per row). The
+// backward (--out backward, backward+h: swiglu_backward without and with the forward's output h)
+// reads dh [M, U] and gate_up [M, 2U] and writes d_gate_up [M, 2U] (+ h [M, U]); it has no eager
+// column. Rows <= 32
 // (decode) are timed as per-call time of 20 calls captured in one CUDA graph (a model runs them in a
 // graph); up to 256 rows as a graph cycling over rotated inputs; larger row counts with CUDA events
 // around each call, inputs rotated so L2 holds none.
@@ -105,11 +108,22 @@ __global__ void eager_quant(const T* x, uint8_t* q, int64_t rows, int64_t u, con
   }
 }
 
-enum class Out { kHalf, kFp8Static, kFp8Dynamic };
+enum class Out { kHalf, kFp8Static, kFp8Dynamic, kBackward, kBackwardH };
 const char* out_name(Out o) {
-  return o == Out::kHalf ? "16-bit" : (o == Out::kFp8Static ? "fp8-static" : "fp8-dynamic");
+  switch (o) {
+    case Out::kHalf: return "16-bit";
+    case Out::kFp8Static: return "fp8-static";
+    case Out::kFp8Dynamic: return "fp8-dynamic";
+    case Out::kBackward: return "backward";
+    case Out::kBackwardH: return "backward+h";
+  }
+  return "?";
 }
-Out out_kind(const std::string& s) { return s == "16-bit" ? Out::kHalf : s == "fp8-static" ? Out::kFp8Static : Out::kFp8Dynamic; }
+Out out_kind(const std::string& s) {
+  for (Out o : {Out::kHalf, Out::kFp8Static, Out::kFp8Dynamic, Out::kBackward, Out::kBackwardH})
+    if (s == out_name(o)) return o;
+  return Out::kHalf;
+}
 
 template <class T>
 void run_eager(Out o, const void* in, T* t, T* out16, uint8_t* q, float* scale, int64_t rows, int64_t u, int act,
@@ -125,7 +139,7 @@ void run_eager(Out o, const void* in, T* t, T* out16, uint8_t* q, float* scale, 
 
 class SwigluBench final : public BenchCommand {
   std::vector<int64_t> rows_ = {1, 8, 32, 256, 2048, 8192, 32768}, hidden_ = {4096, 16384};
-  std::vector<std::string> outs_ = {"16-bit", "fp8-static", "fp8-dynamic"};
+  std::vector<std::string> outs_ = {"16-bit", "fp8-static", "fp8-dynamic", "backward", "backward+h"};
   std::string layout_ = "stacked", act_ = "silu", dtype_ = "bf16", row_rule_ = "default";
   detail::SwigluTuning tuning_;
 
@@ -134,7 +148,8 @@ class SwigluBench final : public BenchCommand {
                         "baseline, and the fraction of the device-copy bandwidth measured in the same run.");
     o.ints("--rows", rows_, 1, int64_t{1} << 24, "rows M", std::vector<int64_t>{1, 32, 2048, 8192});
     o.ints("--hidden", hidden_, 8, int64_t{1} << 24, "U", std::nullopt, 8);
-    o.words("--out", outs_, {"16-bit", "fp8-static", "fp8-dynamic"}, "output kinds");
+    o.words("--out", outs_, {"16-bit", "fp8-static", "fp8-dynamic", "backward", "backward+h"},
+            "output kinds (backward: swiglu_backward; backward+h: the form that also writes the forward's output)");
     o.choice("--layout", layout_, {"stacked", "interleaved"}, "gate/up layout of the input (the baseline reads stacked)");
     o.choice("--activation", act_, {"silu", "gelu_tanh"}, "activation");
     o.choice("--dtype", dtype_, {"bf16", "fp16"}, "element type");
@@ -171,6 +186,7 @@ class SwigluBench final : public BenchCommand {
   }
 
   void point(Bench& b, Out o, int64_t m, int64_t u, GateUpLayout layout, Activation act, DType dt, cudaStream_t s) {
+    if (o == Out::kBackward || o == Out::kBackwardH) return backward_point(b, o == Out::kBackwardH, m, u, layout, act, dt, s);
     using testing::DeviceBuffer;
     const int64_t in_bytes = m * 2 * u * 2;
     const int64_t out_bytes = m * u * (o == Out::kHalf ? 2 : 1) + (o == Out::kFp8Dynamic ? m * 4 : 0);
@@ -232,6 +248,52 @@ class SwigluBench final : public BenchCommand {
         .set("activation", activation_name(act)).set("dtype", dtype_).set("bytes", int64_t(bytes))
         .set("us", tf.us()).set("gbs", gbs).set("eager_us", te.us()).set("eager_gbs", egbs)
         .set("speedup_vs_eager", te.median_ms / tf.median_ms)
+        .set("timing", method.is_graph() ? "graph, per call of " + std::to_string(method.graph_calls) : "cuda events, rotated inputs")
+        .set("rotation_sets", sets);
+    r.set("same_size_copy_us", tc.us()).set("same_size_copy_gbs", cgbs).set("frac_of_same_size_copy", gbs / cgbs);
+    if (b.copy_gbs() > 0) r.set("frac_of_copy", gbs / b.copy_gbs());
+  }
+
+  // swiglu_backward without and with the forward's output. Timed out of place (d_gate_up its own
+  // buffer): the same traffic and instructions as the in-place call gated_up's and gated_mlp's
+  // backward make, without feeding each call's gradient to the next.
+  void backward_point(Bench& b, bool with_h, int64_t m, int64_t u, GateUpLayout layout, Activation act, DType dt,
+                      cudaStream_t s) {
+    using testing::DeviceBuffer;
+    const int64_t bytes = m * u * 2 + 2 * (m * 2 * u * 2) + (with_h ? m * u * 2 : 0);
+    const int sets = m <= kGraphRowsMax ? 1 : rotation_sets(bytes, 8);
+    const Method method = m <= kGraphRowsRotated ? Method::graph(std::max(kGraphCalls, sets)) : Method::events();
+    std::vector<DeviceBuffer<uint16_t>> dh, gu, dgu, h;
+    for (int i = 0; i < sets; ++i) {
+      dh.emplace_back(size_t(m * u));
+      gu.emplace_back(size_t(m * 2 * u));
+      dgu.emplace_back(size_t(m * 2 * u));
+      h.emplace_back(size_t(m * u));
+      testing::fill_uniform(make_matrix(dh.back().data(), dt, m, u), -2.f, 2.f, 23 + uint64_t(i), s);
+      testing::fill_uniform(make_matrix(gu.back().data(), dt, m, 2 * u), -4.f, 4.f, 29 + uint64_t(i), s);
+    }
+    auto call = [&](int c) {
+      const size_t i = size_t(c % sets);
+      const ConstMatrix g = make_matrix(static_cast<const void*>(gu[i].data()), dt, m, 2 * u);
+      const ConstMatrix d = make_matrix(static_cast<const void*>(dh[i].data()), dt, m, u);
+      const Matrix dg = make_matrix(dgu[i].data(), dt, m, 2 * u);
+      if (with_h)
+        swiglu_backward(d, g, dg, make_matrix(h[i].data(), dt, m, u), act, layout, s);
+      else
+        swiglu_backward(d, g, dg, act, layout, s);
+    };
+    const Timing t = b.time(call, method);
+    const size_t copy_bytes = size_t(bytes / 2);
+    const Timing tc = b.time_copy(copy_bytes, sets, method);
+    const double gbs = double(bytes) / (t.median_ms * 1e6), cgbs = double(2 * copy_bytes) / (tc.median_ms * 1e6);
+    const detail::SwigluElementwiseConfig ec = detail::swiglu_elementwise_config(m * (u / 8));
+    const std::string kernel = "elementwise c1x" + std::to_string(ec.threads) + " b" + std::to_string(ec.blocks);
+    auto r = b.row({std::to_string(u), std::to_string(m), with_h ? "backward+h" : "backward", kernel, fmt(t.us(), 2),
+                    fmt(gbs, 0), b.pct_of_copy(gbs), fmt(100 * gbs / cgbs, 1), "-", "-", "-",
+                    (method.is_graph() ? method.label() + " " : std::string()) + "rot " + std::to_string(sets)});
+    r.set("U", u).set("M", m).set("out", with_h ? "backward+h" : "backward").set("kernel", kernel)
+        .set("layout", layout_name(layout)).set("activation", activation_name(act)).set("dtype", dtype_)
+        .set("bytes", bytes).set("us", t.us()).set("gbs", gbs)
         .set("timing", method.is_graph() ? "graph, per call of " + std::to_string(method.graph_calls) : "cuda events, rotated inputs")
         .set("rotation_sets", sets);
     r.set("same_size_copy_us", tc.us()).set("same_size_copy_gbs", cgbs).set("frac_of_same_size_copy", gbs / cgbs);
