@@ -9,6 +9,11 @@
 // The ceiling is the cuBLAS bf16 GEMM (8192³) measured in the same run. The baseline, PyTorch
 // SDPA's flash (FlashAttention-2) and cuDNN backends, is measured by `python -m blockfuse.bench sdpa`.
 //
+// --backward times blockfuse::attention_backward instead (the sm80 kernel on every device: dq, dk, dv
+// from the forward's out and lse), FLOPs = 2.5x the forward's (five S²·D products against two), each
+// point verified first against the fp32 GPU reference of the backward (testing/attention_reference.h)
+// on every S/256-th query row (dq) and key row (dk, dv). Batched points only.
+//
 // Output: progress on stderr, a table on stdout, with --json FILE the run and its rows.
 #include <algorithm>
 #include <cmath>
@@ -61,7 +66,7 @@ Check verify_point(const AttnConstTensor& q, const AttnConstTensor& k, const Att
 class AttentionBench final : public BenchCommand {
   std::vector<int64_t> ds_ = {128, 64}, ss_ = {512, 1024, 4096, 16384}, hkvs_ = {32, 8}, causals_ = {0, 1};
   int batch_ = 2, hq_ = 32;
-  bool all_configs_ = false, varlen_ = false;
+  bool all_configs_ = false, varlen_ = false, backward_ = false;
   std::string dtype_ = "bf16";
   std::string kernel_ = "both";
 
@@ -81,6 +86,9 @@ class AttentionBench final : public BenchCommand {
     o.flag("--varlen", varlen_,
            "pass the B sequences as one packed varlen batch (cu_seqlens 0, S, 2S, ...): the same work and "
            "result, through the varlen path");
+    o.flag("--backward", backward_,
+           "time attention_backward (dq, dk, dv from the forward's out and lse; the sm80 kernel on every "
+           "device) instead of the forward; FLOPs = 2.5x the forward's");
     o.choice("--dtype", dtype_, {"bf16", "fp16"}, "element type");
     o.choice("--kernel", kernel_, {"both", "sm80", "sm90"},
              "sm80 (mma.sync; --all-configs applies), sm90 (wgmma/TMA: Hopper; other points are "
@@ -88,6 +96,7 @@ class AttentionBench final : public BenchCommand {
   }
 
   void run(Bench& b) override {
+    if (backward_) return run_backward(b);
     const DType dt = dtype_ == "fp16" ? DType::kFP16 : DType::kBF16;
     const cudaStream_t stream = b.stream();
     const int64_t B = batch_, Hq = hq_;
@@ -192,11 +201,107 @@ class AttentionBench final : public BenchCommand {
           }
         }
   }
+  // --backward: one forward (the heuristic's kernel) for out and lse, then the backward verified and
+  // timed.
+  void run_backward(Bench& b) {
+    if (varlen_ || all_configs_ || kernel_ != "both")
+      throw Error("bench attention --backward: --varlen, --all-configs and --kernel do not apply (the backward is "
+                  "the sm80 kernel, batched points here)");
+    const DType dt = dtype_ == "fp16" ? DType::kFP16 : DType::kBF16;
+    const cudaStream_t stream = b.stream();
+    const int64_t B = batch_, Hq = hq_;
+    const double ceiling = b.matrix_tflops();
+    b.title("blockfuse bench attention --backward — " + b.device().name + " (cc " + b.device().cc + "), " + dtype_ +
+            ", B " + std::to_string(B) + ", Hq " + std::to_string(Hq) + "; cuBLAS bf16 8192^3 ceiling " +
+            fmt(ceiling, 0) + " TFLOP/s this run");
+    b.title("median of " + std::to_string(b.reps()) + " back-to-back calls (CUDA events, after " +
+            std::to_string(b.warmup()) + " warm-up); FLOPs = 10*B*Hq*S^2*D (/2 causal); verified = rel L2 vs fp32");
+    b.columns({"D", "S", "Hkv", "causal", "us", "TFLOP/s", "of cuBLAS", "verified"});
+    b.info()["dtype"] = dtype_;
+    b.info()["pass"] = "backward";
+    b.info()["cublas_bf16_tflops"] = ceiling;
+    b.info()["timing"] = "median of reps back-to-back calls, CUDA events";
+    for (int64_t d : ds_)
+      for (int64_t s : ss_)
+        for (int64_t hkv : hkvs_) {
+          const std::string where = "D " + std::to_string(d) + " S " + std::to_string(s) + " Hkv " + std::to_string(hkv);
+          const size_t q_elems = size_t(B * s * Hq * d), kv_elems = size_t(B * s * hkv * d);
+          const size_t ws_bytes = attention_backward_workspace_size(make_attn_tensor(static_cast<const void*>(nullptr), dt, B, s, Hq, d));
+          // q, out, dout, dq and k, v, dk, dv (2 bytes), the fp32 references of dq, dk, dv, lse, workspace.
+          if (!b.fits(2 * (4 * q_elems + 4 * kv_elems) + 4 * (q_elems + 2 * kv_elems) + 4 * size_t(B * Hq * s) + ws_bytes,
+                      where))
+            continue;
+          DeviceBuffer<uint16_t> qb(q_elems), kb(kv_elems), vb(kv_elems), ob(q_elems), dob(q_elems), dqb(q_elems),
+              dkb(kv_elems), dvb(kv_elems);
+          DeviceBuffer<float> lse(size_t(B * Hq * s)), rq(q_elems), rk(kv_elems), rv(kv_elems);
+          DeviceBuffer<unsigned char> ws(std::max<size_t>(ws_bytes, 16));
+          testing::fill_uniform(Matrix{qb.data(), dt, B * s * Hq, d, d}, -2.0f, 2.0f, 11 + s, stream);
+          testing::fill_uniform(Matrix{kb.data(), dt, B * s * hkv, d, d}, -2.0f, 2.0f, 12 + s, stream);
+          testing::fill_uniform(Matrix{vb.data(), dt, B * s * hkv, d, d}, -1.0f, 1.0f, 13 + s, stream);
+          testing::fill_uniform(Matrix{dob.data(), dt, B * s * Hq, d, d}, -1.0f, 1.0f, 14 + s, stream);
+          auto cview = [&](const void* ptr, int64_t h) { return make_attn_tensor(ptr, dt, B, s, h, d); };
+          auto wview = [&](void* ptr, int64_t h) { return make_attn_tensor(ptr, dt, B, s, h, d); };
+          const AttnConstTensor q = cview(qb.data(), Hq), k = cview(kb.data(), hkv), v = cview(vb.data(), hkv);
+          const AttnConstTensor out = cview(ob.data(), Hq), dout = cview(dob.data(), Hq);
+          for (int64_t causal : causals_) {
+            AttentionParams p;
+            p.causal = causal != 0;
+            attention(q, k, v, wview(ob.data(), Hq), lse.data(), p, stream);
+            auto call = [&] {
+              attention_backward(q, k, v, out, dout, lse.data(), wview(dqb.data(), Hq), wview(dkb.data(), hkv),
+                                 wview(dvb.data(), hkv), p, ws.data(), ws.bytes(), stream);
+            };
+            const std::string point = where + " causal " + std::to_string(causal) + " backward";
+            b.log("%s", point.c_str());
+            for (DeviceBuffer<uint16_t>* g : {&dqb, &dkb, &dvb})
+              testing::fill_bits(Matrix{g->data(), dt, int64_t(g->size()) / d, d, d}, testing::nan_bits(dt), stream);
+            call();
+            const int step = int(std::max<int64_t>(1, s / 256));
+            testing::attention_backward_reference_gpu(q, k, v, out, dout, lse.data(), p, rq.data(), rk.data(), rv.data(),
+                                                      step, stream);
+            Check check = verify_gradient(dqb, rq, dt, B, s, Hq * d, step, stream);
+            check += verify_gradient(dkb, rk, dt, B, s, hkv * d, step, stream);
+            check += verify_gradient(dvb, rv, dt, B, s, hkv * d, step, stream);
+            const bool ok = b.verify(point, check);
+            const Timing t = b.time([&](int) { call(); }, Method::events());
+            const double flops = 10.0 * B * Hq * double(s) * double(s) * d * (p.causal ? 0.5 : 1.0);
+            const double tflops = flops / (t.median_ms * 1e-3) / 1e12;
+            auto r = b.row({std::to_string(d), std::to_string(s), std::to_string(hkv), causal ? "yes" : "no",
+                            fmt(t.us(), 1), fmt(tflops, 1), b.pct_of_matrix(tflops) + (ceiling > 0 ? " %" : ""),
+                            ok ? "ok (" + fmt(check.rel_l2, 4) + ")" : "FAILED"});
+            r.set("pass", "backward").set("head_dim", d).set("seqlen", s).set("batch", B).set("heads_q", Hq);
+            r.set("heads_kv", hkv).set("causal", causal != 0).set("kernel", "sm80");
+            r.set("median_us", t.us()).set("min_us", t.min_us()).set("tflops", tflops);
+            if (ceiling > 0) r.set("fraction_of_cublas", tflops / ceiling);
+            r.set("verified", ok).set("rel_l2", check.rel_l2).set("max_abs_diff", check.max_abs);
+            if (!ok) r.set("verify_error", check.what);
+          }
+        }
+  }
+
+  // Rows s % step == 0 of each batch of a [B, S, row] gradient against its fp32 reference: per element
+  // within a quarter of the reference's RMS plus 5 % (P and dS are rounded to the MMA's input type, so
+  // the error follows the gradient's scale, not each element's), and relative L2 <= 2.5e-2, as the
+  // GPU tests bound it.
+  static Check verify_gradient(const DeviceBuffer<uint16_t>& got, const DeviceBuffer<float>& ref, DType dt, int64_t B,
+                               int64_t s, int64_t row, int step, cudaStream_t stream) {
+    const int64_t rows = (s + step - 1) / step, ld = int64_t(step) * row;
+    Check c;
+    for (int64_t bi = 0; bi < B; ++bi) {
+      const int64_t at = bi * s * row;
+      const ConstMatrix g{static_cast<const uint16_t*>(got.data()) + at, dt, rows, row, ld};
+      const testing::CompareStats scale = testing::compare(g, ref.data() + at, ld, INFINITY, 0, stream);
+      const double rms = scale.count ? std::sqrt(scale.sum_sq_ref / double(scale.count)) : 0;
+      c += to_check(testing::compare(g, ref.data() + at, ld, 0.25 * rms, 0.05, stream), 2.5e-2, bi * rows);
+    }
+    return c;
+  }
 };
 
 }  // namespace
 
 BLOCKFUSE_COMMAND(AttentionBench, "bench attention",
-                  "TFLOP/s of the attention forward (--d, --s, --hkv, --causal, --kernel, --all-configs, --json)");
+                  "TFLOP/s of the attention forward or, with --backward, its backward (--d, --s, --hkv, --causal, --kernel, "
+                  "--all-configs, --json)");
 
 }  // namespace blockfuse::bench
