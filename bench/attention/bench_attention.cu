@@ -225,6 +225,10 @@ class AttentionBench final : public BenchCommand {
       for (int64_t s : ss_)
         for (int64_t hkv : hkvs_) {
           const std::string where = "D " + std::to_string(d) + " S " + std::to_string(s) + " Hkv " + std::to_string(hkv);
+          if (d != 64 && d != 128) {
+            b.log("%s: skipped (the backward takes head dims 64 and 128)", where.c_str());
+            continue;
+          }
           const size_t q_elems = size_t(B * s * Hq * d), kv_elems = size_t(B * s * hkv * d);
           const size_t ws_bytes = attention_backward_workspace_size(make_attn_tensor(static_cast<const void*>(nullptr), dt, B, s, Hq, d));
           // q, out, dout, dq and k, v, dk, dv (2 bytes), the fp32 references of dq, dk, dv, lse, workspace.
@@ -281,8 +285,8 @@ class AttentionBench final : public BenchCommand {
 
   // Rows s % step == 0 of each batch of a [B, S, row] gradient against its fp32 reference: per element
   // within a quarter of the reference's RMS plus 5 % (P and dS are rounded to the MMA's input type, so
-  // the error follows the gradient's scale, not each element's), and relative L2 <= 2.5e-2, as the
-  // GPU tests bound it.
+  // the error follows the gradient's scale, not each element's), and relative L2 within the GPU
+  // tests' bound (2.5e-2 bf16, 6e-3 fp16).
   static Check verify_gradient(const DeviceBuffer<uint16_t>& got, const DeviceBuffer<float>& ref, DType dt, int64_t B,
                                int64_t s, int64_t row, int step, cudaStream_t stream) {
     const int64_t rows = (s + step - 1) / step, ld = int64_t(step) * row;
@@ -292,7 +296,8 @@ class AttentionBench final : public BenchCommand {
       const ConstMatrix g{static_cast<const uint16_t*>(got.data()) + at, dt, rows, row, ld};
       const testing::CompareStats scale = testing::compare(g, ref.data() + at, ld, INFINITY, 0, stream);
       const double rms = scale.count ? std::sqrt(scale.sum_sq_ref / double(scale.count)) : 0;
-      c += to_check(testing::compare(g, ref.data() + at, ld, 0.25 * rms, 0.05, stream), 2.5e-2, bi * rows);
+      c += to_check(testing::compare(g, ref.data() + at, ld, 0.25 * rms, 0.05, stream),
+                    dt == DType::kBF16 ? 2.5e-2 : 6e-3, bi * rows);
     }
     return c;
   }

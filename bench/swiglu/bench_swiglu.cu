@@ -145,7 +145,8 @@ class SwigluBench final : public BenchCommand {
 
   void options(Options& o) override {
     o.about("µs and GB/s of blockfuse::swiglu / swiglu_fp8 ([M, 2U] -> [M, U]) vs an eager one-kernel-per-op "
-                        "baseline, and the fraction of the device-copy bandwidth measured in the same run.");
+            "baseline, and of swiglu_backward (--out backward, backward+h), and the fraction of the device-copy "
+            "bandwidth measured in the same run.");
     o.ints("--rows", rows_, 1, int64_t{1} << 24, "rows M", std::vector<int64_t>{1, 32, 2048, 8192});
     o.ints("--hidden", hidden_, 8, int64_t{1} << 24, "U", std::nullopt, 8);
     o.words("--out", outs_, {"16-bit", "fp8-static", "fp8-dynamic", "backward", "backward+h"},
@@ -268,7 +269,7 @@ class SwigluBench final : public BenchCommand {
       dh.emplace_back(size_t(m * u));
       gu.emplace_back(size_t(m * 2 * u));
       dgu.emplace_back(size_t(m * 2 * u));
-      h.emplace_back(size_t(m * u));
+      h.emplace_back(size_t(with_h ? m * u : 0));
       testing::fill_uniform(make_matrix(dh.back().data(), dt, m, u), -2.f, 2.f, 23 + uint64_t(i), s);
       testing::fill_uniform(make_matrix(gu.back().data(), dt, m, 2 * u), -4.f, 4.f, 29 + uint64_t(i), s);
     }

@@ -149,7 +149,9 @@ __device__ void prob_and_grad(const BwdRefParams& p, int b, int h, int64_t i, in
   const float raw = dot_rows(qrow, krow, p.D) * p.scale;
   float sc = raw, dcap = 1.0f;
   if (p.softcap > 0) {
-    const float t = tanhf(raw / p.softcap);
+    // The forward's tanh (src/attention/mask.cuh), so that P is consistent with the lse it wrote.
+    float t;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(raw / p.softcap));
     sc = p.softcap * t;
     dcap = 1.0f - t * t;
   }
