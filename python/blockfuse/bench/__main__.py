@@ -9,7 +9,7 @@ import argparse
 import importlib
 import sys
 
-from .shapes import GATED_UP_MODELS, GATED_UP_TOKENS, HF_MODELS, MLP_SHAPES, TRAIN_MLP_IMPLS
+from .shapes import GATED_UP_MODELS, GATED_UP_TOKENS, HF_MODELS, MLP_SHAPES, TRAIN_MLP_IMPLS, TRAIN_VARIANTS
 
 # subcommand -> module of this package (its run(args) returns the exit status)
 MODULES = {
@@ -145,7 +145,8 @@ def parser():
     tr.add_argument("--layers", type=int, default=4)
     tr.add_argument("--seq", type=int, default=4096)
     tr.add_argument("--batches", default="1,2")
-    tr.add_argument("--variants", default="eager,liger,compile,patched", help="eager first")
+    tr.add_argument("--variants", default="eager,liger,compile,patched,patched-attention",
+                    help="eager first; patched-attention: patch_model(attention=True), blockfuse attention with its backward")
     tr.add_argument("--reps", type=int, default=5)
     tr.add_argument("--json")
     return p
@@ -189,7 +190,7 @@ def _check(p, a):
             p.error(f"train-mlp --reps must be >= 1, got {a.reps}")
     elif a.command == "train":
         a.batches = _ints(a.batches)
-        a.variants = known(_names(a.variants), dict.fromkeys(("eager", "liger", "compile", "patched")), "variant")
+        a.variants = known(_names(a.variants), dict.fromkeys(TRAIN_VARIANTS), "variant")
         if not a.variants or a.variants[0] != "eager":
             p.error("train --variants: eager must come first (the others are compared with it)")
         if a.layers < 1 or a.seq < 2 or a.reps < 1 or any(b < 1 for b in a.batches):

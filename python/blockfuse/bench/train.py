@@ -6,6 +6,8 @@ loss) of a Llama-3-8B-shaped model with fewer layers, bf16, random weights and t
              RMSNorm, SwiGLU, rotary, fused linear cross-entropy), when importable
   compile    the model's forward through torch.compile
   patched    blockfuse.patch_model(model): fused gated MLPs and norms (attention through SDPA)
+  patched-attention  the same with attention=True: blockfuse's attention and its backward (the
+             "blockfuse" attention backend), the comparison the attention-backward issue asks for
 
 Per variant: the median ms of a step (gradients cleared before each, so every step allocates them)
 and the peak memory a step allocates beyond what was allocated before it (weights). Every variant's
@@ -19,8 +21,9 @@ import torch
 
 from .common import cuda_ms, meta, ready
 from .model import build_fp32
+from .shapes import TRAIN_VARIANTS
 
-VARIANTS = ("eager", "liger", "compile", "patched")
+VARIANTS = TRAIN_VARIANTS
 
 
 def variant(name, base):
@@ -38,9 +41,9 @@ def variant(name, base):
     if name == "compile":
         m.forward = torch.compile(m.forward)
         return m
-    if name == "patched":
+    if name in ("patched", "patched-attention"):
         from .. import patch
-        patch.patch_model(m)  # in place (it returns what it replaced)
+        patch.patch_model(m, attention=name == "patched-attention")  # in place (it returns what it replaced)
         return m
     raise ValueError(f"train: unknown variant '{name}'")
 
