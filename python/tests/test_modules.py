@@ -187,6 +187,23 @@ def test_module_training_paths(path, monkeypatch):
     assert calls["gated_mlp"] == (path == "gated_mlp")
 
 
+def test_module_training_under_torch_compile():
+    """GatedMLP's training path (the hook checks, ops.gated_mlp and its C++ backward) traced by
+    torch.compile(fullgraph=True): the gradients eager gives."""
+    torch._dynamo.reset()
+    ours = bnn.GatedMLP.from_hf(hf_mlp("LlamaMLP", torch.bfloat16)).train()
+    x = torch.randn(2, 37, HIDDEN, device="cuda", dtype=torch.bfloat16)
+    gy = torch.randn(2, 37, HIDDEN, device="cuda", dtype=torch.bfloat16)
+    grads = []
+    for fn in (ours, torch.compile(ours, fullgraph=True)):
+        xi = x.clone().requires_grad_(True)
+        ours.zero_grad(set_to_none=True)
+        fn(xi).backward(gy)
+        grads.append((xi.grad, ours.w_gate_up.grad.clone(), ours.down.weight.grad.clone()))
+    for e, c in zip(*grads):
+        assert rel(c, e) < 1e-2
+
+
 def test_module_torch_compile_fullgraph():
     torch._dynamo.reset()
     ours = bnn.GatedMLP.from_hf(hf_mlp("Gemma2MLP", torch.bfloat16))
