@@ -2,8 +2,8 @@
 backward kernels): gradients against fp64 torch autograd of the reference formulas on small odd
 shapes (both dtypes, Gemma's 1 + w, both layouts and activations), every requires_grad pattern (only
 x, only the weight, a frozen weight), the residual stream's gradient alone, bitwise-reproducible
-dweight, torch.compile(fullgraph=True) with gradients, and torch.library.opcheck of the backward
-ops."""
+dweight, torch.compile(fullgraph=True) with gradients, activation checkpointing of a block of
+blockfuse ops (both torch.utils.checkpoint modes), and torch.library.opcheck of the backward ops."""
 import pytest
 
 from conftest import require_gpu
@@ -178,6 +178,47 @@ def test_compile_fullgraph_gated_mlp_with_gradients():
         for e, c in zip(eager, (x.grad, w_gu.grad, w_down.grad)):
             assert rel(c, e) < 1e-2
         w_gu.grad = w_down.grad = None
+
+
+@pytest.mark.parametrize("reentrant", (False, True))
+def test_activation_checkpointing(reentrant):
+    """A decoder-like block of blockfuse ops (add_rmsnorm, causal attention, add_rmsnorm, gated_mlp)
+    under torch.utils.checkpoint: the gradients of every input and weight as without it. Non-reentrant
+    recomputes the same forward, so the same bits; reentrant runs the first forward without gradients
+    (gated_mlp's fused inference kernels) and recomputes it with them, so within bf16 noise."""
+    from torch.utils.checkpoint import checkpoint
+    torch.manual_seed(9)
+    b, s, hq, hkv, d = 2, 77, 4, 2, 64
+    hidden, inter = hq * d, 384
+
+    def block(x, r, wn1, wq, wk, wv, wn2, w_gu, w_down):
+        n, r = ops.add_rmsnorm(x, r, wn1, 1e-6)
+        q = (n @ wq.t()).view(b, s, hq, d)
+        k = (n @ wk.t()).view(b, s, hkv, d)
+        v = (n @ wv.t()).view(b, s, hkv, d)
+        a = ops.attention(q, k, v, causal=True).reshape(b, s, hidden)
+        n, r = ops.add_rmsnorm(a, r, wn2, 1e-6)
+        return r + ops.gated_mlp(n, w_gu, w_down)
+
+    def leaves():
+        g = torch.Generator(device="cuda").manual_seed(10)
+        mk = lambda *shape, scale=1.0: (torch.randn(*shape, device="cuda", generator=g) * scale).to(  # noqa: E731
+            torch.bfloat16).requires_grad_()
+        return [mk(b, s, hidden), mk(b, s, hidden), mk(hidden), mk(hidden, hidden, scale=0.06),
+                mk(hkv * d, hidden, scale=0.06), mk(hkv * d, hidden, scale=0.06), mk(hidden),
+                mk(2 * inter, hidden, scale=0.06), mk(hidden, inter, scale=0.05)]
+
+    gy = torch.randn(b, s, hidden, device="cuda").to(torch.bfloat16)
+    plain = leaves()
+    block(*plain).backward(gy)
+    ckpt = leaves()
+    checkpoint(block, *ckpt, use_reentrant=reentrant).backward(gy)
+    for i, (a, c) in enumerate(zip(plain, ckpt)):
+        assert c.grad is not None, f"input {i}: no gradient"
+        if reentrant:
+            assert rel(c.grad, a.grad) < 1e-2, f"input {i}"
+        else:
+            assert torch.equal(c.grad, a.grad), f"input {i}"
 
 
 def test_opcheck_backward_ops():
