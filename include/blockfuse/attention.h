@@ -106,6 +106,12 @@ struct AttentionParams {
   const int32_t* host_cu_seqlens_k = nullptr;
 
   AttentionKernel kernel = AttentionKernel::kAuto;
+
+  // attention_backward only. true: dQ in a kernel of its own, the same bits on every call. false:
+  // dQ accumulated with fp32 atomics inside the dK/dV kernel (FlashAttention-2's: five S²·D products
+  // instead of seven), dq's low bits depending on the atomics' order; dk and dv stay deterministic.
+  // The workspace grows by an fp32 [rows, Hq, D] buffer (attention_backward_workspace_size).
+  bool deterministic = true;
 };
 
 // Tile configuration of the sm80 kernel (see src/attention/heuristic.cpp).
@@ -152,8 +158,10 @@ void attention(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnTens
 // (nothing is launched): the torch ops return zeros there.
 
 // Workspace bytes of attention_backward for q (batched [B, Sq, Hq, D] or varlen [total, Hq, D]):
-// the fp32 Dsum, laid out like lse. 16-byte aligned, no zeroing needed.
-size_t attention_backward_workspace_size(AttnConstTensor q);
+// the fp32 Dsum, laid out like lse, and with deterministic = false (params.deterministic) the fp32 dQ
+// accumulator [rows, Hq, D] after it. 16-byte aligned, no zeroing needed (the call zeroes what it
+// accumulates into).
+size_t attention_backward_workspace_size(AttnConstTensor q, bool deterministic = true);
 
 // dq like q, dk like k, dv like v (any strides of the forward's rules), out and dout like q's shape.
 // Validates everything attention() does, plus: dout, dq, dk, dv of q's dtype and matching shapes,

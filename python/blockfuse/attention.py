@@ -15,12 +15,15 @@ the fake implementations below let them trace under torch.compile(fullgraph=True
 in CUDA graphs. Semantics (include/blockfuse/attention.h): scale default 1/sqrt(D); causal aligned
 bottom-right when Sq != Sk (FlashAttention's convention; the last query sees every key, which is
 what decoding against a KV cache needs); window_left/right = -1 unbounded; softcap > 0 applies
-cap·tanh(s/cap) (Gemma-2); GQA/MQA by Hq % Hkv == 0; D in {64, 128, 256}; bf16/fp16. Forward only:
-there is no autograd formula.
+cap·tanh(s/cap) (Gemma-2); GQA/MQA by Hq % Hkv == 0; D in {64, 128, 256}; bf16/fp16. Autograd: the backward kernels (D 64
+and 128) through blockfuse::attention_backward / attention_varlen_backward; dQ in a kernel of its own
+(deterministic, the default) or by atomics (set_backward_deterministic(False): FlashAttention-2's, less
+work; torch.use_deterministic_algorithms(True) keeps the deterministic kernel either way).
 
 The Hugging Face backend (`hf_attention_forward`, registered as "blockfuse" when this module is
 imported and transformers is installed) runs blockfuse's kernels on bf16/fp16 CUDA tensors with a
-supported head dim, no dropout and no gradient. Up to 16 query tokens (a decode step against the
+supported head dim and no dropout; in training (a gradient needed) the prefill kernels with their
+backward (D 64 and 128), SDPA for the rest. Up to 16 query tokens (a decode step against the
 KV cache, speculative verification) it runs the decode kernel (blockfuse.decode_attention): with no
 mask (a DynamicCache: every key valid) or a 2-D mask that is per-sequence lengths (a StaticCache's
 filled prefix, right padding; one host read-back per forward, so not inside torch.compile or a
@@ -94,6 +97,21 @@ def _needs_grad(q, k, v):
     return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
 
 
+_DETERMINISTIC_BACKWARD = [True]
+
+
+def set_backward_deterministic(enabled=True):
+    """How the attention backward computes dQ: True (the default) in a kernel of its own, the same bits
+    on every call; False by fp32 atomics in the dK/dV kernel (FlashAttention-2's: five S²·D products
+    instead of seven; dq's low bits vary between calls, dk and dv do not). Under
+    torch.use_deterministic_algorithms(True) the deterministic kernel runs whatever this says."""
+    _DETERMINISTIC_BACKWARD[0] = bool(enabled)
+
+
+def _deterministic():
+    return _DETERMINISTIC_BACKWARD[0] or torch.are_deterministic_algorithms_enabled()
+
+
 _NO_LSE = ("the attention backward needs the forward's lse: call blockfuse.ops.attention / attention_varlen "
            "(which keep it when a gradient is needed), or the op with return_lse=True")
 
@@ -124,7 +142,7 @@ if _HAS_OP:
 
     @torch.library.register_fake("blockfuse::attention_backward")
     def _attention_backward_fake(dout, q, k, v, out, lse, softmax_scale=None, causal=False, window_left=-1,
-                                 window_right=-1, softcap=0.0):
+                                 window_right=-1, softcap=0.0, deterministic=True):
         return torch.empty_like(q, memory_format=torch.contiguous_format), \
             torch.empty_like(k, memory_format=torch.contiguous_format), \
             torch.empty_like(v, memory_format=torch.contiguous_format)
@@ -132,7 +150,7 @@ if _HAS_OP:
     @torch.library.register_fake("blockfuse::attention_varlen_backward")
     def _attention_varlen_backward_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                         max_seqlen_k, softmax_scale=None, causal=False, window_left=-1,
-                                        window_right=-1, softcap=0.0):
+                                        window_right=-1, softcap=0.0, deterministic=True):
         return torch.empty_like(q, memory_format=torch.contiguous_format), \
             torch.empty_like(k, memory_format=torch.contiguous_format), \
             torch.empty_like(v, memory_format=torch.contiguous_format)
@@ -150,7 +168,7 @@ if _HAS_OP:
         q, k, v, out, lse = ctx.saved_tensors
         if not ctx.has_lse:
             raise RuntimeError(f"blockfuse::attention: {_NO_LSE}")
-        dq, dk, dv = torch.ops.blockfuse.attention_backward(dout, q, k, v, out, lse, *ctx.args)
+        dq, dk, dv = torch.ops.blockfuse.attention_backward(dout, q, k, v, out, lse, *ctx.args, _deterministic())
         return dq, dk, dv, None, None, None, None, None, None
 
     def _attention_varlen_setup(ctx, inputs, output):
@@ -165,7 +183,8 @@ if _HAS_OP:
         q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
         if not ctx.has_lse:
             raise RuntimeError(f"blockfuse::attention_varlen: {_NO_LSE}")
-        dq, dk, dv = torch.ops.blockfuse.attention_varlen_backward(dout, q, k, v, out, lse, cu_q, cu_k, *ctx.args)
+        dq, dk, dv = torch.ops.blockfuse.attention_varlen_backward(dout, q, k, v, out, lse, cu_q, cu_k, *ctx.args,
+                                                                   _deterministic())
         return (dq, dk, dv) + (None,) * 10
 
     torch.library.register_autograd("blockfuse::attention", _attention_backward, setup_context=_attention_setup)

@@ -44,6 +44,7 @@ from ._common import (ACTIVATIONS, FP8_DTYPE, FP8_MAX, LAYOUTS, activation_and_g
 from .add_rmsnorm import (add_rmsnorm, add_rmsnorm_, add_rmsnorm_backward, add_rmsnorm_fp8, add_rmsnorm_reference,
                           rmsnorm, rmsnorm_backward, rmsnorm_backward_reference, rmsnorm_fp8, rmsnorm_reference)
 from .attention import attention, attention_varlen
+from .attention import set_backward_deterministic as set_attention_backward_deterministic
 from .decode_attention import (decode_attention, decode_attention_reference, decode_attention_with_kvcache,
                                decode_attention_with_kvcache_reference)
 from .decode_gemm import decode_gemm, decode_gemm_reference, decode_gemm_reserve
@@ -59,7 +60,7 @@ __all__ = [
     "fp8_quantize_reference", "load_error", "set_programmatic_dependent_launch", "add_rmsnorm",
     "add_rmsnorm_", "add_rmsnorm_backward", "add_rmsnorm_fp8", "add_rmsnorm_reference", "rmsnorm", "rmsnorm_backward",
     "rmsnorm_backward_reference", "rmsnorm_fp8", "rmsnorm_reference",
-    "attention", "attention_varlen", "decode_attention", "decode_attention_with_kvcache",
+    "attention", "attention_varlen", "set_attention_backward_deterministic", "decode_attention", "decode_attention_with_kvcache",
     "decode_attention_reference", "decode_attention_with_kvcache_reference", "decode_gemm", "decode_gemm_reference", "decode_gemm_reserve",
     "ROUTER_MODES", "fused_mlp", "fused_mlp_reference", "fused_mlp_reserve", "fused_mlp_sparse",
     "neuron_block_router", "router_reference", "deinterleave_gate_up", "deinterleave_to_stacked", "gated_mlp", "gated_up",

@@ -137,7 +137,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_common(
   const bool zero = varlen || q.numel() == 0;
   auto alloc = [&](const at::Tensor& t) { return zero ? at::zeros(t.sizes(), t.options()) : at::empty(t.sizes(), t.options()); };
   at::Tensor dq = alloc(q), dk = alloc(k), dv = alloc(v);
-  const size_t bytes = blockfuse::attention_backward_workspace_size(qv);
+  const size_t bytes = blockfuse::attention_backward_workspace_size(qv, prm.deterministic);
   at::Tensor ws = at::empty({static_cast<int64_t>(std::max<size_t>(bytes, 16))}, q.options().dtype(at::kByte));
   const auto dqv = out_view(dq, varlen, fn, "dq"), dkv = out_view(dk, varlen, fn, "dk"), dvv = out_view(dv, varlen, fn, "dv");
   call_blockfuse([&] {
@@ -150,17 +150,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_common(
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
     const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
     const at::Tensor& lse, std::optional<double> softmax_scale, bool causal, int64_t window_left, int64_t window_right,
-    double softcap) {
+    double softcap, bool deterministic) {
   check_scale(softmax_scale, "attention_backward");
-  return backward_common("attention_backward", false, dout, q, k, v, out, lse,
-                         scalar_params(softmax_scale, causal, window_left, window_right, softcap));
+  auto prm = scalar_params(softmax_scale, causal, window_left, window_right, softcap);
+  prm.deterministic = deterministic;
+  return backward_common("attention_backward", false, dout, q, k, v, out, lse, prm);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_varlen_backward_cuda(
     const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
     const at::Tensor& lse, const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
     int64_t max_seqlen_k, std::optional<double> softmax_scale, bool causal, int64_t window_left, int64_t window_right,
-    double softcap) {
+    double softcap, bool deterministic) {
   check_scale(softmax_scale, "attention_varlen_backward");
   check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q");
   check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k");
@@ -174,6 +175,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_varlen_backward_cuda(
   prm.num_seqs = cu_seqlens_q.size(0) - 1;
   prm.max_seqlen_q = max_seqlen_q;
   prm.max_seqlen_k = max_seqlen_k;
+  prm.deterministic = deterministic;
   return backward_common("attention_varlen_backward", true, dout, q, k, v, out, lse, prm);
 }
 
@@ -206,10 +208,11 @@ TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
                "int window_right=-1, float softcap=0.0, bool return_lse=False) -> (Tensor, Tensor)",
                "attention_backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
                "float? softmax_scale=None, bool causal=False, int window_left=-1, int window_right=-1, "
-               "float softcap=0.0) -> (Tensor, Tensor, Tensor)",
+               "float softcap=0.0, bool deterministic=True) -> (Tensor, Tensor, Tensor)",
                "attention_varlen_backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
                "Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float? softmax_scale=None, "
-               "bool causal=False, int window_left=-1, int window_right=-1, float softcap=0.0) -> (Tensor, Tensor, Tensor)"});
+               "bool causal=False, int window_left=-1, int window_right=-1, float softcap=0.0, bool deterministic=True) "
+               "-> (Tensor, Tensor, Tensor)"});
 }
 
 TORCH_LIBRARY_IMPL(blockfuse, CUDA, m) {

@@ -129,6 +129,38 @@ def test_varlen_padding_rows_and_calls_without_keys_or_queries():
     assert torch.equal(kp.grad, torch.zeros_like(kp.grad)) and torch.equal(vp.grad, torch.zeros_like(vp.grad))
 
 
+@pytest.mark.parametrize("varlen", (False, True))
+def test_non_deterministic_backward(varlen):
+    """set_attention_backward_deterministic(False): dQ by atomics, within bf16 noise of the
+    deterministic dq, dk and dv the same bits; torch.use_deterministic_algorithms(True) overrides it."""
+    q, k, v, dout = _inputs(2, 300, 333, 8, 2, 128, torch.bfloat16, seed=6)
+    cu_q = torch.tensor([0, 300, 600], dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0, 333, 666], dtype=torch.int32, device="cuda")
+
+    def grads():
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        if varlen:
+            out = ops.attention_varlen(*(t.flatten(0, 1) for t in leaves), cu_q, cu_k, 300, 333, causal=True)
+            out.backward(dout.flatten(0, 1))
+        else:
+            ops.attention(*leaves, causal=True).backward(dout)
+        return [t.grad for t in leaves]
+
+    det = grads()
+    try:
+        ops.set_attention_backward_deterministic(False)
+        atom = grads()
+        torch.use_deterministic_algorithms(True, warn_only=True)  # (no cuBLAS workspace setting needed)
+        forced = grads()
+    finally:
+        torch.use_deterministic_algorithms(False)
+        ops.set_attention_backward_deterministic(True)
+    assert rel(atom[0], det[0]) < 1e-2
+    assert torch.equal(atom[1], det[1]) and torch.equal(atom[2], det[2])
+    for a, b in zip(forced, det):
+        assert torch.equal(a, b)
+
+
 def test_expanded_output_gradient():
     """out.sum().backward() hands the backward an expanded dout (every stride 0): the same gradients
     as a dense dout of ones, batched and packed."""

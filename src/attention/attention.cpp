@@ -323,10 +323,16 @@ void attention(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnTens
   run(q, k, v, out, lse, params, val, c, stream);
 }
 
-size_t attention_backward_workspace_size(AttnConstTensor q) {
+namespace {
+// Bytes of the Dsum part of the backward's workspace (the dQ accumulator, if any, follows it).
+size_t dsum_bytes(AttnConstTensor q) { return static_cast<size_t>((q.batch * q.seqlen * q.heads * 4 + 15) / 16 * 16); }
+}  // namespace
+
+size_t attention_backward_workspace_size(AttnConstTensor q, bool deterministic) {
   const int64_t rows = q.batch * q.seqlen;  // varlen: batch 1, total rows
-  if (q.heads < 0 || rows < 0) throw_arg("attention_backward_workspace_size", "q", "has negative sizes", "sizes >= 0");
-  return static_cast<size_t>((rows * q.heads * 4 + 15) / 16 * 16);
+  if (q.heads < 0 || rows < 0 || q.head_dim < 0)
+    throw_arg("attention_backward_workspace_size", "q", "has negative sizes", "sizes >= 0");
+  return dsum_bytes(q) + (deterministic ? 0 : static_cast<size_t>(rows * q.heads * q.head_dim * 4));
 }
 
 void attention_backward(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnConstTensor out,
@@ -354,7 +360,7 @@ void attention_backward(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v,
       throw_arg(fn, g.name, cat("has shape [", g.t.batch, ", ", g.t.seqlen, ", ", g.t.heads, ", ", g.t.head_dim, "]"),
                 cat("[", g.like->batch, ", ", g.like->seqlen, ", ", g.like->heads, ", ", g.like->head_dim, "]"));
   }
-  const size_t need = attention_backward_workspace_size(q);
+  const size_t need = attention_backward_workspace_size(q, params.deterministic);
   if (need > 0 && (workspace == nullptr || workspace_bytes < need))
     throw_arg(fn, "workspace", cat("has ", workspace ? workspace_bytes : 0, " bytes"),
               cat("at least ", need, " bytes (attention_backward_workspace_size)"));
@@ -390,6 +396,12 @@ void attention_backward(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v,
   p.dv = dv.data;
   p.dv_batch_stride = dv.batch_stride, p.dv_row_stride = dv.seq_stride, p.dv_head_stride = dv.head_stride;
   p.dsum = static_cast<float*>(workspace);
+  p.dq_accum = nullptr;
+  if (!params.deterministic) {
+    p.dq_accum = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + dsum_bytes(q));
+    const size_t acc_bytes = need - dsum_bytes(q);
+    BF_CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, acc_bytes, stream));
+  }
   p.scale = static_cast<float>(params.softmax_scale > 0 ? params.softmax_scale : 1.0 / std::sqrt(double(q.head_dim)));
   const int batch_dsum = val.varlen ? 1 : static_cast<int>(q.batch);
   const int rows_dsum = static_cast<int>(q.seqlen);

@@ -19,6 +19,10 @@ struct BwdParams : Params {
   int64_t dv_batch_stride, dv_row_stride, dv_head_stride;
   float* dsum;  // rowsum(dO ∘ O), laid out like lse (the workspace)
   float scale;  // dS's factor into dQ and dK: the softmax scale (natural units)
+  // Non-deterministic mode (AttentionParams::deterministic = false): the dK/dV kernel adds dS·K into
+  // this fp32 [rows, Hq, D] buffer (zeroed first; rows = B·Sq, or the packed total) with atomics, and a
+  // conversion kernel writes dq from it; nullptr in the deterministic mode (the dQ kernel).
+  float* dq_accum;
 };
 
 // The head dims the sm80 backward is compiled for (dK and dV of 16 keys × D per warp in registers).

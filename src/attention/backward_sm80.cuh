@@ -13,7 +13,11 @@
 //                     recomputes P for its 16 rows, dP = dO·Vᵀ, dS, and dQ += dS·K in fp32 registers.
 //
 // P is recomputed in both kernels instead of accumulating dQ with atomics: deterministic (the same
-// inputs give the same bits) at the cost of a second QKᵀ and dO·Vᵀ. With a soft-cap the score is
+// inputs give the same bits) at the cost of a second QKᵀ and dO·Vᵀ. The non-deterministic mode
+// (AttentionParams::deterministic = false) is FlashAttention-2's: the dK/dV kernel also stages dSᵀ in
+// shared memory and adds dQ += dS·K for its 64 keys into an fp32 buffer with atomics
+// (bwd_dkdv_kernel<..., true>), and bwd_dq_convert_kernel scales and rounds it into dq: five S²·D
+// products instead of seven, with dq's bits depending on the order the atomics land in. With a soft-cap the score is
 // cap·tanh(scale·qk / cap), whose derivative scale·(1 − tanh²) multiplies dS (tanh kept as fp16 pairs).
 // Supported head dims: 64 and 128 (dK and dV of 16 keys × D in fp32 registers per warp).
 #pragma once
@@ -222,6 +226,25 @@ __device__ __forceinline__ void gemm_a_b(float (&acc)[D / 8][4], const uint32_t 
     }
 }
 
+// acc[16 × N] = A (register fragments, k = 64 rows of sb) · sb[64][c0, c0 + N) (sb rows of D
+// elements): gemm_a_b on a column slice, so that a second accumulator fits beside dK and dV.
+template <class T, int D, int N>
+__device__ __forceinline__ void gemm_a_b_slice(float (&acc)[N / 8][4], const uint32_t (&a)[4][4], const T* sb, int c0,
+                                               int lane) {
+  using Mma = blockfuse::decode::MmaType<T>;
+#pragma unroll
+  for (int n = 0; n < N / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int dn = 0; dn < N / 16; ++dn) {
+      uint32_t b[4];
+      ldsm_x4_trans(b, sb + swz<D>(kk * 16 + lane % 8 + ((lane / 8) % 2) * 8, c0 / 8 + 2 * dn + lane / 16));
+      Mma::mma(acc[2 * dn], a[kk], b[0], b[1]);
+      Mma::mma(acc[2 * dn + 1], a[kk], b[2], b[3]);
+    }
+}
+
 // Stores a warp's 16 × D fp32 accumulator (scaled) as T rows row0 + r (r < 16) of a strided view,
 // rows at or past `rows` skipped.
 template <class T, int D>
@@ -240,19 +263,21 @@ __device__ __forceinline__ void store_rows(T* base, int64_t row_stride, int row0
 
 // ---- dK, dV --------------------------------------------------------------------------------------
 
-// Shared memory: K, V [64][D]; two stages of Q, dO [64][D] and LSE (exp2 units), Dsum [64].
-template <int D>
+// Shared memory: K, V [64][D]; two stages of Q, dO [64][D] and LSE (exp2 units), Dsum [64]; with
+// kAtomicDq dSᵀ [64 keys][64 queries] after them.
+template <int D, bool kAtomicDq = false>
 constexpr int dkdv_smem_bytes() {
-  return (2 + 2 * 2) * kBlock * D * 2 + 2 * 2 * kBlock * 4;
+  return (2 + 2 * 2) * kBlock * D * 2 + 2 * 2 * kBlock * 4 + (kAtomicDq ? kBlock * kBlock * 2 : 0);
 }
 
-template <class T, int D>
+template <class T, int D, bool kAtomicDq = false>
 __global__ void __launch_bounds__(kThreads, 1) bwd_dkdv_kernel(const __grid_constant__ BwdParams p) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* const sK = reinterpret_cast<T*>(smem_raw);
   T* const sV = sK + kBlock * D;
   T* const sQ0 = sV + kBlock * D;  // stage s: sQ0 + s·2·kBlock·D (Q), then dO
   float* const sStat0 = reinterpret_cast<float*>(sQ0 + 2 * 2 * kBlock * D);  // stage s: LSE2 [64], Dsum [64]
+  T* const sdS = reinterpret_cast<T*>(sStat0 + 2 * 2 * kBlock);  // kAtomicDq: dSᵀ [64 keys][64 queries]
   const int n_block = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const Seq s0 = sequence(p, b, hk * p.group, hk);
@@ -326,7 +351,44 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_dkdv_kernel(const __grid_cons
     grad_scores(p, pt, dpt, th, [&](int n, int e) { return st[kBlock + n * 8 + (lane % 4) * 2 + (e & 1)]; });
     to_a_frags<T>(dpt, a);
     gemm_a_b<T, D>(dk, a, sQ, lane);  // dK += dSᵀ·Q
-    __syncthreads();  // the stage is refilled by the next step's prefetch
+    if constexpr (kAtomicDq) {
+      // dSᵀ of this warp's 16 keys into shared memory (the same rounding as dK's operand), then each
+      // warp takes 16 query rows: dQ[16 × D] = dS[16 × 64 keys] · K[64 × D], A by ldmatrix.trans of
+      // dSᵀ, added into dq_accum.
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          *reinterpret_cast<uint32_t*>(sdS + swz<kBlock>(warp * 16 + lane / 4 + 8 * h, n) + (lane % 4) * 2) =
+              pack2<T>(dpt[n][2 * h], dpt[n][2 * h + 1]);
+      __syncthreads();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        ldsm_x4_trans(a[kk], sdS + swz<kBlock>(kk * 16 + lane % 8 + (lane / 16) * 8, warp * 2 + (lane / 8) % 2));
+      const int64_t q_row0 = p.cu_seqlens_q != nullptr ? int64_t(p.cu_seqlens_q[b]) : int64_t(b) * p.seqlen_q;
+      const int64_t row_elems = int64_t(p.heads_q) * D;
+      float* const acc = p.dq_accum + q_row0 * row_elems + int64_t(hk * p.group + g) * D + (lane % 4) * 2;
+      // 64 columns at a time: 32 more fp32 registers beside dK and dV, not D / 2 (D = 64 then does not
+      // spill; D = 128 spills as the deterministic kernels do: docs/attention.md#backward-sm80).
+      constexpr int kSlice = 64;
+#pragma unroll
+      for (int c0 = 0; c0 < D; c0 += kSlice) {
+        float dq[kSlice / 8][4];
+        gemm_a_b_slice<T, D, kSlice>(dq, a, sK, c0, lane);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int i = m * kBlock + warp * 16 + lane / 4 + 8 * h;
+          if (i >= s.sq) continue;
+          float* const row = acc + int64_t(i) * row_elems + c0;
+#pragma unroll
+          for (int n = 0; n < kSlice / 8; ++n) {
+            atomicAdd(row + n * 8, dq[n][2 * h]);
+            atomicAdd(row + n * 8 + 1, dq[n][2 * h + 1]);
+          }
+        }
+      }
+    }
+    __syncthreads();  // the stage (and dSᵀ) are refilled by the next step
   }
   blockfuse::detail::cp_async_wait_all();
 
@@ -334,6 +396,28 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_dkdv_kernel(const __grid_cons
                    s0.sk - n0, dk, p.scale, lane);
   store_rows<T, D>(static_cast<T*>(p.dv) + s0.dv + int64_t(n0) * p.dv_row_stride, p.dv_row_stride, warp * 16,
                    s0.sk - n0, dv, 1.f, lane);
+}
+
+// ---- dQ from the atomics' buffer ---------------------------------------------------------------------
+
+// dq = dq_accum · scale, rounded: grid (ceil(rows · D / 8 / 128), Hq, batch), rows as bwd_dsum_kernel's
+// (Sq per sequence, or the packed total with batch 1), 8 columns per thread.
+template <class T, int D>
+__global__ void __launch_bounds__(128) bwd_dq_convert_kernel(const __grid_constant__ BwdParams p, int rows) {
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // (row, chunk of 8)
+  if (idx >= int64_t(rows) * (D / 8)) return;
+  const int r = int(idx / (D / 8)), c = int(idx % (D / 8)) * 8;
+  const float* src = p.dq_accum + ((int64_t(b) * rows + r) * p.heads_q + h) * D + c;
+  T* dst = static_cast<T*>(p.dq) + int64_t(b) * p.dq_batch_stride + int64_t(r) * p.dq_row_stride +
+           int64_t(h) * p.dq_head_stride + c;
+  const float4 x0 = *reinterpret_cast<const float4*>(src), x1 = *reinterpret_cast<const float4*>(src + 4);
+  uint4 out;
+  out.x = pack2<T>(x0.x * p.scale, x0.y * p.scale);
+  out.y = pack2<T>(x0.z * p.scale, x0.w * p.scale);
+  out.z = pack2<T>(x1.x * p.scale, x1.y * p.scale);
+  out.w = pack2<T>(x1.z * p.scale, x1.w * p.scale);
+  *reinterpret_cast<uint4*>(dst) = out;
 }
 
 // ---- dQ ------------------------------------------------------------------------------------------

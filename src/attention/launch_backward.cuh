@@ -14,6 +14,22 @@ void launch_typed(const BwdParams& p, int batch, int rows_dsum, cudaStream_t str
   // dQ kernel writes dq = 0. Queries are never absent here (the launcher returns before).
   bwd_dsum_kernel<T, D><<<dim3((rows_dsum + 3) / 4, p.heads_q, batch), 128, 0, stream>>>(p, rows_dsum);
   BF_CHECK_LAUNCH();
+  if (p.dq_accum != nullptr) {
+    // Non-deterministic: dQ by atomics in the dK/dV kernel (into dq_accum, zeroed by the launcher),
+    // then converted; no dQ kernel.
+    if (p.seqlen_k > 0) {
+      auto kernel = bwd_dkdv_kernel<T, D, true>;
+      static blockfuse::detail::PerDeviceCache<bool> once;
+      blockfuse::detail::opt_in_dynamic_smem_once(once, kernel, dkdv_smem_bytes<D, true>());
+      kernel<<<dim3((p.seqlen_k + kBlock - 1) / kBlock, p.heads_kv, p.batch), kThreads, dkdv_smem_bytes<D, true>(),
+               stream>>>(p);
+      BF_CHECK_LAUNCH();
+    }
+    const int64_t chunks = int64_t(rows_dsum) * (D / 8);
+    bwd_dq_convert_kernel<T, D><<<dim3(unsigned((chunks + 127) / 128), p.heads_q, batch), 128, 0, stream>>>(p, rows_dsum);
+    BF_CHECK_LAUNCH();
+    return;
+  }
   if (p.seqlen_k > 0) {
     auto kernel = bwd_dkdv_kernel<T, D>;
     static blockfuse::detail::PerDeviceCache<bool> once;

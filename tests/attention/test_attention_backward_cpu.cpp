@@ -123,6 +123,9 @@ TEST(AttentionBackwardValidation, NamesTheArgument) {
   expect_error([](Call& c) { c.dq.data = const_cast<void*>(c.q.data); }, "dq");
   expect_error([](Call& c) { c.dv.data = c.dk.data; }, "dk");
   EXPECT_EQ(attention_backward_workspace_size(valid().q), size_t(2 * 100 * 8 * 4));
+  // Non-deterministic: the fp32 dQ accumulator [rows, Hq, D] after Dsum, and the check uses it.
+  EXPECT_EQ(attention_backward_workspace_size(valid().q, false), size_t(2 * 100 * 8 * 4 + 2 * 100 * 8 * 128 * 4));
+  expect_error([](Call& c) { c.p.deterministic = false; c.ws_bytes = 2 * 100 * 8 * 4; }, "workspace");
 }
 
 // A call without query rows has an empty lse (PyTorch passes a null pointer for it): accepted,

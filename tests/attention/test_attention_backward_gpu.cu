@@ -3,7 +3,8 @@
 // ratios 1, 4, 8 and MQA, causal / sliding window / soft-cap, bf16 and fp16, D = 64 and 128. The
 // forward runs first on the device (out and lse come from it, as in training); gradients are
 // poisoned before each call, compared by relative Frobenius error per tensor, and a second call must
-// give the same bits. The batched cases also check the fp32 GPU reference the benchmark verifies
+// give the same bits; then the non-deterministic mode (params.deterministic = false) the same way,
+// with dk and dv bit for bit the deterministic mode's. The batched cases also check the fp32 GPU reference the benchmark verifies
 // with (testing/attention_reference.h) against the fp64 one.
 #include <gtest/gtest.h>
 
@@ -114,7 +115,7 @@ TEST_P(AttentionBackwardGpu, MatchesReference) {
   auto wview = [&](void* ptr, int64_t rows, int64_t heads) { return make_attn_tensor(ptr, c.dt, batch, rows, heads, c.d); };
   const AttnConstTensor q = view(dq_.data(), sq, c.hq), k = view(dk_.data(), sk, c.hkv), v = view(dv_.data(), sk, c.hkv);
   attention(q, k, v, wview(dout_.data(), sq, c.hq), dlse.data(), p);
-  const size_t ws_bytes = attention_backward_workspace_size(q);
+  const size_t ws_bytes = attention_backward_workspace_size(q, false);  // enough for both modes
   DeviceBuffer<unsigned char> ws(std::max<size_t>(ws_bytes, 16));
   auto run = [&] {
     BF_CUDA_OK(cudaMemset(dgq.data(), 0xff, dgq.bytes()));
@@ -156,6 +157,14 @@ TEST_P(AttentionBackwardGpu, MatchesReference) {
   EXPECT_TRUE(down(dgq, hq.size()) == gq) << "dq differs between two calls";
   EXPECT_TRUE(down(dgk, hk.size()) == gk) << "dk differs between two calls";
   EXPECT_TRUE(down(dgv, hv.size()) == gv) << "dv differs between two calls";
+
+  // The non-deterministic mode (dQ by atomics in the dK/dV kernel): the same bound against fp64, and
+  // dk, dv bit for bit the deterministic mode's (the same code computes them).
+  p.deterministic = false;
+  run();
+  EXPECT_LE(rel_err(down(dgq, hq.size()), c.dt, rq), tol) << "dq, atomics";
+  EXPECT_TRUE(down(dgk, hk.size()) == gk) << "dk, atomics: not the deterministic mode's";
+  EXPECT_TRUE(down(dgv, hv.size()) == gv) << "dv, atomics: not the deterministic mode's";
 }
 
 std::vector<Case> cases() {
