@@ -65,6 +65,7 @@ Check verify_point(const AttnConstTensor& q, const AttnConstTensor& k, const Att
 
 class AttentionBench final : public BenchCommand {
   std::vector<int64_t> ds_ = {128, 64}, ss_ = {512, 1024, 4096, 16384}, hkvs_ = {32, 8}, causals_ = {0, 1};
+  std::vector<int64_t> dets_ = {1, 0};  // --backward: the deterministic mode, then dQ by atomics
   int batch_ = 2, hq_ = 32;
   bool all_configs_ = false, varlen_ = false, backward_ = false;
   std::string dtype_ = "bf16";
@@ -86,6 +87,8 @@ class AttentionBench final : public BenchCommand {
     o.flag("--varlen", varlen_,
            "pass the B sequences as one packed varlen batch (cu_seqlens 0, S, 2S, ...): the same work and "
            "result, through the varlen path");
+    o.ints("--deterministic", dets_, 0, 1,
+           "--backward: 1 = dQ in its own kernel (the default), 0 = dQ by atomics in the dK/dV kernel");
     o.flag("--backward", backward_,
            "time attention_backward (dq, dk, dv from the forward's out and lse; the sm80 kernel on every "
            "device) instead of the forward; FLOPs = 2.5x the forward's");
@@ -216,7 +219,7 @@ class AttentionBench final : public BenchCommand {
             fmt(ceiling, 0) + " TFLOP/s this run");
     b.title("median of " + std::to_string(b.reps()) + " back-to-back calls (CUDA events, after " +
             std::to_string(b.warmup()) + " warm-up); FLOPs = 10*B*Hq*S^2*D (/2 causal); verified = rel L2 vs fp32");
-    b.columns({"D", "S", "Hkv", "causal", "us", "TFLOP/s", "of cuBLAS", "verified"});
+    b.columns({"D", "S", "Hkv", "causal", "dQ", "us", "TFLOP/s", "of cuBLAS", "verified"});
     b.info()["dtype"] = dtype_;
     b.info()["pass"] = "backward";
     b.info()["cublas_bf16_tflops"] = ceiling;
@@ -230,7 +233,8 @@ class AttentionBench final : public BenchCommand {
             continue;
           }
           const size_t q_elems = size_t(B * s * Hq * d), kv_elems = size_t(B * s * hkv * d);
-          const size_t ws_bytes = attention_backward_workspace_size(make_attn_tensor(static_cast<const void*>(nullptr), dt, B, s, Hq, d));
+          const size_t ws_bytes =
+              attention_backward_workspace_size(make_attn_tensor(static_cast<const void*>(nullptr), dt, B, s, Hq, d), false);
           // q, out, dout, dq and k, v, dk, dv (2 bytes), the fp32 references of dq, dk, dv, lse, workspace.
           if (!b.fits(2 * (4 * q_elems + 4 * kv_elems) + 4 * (q_elems + 2 * kv_elems) + 4 * size_t(B * Hq * s) + ws_bytes,
                       where))
@@ -247,15 +251,17 @@ class AttentionBench final : public BenchCommand {
           auto wview = [&](void* ptr, int64_t h) { return make_attn_tensor(ptr, dt, B, s, h, d); };
           const AttnConstTensor q = cview(qb.data(), Hq), k = cview(kb.data(), hkv), v = cview(vb.data(), hkv);
           const AttnConstTensor out = cview(ob.data(), Hq), dout = cview(dob.data(), Hq);
-          for (int64_t causal : causals_) {
+          for (int64_t causal : causals_)
+          for (int64_t det : dets_) {
             AttentionParams p;
             p.causal = causal != 0;
             attention(q, k, v, wview(ob.data(), Hq), lse.data(), p, stream);
+            p.deterministic = det != 0;
             auto call = [&] {
               attention_backward(q, k, v, out, dout, lse.data(), wview(dqb.data(), Hq), wview(dkb.data(), hkv),
                                  wview(dvb.data(), hkv), p, ws.data(), ws.bytes(), stream);
             };
-            const std::string point = where + " causal " + std::to_string(causal) + " backward";
+            const std::string point = where + " causal " + std::to_string(causal) + " backward" + (det ? "" : " atomic dQ");
             b.log("%s", point.c_str());
             for (DeviceBuffer<uint16_t>* g : {&dqb, &dkb, &dvb})
               testing::fill_bits(Matrix{g->data(), dt, int64_t(g->size()) / d, d, d}, testing::nan_bits(dt), stream);
@@ -271,10 +277,10 @@ class AttentionBench final : public BenchCommand {
             const double flops = 10.0 * B * Hq * double(s) * double(s) * d * (p.causal ? 0.5 : 1.0);
             const double tflops = flops / (t.median_ms * 1e-3) / 1e12;
             auto r = b.row({std::to_string(d), std::to_string(s), std::to_string(hkv), causal ? "yes" : "no",
-                            fmt(t.us(), 1), fmt(tflops, 1), b.pct_of_matrix(tflops) + (ceiling > 0 ? " %" : ""),
+                            det ? "kernel" : "atomics", fmt(t.us(), 1), fmt(tflops, 1), b.pct_of_matrix(tflops) + (ceiling > 0 ? " %" : ""),
                             ok ? "ok (" + fmt(check.rel_l2, 4) + ")" : "FAILED"});
             r.set("pass", "backward").set("head_dim", d).set("seqlen", s).set("batch", B).set("heads_q", Hq);
-            r.set("heads_kv", hkv).set("causal", causal != 0).set("kernel", "sm80");
+            r.set("heads_kv", hkv).set("causal", causal != 0).set("kernel", "sm80").set("deterministic", det != 0);
             r.set("median_us", t.us()).set("min_us", t.min_us()).set("tflops", tflops);
             if (ceiling > 0) r.set("fraction_of_cublas", tflops / ceiling);
             r.set("verified", ok).set("rel_l2", check.rel_l2).set("max_abs_diff", check.max_abs);

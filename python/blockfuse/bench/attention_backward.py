@@ -1,5 +1,6 @@
 """`python -m blockfuse.bench attention-backward`: attention forward + backward (training), bf16,
-B = 2, Hq = 32: blockfuse.ops.attention with its autograd beside PyTorch SDPA's flash and cuDNN
+B = 2, Hq = 32: blockfuse.ops.attention with its autograd (`blockfuse`; `blockfuse_atomic`: the same
+forward with the non-deterministic backward, dQ by atomics) beside PyTorch SDPA's flash and cuDNN
 backends and FlashAttention-4 (flash_attn.cute.interface.flash_attn_func, when importable:
 ../shared/peers stages it), in one process.
 
@@ -39,6 +40,29 @@ def _leaves(s, hkv, d, seed):
     return q, k, v, dout
 
 
+class _AtomicDq(torch.autograd.Function):
+    """fn's forward, its backward with blockfuse's non-deterministic attention backward switched on."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, fn, bf):
+        with torch.enable_grad():
+            leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+            out = fn(*leaves)
+        ctx.save_for_backward(*leaves)
+        ctx.graph = (out, bf)
+        return out.detach()
+
+    @staticmethod
+    def backward(ctx, dout):
+        out, bf = ctx.graph
+        bf.set_attention_backward_deterministic(False)
+        try:
+            grads = torch.autograd.grad(out, ctx.saved_tensors, dout)
+        finally:
+            bf.set_attention_backward_deterministic(True)
+        return (*grads, None, None)
+
+
 def implementations(bf, fa4, causal, gqa):
     """name -> forward(q, k, v) on [B, S, H, D] leaves, returning out [B, S, Hq, D]."""
     def sdpa(backend):
@@ -51,6 +75,10 @@ def implementations(bf, fa4, causal, gqa):
     impls = {"sdpa_flash": sdpa(SDPBackend.FLASH_ATTENTION), "sdpa_cudnn": sdpa(SDPBackend.CUDNN_ATTENTION)}
     if bf is not None:
         impls["blockfuse"] = lambda q, k, v: bf.attention(q, k, v, causal=causal)
+
+        def atomic(q, k, v):  # the non-deterministic backward (dQ by atomics), for the same forward
+            return _AtomicDq.apply(q, k, v, lambda a, b, c: bf.attention(a, b, c, causal=causal), bf)
+        impls["blockfuse_atomic"] = atomic
     if fa4 is not None:
         def fa(q, k, v):
             out = fa4(q, k, v, causal=causal)
@@ -90,10 +118,11 @@ def point(bf, fa4, d, s, hkv, causal, reps):
         ms = time_events(step, 1, 2, reps) * 1e-3
         row[name + "_ms"] = ms
         row[name + "_tflops"] = flops / (ms * 1e-3) / 1e12
-    mine = row.get("blockfuse_tflops")
-    for base in ("sdpa_flash", "sdpa_cudnn", "fa4"):
-        if mine and row.get(base + "_tflops"):
-            row[f"blockfuse_over_{base}"] = mine / row[base + "_tflops"]
+    for ours in ("blockfuse", "blockfuse_atomic"):
+        mine = row.get(ours + "_tflops")
+        for base in ("sdpa_flash", "sdpa_cudnn", "fa4"):
+            if mine and row.get(base + "_tflops"):
+                row[f"{ours}_over_{base}"] = mine / row[base + "_tflops"]
     return row
 
 
