@@ -263,11 +263,12 @@ __device__ __forceinline__ void store_rows(T* base, int64_t row_stride, int row0
 
 // ---- dK, dV --------------------------------------------------------------------------------------
 
-// Shared memory: K, V [64][D]; two stages of Q, dO [64][D] and LSE (exp2 units), Dsum [64]; with
-// kAtomicDq dSᵀ [64 keys][64 queries] after them.
-template <int D, bool kAtomicDq = false>
+// Shared memory: K, V [64][D]; two stages of Q, dO [64][D] and LSE (exp2 units), Dsum [64]. With
+// kAtomicDq, dSᵀ [64 keys][64 queries] goes over the step's dO tile once nothing reads it, so both
+// modes fit the 99 KB a block gets on sm_86 / sm_89 at D = 128 (99,328 bytes).
+template <int D>
 constexpr int dkdv_smem_bytes() {
-  return (2 + 2 * 2) * kBlock * D * 2 + 2 * 2 * kBlock * 4 + (kAtomicDq ? kBlock * kBlock * 2 : 0);
+  return (2 + 2 * 2) * kBlock * D * 2 + 2 * 2 * kBlock * 4;
 }
 
 template <class T, int D, bool kAtomicDq = false>
@@ -277,7 +278,6 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_dkdv_kernel(const __grid_cons
   T* const sV = sK + kBlock * D;
   T* const sQ0 = sV + kBlock * D;  // stage s: sQ0 + s·2·kBlock·D (Q), then dO
   float* const sStat0 = reinterpret_cast<float*>(sQ0 + 2 * 2 * kBlock * D);  // stage s: LSE2 [64], Dsum [64]
-  T* const sdS = reinterpret_cast<T*>(sStat0 + 2 * 2 * kBlock);  // kAtomicDq: dSᵀ [64 keys][64 queries]
   const int n_block = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const Seq s0 = sequence(p, b, hk * p.group, hk);
@@ -352,9 +352,12 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_dkdv_kernel(const __grid_cons
     to_a_frags<T>(dpt, a);
     gemm_a_b<T, D>(dk, a, sQ, lane);  // dK += dSᵀ·Q
     if constexpr (kAtomicDq) {
-      // dSᵀ of this warp's 16 keys into shared memory (the same rounding as dK's operand), then each
+      // dSᵀ of this warp's 16 keys into shared memory (the same rounding as dK's operand), over this
+      // step's dO tile (every warp is past dV += Pᵀ·dO and dPᵀ = V·dOᵀ after the barrier), then each
       // warp takes 16 query rows: dQ[16 × D] = dS[16 × 64 keys] · K[64 × D], A by ldmatrix.trans of
       // dSᵀ, added into dq_accum.
+      T* const sdS = sQ0 + stage * 2 * kBlock * D + kBlock * D;
+      __syncthreads();
 #pragma unroll
       for (int n = 0; n < 8; ++n)
 #pragma unroll

@@ -20,9 +20,8 @@ void launch_typed(const BwdParams& p, int batch, int rows_dsum, cudaStream_t str
     if (p.seqlen_k > 0) {
       auto kernel = bwd_dkdv_kernel<T, D, true>;
       static blockfuse::detail::PerDeviceCache<bool> once;
-      blockfuse::detail::opt_in_dynamic_smem_once(once, kernel, dkdv_smem_bytes<D, true>());
-      kernel<<<dim3((p.seqlen_k + kBlock - 1) / kBlock, p.heads_kv, p.batch), kThreads, dkdv_smem_bytes<D, true>(),
-               stream>>>(p);
+      blockfuse::detail::opt_in_dynamic_smem_once(once, kernel, dkdv_smem_bytes<D>());
+      kernel<<<dim3((p.seqlen_k + kBlock - 1) / kBlock, p.heads_kv, p.batch), kThreads, dkdv_smem_bytes<D>(), stream>>>(p);
       BF_CHECK_LAUNCH();
     }
     const int64_t chunks = int64_t(rows_dsum) * (D / 8);
