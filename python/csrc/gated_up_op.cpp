@@ -241,9 +241,9 @@ class GatedMlpFunction : public torch::autograd::Function<GatedMlpFunction> {
                             const at::Tensor& w_down, c10::string_view activation) {
     parse_activation(activation, "gated_mlp");
     at::AutoDispatchBelowADInplaceOrView guard;
-    // Under torch.compile the tensors are fakes with symbolic sizes: the fake checks what it can and
-    // the compiled call's real kernels the rest.
-    if (!has_symbolic_sizes(x) && !has_symbolic_sizes(w) && !has_symbolic_sizes(w_down)) {
+    // Under torch.compile the tensors are fakes with symbolic sizes, and meta tensors have no device
+    // to check: the fakes check what they can and the real kernels the rest.
+    if (!x.is_meta() && !has_symbolic_sizes(x) && !has_symbolic_sizes(w) && !has_symbolic_sizes(w_down)) {
       check_training_args(x, w, "gated_mlp");
       check_down_arg(x, w_down, w.size(0) / 2);
     } else {  // the shapes the GEMMs need, symbolically (torch's own mm errors would not name them)

@@ -26,3 +26,26 @@ def test_meta_varlen_forward_backward_shapes():
     cu = torch.empty(3, device="meta", dtype=torch.int32)
     A.attention_varlen(q, k, v, cu, cu, 10, 15).sum().backward()
     assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad is None
+
+
+def test_backward_determinism_switch():
+    """set_backward_deterministic picks the mode the autograd formula passes; torch's deterministic
+    setting keeps the deterministic kernel whatever it says."""
+    assert A._deterministic()
+    try:
+        A.set_backward_deterministic(False)
+        assert not A._deterministic()
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        assert A._deterministic()
+    finally:
+        torch.use_deterministic_algorithms(False)
+        A.set_backward_deterministic(True)
+    assert A._deterministic()
+
+
+def test_backward_op_takes_the_mode_on_meta():
+    q = torch.empty(1, 9, 4, 64, device="meta", dtype=torch.bfloat16)
+    k = torch.empty(1, 9, 2, 64, device="meta", dtype=torch.bfloat16)
+    lse = torch.empty(1, 4, 9, device="meta", dtype=torch.float32)
+    dq, dk, dv = torch.ops.blockfuse.attention_backward(q, q, k, k, q, lse, None, True, -1, -1, 0.0, False)
+    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == k.shape

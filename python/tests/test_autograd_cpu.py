@@ -110,3 +110,30 @@ def test_backward_ops_reject_cpu_tensors():
         torch.ops.blockfuse.rmsnorm_backward(dy, dy, torch.zeros(16, dtype=torch.bfloat16), 1e-6, False, True, True)
     with pytest.raises(ValueError, match="argument 'gate_up'.*CUDA"):
         torch.ops.blockfuse.swiglu_backward(dy[:, :8], dy, "silu", "stacked")
+
+
+@needs_lib
+@pytest.mark.parametrize("pattern", ["all", "x", "w", "w_down"])
+def test_gated_mlp_autograd_on_meta(pattern):
+    """gated_mlp's C++ autograd on meta tensors (the fakes of gated_mlp, swiglu and the in-place
+    backward ops): y and the gradients of whatever needs one, of the right shapes and dtype."""
+    x = meta(2, 5, 64, dtype=torch.bfloat16, grad=pattern in ("all", "x"))
+    w = meta(96, 64, dtype=torch.bfloat16, grad=pattern in ("all", "w"))
+    w_down = meta(40, 48, dtype=torch.bfloat16, grad=pattern in ("all", "w_down"))
+    y = ops.gated_mlp(x, w, w_down, "silu")
+    assert y.shape == (2, 5, 40) and y.dtype == torch.bfloat16 and y.requires_grad
+    y.sum().backward()
+    for t in (x, w, w_down):
+        assert (t.grad is None) == (not t.requires_grad)
+        if t.grad is not None:
+            assert t.grad.shape == t.shape and t.grad.dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="gated_mlp: argument 'x'.*CUDA"):
+        ops.gated_mlp(torch.zeros(2, 64, dtype=torch.bfloat16), torch.zeros(96, 64, dtype=torch.bfloat16),
+                      torch.zeros(40, 48, dtype=torch.bfloat16))
+
+
+@needs_lib
+def test_swiglu_backward_with_out_fake_on_meta():
+    gu = meta(4, 16)
+    h = torch.ops.blockfuse.swiglu_backward_with_out_(meta(4, 8), gu, "silu", "interleaved")
+    assert h.shape == (4, 8)

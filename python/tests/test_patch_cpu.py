@@ -129,3 +129,21 @@ def test_phi3_stacked_gate_up():
     x = torch.randn(3, 5, 64)
     with torch.no_grad():
         assert rel(ours(x), mlp(x)) < 1e-5
+
+
+def test_gated_mlp_hook_check():
+    """GatedMLP keeps the two-module path when its down projection carries any hook: its own forward,
+    pre-forward or backward hooks, or a global module hook."""
+    down = torch.nn.Linear(8, 4)
+    assert not bnn._has_hooks(down)
+    for register in (down.register_forward_hook, down.register_forward_pre_hook, down.register_full_backward_hook):
+        handle = register(lambda *_: None)
+        assert bnn._has_hooks(down)
+        handle.remove()
+        assert not bnn._has_hooks(down)
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda *_: None)
+    try:
+        assert bnn._has_hooks(down)
+    finally:
+        handle.remove()
+    assert not bnn._has_hooks(down)
