@@ -41,30 +41,27 @@ def swiglu_backward(dh, gate_up, activation="silu", layout="stacked"):
 
 # ---- reference (plain torch) ---------------------------------------------------------------------
 
-def swiglu_reference(gate_up, activation="silu", layout="stacked", out_dtype=None):
-    """act(gate) ⊙ up in fp32 from a [..., 2U] tensor in either layout; one rounding."""
+def _gate_and_up(gate_up, layout):
+    """(gate, up) as fp32 views of a [..., 2U] tensor in `layout`."""
     z = gate_up.float()
     u = z.shape[-1] // 2
     if layout == "stacked":
-        gate, up = z[..., :u], z[..., u:]
-    elif layout == "interleaved":
-        up, gate = z[..., 0::2], z[..., 1::2]
-    else:
-        raise ValueError(f"blockfuse: layout '{layout}'; required: one of {LAYOUTS}")
+        return z[..., :u], z[..., u:]
+    if layout == "interleaved":
+        return z[..., 1::2], z[..., 0::2]
+    raise ValueError(f"blockfuse: layout '{layout}'; required: one of {LAYOUTS}")
+
+
+def swiglu_reference(gate_up, activation="silu", layout="stacked", out_dtype=None):
+    """act(gate) ⊙ up in fp32 from a [..., 2U] tensor in either layout; one rounding."""
+    gate, up = _gate_and_up(gate_up, layout)
     v = _activation(gate, activation) * up
     return v if out_dtype is torch.float32 else v.to(out_dtype or gate_up.dtype)
 
 
 def swiglu_backward_reference(dh, gate_up, activation="silu", layout="stacked"):
     """What swiglu_backward computes, in fp32 torch (any device): d_gate_up in gate_up's layout, fp32."""
-    z = gate_up.float()
-    u = z.shape[-1] // 2
-    if layout == "stacked":
-        gate, up = z[..., :u], z[..., u:]
-    elif layout == "interleaved":
-        up, gate = z[..., 0::2], z[..., 1::2]
-    else:
-        raise ValueError(f"blockfuse: layout '{layout}'; required: one of {LAYOUTS}")
+    gate, up = _gate_and_up(gate_up, layout)
     a, da = activation_and_grad(gate, activation)
     d = dh.float()
     dg, du = d * up * da, d * a

@@ -68,12 +68,29 @@ std::tuple<at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at:
   return {out, lse};
 }
 
-void check_cu_seqlens(const at::Tensor& cu, const char* arg) {
-  TORCH_CHECK_TYPE(cu.scalar_type() == at::kInt, "blockfuse::attention_varlen: argument '", arg, "' has dtype ",
+void check_cu_seqlens(const char* fn, const at::Tensor& cu, const char* arg) {
+  TORCH_CHECK_TYPE(cu.scalar_type() == at::kInt, "blockfuse::", fn, ": argument '", arg, "' has dtype ",
                    dtype_str(cu), "; required: torch.int32");
   TORCH_CHECK_VALUE(cu.dim() == 1 && cu.size(0) >= 2 && (cu.stride(0) == 1 || cu.size(0) <= 1),
-                    "blockfuse::attention_varlen: argument '", arg, "' has sizes ", dims(cu.sizes()), ", strides ",
+                    "blockfuse::", fn, ": argument '", arg, "' has sizes ", dims(cu.sizes()), ", strides ",
                     dims(cu.strides()), "; required: a contiguous 1-D [num_seqs + 1] tensor, num_seqs >= 1");
+}
+
+// `prm` in varlen mode, the offset tensors checked (the forward's and the backward's op alike).
+blockfuse::AttentionParams varlen_params(const char* fn, const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k,
+                                         int64_t max_seqlen_q, int64_t max_seqlen_k, blockfuse::AttentionParams prm) {
+  check_cu_seqlens(fn, cu_seqlens_q, "cu_seqlens_q");
+  check_cu_seqlens(fn, cu_seqlens_k, "cu_seqlens_k");
+  TORCH_CHECK_VALUE(cu_seqlens_k.size(0) == cu_seqlens_q.size(0), "blockfuse::", fn, ": argument 'cu_seqlens_k' has ",
+                    num(cu_seqlens_k.size(0)), " entries; required: as many as 'cu_seqlens_q' (",
+                    num(cu_seqlens_q.size(0)), ")");
+  prm.cu_seqlens_q = cu_seqlens_q.data_ptr();
+  prm.cu_seqlens_k = cu_seqlens_k.data_ptr();
+  prm.cu_seqlens_type = blockfuse::IndexType::kInt32;
+  prm.num_seqs = cu_seqlens_q.size(0) - 1;
+  prm.max_seqlen_q = max_seqlen_q;
+  prm.max_seqlen_k = max_seqlen_k;
+  return prm;
 }
 
 std::tuple<at::Tensor, at::Tensor> attention_varlen_cuda(
@@ -85,11 +102,8 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen_cuda(
   const auto qv = view_of(q, true, fn, "q");
   const auto kv = view_of(k, true, fn, "k");
   const auto vv = view_of(v, true, fn, "v");
-  check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q");
-  check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k");
-  TORCH_CHECK_VALUE(cu_seqlens_k.size(0) == cu_seqlens_q.size(0), "blockfuse::attention_varlen: argument "
-                    "'cu_seqlens_k' has ", num(cu_seqlens_k.size(0)), " entries; required: as many as "
-                    "'cu_seqlens_q' (", num(cu_seqlens_q.size(0)), ")");
+  const auto prm = varlen_params(fn, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                 scalar_params(softmax_scale, causal, window_left, window_right, softcap));
   c10::cuda::CUDAGuard guard(q.device());
   // Contiguous [Tq, Hq, D], zero-filled: rows past cu_seqlens_q[N] (padding) are never written by the
   // kernel and must not carry garbage (NaN bit patterns) into the next layer or its gradients.
@@ -97,13 +111,6 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen_cuda(
   at::Tensor lse = return_lse ? at::empty({q.size(1), q.size(0)}, q.options().dtype(at::kFloat))
                               : at::empty({0}, q.options().dtype(at::kFloat));
   const auto ov = out_view(out, true, fn);
-  auto prm = scalar_params(softmax_scale, causal, window_left, window_right, softcap);
-  prm.cu_seqlens_q = cu_seqlens_q.data_ptr();
-  prm.cu_seqlens_k = cu_seqlens_k.data_ptr();
-  prm.cu_seqlens_type = blockfuse::IndexType::kInt32;
-  prm.num_seqs = cu_seqlens_q.size(0) - 1;
-  prm.max_seqlen_q = max_seqlen_q;
-  prm.max_seqlen_k = max_seqlen_k;
   call_blockfuse([&] {
     blockfuse::attention(qv, kv, vv, ov, return_lse ? lse.data_ptr<float>() : nullptr, prm, current_stream(q));
   });
@@ -162,21 +169,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_varlen_backward_cuda(
     const at::Tensor& lse, const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
     int64_t max_seqlen_k, std::optional<double> softmax_scale, bool causal, int64_t window_left, int64_t window_right,
     double softcap, bool deterministic) {
-  check_scale(softmax_scale, "attention_varlen_backward");
-  check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q");
-  check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k");
-  TORCH_CHECK_VALUE(cu_seqlens_k.size(0) == cu_seqlens_q.size(0), "blockfuse::attention_varlen_backward: argument "
-                    "'cu_seqlens_k' has ", num(cu_seqlens_k.size(0)), " entries; required: as many as "
-                    "'cu_seqlens_q' (", num(cu_seqlens_q.size(0)), ")");
-  auto prm = scalar_params(softmax_scale, causal, window_left, window_right, softcap);
-  prm.cu_seqlens_q = cu_seqlens_q.data_ptr();
-  prm.cu_seqlens_k = cu_seqlens_k.data_ptr();
-  prm.cu_seqlens_type = blockfuse::IndexType::kInt32;
-  prm.num_seqs = cu_seqlens_q.size(0) - 1;
-  prm.max_seqlen_q = max_seqlen_q;
-  prm.max_seqlen_k = max_seqlen_k;
+  constexpr const char* fn = "attention_varlen_backward";
+  check_scale(softmax_scale, fn);
+  auto prm = varlen_params(fn, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           scalar_params(softmax_scale, causal, window_left, window_right, softcap));
   prm.deterministic = deterministic;
-  return backward_common("attention_varlen_backward", true, dout, q, k, v, out, lse, prm);
+  return backward_common(fn, true, dout, q, k, v, out, lse, prm);
 }
 
 // CPU tensors: the kernel runs only on the GPU; say so, naming the argument, rather than torch's

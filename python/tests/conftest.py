@@ -36,3 +36,14 @@ def require_gpu():
     if not ops.available():
         pytest.skip(f"blockfuse extension not built: {ops.load_error()}", allow_module_level=True)
     return torch, ops
+
+
+@pytest.fixture
+def no_tf32():
+    """fp32 matmuls in fp32, not TF32, for the test (its fp32 references must be fp32); restored after.
+    GPU modules that compare against such references use it: pytest.mark.usefixtures("no_tf32")."""
+    import torch
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = old

@@ -15,7 +15,7 @@ torch, ops = require_gpu()
 import blockfuse.attention as A  # noqa: E402
 from tensor_utils import rel  # noqa: E402
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("no_tf32")]
 
 DTYPES = (torch.bfloat16, torch.float16)
 # Relative Frobenius error of out vs the fp32 formula. Besides the output rounding (2^-9 bf16,
@@ -23,14 +23,6 @@ DTYPES = (torch.bfloat16, torch.float16)
 REL_TOL = {torch.bfloat16: 1.2e-2, torch.float16: 2.5e-3}
 ELEM_ATOL = {torch.bfloat16: 3e-2, torch.float16: 5e-3}  # times max|ref|, plus the relative part below
 ELEM_RTOL = {torch.bfloat16: 2 ** -6, torch.float16: 2 ** -9}
-
-
-@pytest.fixture(autouse=True)
-def _no_tf32():
-    old = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference must be fp32
-    yield
-    torch.backends.cuda.matmul.allow_tf32 = old
 
 
 def make(b, sq, sk, hq, hkv, d, dtype, seed=0):

@@ -11,7 +11,7 @@ torch, ops = require_gpu()
 import blockfuse.attention as A  # noqa: E402
 from tensor_utils import rel  # noqa: E402
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("no_tf32")]
 
 # Relative Frobenius error of each gradient vs the fp32 formula: the inputs' rounding is shared,
 # the kernel rounds P and dS to the input dtype before its matrix products and each gradient once.
@@ -28,14 +28,6 @@ CASES = [  # b, sq, sk, hq, hkv, d, causal, window_left, window_right, softcap
     (1, 129, 200, 6, 2, 128, True, 50, -1, 3.0),  # GQA 3, Sq < Sk, window + soft-cap
     (1, 150, 180, 4, 4, 64, False, 20, 30, 0.0),  # a two-sided window, Sq != Sk
 ]
-
-
-@pytest.fixture(autouse=True)
-def _no_tf32():
-    old = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32 = old
 
 
 def _inputs(b, sq, sk, hq, hkv, d, dtype, seed=0):

@@ -9,21 +9,13 @@ from conftest import require_gpu
 from tensor_utils import rel, rnd  # noqa: E402
 
 torch, ops = require_gpu()
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("no_tf32")]
 
 DTYPES = (torch.bfloat16, torch.float16)
 # Relative Frobenius error vs fp32: one output rounding is ~1.7e-3 (bf16), ~2.3e-4 (fp16).
 REL_TOL = {torch.bfloat16: 5e-3, torch.float16: 1e-3}
 # e4m3 has a 3-bit mantissa: one rounding is at most 2^-4 relative; ~2.5e-2 in Frobenius norm.
 FP8_REL_TOL = 4e-2
-
-
-@pytest.fixture(autouse=True)
-def _no_tf32():
-    old = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32 = old
 
 
 def poisoned_like(t):

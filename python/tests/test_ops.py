@@ -6,7 +6,7 @@ import pytest
 from conftest import require_gpu
 
 torch, ops = require_gpu()
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("no_tf32")]
 
 # Relative Frobenius error vs the fp32 formula: one rounding of the output is ~1.7e-3 (bf16) and
 # ~2.3e-4 (fp16); the bounds leave room for the fp32 accumulation order.
@@ -16,14 +16,6 @@ ELEM_RTOL = {torch.bfloat16: 2 ** -7, torch.float16: 2 ** -10}
 ELEM_ATOL = {torch.bfloat16: 2e-3, torch.float16: 3e-4}
 DTYPES = (torch.bfloat16, torch.float16)
 ACTS = ("silu", "gelu_tanh")
-
-
-@pytest.fixture(autouse=True)
-def _no_tf32():
-    old = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference must be fp32
-    yield
-    torch.backends.cuda.matmul.allow_tf32 = old
 
 
 def make(m_shape, k, u, dtype, seed=0):

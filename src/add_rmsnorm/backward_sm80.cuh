@@ -33,24 +33,6 @@ namespace blockfuse::add_rmsnorm_detail {
 using detail::Vec8;
 using detail::zero4;
 
-// Two sums over the block, one pair of barriers for both (scratch: [2][32] shared floats; the
-// trailing barrier lets the next row reuse it).
-__device__ __forceinline__ void block_reduce_sum2(float& a, float& b, float (*scratch)[32]) {
-  a = detail::warp_reduce<detail::SumOp>(a);
-  b = detail::warp_reduce<detail::SumOp>(b);
-  if (blockDim.x == 32) return;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (lane == 0) {
-    scratch[0][warp] = a;
-    scratch[1][warp] = b;
-  }
-  __syncthreads();
-  const bool live = lane < int(blockDim.x >> 5);
-  a = detail::warp_reduce<detail::SumOp>(live ? scratch[0][lane] : 0.0f);
-  b = detail::warp_reduce<detail::SumOp>(live ? scratch[1][lane] : 0.0f);
-  __syncthreads();
-}
-
 // The partial sums of one chunk: Σ h² and Σ (dy · w_eff) · h.
 template <class T>
 __device__ __forceinline__ void bwd_chunk_sums(const uint4& dyv, const uint4& hv, const uint4& wv, bool gemma,
@@ -131,7 +113,7 @@ __global__ void __launch_bounds__(512) rmsnorm_bwd_regs(const RmsNormBackwardPar
     float ss = 0.0f, sgh = 0.0f;
 #pragma unroll
     for (int i = 0; i < V; ++i) bwd_chunk_sums<T>(dyv[i], hv[i], wr[i], p.gemma, ss, sgh);
-    block_reduce_sum2(ss, sgh, red);
+    detail::block_reduce_pair<detail::SumOp, detail::SumOp>(ss, sgh, red);
     const float rstd = rsqrtf(ss * inv_h + p.eps);
     const float m = rstd * sgh * inv_h;
     uint4* dhr = p.dh ? reinterpret_cast<uint4*>(static_cast<T*>(p.dh) + row * p.lddh) : nullptr;
@@ -171,7 +153,7 @@ __global__ void __launch_bounds__(512) rmsnorm_bwd_loop(const RmsNormBackwardPar
     uint4* dhr = p.dh ? reinterpret_cast<uint4*>(static_cast<T*>(p.dh) + row * p.lddh) : nullptr;
     float ss = 0.0f, sgh = 0.0f;
     for (int c = threadIdx.x; c < nchunks; c += blockDim.x) bwd_chunk_sums<T>(dyr[c], hr[c], __ldg(w + c), p.gemma, ss, sgh);
-    block_reduce_sum2(ss, sgh, red);
+    detail::block_reduce_pair<detail::SumOp, detail::SumOp>(ss, sgh, red);
     const float rstd = rsqrtf(ss * inv_h + p.eps);
     const float m = rstd * sgh * inv_h;
     const bool first = row == blockIdx.x;

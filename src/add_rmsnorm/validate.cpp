@@ -8,48 +8,50 @@
 namespace blockfuse::detail {
 namespace {
 
-// A present residual or residual_out: a view of x's dtype and shape, 16-byte vectors.
-void check_like_x(const char* fn, const char* arg, const ConstMatrix& m, const ConstMatrix& x, const char* absent_use) {
+// A view of `ref`'s dtype and shape (ref_name: x, or dy in the backward), 16-byte vectors; absent_use:
+// when an empty view is accepted instead (nullptr: never).
+void check_like(const char* fn, const char* arg, const ConstMatrix& m, const char* ref_name, const ConstMatrix& ref,
+                const char* absent_use) {
   check_matrix_shape(fn, arg, m);
-  check_same_dtype(fn, arg, m, "x", x.dtype);
-  if (m.rows != x.rows || m.cols != x.cols)
+  check_same_dtype(fn, arg, m, ref_name, ref.dtype);
+  if (m.rows != ref.rows || m.cols != ref.cols)
     throw_arg(fn, arg, cat("is [", m.rows, ", ", m.cols, "]"),
-              cat("the shape of 'x' [", x.rows, ", ", x.cols, "], or an empty view (data == nullptr, rows == 0) ", absent_use));
+              absent_use ? cat("the shape of '", ref_name, "' [", ref.rows, ", ", ref.cols,
+                               "], or an empty view (data == nullptr, rows == 0) ", absent_use)
+                         : cat("the shape of '", ref_name, "' [", ref.rows, ", ", ref.cols, "]"));
   check_alignment(fn, arg, m, 16, 8);
 }
 
-// A view of dy's dtype and shape, 16-byte vectors (the backward's inputs and dh); absent_use: when an
-// empty view is accepted instead (nullptr: never).
-void check_like_dy(const char* fn, const char* arg, const ConstMatrix& m, const ConstMatrix& dy, const char* absent_use) {
+// The checks the forward and the backward make alike: eps; the leading [M, H] matrix (x or dy: H a
+// multiple of 8, 16-byte vectors); the weight [1, H] of its dtype.
+void check_eps(const char* fn, const RmsNormOptions& opt) {
+  if (!(opt.eps > 0.0f) || !std::isfinite(opt.eps)) throw_arg(fn, "opt.eps", cat("is ", opt.eps), "a finite eps > 0");
+}
+void check_rows(const char* fn, const char* arg, const ConstMatrix& m) {
   check_matrix_shape(fn, arg, m);
-  check_same_dtype(fn, arg, m, "dy", dy.dtype);
-  if (m.rows != dy.rows || m.cols != dy.cols)
-    throw_arg(fn, arg, cat("is [", m.rows, ", ", m.cols, "]"),
-              absent_use ? cat("the shape of 'dy' [", dy.rows, ", ", dy.cols, "], or an empty view (data == nullptr, rows == 0) ", absent_use)
-                         : cat("the shape of 'dy' [", dy.rows, ", ", dy.cols, "]"));
+  if (m.cols <= 0 || m.cols % 8 != 0)
+    throw_arg(fn, arg, cat("has cols H = ", m.cols), "H > 0 and H % 8 == 0 (16-byte vectors)");
+  if (m.cols > (int64_t{1} << 30)) throw_arg(fn, arg, cat("has cols H = ", m.cols), "H <= 2^30");
   check_alignment(fn, arg, m, 16, 8);
+}
+void check_weight(const char* fn, const ConstMatrix& weight, const char* lead_name, const ConstMatrix& lead) {
+  check_matrix_shape(fn, "weight", weight);
+  check_same_dtype(fn, "weight", weight, lead_name, lead.dtype);
+  if (weight.rows != 1 || weight.cols != lead.cols)
+    throw_arg(fn, "weight", cat("is [", weight.rows, ", ", weight.cols, "]"), cat("[1, H] (= [1, ", lead.cols, "])"));
+  check_alignment(fn, "weight", weight, 16, 8);
 }
 
 // Everything about x, residual, weight, residual_out and opt that both entry points share; the
 // pointer-only checks (no CUDA call).
 void check_inputs(const char* fn, const ConstMatrix& x, const ConstMatrix& residual, const ConstMatrix& weight,
                   const Matrix& residual_out, const RmsNormOptions& opt) {
-  if (!(opt.eps > 0.0f) || !std::isfinite(opt.eps))
-    throw_arg(fn, "opt.eps", cat("is ", opt.eps), "a finite eps > 0");
-  check_matrix_shape(fn, "x", x);
-  if (x.cols <= 0 || x.cols % 8 != 0)
-    throw_arg(fn, "x", cat("has cols H = ", x.cols), "H > 0 and H % 8 == 0 (16-byte vectors)");
-  if (x.cols > (int64_t{1} << 30))
-    throw_arg(fn, "x", cat("has cols H = ", x.cols), "H <= 2^30");
-  check_alignment(fn, "x", x, 16, 8);
-  if (!absent(residual)) check_like_x(fn, "residual", residual, x, "for no residual");
-  check_matrix_shape(fn, "weight", weight);
-  check_same_dtype(fn, "weight", weight, "x", x.dtype);
-  if (weight.rows != 1 || weight.cols != x.cols)
-    throw_arg(fn, "weight", cat("is [", weight.rows, ", ", weight.cols, "]"), cat("[1, H] (= [1, ", x.cols, "])"));
-  check_alignment(fn, "weight", weight, 16, 8);
+  check_eps(fn, opt);
+  check_rows(fn, "x", x);
+  if (!absent(residual)) check_like(fn, "residual", residual, "x", x, "for no residual");
+  check_weight(fn, weight, "x", x);
   if (!absent(residual_out)) {
-    check_like_x(fn, "residual_out", residual_out, x, "to skip it");
+    check_like(fn, "residual_out", residual_out, "x", x, "to skip it");
     // In place on the residual stream: the exact alias is fine (each element is read before the
     // same thread writes it); a shifted or differently strided overlap would read written values.
     const bool exact_alias = !absent(residual) && residual_out.data == residual.data && residual_out.ld == residual.ld;
@@ -133,25 +135,16 @@ bool check_rmsnorm_backward_args(const char* fn, const char* h_name, const char*
                                  const ConstMatrix& dres, const ConstMatrix& h, const ConstMatrix& weight,
                                  const Matrix& dh, const Matrix& dweight, const void* workspace,
                                  size_t workspace_bytes, const RmsNormOptions& opt) {
-  if (!(opt.eps > 0.0f) || !std::isfinite(opt.eps))
-    throw_arg(fn, "opt.eps", cat("is ", opt.eps), "a finite eps > 0");
-  check_matrix_shape(fn, "dy", dy);
-  if (dy.cols <= 0 || dy.cols % 8 != 0)
-    throw_arg(fn, "dy", cat("has cols H = ", dy.cols), "H > 0 and H % 8 == 0 (16-byte vectors)");
-  if (dy.cols > (int64_t{1} << 30)) throw_arg(fn, "dy", cat("has cols H = ", dy.cols), "H <= 2^30");
-  check_alignment(fn, "dy", dy, 16, 8);
-  check_like_dy(fn, h_name, h, dy, nullptr);
-  if (!absent(dres)) check_like_dy(fn, "d_residual_out", dres, dy, "when residual_out has no gradient");
-  check_matrix_shape(fn, "weight", weight);
-  check_same_dtype(fn, "weight", weight, "dy", dy.dtype);
-  if (weight.rows != 1 || weight.cols != dy.cols)
-    throw_arg(fn, "weight", cat("is [", weight.rows, ", ", weight.cols, "]"), cat("[1, H] (= [1, ", dy.cols, "])"));
-  check_alignment(fn, "weight", weight, 16, 8);
+  check_eps(fn, opt);
+  check_rows(fn, "dy", dy);
+  check_like(fn, h_name, h, "dy", dy, nullptr);
+  if (!absent(dres)) check_like(fn, "d_residual_out", dres, "dy", dy, "when residual_out has no gradient");
+  check_weight(fn, weight, "dy", dy);
   const bool want_dh = !absent(dh), want_dw = !absent(dweight);
   if (!want_dh && !want_dw)
     throw_arg(fn, "dweight", cat("is absent and so is '", dh_name, "'"), "at least one output to write");
   if (want_dh) {
-    check_like_dy(fn, dh_name, dh, dy, "when no input needs a gradient");
+    check_like(fn, dh_name, dh, "dy", dy, "when no input needs a gradient");
     // In place: the exact alias of dy or d_residual_out is fine (each element is read before the
     // thread that reads it writes it); any other overlap is not.
     const auto exact = [&](const ConstMatrix& m) { return dh.data == m.data && dh.ld == m.ld; };

@@ -36,23 +36,30 @@ __device__ __forceinline__ float block_reduce(float v, float* scratch) {
   return v;
 }
 
-// A sum and a max of magnitudes (>= 0) reduced together over the block: one pair of barriers for
-// both, where two block_reduce calls take two. `scratch` is a [2][32] shared array used by this
-// reduction only (trailing barrier as above).
-__device__ __forceinline__ void block_reduce_sum_max(float& sum, float& max, float (*scratch)[32]) {
-  sum = warp_reduce<SumOp>(sum);
-  max = warp_reduce<MaxOp>(max);
+// Two values reduced together over the block (OpA on a, OpB on b): one pair of barriers for both,
+// where two block_reduce calls take two. `scratch` is a [2][32] shared array used by this reduction
+// only (trailing barrier as above). 0 fills the missing warps: the identity of a sum and of a max of
+// magnitudes (>= 0), the two ops used.
+template <class OpA, class OpB>
+__device__ __forceinline__ void block_reduce_pair(float& a, float& b, float (*scratch)[32]) {
+  a = warp_reduce<OpA>(a);
+  b = warp_reduce<OpB>(b);
   if (blockDim.x == 32) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (lane == 0) {
-    scratch[0][warp] = sum;
-    scratch[1][warp] = max;
+    scratch[0][warp] = a;
+    scratch[1][warp] = b;
   }
   __syncthreads();
   const bool live = lane < int(blockDim.x >> 5);
-  sum = warp_reduce<SumOp>(live ? scratch[0][lane] : 0.0f);
-  max = warp_reduce<MaxOp>(live ? scratch[1][lane] : 0.0f);
+  a = warp_reduce<OpA>(live ? scratch[0][lane] : 0.0f);
+  b = warp_reduce<OpB>(live ? scratch[1][lane] : 0.0f);
   __syncthreads();
+}
+
+// A sum and a max of magnitudes (>= 0) together (add_rmsnorm's FP8 row: Σ r² and amax).
+__device__ __forceinline__ void block_reduce_sum_max(float& sum, float& max, float (*scratch)[32]) {
+  block_reduce_pair<SumOp, MaxOp>(sum, max, scratch);
 }
 
 }  // namespace blockfuse::detail

@@ -132,7 +132,7 @@ def measure(args):
                     base_ms, base_peak = ms, peak
                 row.update(ms=ms, peak_bytes=peak)
                 speed = f"{base_ms / ms:.2f}x" if base_ms else "-"
-                mem = f"{peak / base_peak:.2f}x" if base_ms else "-"
+                mem = f"{peak / base_peak:.2f}x" if base_peak else "-"
                 print(f"| {label} | {m} | {name} | {ms:.2f} ms | {speed} | {peak / 2**20:.0f} MiB | {mem} |", flush=True)
                 rows.append(row)
                 torch._dynamo.reset()
