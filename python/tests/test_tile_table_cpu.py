@@ -148,3 +148,61 @@ def test_stream_k_dirs_count_only_where_they_measured_both_rows(tmp_path, capsys
     t = tables(capsys.readouterr().out)
     assert t["kSm90Measured"] == {1024: 0, 2048: 0, 4096: 1, 8192: 0}
     assert t["kSm90StreamKPoints"] == {}
+
+
+def test_update_rewrites_only_clear_losers(tmp_path, capsys):
+    """--update: a sweep of a few points rewrites a committed table's row only where the sweep's best
+    row is ahead by the margin on the medians and in every run; every other line, the stream-K table
+    and the header stay, with a note of the update under the command."""
+    grid, out, sweep = tmp_path / "grid", tmp_path / "out", tmp_path / "sweep"
+    for d in (grid, out, sweep):
+        d.mkdir()
+    write_grid(str(grid))
+    assert tt.main(["--emit-cpp", "--out-dir", str(out), "--table-rows", "0,1,2", str(grid)]) == 0
+    before = (out / "tile_table_sm90.inc").read_text()
+    # Three runs of rows 0-2: at 1024 row 2 10 % ahead of row 0 in every run (taken); at 2048 row 1
+    # 10 % ahead on the medians but one run of row 0 above one of row 1's (kept); at 4096 row 0 3 %
+    # ahead of the table's row 1 (under the 5 % margin: kept); 8192 not measured; 16384 not a point.
+    runs = {1024: [{0: 0.80, 1: 0.70, 2: 0.90}, {0: 0.81, 1: 0.70, 2: 0.89}, {0: 0.79, 1: 0.70, 2: 0.88}],
+            2048: [{0: 0.80, 1: 0.90, 2: 0.5}, {0: 0.92, 1: 0.88, 2: 0.5}, {0: 0.80, 1: 0.89, 2: 0.5}],
+            4096: [{0: 1.00, 1: 0.97, 2: 0.5}] * 3,
+            16384: [{0: 1.00, 1: 0.5, 2: 0.5}] * 3}
+    for run in range(3):
+        for row in range(3):
+            rows = [{"model": "Test 70B", "M": m, "K": 8192, "U": 28672, "tile_config": row, "verified": True,
+                     "a_cublas_ms": 1.0, "c_fused_ms": 1.0 / r[run][row], "a_cublas_tflops": 700.0,
+                     "c_fused_tflops": 700.0 * r[run][row]} for m, r in runs.items()]
+            with open(os.path.join(str(sweep), f"u{run}_c{row}.json"), "w") as f:
+                json.dump({"benchmark": "bench gated-up", "device": DEVICE, "sm_count": 132,
+                           "date": "2026-11-27T10:00:00Z", "rows": rows}, f)
+    assert tt.main(["--update", "--out-dir", str(out), "--table-rows", "0,1,2", str(sweep)]) == 0
+    log = capsys.readouterr().out
+    assert "M = 1024: row 0 -> 2" in log and "M = 16384" in log  # the changed point; the left-out one named
+    after = (out / "tile_table_sm90.inc").read_text()
+    t = tables(after)
+    assert t["kSm90Measured"] == {1024: 2, 2048: 0, 4096: 1, 8192: 0}
+    assert t["kSm90StreamKPoints"] == tables(before)["kSm90StreamKPoints"]
+    assert "(updated 2026-11-27: row 0 0.800x)" in after
+    assert re.search(r"// Command: scripts/tile-table --emit-cpp[^\n]*\n// Updated 2026-11-27: 1 point\(s\) from 9 JSON", after)
+    assert sum(1 for a in after.splitlines() if a not in before.splitlines()) == 3  # the note (2) and the point
+    assert len(after.splitlines()) == len(before.splitlines()) + 2
+    # A sweep from another SM count is refused; --update without --out-dir is a usage error.
+    other = tmp_path / "other"
+    other.mkdir()
+    doc = json.loads((sweep / "u0_c0.json").read_text())
+    doc["sm_count"] = 114
+    (other / "u0_c0.json").write_text(json.dumps(doc))
+    with pytest.raises(SystemExit):
+        tt.main(["--update", "--out-dir", str(out), str(other)])
+    assert (out / "tile_table_sm90.inc").read_text() == after
+    with pytest.raises(SystemExit):
+        tt.main(["--update", str(sweep)])
+
+
+def test_committed_table_has_no_one_m_tile_row_from_2048_tokens():
+    """The one-M-tile row 2 only where a single M tile is likely (it lost to row 0 by 8-20 % at 8B x
+    16384 and Gemma-2 27B x 4096 where the first sweep had kept it)."""
+    text = open(os.path.join(ROOT, "src", "gated_up", "tile_table_sm90.inc")).read()
+    body = re.search(r"kSm90Measured\{\{\n(.*?)\n\}\};", text, re.S).group(1)
+    for k, u, m, r in re.findall(r"\{(\d+), (\d+), (\d+), (\d+)\}", body):
+        assert not (int(m) >= 2048 and int(r) == 2), (k, u, m)

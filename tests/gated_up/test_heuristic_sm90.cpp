@@ -194,6 +194,21 @@ TEST(HeuristicSm90, FollowsTheCommittedTable) {
   }
 }
 
+// The one-M-tile row (128x128, no multicast of the weight tile) re-reads each weight tile per M tile
+// and loses to the large tile wherever there are many M tiles. Two points of the first sweep had it as
+// their best by noise, and the heuristic took it there: Llama-3 8B x 16384 tokens ran at 0.81x cuBLAS
+// against the large tile's 0.97x, Gemma-2 27B x 4096 at 0.87x against 0.95x (H100, 2026-11-27, three
+// runs each, scripts/tile-table --update; docs/gated_up.md#tuning). From 2048 tokens it is never chosen.
+TEST(HeuristicSm90, NoOneMTileRowAtManyMTiles) {
+  EXPECT_EQ(choose_gated_up_sm90_tile_config({16384, 4096, 14336}, kH100), kLarge);
+  EXPECT_EQ(choose_gated_up_sm90_tile_config({4096, 4608, 36864}, kH100), kLarge);
+  for (const DeviceSpec& dev : {kH100, kH100Pcie})
+    for (auto [k, u] : kLlamaShapes)
+      for (int64_t m : {2048, 3000, 4096, 6000, 8192, 12288, 16384, 32768, 65536})
+        EXPECT_NE(choose_gated_up_sm90_tile_config({m, k, u}, dev), kOneMTile)
+            << "M=" << m << " K=" << k << " U=" << u << " SMs=" << dev.sm_count;
+}
+
 // The measured lookup never returns a stream-K row; the stream-K lookup returns one at exactly a
 // stream-K point's (K, U, M) and nothing else (not between two stream-K Ms, not another row).
 TEST(HeuristicSm90, StreamKLookupIsExact) {
