@@ -110,6 +110,8 @@ struct AttentionParams {
   // attention_backward only. true: dQ in a kernel of its own, the same bits on every call. false:
   // dQ accumulated with fp32 atomics inside the dK/dV kernel (FlashAttention-2's: five S²·D products
   // instead of seven), dq's low bits depending on the atomics' order; dk and dv stay deterministic.
+  // On Hopper (an sm90a build, compute capability 9.0) kAuto and kSm90 then run the sm90a dK/dV
+  // kernel (wgmma, TMA: FlashAttention-3's design), whose dk, dv bits differ from the sm80 kernel's.
   // The workspace grows by an fp32 [rows, Hq, D] buffer (attention_backward_workspace_size).
   bool deterministic = true;
 };
@@ -147,7 +149,8 @@ void attention(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnTens
 //
 // The gradients of out = attention(q, k, v) (same params) given dout: dq, dk, dv, from q, k, v, the
 // forward's out and its fp32 lse (required: the backward recomputes the probabilities from it).
-// FlashAttention-2's algorithm on mma.sync (compute capability >= 8.0; Hopper runs the same kernel):
+// FlashAttention-2's algorithm on mma.sync (compute capability >= 8.0; Hopper runs the same kernel
+// in the deterministic mode, and the sm90a dK/dV kernel with params.deterministic = false):
 // a Dsum = rowsum(dout ∘ out) pass, a kernel that walks the query blocks for each 64-key block
 // (dk, dv; GQA's sum over the query heads of a group inside it) and one that walks the key blocks for
 // each 64-row query block (dq). No atomics: deterministic, the same inputs give the same bits.
@@ -166,7 +169,8 @@ size_t attention_backward_workspace_size(AttnConstTensor q, bool deterministic =
 // dq like q, dk like k, dv like v (any strides of the forward's rules), out and dout like q's shape.
 // Validates everything attention() does, plus: dout, dq, dk, dv of q's dtype and matching shapes,
 // lse non-null (null only for a call without query rows, whose lse is empty), head_dim 64 or 128,
-// params.kernel kAuto or kSm80, the workspace, and that no output overlaps an input or another output.
+// params.kernel kAuto or kSm80 (kSm90: with deterministic = false, on compute capability 9.0 in an
+// sm90a build), the workspace, and that no output overlaps an input or another output.
 void attention_backward(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnConstTensor out,
                         AttnConstTensor dout, const float* lse, AttnTensor dq, AttnTensor dk, AttnTensor dv,
                         const AttentionParams& params, void* workspace, size_t workspace_bytes,

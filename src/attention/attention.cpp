@@ -13,6 +13,7 @@
 #include "attention/params.h"
 #include "attention/tensor_check.h"
 #if defined(BLOCKFUSE_HAS_SM90)
+#include "attention/launch_backward_sm90.h"
 #include "attention/launch_sm90.h"
 #endif
 #include "common/device.h"
@@ -335,6 +336,38 @@ size_t attention_backward_workspace_size(AttnConstTensor q, bool deterministic) 
   return dsum_bytes(q) + (deterministic ? 0 : static_cast<size_t>(rows * q.heads * q.head_dim * 4));
 }
 
+namespace {
+
+// The backward's dK/dV kernel: the sm90a one (nullptr: the sm80 one) in the non-deterministic mode,
+// under kAuto where it runs (this build, compute capability 9.0, the shared memory, k with rows: no
+// TMA view describes an empty tensor) and under kSm90, which refuses a device or build without it.
+attn::bwd::DkdvLauncher backward_sm90_dkdv(const AttnConstTensor& q, const AttnConstTensor& k,
+                                           const AttentionParams& params) {
+  constexpr const char* fn = "attention_backward";
+  const bool forced = params.kernel == AttentionKernel::kSm90;
+  if (params.deterministic || params.kernel == AttentionKernel::kSm80) return nullptr;
+#if defined(BLOCKFUSE_HAS_SM90)
+  const detail::DeviceSpec& dev = detail::current_device_spec();
+  const int need = q.head_dim == 64 ? attn::sm90::bwd::dkdv_smem_bytes_d64() : attn::sm90::bwd::dkdv_smem_bytes_d128();
+  const bool runs = dev.cc_major == 9 && dev.cc_minor == 0 && need <= dev.max_smem_per_block;
+  if (forced && !runs)
+    throw_arg(fn, "params.kernel", cat("= kSm90 on a device of compute capability ", dev.cc_major, ".", dev.cc_minor),
+              "compute capability 9.0 (Hopper) for kSm90; kAuto or kSm80 elsewhere");
+  if (!runs || k.seqlen == 0) return nullptr;
+  const bool bf16 = q.dtype == DType::kBF16;
+  if (q.head_dim == 64) return bf16 ? attn::sm90::bwd::launch_dkdv_d64_bf16 : attn::sm90::bwd::launch_dkdv_d64_fp16;
+  return bf16 ? attn::sm90::bwd::launch_dkdv_d128_bf16 : attn::sm90::bwd::launch_dkdv_d128_fp16;
+#else
+  if (forced)
+    throw_arg(fn, "params.kernel", "= kSm90, but this build has no sm90a attention kernel",
+              "a build with CMake BLOCKFUSE_SM90 (AUTO with 90 in BLOCKFUSE_CUDA_ARCHS, or ON), or kAuto/kSm80");
+  (void)q, (void)k;
+  return nullptr;
+#endif
+}
+
+}  // namespace
+
 void attention_backward(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnConstTensor out,
                         AttnConstTensor dout, const float* lse, AttnTensor dq, AttnTensor dk, AttnTensor dv,
                         const AttentionParams& params, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
@@ -348,8 +381,10 @@ void attention_backward(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v,
     throw_arg(fn, "lse", "is null", "the forward's fp32 log-sum-exp [B, Hq, Sq] (or [Hq, total])");
   if (!attn::backward_supports(q.head_dim))
     throw_arg(fn, "head_dim", cat("is ", q.head_dim), "64 or 128 for the backward (256 does not fit the sm80 kernel's registers)");
-  if (params.kernel == AttentionKernel::kSm90)
-    throw_arg(fn, "params.kernel", "= kSm90", "kAuto or kSm80 (the backward is the sm80 kernel on every device)");
+  // kSm90: the sm90a dK/dV kernel, which accumulates dQ with atomics (the non-deterministic mode).
+  if (params.kernel == AttentionKernel::kSm90 && params.deterministic)
+    throw_arg(fn, "params.kernel", "= kSm90 with params.deterministic = true",
+              "params.deterministic = false for the sm90a backward (dQ by atomics), or kAuto / kSm80");
   // The gradients and dout: like the tensors they belong to.
   const struct { const char* name; AttnConstTensor t; const AttnConstTensor* like; } grads[] = {
       {"dout", dout, &q}, {"dq", dq, &q}, {"dk", dk, &k}, {"dv", dv, &v}};
@@ -384,6 +419,7 @@ void attention_backward(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v,
   if (k.seqlen > 0) detail::check_device_pointer(fn, "dk", dk.data), detail::check_device_pointer(fn, "dv", dv.data);
   detail::check_device_pointer(fn, "workspace", workspace);
   detail::check_compute_capability(fn, 8, 0);
+  const attn::bwd::DkdvLauncher dkdv = backward_sm90_dkdv(q, k, params);  // may refuse kSm90: before any launch
 
   attn::BwdParams p{};
   static_cast<attn::Params&>(p) = make_params(q, k, v, out_w, const_cast<float*>(lse), params, val);
@@ -406,9 +442,9 @@ void attention_backward(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v,
   const int batch_dsum = val.varlen ? 1 : static_cast<int>(q.batch);
   const int rows_dsum = static_cast<int>(q.seqlen);
   if (q.head_dim == 64)
-    attn::bwd::launch_d64(p, q.dtype, batch_dsum, rows_dsum, stream);
+    attn::bwd::launch_d64(p, q.dtype, batch_dsum, rows_dsum, stream, dkdv);
   else
-    attn::bwd::launch_d128(p, q.dtype, batch_dsum, rows_dsum, stream);
+    attn::bwd::launch_d128(p, q.dtype, batch_dsum, rows_dsum, stream, dkdv);
 }
 
 }  // namespace blockfuse

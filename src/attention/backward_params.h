@@ -33,6 +33,11 @@ inline bool backward_supports(int64_t head_dim) { return head_dim == 64 || head_
 namespace blockfuse::attn::bwd {
 // The launchers (launch_backward_d<D>.cu): Dsum over `rows_dsum` rows of `batch` (grid z), then
 // the dK/dV and dQ kernels over p.batch sequences of at most p.seqlen_q / p.seqlen_k rows.
-void launch_d64(const BwdParams& p, DType dtype, int batch, int rows_dsum, cudaStream_t stream);
-void launch_d128(const BwdParams& p, DType dtype, int batch, int rows_dsum, cudaStream_t stream);
+// `dkdv`, where given (the non-deterministic mode only), launches the dK/dV kernel in place of the
+// sm80 one (the sm90a kernel: launch_backward_sm90.h).
+using DkdvLauncher = void (*)(const BwdParams& p, cudaStream_t stream);
+void launch_d64(const BwdParams& p, DType dtype, int batch, int rows_dsum, cudaStream_t stream,
+                DkdvLauncher dkdv = nullptr);
+void launch_d128(const BwdParams& p, DType dtype, int batch, int rows_dsum, cudaStream_t stream,
+                 DkdvLauncher dkdv = nullptr);
 }  // namespace blockfuse::attn::bwd

@@ -4,7 +4,8 @@
 // forward runs first on the device (out and lse come from it, as in training); gradients are
 // poisoned before each call, compared by relative Frobenius error per tensor, and a second call must
 // give the same bits; then the non-deterministic mode (params.deterministic = false) the same way,
-// with dk and dv bit for bit the deterministic mode's. The batched cases also check the fp32 GPU reference the benchmark verifies
+// with dk and dv bit for bit the deterministic mode's (sm80 kernels), and on Hopper the sm90a dK/dV
+// kernel (kSm90 and kAuto) against the same bound. The batched cases also check the fp32 GPU reference the benchmark verifies
 // with (testing/attention_reference.h) against the fp64 one.
 #include <gtest/gtest.h>
 
@@ -28,6 +29,16 @@ namespace blockfuse {
 namespace {
 
 using testing::DeviceBuffer;
+
+// The sm90a backward runs only in a build that has it, on compute capability 9.0 exactly.
+bool sm90_runnable() {
+  if (!attention_has_sm90()) return false;
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) return false;
+  return major == 9 && minor == 0;
+}
 
 template <class T>
 DeviceBuffer<T> up(const std::vector<T>& h) {
@@ -158,13 +169,29 @@ TEST_P(AttentionBackwardGpu, MatchesReference) {
   EXPECT_TRUE(down(dgk, hk.size()) == gk) << "dk differs between two calls";
   EXPECT_TRUE(down(dgv, hv.size()) == gv) << "dv differs between two calls";
 
-  // The non-deterministic mode (dQ by atomics in the dK/dV kernel): the same bound against fp64, and
-  // dk, dv bit for bit the deterministic mode's (the same code computes them).
+  // The non-deterministic mode (dQ by atomics in the dK/dV kernel), sm80 kernels: the same bound
+  // against fp64, and dk, dv bit for bit the deterministic mode's (the same code computes them).
   p.deterministic = false;
+  p.kernel = AttentionKernel::kSm80;
   run();
   EXPECT_LE(rel_err(down(dgq, hq.size()), c.dt, rq), tol) << "dq, atomics";
   EXPECT_TRUE(down(dgk, hk.size()) == gk) << "dk, atomics: not the deterministic mode's";
   EXPECT_TRUE(down(dgv, hv.size()) == gv) << "dv, atomics: not the deterministic mode's";
+
+  // The sm90a dK/dV kernel (what kAuto runs in this mode on Hopper): the same bound against fp64;
+  // dk and dv (a fixed order of accumulation) the same bits on a second call.
+  if (!sm90_runnable()) return;
+  for (AttentionKernel kernel : {AttentionKernel::kSm90, AttentionKernel::kAuto}) {
+    p.kernel = kernel;
+    run();
+    const auto sq9 = down(dgq, hq.size()), sk9 = down(dgk, hk.size()), sv9 = down(dgv, hv.size());
+    EXPECT_LE(rel_err(sq9, c.dt, rq), tol) << "dq, sm90a, kernel " << int(kernel);
+    EXPECT_LE(rel_err(sk9, c.dt, rk), tol) << "dk, sm90a, kernel " << int(kernel);
+    EXPECT_LE(rel_err(sv9, c.dt, rv), tol) << "dv, sm90a, kernel " << int(kernel);
+    run();
+    EXPECT_TRUE(down(dgk, hk.size()) == sk9) << "dk, sm90a: differs between two calls";
+    EXPECT_TRUE(down(dgv, hv.size()) == sv9) << "dv, sm90a: differs between two calls";
+  }
 }
 
 std::vector<Case> cases() {
@@ -183,6 +210,7 @@ std::vector<Case> cases() {
   v.push_back({2, 128, 513, 4, 1, 64, true, -1, -1, 0.f, DType::kFP16});  // a multiple of 64; 513 keys
   v.push_back({2, 65, 129, 4, 4, 128, false, -1, -1, 0.f, DType::kFP16});
   v.push_back({1, 1, 1, 4, 4, 64, true});
+  v.push_back({1, 520, 700, 4, 2, 64});  // several 128-key blocks and 64-row query blocks, GQA 2
   Case vl{3, 0, 0, 8, 2, 128, true};
   vl.q_lens = {100, 0, 1, 70}, vl.k_lens = {130, 5, 1, 70};
   vl.b = 4;
