@@ -40,6 +40,7 @@
 #include "cutlass/numeric_types.h"
 #include "cutlass/pipeline/pipeline.hpp"
 
+#include "attention/backward_blocks.h"
 #include "attention/backward_params.h"
 #include "attention/mask.cuh"
 #include "attention/softmax.cuh"
@@ -147,15 +148,8 @@ CUTE_DEVICE BwdSeq bwd_sequence(Params const& p, int b, int n0) {
     s.offset_q = p.cu_seqlens_q[b], s.len_q = p.cu_seqlens_q[b + 1] - s.offset_q;
     s.offset_k = p.cu_seqlens_k[b], s.len_k = p.cu_seqlens_k[b + 1] - s.offset_k;
   }
-  // Query rows i that see a key of [n0, n0 + 128): lo(i) <= n0 + 127 and hi(i) >= n0 (mask.cuh's rule).
-  const int shift = s.len_k - s.len_q;
-  const int last_key = min(n0 + 127, s.len_k - 1);
-  const int i_lo = p.window_right >= kWindowUnbounded ? 0 : max(0, n0 - shift - p.window_right);
-  const int i_hi = p.window_left >= kWindowUnbounded ? s.len_q - 1 : min(s.len_q - 1, last_key - shift + p.window_left);
-  if (n0 < s.len_k && i_hi >= i_lo) {
-    s.m_first = i_lo / 64;
-    s.m_count = i_hi / 64 - s.m_first + 1;
-  }
+  const QueryBlocks qb = query_blocks_of_key_block(s.len_q, s.len_k, p.window_left, p.window_right, n0, 128, 64);
+  s.m_first = qb.first, s.m_count = qb.count;
   return s;
 }
 
@@ -302,7 +296,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   static_assert(decltype(size<2>(tKVrP))::value == Traits::kBlockM / 16, "one k16 slice of P per 16 queries");
 
   const SoftCap softcap{p.softcap_mul};
-  const int shift = sq.len_k - sq.len_q;
   const int64_t lse_base =
       varlen ? int64_t(sq.offset_q) : int64_t(b) * p.lse_batch_stride;  // + head · lse_head_stride + row
   const int64_t q_row0 = varlen ? int64_t(sq.offset_q) : int64_t(b) * p.seqlen_q;  // dq_accum's row of query 0
@@ -379,10 +372,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
             asm("tanh.approx.f32 %0, %1;" : "=f"(x) : "f"(x * p.softcap_mul));
             dtanh = 1.f - x * x;
           }
-          // mask.cuh's rule, transposed: key visible to q iff lo(q) <= key < hi(q).
-          const int lo = p.window_left >= kWindowUnbounded ? 0 : max(0, q + shift - p.window_left);
-          const int hi = p.window_right >= kWindowUnbounded ? sq.len_k : min(sq.len_k, q + shift + p.window_right + 1);
-          const bool vis = q < sq.len_q && key >= lo && key < hi;
+          const bool vis = key_visible(q, key, sq.len_q, sq.len_k, p.window_left, p.window_right);
           const float pr = vis ? exp2f(x * p.scale_log2 - lse2[c]) : 0.f;
           s(make_coord(i, 0), make_coord(j, bb)) = pr;
           dp(make_coord(i, 0), make_coord(j, bb)) = vis ? pr * (dp(make_coord(i, 0), make_coord(j, bb)) - dsum[c]) * dtanh : 0.f;

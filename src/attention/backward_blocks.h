@@ -1,0 +1,48 @@
+// Internal: the visibility rule as the sm90a dK/dV kernel walks it (keys as rows), and which query
+// blocks a key block visits. Pure functions of the lengths and the window, shared by the kernel
+// (backward_sm90.cuh) and its CPU tests (tests/attention/test_attention_backward_cpu.cpp).
+#pragma once
+
+#include <algorithm>
+
+#include "attention/params.h"
+
+#if defined(__CUDACC__)
+#define BLOCKFUSE_ATTN_HD __host__ __device__ __forceinline__
+#else
+#define BLOCKFUSE_ATTN_HD inline
+#endif
+
+namespace blockfuse::attn {
+
+// Key j is visible to query row i iff lo(i) <= j < hi(i) with shift = len_k − len_q (bottom-right):
+// lo(i) = max(0, i + shift − window_left), hi(i) = min(len_k, i + shift + window_right + 1); an
+// unbounded side (>= kWindowUnbounded) is no bound. Rows >= len_q see nothing. mask.cuh's rule.
+BLOCKFUSE_ATTN_HD bool key_visible(int i, int j, int len_q, int len_k, int window_left, int window_right) {
+  const int shift = len_k - len_q;
+  const int lo = window_left >= kWindowUnbounded ? 0 : (i + shift - window_left > 0 ? i + shift - window_left : 0);
+  const int hi_w = i + shift + window_right + 1;
+  const int hi = window_right >= kWindowUnbounded ? len_k : (hi_w < len_k ? hi_w : len_k);
+  return i >= 0 && i < len_q && j >= lo && j < hi;
+}
+
+// The block_m-row query blocks [first, first + count) that hold a row seeing a key of
+// [n0, n0 + block_n) ∩ [0, len_k); count = 0 when there is none (n0 >= len_k included).
+struct QueryBlocks {
+  int first, count;
+};
+BLOCKFUSE_ATTN_HD QueryBlocks query_blocks_of_key_block(int len_q, int len_k, int window_left, int window_right,
+                                                        int n0, int block_n, int block_m) {
+  if (n0 >= len_k || len_q <= 0) return {0, 0};
+  const int shift = len_k - len_q;
+  const int last_key = n0 + block_n - 1 < len_k - 1 ? n0 + block_n - 1 : len_k - 1;
+  // Rows whose hi(i) > n0 and lo(i) <= last_key.
+  int i_lo = window_right >= kWindowUnbounded ? 0 : n0 - shift - window_right;
+  i_lo = i_lo > 0 ? i_lo : 0;
+  int i_hi = window_left >= kWindowUnbounded ? len_q - 1 : last_key - shift + window_left;
+  i_hi = i_hi < len_q - 1 ? i_hi : len_q - 1;
+  if (i_hi < i_lo) return {0, 0};
+  return {i_lo / block_m, i_hi / block_m - i_lo / block_m + 1};
+}
+
+}  // namespace blockfuse::attn
