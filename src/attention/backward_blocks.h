@@ -19,11 +19,10 @@ namespace blockfuse::attn {
 // lo(i) = max(0, i + shift − window_left), hi(i) = min(len_k, i + shift + window_right + 1); an
 // unbounded side (>= kWindowUnbounded) is no bound. Rows >= len_q see nothing. mask.cuh's rule.
 BLOCKFUSE_ATTN_HD bool key_visible(int i, int j, int len_q, int len_k, int window_left, int window_right) {
-  const int shift = len_k - len_q;
-  const int lo = window_left >= kWindowUnbounded ? 0 : (i + shift - window_left > 0 ? i + shift - window_left : 0);
-  const int hi_w = i + shift + window_right + 1;
-  const int hi = window_right >= kWindowUnbounded ? len_k : (hi_w < len_k ? hi_w : len_k);
-  return i >= 0 && i < len_q && j >= lo && j < hi;
+  // j >= lo(i) and j < hi(i) as the key's offset from the row's diagonal: d = j − (i + shift).
+  const int d = j - i - (len_k - len_q);
+  return i >= 0 && i < len_q && j >= 0 && j < len_k && (window_left >= kWindowUnbounded || d >= -window_left) &&
+         (window_right >= kWindowUnbounded || d <= window_right);
 }
 
 // The block_m-row query blocks [first, first + count) that hold a row seeing a key of
