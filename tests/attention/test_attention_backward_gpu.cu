@@ -90,6 +90,25 @@ double rel_err(const std::vector<float>& got, const std::vector<float>& want) {
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
+// Where a gradient [rows, heads, d] (batch folded into rows) is furthest from the reference: the
+// element, its value and the reference's, and how many elements are off by more than 0.05 · max|want|
+// (for a failure message: a wrong block, head or column pattern shows at once).
+std::string worst(const std::vector<uint16_t>& got, DType dt, const std::vector<float>& want, int64_t heads, int64_t d) {
+  size_t at = 0;
+  double err = -1, scale = 0;
+  for (float w : want) scale = std::max(scale, double(std::fabs(w)));
+  size_t bad = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double e = std::fabs(host::to_float(dt, got[i]) - want[i]);
+    if (!(e <= err)) err = e, at = i;  // NaN counts as worst
+    if (!(e <= 0.05 * scale)) ++bad;
+  }
+  if (want.empty()) return "empty";
+  return "worst at row " + std::to_string(at / size_t(heads * d)) + ", head " + std::to_string((at / size_t(d)) % size_t(heads)) +
+         ", col " + std::to_string(at % size_t(d)) + ": " + std::to_string(host::to_float(dt, got[at])) + " vs " +
+         std::to_string(want[at]) + "; " + std::to_string(bad) + " of " + std::to_string(want.size()) + " elements off";
+}
+
 class AttentionBackwardGpu : public ::testing::TestWithParam<Case> {};
 
 TEST_P(AttentionBackwardGpu, MatchesReference) {
@@ -185,9 +204,9 @@ TEST_P(AttentionBackwardGpu, MatchesReference) {
     p.kernel = kernel;
     run();
     const auto sq9 = down(dgq, hq.size()), sk9 = down(dgk, hk.size()), sv9 = down(dgv, hv.size());
-    EXPECT_LE(rel_err(sq9, c.dt, rq), tol) << "dq, sm90a, kernel " << int(kernel);
-    EXPECT_LE(rel_err(sk9, c.dt, rk), tol) << "dk, sm90a, kernel " << int(kernel);
-    EXPECT_LE(rel_err(sv9, c.dt, rv), tol) << "dv, sm90a, kernel " << int(kernel);
+    EXPECT_LE(rel_err(sq9, c.dt, rq), tol) << "dq, sm90a, kernel " << int(kernel) << ": " << worst(sq9, c.dt, rq, c.hq, c.d);
+    EXPECT_LE(rel_err(sk9, c.dt, rk), tol) << "dk, sm90a, kernel " << int(kernel) << ": " << worst(sk9, c.dt, rk, c.hkv, c.d);
+    EXPECT_LE(rel_err(sv9, c.dt, rv), tol) << "dv, sm90a, kernel " << int(kernel) << ": " << worst(sv9, c.dt, rv, c.hkv, c.d);
     run();
     EXPECT_TRUE(down(dgk, hk.size()) == sk9) << "dk, sm90a: differs between two calls";
     EXPECT_TRUE(down(dgv, hv.size()) == sv9) << "dv, sm90a: differs between two calls";
