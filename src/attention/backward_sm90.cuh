@@ -113,15 +113,8 @@ struct BwdTraits {
 
   static constexpr uint32_t kBoxBytes = 64 * kHeadDim * sizeof(Element);
 
-  using GmemShape = Shape<int32_t, D, int32_t, int32_t>;
-  using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
-  template <class T>
-  static auto gmem_tensor(T* ptr, int32_t rows, int32_t heads, int32_t batch, int64_t row_stride,
-                          int64_t head_stride, int64_t batch_stride) {
-    return make_tensor(make_gmem_ptr(ptr), GmemShape{rows, D{}, heads, batch},
-                       GmemStride{row_stride, _1{}, head_stride, batch_stride});
-  }
-  using Tma = decltype(make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor(static_cast<const Element*>(nullptr), 0, 0, 0, 0, 0, 0),
+  using Tma = decltype(make_tma_copy(SM90_TMA_LOAD{},
+                                     tma_gmem_view<kHeadDim>(static_cast<const Element*>(nullptr), 0, 0, 0, 0, 0, 0),
                                      SmemLayoutBox{}));
 };
 

@@ -20,20 +20,18 @@ void launch_dkdv(const BwdParams& a, cudaStream_t stream) {
   static detail::PerDeviceCache<bool> opted_in;
   detail::opt_in_dynamic_smem_once(opted_in, kernel, kSmem);
 
-  // As the forward's launcher (launch_sm90.cuh): int32 TMA coordinates, a zero stride of an
-  // extent-1 mode replaced by 8 elements.
   const bool varlen = a.cu_seqlens_q != nullptr;
   const int rows_q = varlen ? a.total_q : a.seqlen_q, rows_k = varlen ? a.total_k : a.seqlen_k;
   const int views = varlen ? 1 : a.batch;
-  auto st = [](int64_t s) { return s != 0 ? s : int64_t(8); };
-  auto q = Traits::gmem_tensor(static_cast<const Element*>(a.q), rows_q, a.heads_q, views, st(a.q_row_stride),
-                               st(a.q_head_stride), st(a.q_batch_stride));
-  auto k = Traits::gmem_tensor(static_cast<const Element*>(a.k), rows_k, a.heads_kv, views, st(a.k_row_stride),
-                               st(a.k_head_stride), st(a.k_batch_stride));
-  auto v = Traits::gmem_tensor(static_cast<const Element*>(a.v), rows_k, a.heads_kv, views, st(a.v_row_stride),
-                               st(a.v_head_stride), st(a.v_batch_stride));
-  auto dout = Traits::gmem_tensor(static_cast<const Element*>(a.dout), rows_q, a.heads_q, views, st(a.do_row_stride),
-                                  st(a.do_head_stride), st(a.do_batch_stride));
+  constexpr int D = Traits::kHeadDim;  // tma_gmem_view (traits_sm90.cuh): int32 coordinates, zero strides
+  auto q = tma_gmem_view<D>(static_cast<const Element*>(a.q), rows_q, a.heads_q, views, a.q_row_stride, a.q_head_stride,
+                            a.q_batch_stride);
+  auto k = tma_gmem_view<D>(static_cast<const Element*>(a.k), rows_k, a.heads_kv, views, a.k_row_stride, a.k_head_stride,
+                            a.k_batch_stride);
+  auto v = tma_gmem_view<D>(static_cast<const Element*>(a.v), rows_k, a.heads_kv, views, a.v_row_stride, a.v_head_stride,
+                            a.v_batch_stride);
+  auto dout = tma_gmem_view<D>(static_cast<const Element*>(a.dout), rows_q, a.heads_q, views, a.do_row_stride,
+                               a.do_head_stride, a.do_batch_stride);
   BwdSm90Params<Traits> p{a,
                           make_tma_copy(SM90_TMA_LOAD{}, q, typename Traits::SmemLayoutBox{}),
                           make_tma_copy(SM90_TMA_LOAD{}, k, typename Traits::SmemLayoutBox{}),

@@ -30,16 +30,6 @@ namespace {
 
 using testing::DeviceBuffer;
 
-// The sm90a backward runs only in a build that has it, on compute capability 9.0 exactly.
-bool sm90_runnable() {
-  if (!attention_has_sm90()) return false;
-  int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return false;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
-  if (cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) return false;
-  return major == 9 && minor == 0;
-}
-
 template <class T>
 DeviceBuffer<T> up(const std::vector<T>& h) {
   DeviceBuffer<T> d(std::max<size_t>(h.size(), 1));
@@ -199,7 +189,7 @@ TEST_P(AttentionBackwardGpu, MatchesReference) {
 
   // The sm90a dK/dV kernel (what kAuto runs in this mode on Hopper): the same bound against fp64;
   // dk and dv (a fixed order of accumulation) the same bits on a second call.
-  if (!sm90_runnable()) return;
+  if (!testing::attention_sm90_runnable()) return;
   for (AttentionKernel kernel : {AttentionKernel::kSm90, AttentionKernel::kAuto}) {
     p.kernel = kernel;
     run();
