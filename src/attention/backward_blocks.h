@@ -44,4 +44,22 @@ BLOCKFUSE_ATTN_HD QueryBlocks query_blocks_of_key_block(int len_q, int len_k, in
   return {i_lo / block_m, i_hi / block_m - i_lo / block_m + 1};
 }
 
+// The block_n-key blocks [first, first + count) that hold a key seen by a row of the block_m-row
+// query block starting at row m0 (rows past len_q see nothing); count = 0 when there is none. The
+// sm90a kernel's deterministic mode orders each query block's dQ additions by key block from
+// `first` (query_blocks_of_key_block's converse: block n visits block m iff m's range holds n).
+BLOCKFUSE_ATTN_HD QueryBlocks key_blocks_of_query_block(int len_q, int len_k, int window_left, int window_right,
+                                                        int m0, int block_m, int block_n) {
+  if (m0 >= len_q || len_k <= 0) return {0, 0};
+  const int shift = len_k - len_q;
+  const int row_hi = m0 + block_m - 1 < len_q - 1 ? m0 + block_m - 1 : len_q - 1;
+  // Keys j with j >= lo(m0) and j < hi(row_hi).
+  int j_lo = window_left >= kWindowUnbounded ? 0 : m0 + shift - window_left;
+  j_lo = j_lo > 0 ? j_lo : 0;
+  int j_hi = window_right >= kWindowUnbounded ? len_k : row_hi + shift + window_right + 1;  // exclusive
+  j_hi = j_hi < len_k ? j_hi : len_k;
+  if (j_hi <= j_lo) return {0, 0};
+  return {j_lo / block_n, (j_hi - 1) / block_n - j_lo / block_n + 1};
+}
+
 }  // namespace blockfuse::attn

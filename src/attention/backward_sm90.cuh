@@ -1,7 +1,9 @@
 // Internal: the sm90a (Hopper) attention backward's dK/dV kernel: wgmma, TMA and warp
-// specialisation, FlashAttention-3's design (docs/attention.md#backward-sm90a). It runs in the
-// non-deterministic mode (dQ by fp32 atomics into BwdParams::dq_accum); the Dsum pass before it and
-// the dQ conversion after it are the sm80 family's kernels (backward_sm80.cuh), which are plain CUDA.
+// specialisation, FlashAttention-3's design (docs/attention.md#backward-sm90a). dQ goes into
+// BwdParams::dq_accum by fp32 atomics, in any order (non-deterministic mode) or, with kDeterministic,
+// one key block after another per query block, ordered by a counter per (query block, head)
+// (FlashAttention-3's deterministic mode). The Dsum pass before it and the dQ conversion after it are
+// the sm80 family's kernels (backward_sm80.cuh), which are plain CUDA.
 //
 // One CTA per (128-key block, KV head, sequence), 384 threads: warpgroup 0 is the producer (one
 // elected thread issues every TMA load), warpgroups 1 and 2 the consumers, 64 keys each (every
@@ -160,7 +162,27 @@ CUTE_DEVICE void gemm_ss(Mma& mma, FragA const& tA, FragB const& tB, Acc& acc, b
   warpgroup_fence_operand(acc);
 }
 
-template <class Traits>
+// Deterministic mode: the counter of a (query block, head) reaches `expected` when every earlier
+// (key block, warpgroup) has added its dQ. One thread spins with acquire loads; the warpgroup waits
+// at its barrier. Deadlock-free because a CTA waits only for CTAs of lower blockIdx.x (earlier key
+// blocks of the same KV head and sequence), which the hardware dispatches first.
+CUTE_DEVICE void dq_turn_wait(const int* sem, int expected, int t, int wg) {
+  if (t == 0) {
+    int v;
+    do {
+      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(sem) : "memory");
+    } while (v != expected);
+  }
+  cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
+}
+// Every thread's dQ additions visible device-wide, then the counter moves on.
+CUTE_DEVICE void dq_turn_pass(int* sem, int t, int wg) {
+  __threadfence();
+  cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
+  if (t == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(sem) : "memory");
+}
+
+template <class Traits, bool kDeterministic>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     attention_bwd_dkdv_sm90(const __grid_constant__ BwdSm90Params<Traits> p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -402,6 +424,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // dQ of this warpgroup's 64 keys, 64 columns at a time, added into dq_accum [rows, Hq, D]
     // (float2 atomics). The stage is released once every wgmma that read it has retired.
     const int64_t row_elems = int64_t(p.heads_q) * kHeadDim;
+    int* const sem = kDeterministic ? p.dq_semaphore + (q_row0 + int64_t(m) * Traits::kBlockM) * p.heads_q + head : nullptr;
+    if constexpr (kDeterministic) {
+      const QueryBlocks kb = key_blocks_of_query_block(sq.len_q, sq.len_k, p.window_left, p.window_right,
+                                                       m * Traits::kBlockM, Traits::kBlockM, Traits::kBlockN);
+      dq_turn_wait(sem, 2 * (n_block - kb.first) + wg, t, wg);
+    }
     CUTE_UNROLL
     for (int c0 = 0; c0 < kHeadDim; c0 += Traits::kDqSlice) {
       Tensor tQrKt = thr_dq.make_fragment_B(
@@ -425,9 +453,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
                     make_float2(dq(make_coord(i, 0), make_coord(0, bb)), dq(make_coord(i, 0), make_coord(1, bb))));
       }
     }
-    // Every warp of this warpgroup is past its dQ wgmmas (they read dS) and its reads of the stats
-    // before the next step overwrites either.
-    cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
+    if constexpr (kDeterministic) {
+      dq_turn_pass(sem, t, wg);  // (its barrier also serves as the one below)
+    } else {
+      // Every warp of this warpgroup is past its dQ wgmmas (they read dS) and its reads of the stats
+      // before the next step overwrites either.
+      cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
+    }
   }
 
   // dK (× scale) and dV out, rows past the sequence not stored.

@@ -15,8 +15,8 @@ void launch_typed(const BwdParams& p, int batch, int rows_dsum, cudaStream_t str
   bwd_dsum_kernel<T, D><<<dim3((rows_dsum + 3) / 4, p.heads_q, batch), 128, 0, stream>>>(p, rows_dsum);
   BF_CHECK_LAUNCH();
   if (p.dq_accum != nullptr) {
-    // Non-deterministic: dQ by atomics in the dK/dV kernel (into dq_accum, zeroed by the launcher),
-    // then converted; no dQ kernel.
+    // dQ by atomics in the dK/dV kernel (into dq_accum, zeroed by the launcher; ordered in the sm90a
+    // kernel's deterministic mode), then converted; no dQ kernel.
     if (p.seqlen_k > 0 && dkdv != nullptr) {
       dkdv(p, stream);
     } else if (p.seqlen_k > 0) {

@@ -12,10 +12,10 @@
 
 namespace blockfuse::attn::sm90::bwd {
 
-template <class Traits>
-void launch_dkdv(const BwdParams& a, cudaStream_t stream) {
+template <class Traits, bool kDeterministic>
+void launch_dkdv_mode(const BwdParams& a, cudaStream_t stream) {
   using Element = typename Traits::Element;
-  auto kernel = attention_bwd_dkdv_sm90<Traits>;
+  auto kernel = attention_bwd_dkdv_sm90<Traits, kDeterministic>;
   constexpr int kSmem = Traits::kSmemBytes;
   static detail::PerDeviceCache<bool> opted_in;
   detail::opt_in_dynamic_smem_once(opted_in, kernel, kSmem);
@@ -43,6 +43,15 @@ void launch_dkdv(const BwdParams& a, cudaStream_t stream) {
                   static_cast<unsigned>(a.heads_kv), static_cast<unsigned>(a.batch));
   detail::launch_with_cluster(kernel, grid, dim3(Traits::kThreads, 1, 1), kSmem, stream, dim3(1, 1, 1), p);
   BF_CHECK_LAUNCH();
+}
+
+// The deterministic mode where the launcher passed its counters (dq_semaphore), else atomics in any order.
+template <class Traits>
+void launch_dkdv(const BwdParams& a, cudaStream_t stream) {
+  if (a.dq_semaphore != nullptr)
+    launch_dkdv_mode<Traits, true>(a, stream);
+  else
+    launch_dkdv_mode<Traits, false>(a, stream);
 }
 
 // Two Q / dO stages: K, V, two stages of Q and dO and the two dS buffers take 144 KB at D = 128.

@@ -1,7 +1,8 @@
 // Internal: the sm90a attention backward launchers (launch_backward_sm90_d{64,128}_{bf16,fp16}.cu) the
 // dispatcher (attention.cpp) hands to the backward's launcher in place of the sm80 dK/dV kernel.
 // They exist only when the library was built with the Hopper kernels (BLOCKFUSE_HAS_SM90). Arguments
-// are already validated; the non-deterministic mode only (p.dq_accum set and zeroed), k with rows.
+// are already validated; p.dq_accum set and zeroed (and p.dq_semaphore in the deterministic mode),
+// k with rows.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -5,7 +5,7 @@
 // poisoned before each call, compared by relative Frobenius error per tensor, and a second call must
 // give the same bits; then the non-deterministic mode (params.deterministic = false) the same way,
 // with dk and dv bit for bit the deterministic mode's (sm80 kernels), and on Hopper the sm90a dK/dV
-// kernel (kSm90 and kAuto) against the same bound. The batched cases also check the fp32 GPU reference the benchmark verifies
+// kernel (kSm90 and kAuto, both modes) against the same bound and its own repeatability. The batched cases also check the fp32 GPU reference the benchmark verifies
 // with (testing/attention_reference.h) against the fp64 one.
 #include <gtest/gtest.h>
 
@@ -135,7 +135,8 @@ TEST_P(AttentionBackwardGpu, MatchesReference) {
   auto wview = [&](void* ptr, int64_t rows, int64_t heads) { return make_attn_tensor(ptr, c.dt, batch, rows, heads, c.d); };
   const AttnConstTensor q = view(dq_.data(), sq, c.hq), k = view(dk_.data(), sk, c.hkv), v = view(dv_.data(), sk, c.hkv);
   attention(q, k, v, wview(dout_.data(), sq, c.hq), dlse.data(), p);
-  const size_t ws_bytes = attention_backward_workspace_size(q, false);  // enough for both modes
+  // Enough for every mode (on Hopper the deterministic sm90a mode adds its turn counters).
+  const size_t ws_bytes = std::max(attention_backward_workspace_size(q, false), attention_backward_workspace_size(q, true));
   DeviceBuffer<unsigned char> ws(std::max<size_t>(ws_bytes, 16));
   auto run = [&] {
     BF_CUDA_OK(cudaMemset(dgq.data(), 0xff, dgq.bytes()));
@@ -146,6 +147,7 @@ TEST_P(AttentionBackwardGpu, MatchesReference) {
                        ws.data(), ws_bytes);
     BF_CUDA_OK(cudaDeviceSynchronize());
   };
+  p.kernel = AttentionKernel::kSm80;  // the sm80 kernels first (what kAuto runs off Hopper)
   run();
   const auto gq = down(dgq, hq.size()), gk = down(dgk, hk.size()), gv = down(dgv, hv.size());
 
@@ -181,26 +183,31 @@ TEST_P(AttentionBackwardGpu, MatchesReference) {
   // The non-deterministic mode (dQ by atomics in the dK/dV kernel), sm80 kernels: the same bound
   // against fp64, and dk, dv bit for bit the deterministic mode's (the same code computes them).
   p.deterministic = false;
-  p.kernel = AttentionKernel::kSm80;
   run();
   EXPECT_LE(rel_err(down(dgq, hq.size()), c.dt, rq), tol) << "dq, atomics";
   EXPECT_TRUE(down(dgk, hk.size()) == gk) << "dk, atomics: not the deterministic mode's";
   EXPECT_TRUE(down(dgv, hv.size()) == gv) << "dv, atomics: not the deterministic mode's";
 
-  // The sm90a dK/dV kernel (what kAuto runs in this mode on Hopper): the same bound against fp64;
-  // dk and dv (a fixed order of accumulation) the same bits on a second call.
+  // The sm90a dK/dV kernel (what kAuto runs on Hopper), both modes: the same bound against fp64;
+  // dk and dv (a fixed order of accumulation) the same bits on a second call, and dq too in the
+  // deterministic mode (its additions ordered by key block).
   if (!testing::attention_sm90_runnable()) return;
-  for (AttentionKernel kernel : {AttentionKernel::kSm90, AttentionKernel::kAuto}) {
-    p.kernel = kernel;
-    run();
-    const auto sq9 = down(dgq, hq.size()), sk9 = down(dgk, hk.size()), sv9 = down(dgv, hv.size());
-    EXPECT_LE(rel_err(sq9, c.dt, rq), tol) << "dq, sm90a, kernel " << int(kernel) << ": " << worst(sq9, c.dt, rq, c.hq, c.d);
-    EXPECT_LE(rel_err(sk9, c.dt, rk), tol) << "dk, sm90a, kernel " << int(kernel) << ": " << worst(sk9, c.dt, rk, c.hkv, c.d);
-    EXPECT_LE(rel_err(sv9, c.dt, rv), tol) << "dv, sm90a, kernel " << int(kernel) << ": " << worst(sv9, c.dt, rv, c.hkv, c.d);
-    run();
-    EXPECT_TRUE(down(dgk, hk.size()) == sk9) << "dk, sm90a: differs between two calls";
-    EXPECT_TRUE(down(dgv, hv.size()) == sv9) << "dv, sm90a: differs between two calls";
-  }
+  for (bool deterministic : {true, false})
+    for (AttentionKernel kernel : {AttentionKernel::kSm90, AttentionKernel::kAuto}) {
+      p.kernel = kernel;
+      p.deterministic = deterministic;
+      const std::string what = std::string(deterministic ? "deterministic" : "atomics") + ", kernel " +
+                               std::to_string(int(kernel)) + ": ";
+      run();
+      const auto sq9 = down(dgq, hq.size()), sk9 = down(dgk, hk.size()), sv9 = down(dgv, hv.size());
+      EXPECT_LE(rel_err(sq9, c.dt, rq), tol) << "dq, sm90a, " << what << worst(sq9, c.dt, rq, c.hq, c.d);
+      EXPECT_LE(rel_err(sk9, c.dt, rk), tol) << "dk, sm90a, " << what << worst(sk9, c.dt, rk, c.hkv, c.d);
+      EXPECT_LE(rel_err(sv9, c.dt, rv), tol) << "dv, sm90a, " << what << worst(sv9, c.dt, rv, c.hkv, c.d);
+      run();
+      EXPECT_TRUE(down(dgk, hk.size()) == sk9) << "dk, sm90a, " << what << "differs between two calls";
+      EXPECT_TRUE(down(dgv, hv.size()) == sv9) << "dv, sm90a, " << what << "differs between two calls";
+      if (deterministic) EXPECT_TRUE(down(dgq, hq.size()) == sq9) << "dq, sm90a, " << what << "differs between two calls";
+    }
 }
 
 std::vector<Case> cases() {
