@@ -104,6 +104,9 @@ struct BwdTraits {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> dout;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutDS> * kConsumerWgs, 1024> ds;
     float stats[kConsumerWgs][2][kBlockM];  // per warpgroup: the step's LSE (exp2 units), then Dsum
+    // Non-deterministic mode: each warpgroup's dQ partial of a step, row-major [64][D] fp32, added into
+    // dq_accum by one bulk reduction per row (cp.reduce.async.bulk) instead of an atomic per pair.
+    alignas(128) float dq_stage[kConsumerWgs][kBlockM * kHeadDim];
     typename PipelineQdO::SharedStorage pipe;
     uint64_t kv_full;  // ClusterTransactionBarrier::ValueType: K and V of the block landed
   };
@@ -291,6 +294,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Tensor sdOt = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQt{});
   Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data() + wg * cosize_v<typename Traits::SmemLayoutDS>),
                            typename Traits::SmemLayoutDS{});
+  float* const dq_stage = smem.dq_stage[wg];
 
   Tensor tSrK = thr_sdp.make_fragment_A(thr_sdp.partition_A(sKw));    // (MMA, 1, D/16)
   Tensor tSrV = thr_sdp.make_fragment_A(thr_sdp.partition_A(sVw));
@@ -429,6 +433,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       const QueryBlocks kb = key_blocks_of_query_block(sq.len_q, sq.len_k, p.window_left, p.window_right,
                                                        m * Traits::kBlockM, Traits::kBlockM, Traits::kBlockN);
       dq_turn_wait(sem, 2 * (n_block - kb.first) + wg, t, wg);
+    } else if (step > 0) {
+      // The previous step's bulk reductions have read the stage before it is written again.
+      if (t < Traits::kBlockM) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+      cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
     }
     CUTE_UNROLL
     for (int c0 = 0; c0 < kHeadDim; c0 += Traits::kDqSlice) {
@@ -444,13 +452,36 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       Tensor dq = make_tensor(acc_dq.data(), acc_rowcol_sm90(acc_dq.layout()));
       CUTE_UNROLL
       for (int i = 0; i < 2; ++i) {
-        const int q = m * Traits::kBlockM + warp_in_group * 16 + lane / 4 + 8 * i;
-        if (q >= sq.len_q) continue;
-        float* const row = p.dq_accum + (q_row0 + q) * row_elems + int64_t(head) * kHeadDim + c0 + col_lane;
-        CUTE_UNROLL
-        for (int bb = 0; bb < Traits::kDqSlice / 8; ++bb)
-          atomicAdd(reinterpret_cast<float2*>(row + bb * 8),
-                    make_float2(dq(make_coord(i, 0), make_coord(0, bb)), dq(make_coord(i, 0), make_coord(1, bb))));
+        const int r = warp_in_group * 16 + lane / 4 + 8 * i, q = m * Traits::kBlockM + r;
+        if constexpr (kDeterministic) {
+          if (q >= sq.len_q) continue;
+          float* const row = p.dq_accum + (q_row0 + q) * row_elems + int64_t(head) * kHeadDim + c0 + col_lane;
+          CUTE_UNROLL
+          for (int bb = 0; bb < Traits::kDqSlice / 8; ++bb)
+            atomicAdd(reinterpret_cast<float2*>(row + bb * 8),
+                      make_float2(dq(make_coord(i, 0), make_coord(0, bb)), dq(make_coord(i, 0), make_coord(1, bb))));
+        } else {
+          float* const row = dq_stage + r * kHeadDim + c0 + col_lane;
+          CUTE_UNROLL
+          for (int bb = 0; bb < Traits::kDqSlice / 8; ++bb)
+            *reinterpret_cast<float2*>(row + bb * 8) =
+                make_float2(dq(make_coord(i, 0), make_coord(0, bb)), dq(make_coord(i, 0), make_coord(1, bb)));
+        }
+      }
+    }
+    if constexpr (!kDeterministic) {
+      // The staged partial into dq_accum: thread r < 64 adds row r (D fp32, 16-byte aligned) with one
+      // bulk reduction; rows past the sequence are not added (their partial is 0, but the row may be
+      // the next sequence's or past the buffer).
+      cutlass::arch::fence_view_async_shared();  // the generic-proxy writes seen by the bulk copy
+      cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
+      const int q = m * Traits::kBlockM + t;
+      if (t < Traits::kBlockM && q < sq.len_q) {
+        float* const dst = p.dq_accum + (q_row0 + q) * row_elems + int64_t(head) * kHeadDim;
+        const uint32_t src = cute::cast_smem_ptr_to_uint(dq_stage + t * kHeadDim);
+        asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
+                     ::"l"(dst), "r"(src), "r"(uint32_t(kHeadDim * sizeof(float))) : "memory");
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
       }
     }
     if constexpr (kDeterministic) {
@@ -460,6 +491,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       // before the next step overwrites either.
       cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
     }
+  }
+
+  if constexpr (!kDeterministic) {
+    if (t < Traits::kBlockM) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // before the CTA exits
   }
 
   // dK (× scale) and dV out, rows past the sequence not stored.
