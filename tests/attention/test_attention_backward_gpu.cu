@@ -99,11 +99,8 @@ std::string worst(const std::vector<uint16_t>& got, DType dt, const std::vector<
          std::to_string(want[at]) + "; " + std::to_string(bad) + " of " + std::to_string(want.size()) + " elements off";
 }
 
-class AttentionBackwardGpu : public ::testing::TestWithParam<Case> {};
-
-TEST_P(AttentionBackwardGpu, MatchesReference) {
-  BF_SKIP_WITHOUT_GPU("attention_backward");
-  const Case c = GetParam();
+// Every mode and kernel of one case against the fp64 reference (see the header).
+void run_case(const Case& c) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(testing::seed_note(seed));
   std::mt19937_64 rng(seed);
@@ -233,7 +230,32 @@ std::vector<Case> cases() {
   v.push_back(vl);
   return v;
 }
+class AttentionBackwardGpu : public ::testing::TestWithParam<Case> {};
+TEST_P(AttentionBackwardGpu, MatchesReference) {
+  BF_SKIP_WITHOUT_GPU("attention_backward");
+  run_case(GetParam());
+}
 INSTANTIATE_TEST_SUITE_P(Cases, AttentionBackwardGpu, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case>& i) { return name(i.param); });
+
+// The compute-sanitizer set (scripts/sanitize runs '*Sanitizer*'): small cases reaching a partial
+// key block, a partial query block, GQA and, packed, a sequence boundary inside a TMA box, through
+// every kernel and mode (on Hopper the sm90a kernel's turn counters and bulk reductions too).
+std::vector<Case> sanitizer_cases() {
+  std::vector<Case> v;
+  v.push_back({1, 70, 130, 4, 2, 64, true});
+  Case vl{2, 0, 0, 4, 2, 128, false};
+  vl.q_lens = {70, 9}, vl.k_lens = {150, 20};
+  vl.b = 2;
+  v.push_back(vl);
+  return v;
+}
+class AttentionBackwardSanitizer : public ::testing::TestWithParam<Case> {};
+TEST_P(AttentionBackwardSanitizer, Small) {
+  BF_SKIP_WITHOUT_GPU("attention_backward");
+  run_case(GetParam());
+}
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionBackwardSanitizer, ::testing::ValuesIn(sanitizer_cases()),
                          [](const ::testing::TestParamInfo<Case>& i) { return name(i.param); });
 
 }  // namespace
