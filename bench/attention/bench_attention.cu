@@ -233,8 +233,10 @@ class AttentionBench final : public BenchCommand {
             continue;
           }
           const size_t q_elems = size_t(B * s * Hq * d), kv_elems = size_t(B * s * hkv * d);
-          const size_t ws_bytes =
-              attention_backward_workspace_size(make_attn_tensor(static_cast<const void*>(nullptr), dt, B, s, Hq, d), false);
+          // Enough for both modes (on Hopper the deterministic sm90a mode also keeps its turn counters).
+          const AttnConstTensor qshape = make_attn_tensor(static_cast<const void*>(nullptr), dt, B, s, Hq, d);
+          const size_t ws_bytes = std::max(attention_backward_workspace_size(qshape, false),
+                                           attention_backward_workspace_size(qshape, true));
           // q, out, dout, dq and k, v, dk, dv (2 bytes), the fp32 references of dq, dk, dv, lse, workspace.
           if (!b.fits(2 * (4 * q_elems + 4 * kv_elems) + 4 * (q_elems + 2 * kv_elems) + 4 * size_t(B * Hq * s) + ws_bytes,
                       where))

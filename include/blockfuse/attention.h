@@ -110,6 +110,10 @@ struct AttentionParams {
   // attention_backward only. true: dQ in a kernel of its own, the same bits on every call. false:
   // dQ accumulated with fp32 atomics inside the dK/dV kernel (FlashAttention-2's: five S²·D products
   // instead of seven), dq's low bits depending on the atomics' order; dk and dv stay deterministic.
+  // On Hopper (an sm90a build, compute capability 9.0) kAuto and kSm90 run the sm90a dK/dV kernel
+  // (wgmma, TMA: FlashAttention-3's design) in both modes: dQ by atomics into an fp32 accumulator,
+  // in the deterministic mode added one key block after another (the same bits every call). Its dk,
+  // dv bits differ from the sm80 kernel's.
   // The workspace grows by an fp32 [rows, Hq, D] buffer (attention_backward_workspace_size).
   bool deterministic = true;
 };
@@ -147,7 +151,8 @@ void attention(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnTens
 //
 // The gradients of out = attention(q, k, v) (same params) given dout: dq, dk, dv, from q, k, v, the
 // forward's out and its fp32 lse (required: the backward recomputes the probabilities from it).
-// FlashAttention-2's algorithm on mma.sync (compute capability >= 8.0; Hopper runs the same kernel):
+// FlashAttention-2's algorithm on mma.sync (compute capability >= 8.0; on Hopper the sm90a dK/dV
+// kernel takes the dk, dv and dQ products, params.deterministic above):
 // a Dsum = rowsum(dout ∘ out) pass, a kernel that walks the query blocks for each 64-key block
 // (dk, dv; GQA's sum over the query heads of a group inside it) and one that walks the key blocks for
 // each 64-row query block (dq). No atomics: deterministic, the same inputs give the same bits.
@@ -159,14 +164,15 @@ void attention(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnTens
 
 // Workspace bytes of attention_backward for q (batched [B, Sq, Hq, D] or varlen [total, Hq, D]):
 // the fp32 Dsum, laid out like lse, and with deterministic = false (params.deterministic) the fp32 dQ
-// accumulator [rows, Hq, D] after it. 16-byte aligned, no zeroing needed (the call zeroes what it
+// accumulator [rows, Hq, D] after it; deterministic on a device that runs the sm90a kernel (the
+// current one), the accumulator and an int32 [rows, Hq] counter after it too. 16-byte aligned, no zeroing needed (the call zeroes what it
 // accumulates into).
 size_t attention_backward_workspace_size(AttnConstTensor q, bool deterministic = true);
 
 // dq like q, dk like k, dv like v (any strides of the forward's rules), out and dout like q's shape.
 // Validates everything attention() does, plus: dout, dq, dk, dv of q's dtype and matching shapes,
 // lse non-null (null only for a call without query rows, whose lse is empty), head_dim 64 or 128,
-// params.kernel kAuto or kSm80, the workspace, and that no output overlaps an input or another output.
+// params.kernel kAuto or kSm80 (kSm90: on compute capability 9.0 in an sm90a build), the workspace, and that no output overlaps an input or another output.
 void attention_backward(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnConstTensor out,
                         AttnConstTensor dout, const float* lse, AttnTensor dq, AttnTensor dk, AttnTensor dv,
                         const AttentionParams& params, void* workspace, size_t workspace_bytes,

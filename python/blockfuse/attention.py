@@ -101,10 +101,10 @@ _DETERMINISTIC_BACKWARD = [True]
 
 
 def set_backward_deterministic(enabled=True):
-    """How the attention backward computes dQ: True (the default) in a kernel of its own, the same bits
-    on every call; False by fp32 atomics in the dK/dV kernel (FlashAttention-2's: five S²·D products
-    instead of seven; dq's low bits vary between calls, dk and dv do not). Under
-    torch.use_deterministic_algorithms(True) the deterministic kernel runs whatever this says."""
+    """How the attention backward computes dQ: True (the default) the same bits on every call (in a
+    kernel of its own, or on Hopper by atomics added in a fixed order); False by fp32 atomics in any
+    order (dq's low bits vary between calls, dk and dv do not). Under
+    torch.use_deterministic_algorithms(True) the deterministic mode runs whatever this says."""
     _DETERMINISTIC_BACKWARD[0] = bool(enabled)
 
 

@@ -129,6 +129,18 @@ at::Tensor gated_up_cpu(const at::Tensor& x, const at::Tensor&, c10::string_view
 // A saved z is consumed by the first backward (overwritten by dz); a second backward through the
 // same graph (retain_graph) recomputes it. ops.gated_up_backward is the same formula in plain torch,
 // which the CPU tests check against autograd.
+// The backward's z = x·wᵀ [M, 2U] to turn into dz in place: the forward's saved z on the first
+// backward (it is consumed), recomputed on a later one (retain_graph) or where none was saved.
+at::Tensor take_z(torch::autograd::AutogradContext* ctx, const at::Tensor* saved_z, const at::Tensor& x2,
+                  const at::Tensor& w) {
+  const auto fresh = ctx->saved_data.find("z_fresh");
+  if (saved_z != nullptr && fresh != ctx->saved_data.end() && fresh->second.toBool()) {
+    ctx->saved_data["z_fresh"] = false;
+    return *saved_z;
+  }
+  return at::mm(x2, w.t());
+}
+
 class GatedUpFunction : public torch::autograd::Function<GatedUpFunction> {
  public:
   // save_z: gated_up_autograd's decision (grad mode on, an input requiring grad, not recompute),
@@ -173,16 +185,8 @@ class GatedUpFunction : public torch::autograd::Function<GatedUpFunction> {
     const std::string act = ctx->saved_data["act"].toStringRef();
     const c10::SymInt k = x.sym_size(-1), u = w.sym_size(0) / 2;  // symbolic under torch.compile
     const at::Tensor x2 = x.reshape_symint({-1, k});
-    // z, then dz in place: [M, 2U] contiguous, interleaved like w. The saved z on the first backward;
-    // recomputed otherwise (recompute mode, or a second backward after the first consumed it).
-    at::Tensor dz;
-    auto fresh = ctx->saved_data.find("z_fresh");
-    if (saved.size() > 2 && fresh != ctx->saved_data.end() && fresh->second.toBool()) {
-      dz = saved[2];
-      ctx->saved_data["z_fresh"] = false;
-    } else {
-      dz = at::mm(x2, w.t());
-    }
+    // z, then dz in place: [M, 2U] contiguous, interleaved like w (recompute mode saves no z).
+    const at::Tensor dz = take_z(ctx, saved.size() > 2 ? &saved[2] : nullptr, x2, w);
     const at::Tensor g2 = grads[0].reshape_symint({-1, u}).contiguous();
     // Through the dispatcher (the mutation is in the schema): torch.compile traces this backward.
     static auto swiglu_backward_ = c10::Dispatcher::singleton()
@@ -275,14 +279,7 @@ class GatedMlpFunction : public torch::autograd::Function<GatedMlpFunction> {
     const at::Tensor x2 = x.reshape_symint({-1, x.sym_size(-1)});
     const at::Tensor dy = grads[0].reshape_symint({-1, w_down.sym_size(0)}).contiguous();
     const at::Tensor dh = at::mm(dy, w_down);  // [M, U]
-    // dz over z: the saved z on the first backward, recomputed on a second (retain_graph).
-    at::Tensor dz;
-    if (ctx->saved_data["z_fresh"].toBool()) {
-      dz = saved[3];
-      ctx->saved_data["z_fresh"] = false;
-    } else {
-      dz = at::mm(x2, w.t());
-    }
+    const at::Tensor dz = take_z(ctx, &saved[3], x2, w);  // dz is written over it
     using Backward = at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view, c10::string_view);
     static auto with_out = c10::Dispatcher::singleton()
                                .findSchemaOrThrow("blockfuse::swiglu_backward_with_out_", "")

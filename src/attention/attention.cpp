@@ -13,6 +13,7 @@
 #include "attention/params.h"
 #include "attention/tensor_check.h"
 #if defined(BLOCKFUSE_HAS_SM90)
+#include "attention/launch_backward_sm90.h"
 #include "attention/launch_sm90.h"
 #endif
 #include "common/device.h"
@@ -324,16 +325,74 @@ void attention(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnTens
 }
 
 namespace {
-// Bytes of the Dsum part of the backward's workspace (the dQ accumulator, if any, follows it).
-size_t dsum_bytes(AttnConstTensor q) { return static_cast<size_t>((q.batch * q.seqlen * q.heads * 4 + 15) / 16 * 16); }
+// The backward's workspace: Dsum [rows, Hq] fp32, then (where a dQ accumulator is used) dq_accum
+// [rows, Hq, D] fp32, then (the sm90a kernel's deterministic mode) the dQ turn counters [rows, Hq]
+// int32; each part 16-byte aligned.
+size_t align16(size_t n) { return (n + 15) / 16 * 16; }
+size_t dsum_bytes(AttnConstTensor q) { return align16(static_cast<size_t>(q.batch * q.seqlen * q.heads * 4)); }
+size_t accum_bytes(AttnConstTensor q) { return align16(static_cast<size_t>(q.batch * q.seqlen * q.heads * q.head_dim * 4)); }
+size_t semaphore_bytes(AttnConstTensor q) { return dsum_bytes(q); }
+
+// Whether the sm90a dK/dV kernel runs on the current device for this head dim: this build,
+// compute capability 9.0, its shared memory. `dev` is filled when there is a device.
+bool sm90_backward_runs(int64_t head_dim, detail::DeviceSpec* dev_out = nullptr) {
+#if defined(BLOCKFUSE_HAS_SM90)
+  if (!attn::backward_supports(head_dim)) return false;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();  // no device here (a CPU-only machine): the sm80 sizes
+    return false;
+  }
+  const detail::DeviceSpec dev = detail::current_device_spec();
+  if (dev_out) *dev_out = dev;
+  const int need = head_dim == 64 ? attn::sm90::bwd::dkdv_smem_bytes_d64() : attn::sm90::bwd::dkdv_smem_bytes_d128();
+  return dev.cc_major == 9 && dev.cc_minor == 0 && need <= dev.max_smem_per_block;
+#else
+  (void)head_dim, (void)dev_out;
+  return false;
+#endif
+}
 }  // namespace
 
 size_t attention_backward_workspace_size(AttnConstTensor q, bool deterministic) {
   const int64_t rows = q.batch * q.seqlen;  // varlen: batch 1, total rows
   if (q.heads < 0 || rows < 0 || q.head_dim < 0)
     throw_arg("attention_backward_workspace_size", "q", "has negative sizes", "sizes >= 0");
-  return dsum_bytes(q) + (deterministic ? 0 : static_cast<size_t>(rows * q.heads * q.head_dim * 4));
+  if (!deterministic) return dsum_bytes(q) + accum_bytes(q);
+  // Deterministic: the sm80 kernels need Dsum only; the sm90a kernel, where it runs, its ordered dQ.
+  return dsum_bytes(q) + (sm90_backward_runs(q.head_dim) ? accum_bytes(q) + semaphore_bytes(q) : 0);
 }
+
+namespace {
+
+// The backward's dK/dV kernel: the sm90a one (nullptr: the sm80 one), under kAuto where it runs
+// (this build, compute capability 9.0, the shared memory, k with rows: no TMA view describes an
+// empty tensor) and under kSm90, which refuses a device or build without it.
+attn::bwd::DkdvLauncher backward_sm90_dkdv(const AttnConstTensor& q, const AttnConstTensor& k,
+                                           const AttentionParams& params) {
+  constexpr const char* fn = "attention_backward";
+  const bool forced = params.kernel == AttentionKernel::kSm90;
+  if (params.kernel == AttentionKernel::kSm80) return nullptr;
+#if defined(BLOCKFUSE_HAS_SM90)
+  detail::DeviceSpec dev{};
+  const bool runs = sm90_backward_runs(q.head_dim, &dev);
+  if (forced && !runs)
+    throw_arg(fn, "params.kernel", cat("= kSm90 on a device of compute capability ", dev.cc_major, ".", dev.cc_minor),
+              "compute capability 9.0 (Hopper) for kSm90; kAuto or kSm80 elsewhere");
+  if (!runs || k.seqlen == 0) return nullptr;
+  const bool bf16 = q.dtype == DType::kBF16;
+  if (q.head_dim == 64) return bf16 ? attn::sm90::bwd::launch_dkdv_d64_bf16 : attn::sm90::bwd::launch_dkdv_d64_fp16;
+  return bf16 ? attn::sm90::bwd::launch_dkdv_d128_bf16 : attn::sm90::bwd::launch_dkdv_d128_fp16;
+#else
+  if (forced)
+    throw_arg(fn, "params.kernel", "= kSm90, but this build has no sm90a attention kernel",
+              "a build with CMake BLOCKFUSE_SM90 (AUTO with 90 in BLOCKFUSE_CUDA_ARCHS, or ON), or kAuto/kSm80");
+  (void)q, (void)k;
+  return nullptr;
+#endif
+}
+
+}  // namespace
 
 void attention_backward(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnConstTensor out,
                         AttnConstTensor dout, const float* lse, AttnTensor dq, AttnTensor dk, AttnTensor dv,
@@ -348,8 +407,10 @@ void attention_backward(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v,
     throw_arg(fn, "lse", "is null", "the forward's fp32 log-sum-exp [B, Hq, Sq] (or [Hq, total])");
   if (!attn::backward_supports(q.head_dim))
     throw_arg(fn, "head_dim", cat("is ", q.head_dim), "64 or 128 for the backward (256 does not fit the sm80 kernel's registers)");
-  if (params.kernel == AttentionKernel::kSm90)
-    throw_arg(fn, "params.kernel", "= kSm90", "kAuto or kSm80 (the backward is the sm80 kernel on every device)");
+  // kSm90 (the forward's checks have seen the build): a device that runs the sm90a backward.
+  if (params.kernel == AttentionKernel::kSm90 && !sm90_backward_runs(q.head_dim))
+    throw_arg(fn, "params.kernel", "= kSm90, but the current device does not run the sm90a backward",
+              "compute capability 9.0 (Hopper) with the shared memory it needs; kAuto or kSm80 elsewhere");
   // The gradients and dout: like the tensors they belong to.
   const struct { const char* name; AttnConstTensor t; const AttnConstTensor* like; } grads[] = {
       {"dout", dout, &q}, {"dq", dq, &q}, {"dk", dk, &k}, {"dv", dv, &v}};
@@ -384,6 +445,7 @@ void attention_backward(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v,
   if (k.seqlen > 0) detail::check_device_pointer(fn, "dk", dk.data), detail::check_device_pointer(fn, "dv", dv.data);
   detail::check_device_pointer(fn, "workspace", workspace);
   detail::check_compute_capability(fn, 8, 0);
+  const attn::bwd::DkdvLauncher dkdv = backward_sm90_dkdv(q, k, params);  // may refuse kSm90: before any launch
 
   attn::BwdParams p{};
   static_cast<attn::Params&>(p) = make_params(q, k, v, out_w, const_cast<float*>(lse), params, val);
@@ -396,19 +458,27 @@ void attention_backward(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v,
   p.dv = dv.data;
   p.dv_batch_stride = dv.batch_stride, p.dv_row_stride = dv.seq_stride, p.dv_head_stride = dv.head_stride;
   p.dsum = static_cast<float*>(workspace);
+  // dQ through the fp32 accumulator: the non-deterministic mode, and the sm90a kernel in both (its
+  // deterministic mode with the turn counters after it); zeroed together.
   p.dq_accum = nullptr;
-  if (!params.deterministic) {
-    p.dq_accum = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + dsum_bytes(q));
-    const size_t acc_bytes = need - dsum_bytes(q);
-    BF_CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, acc_bytes, stream));
+  p.dq_semaphore = nullptr;
+  if (!params.deterministic || dkdv != nullptr) {
+    unsigned char* const ws = static_cast<unsigned char*>(workspace);
+    p.dq_accum = reinterpret_cast<float*>(ws + dsum_bytes(q));
+    size_t zeroed = accum_bytes(q);
+    if (params.deterministic) {
+      p.dq_semaphore = reinterpret_cast<int*>(ws + dsum_bytes(q) + accum_bytes(q));
+      zeroed += semaphore_bytes(q);
+    }
+    BF_CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, zeroed, stream));
   }
   p.scale = static_cast<float>(params.softmax_scale > 0 ? params.softmax_scale : 1.0 / std::sqrt(double(q.head_dim)));
   const int batch_dsum = val.varlen ? 1 : static_cast<int>(q.batch);
   const int rows_dsum = static_cast<int>(q.seqlen);
   if (q.head_dim == 64)
-    attn::bwd::launch_d64(p, q.dtype, batch_dsum, rows_dsum, stream);
+    attn::bwd::launch_d64(p, q.dtype, batch_dsum, rows_dsum, stream, dkdv);
   else
-    attn::bwd::launch_d128(p, q.dtype, batch_dsum, rows_dsum, stream);
+    attn::bwd::launch_d128(p, q.dtype, batch_dsum, rows_dsum, stream, dkdv);
 }
 
 }  // namespace blockfuse

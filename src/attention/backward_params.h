@@ -23,6 +23,10 @@ struct BwdParams : Params {
   // this fp32 [rows, Hq, D] buffer (zeroed first; rows = B·Sq, or the packed total) with atomics, and a
   // conversion kernel writes dq from it; nullptr in the deterministic mode (the dQ kernel).
   float* dq_accum;
+  // The sm90a kernel's deterministic mode: the dQ additions into dq_accum of each (query head, 64-row
+  // block) are made one key block after another, in order, counted by this int32 [rows, Hq] buffer
+  // (zeroed first; entry row·Hq + head for the block starting at row); nullptr otherwise.
+  int* dq_semaphore;
 };
 
 // The head dims the sm80 backward is compiled for (dK and dV of 16 keys × D per warp in registers).
@@ -33,6 +37,11 @@ inline bool backward_supports(int64_t head_dim) { return head_dim == 64 || head_
 namespace blockfuse::attn::bwd {
 // The launchers (launch_backward_d<D>.cu): Dsum over `rows_dsum` rows of `batch` (grid z), then
 // the dK/dV and dQ kernels over p.batch sequences of at most p.seqlen_q / p.seqlen_k rows.
-void launch_d64(const BwdParams& p, DType dtype, int batch, int rows_dsum, cudaStream_t stream);
-void launch_d128(const BwdParams& p, DType dtype, int batch, int rows_dsum, cudaStream_t stream);
+// `dkdv`, where given, launches the dK/dV kernel in place of the sm80 one (the sm90a kernel:
+// launch_backward_sm90.h; then p.dq_accum is set in both modes, and p.dq_semaphore when deterministic).
+using DkdvLauncher = void (*)(const BwdParams& p, cudaStream_t stream);
+void launch_d64(const BwdParams& p, DType dtype, int batch, int rows_dsum, cudaStream_t stream,
+                DkdvLauncher dkdv = nullptr);
+void launch_d128(const BwdParams& p, DType dtype, int batch, int rows_dsum, cudaStream_t stream,
+                 DkdvLauncher dkdv = nullptr);
 }  // namespace blockfuse::attn::bwd

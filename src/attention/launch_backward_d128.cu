@@ -3,8 +3,9 @@
 
 namespace blockfuse::attn::bwd {
 
-void launch_d128(const BwdParams& p, DType dtype, int batch, int rows_dsum, cudaStream_t stream) {
-  launch_head_dim<128>(p, dtype, batch, rows_dsum, stream);
+void launch_d128(const BwdParams& p, DType dtype, int batch, int rows_dsum, cudaStream_t stream,
+                 DkdvLauncher dkdv) {
+  launch_head_dim<128>(p, dtype, batch, rows_dsum, stream, dkdv);
 }
 
 }  // namespace blockfuse::attn::bwd

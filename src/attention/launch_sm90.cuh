@@ -20,25 +20,21 @@ void launch(const Params& a, cudaStream_t stream) {
   static detail::PerDeviceCache<bool> opted_in;  // this kernel's
   detail::opt_in_dynamic_smem_once(opted_in, kernel, kSmem);
 
-  // TMA coordinates are int32; the validation keeps lengths below 2^30 and heads, batch below 2^16.
-  // The validation allows any stride (a multiple of 8 elements) for a mode of extent 1, 0 included;
-  // such a mode is only ever addressed at 0, so a zero stride is replaced by 8 elements (16 bytes),
-  // which every TMA descriptor accepts.
   const bool varlen = a.cu_seqlens_q != nullptr;
   const int m_blocks = (a.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   const int64_t num_tiles = int64_t(m_blocks) * a.heads_q * a.batch;
   // The TMA views: [batch][rows][heads][D]; varlen: one view of all `total` packed rows.
   const int rows_q = varlen ? a.total_q : a.seqlen_q, rows_k = varlen ? a.total_k : a.seqlen_k;
   const int views = varlen ? 1 : a.batch;
-  auto st = [](int64_t s) { return s != 0 ? s : int64_t(8); };
-  auto q = Traits::gmem_tensor(static_cast<const Element*>(a.q), rows_q, a.heads_q, views, st(a.q_row_stride),
-                               st(a.q_head_stride), st(a.q_batch_stride));
-  auto k = Traits::gmem_tensor(static_cast<const Element*>(a.k), rows_k, a.heads_kv, views, st(a.k_row_stride),
-                               st(a.k_head_stride), st(a.k_batch_stride));
-  auto v = Traits::gmem_tensor(static_cast<const Element*>(a.v), rows_k, a.heads_kv, views, st(a.v_row_stride),
-                               st(a.v_head_stride), st(a.v_batch_stride));
-  auto o = Traits::gmem_tensor(static_cast<Element*>(a.out), rows_q, a.heads_q, views, st(a.o_row_stride),
-                               st(a.o_head_stride), st(a.o_batch_stride));
+  constexpr int D = Traits::kHeadDim;  // tma_gmem_view (traits_sm90.cuh): int32 coordinates, zero strides
+  auto q = tma_gmem_view<D>(static_cast<const Element*>(a.q), rows_q, a.heads_q, views, a.q_row_stride, a.q_head_stride,
+                            a.q_batch_stride);
+  auto k = tma_gmem_view<D>(static_cast<const Element*>(a.k), rows_k, a.heads_kv, views, a.k_row_stride, a.k_head_stride,
+                            a.k_batch_stride);
+  auto v = tma_gmem_view<D>(static_cast<const Element*>(a.v), rows_k, a.heads_kv, views, a.v_row_stride, a.v_head_stride,
+                            a.v_batch_stride);
+  auto o = tma_gmem_view<D>(static_cast<Element*>(a.out), rows_q, a.heads_q, views, a.o_row_stride, a.o_head_stride,
+                            a.o_batch_stride);
   Sm90Params<Traits> p{a,
                        make_tma_copy(SM90_TMA_LOAD{}, q, typename Traits::SmemLayoutQSlice{}),
                        make_tma_copy(SM90_TMA_LOAD{}, k, typename Traits::SmemLayoutKStage{}),

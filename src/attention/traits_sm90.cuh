@@ -45,6 +45,19 @@ CUTE_HOST_DEVICE constexpr auto acc_as_a_sm90(Layout acc) {
   return make_layout(make_layout(get<0>(v), get<1>(v), get<0>(blocks)), get<1>(acc), get<1>(blocks));
 }
 
+// A global tensor as TMA sees it: (rows, D, heads, batch), strides in elements (the forward's and
+// the backward's TMA views). TMA coordinates are int32: the validation keeps lengths below 2^30 and
+// heads, batch below 2^16. It allows any stride (a multiple of 8 elements) for a mode of extent 1,
+// 0 included; such a mode is only ever addressed at 0, so a zero stride becomes 8 elements (16
+// bytes), which every TMA descriptor accepts.
+template <int kHeadDim, class T>
+auto tma_gmem_view(T* ptr, int32_t rows, int32_t heads, int32_t batch, int64_t row_stride, int64_t head_stride,
+                   int64_t batch_stride) {
+  auto st = [](int64_t s) { return s != 0 ? s : int64_t(8); };
+  return make_tensor(make_gmem_ptr(ptr), Shape<int32_t, Int<kHeadDim>, int32_t, int32_t>{rows, Int<kHeadDim>{}, heads, batch},
+                     Stride<int64_t, _1, int64_t, int64_t>{st(row_stride), _1{}, st(head_stride), st(batch_stride)});
+}
+
 // The kernel's compile-time configuration for one (dtype, head dim, key block, stages).
 // kStageO: O is staged in its own buffer (the producer may load the next tile's Q while the O store
 // still reads it); false: in Q's buffer, which the next Q waits for (D = 256, where a separate O
@@ -110,20 +123,11 @@ struct Sm90Traits {
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kKVStageBytes = kBlockN * kHeadDim * sizeof(Element);
 
-  // Global tensors as TMA sees them: (rows, D, heads, batch), strides in elements.
-  using GmemShape = Shape<int32_t, D, int32_t, int32_t>;
-  using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
-  template <class T>
-  static auto gmem_tensor(T* ptr, int32_t rows, int32_t heads, int32_t batch, int64_t row_stride,
-                          int64_t head_stride, int64_t batch_stride) {
-    return make_tensor(make_gmem_ptr(ptr), GmemShape{rows, D{}, heads, batch},
-                       GmemStride{row_stride, _1{}, head_stride, batch_stride});
-  }
-  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor(static_cast<const Element*>(nullptr), 0, 0, 0, 0, 0, 0),
+  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, tma_gmem_view<kHeadDim>(static_cast<const Element*>(nullptr), 0, 0, 0, 0, 0, 0),
                                       SmemLayoutQSlice{}));
-  using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor(static_cast<const Element*>(nullptr), 0, 0, 0, 0, 0, 0),
+  using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, tma_gmem_view<kHeadDim>(static_cast<const Element*>(nullptr), 0, 0, 0, 0, 0, 0),
                                        SmemLayoutKStage{}));
-  using TmaO = decltype(make_tma_copy(SM90_TMA_STORE{}, gmem_tensor(static_cast<Element*>(nullptr), 0, 0, 0, 0, 0, 0),
+  using TmaO = decltype(make_tma_copy(SM90_TMA_STORE{}, tma_gmem_view<kHeadDim>(static_cast<Element*>(nullptr), 0, 0, 0, 0, 0, 0),
                                       SmemLayoutQSlice{}));
 };
 

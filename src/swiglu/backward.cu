@@ -108,12 +108,16 @@ void backward_impl(const ConstMatrix& dh, const ConstMatrix& gate_up, const Matr
   if (dh.cols % 8 != 0) detail::throw_arg(kFn, "dh", detail::cat("has cols U = ", dh.cols), "U % 8 == 0 (16-byte vectors)");
   detail::check_alignment(kFn, "dh", dh, 16, 8);
   detail::check_alignment(kFn, "gate_up", gate_up, 16, 8);
-  detail::check_matrix_shape(kFn, "d_gate_up", d_gate_up);
-  detail::check_same_dtype(kFn, "d_gate_up", d_gate_up, "gate_up", gate_up.dtype);
-  if (d_gate_up.rows != gate_up.rows || d_gate_up.cols != gate_up.cols)
-    detail::throw_arg(kFn, "d_gate_up", detail::cat("is [", d_gate_up.rows, ", ", d_gate_up.cols, "]"),
-                      detail::cat("the shape of 'gate_up' [", gate_up.rows, ", ", gate_up.cols, "]"));
-  detail::check_alignment(kFn, "d_gate_up", d_gate_up, 16, 8);
+  // An output like another matrix: its shape, gate_up's dtype, 16-byte rows.
+  auto check_like = [&](const char* arg, const Matrix& m, const char* like_arg, const auto& like) {
+    detail::check_matrix_shape(kFn, arg, m);
+    detail::check_same_dtype(kFn, arg, m, "gate_up", gate_up.dtype);
+    if (m.rows != like.rows || m.cols != like.cols)
+      detail::throw_arg(kFn, arg, detail::cat("is [", m.rows, ", ", m.cols, "]"),
+                        detail::cat("the shape of '", like_arg, "' [", like.rows, ", ", like.cols, "]"));
+    detail::check_alignment(kFn, arg, m, 16, 8);
+  };
+  check_like("d_gate_up", d_gate_up, "gate_up", gate_up);
   const bool in_place = d_gate_up.data == gate_up.data && d_gate_up.ld == gate_up.ld;
   if (!in_place) detail::check_no_overlap(kFn, "d_gate_up", d_gate_up, "gate_up", gate_up);
   detail::check_no_overlap(kFn, "d_gate_up", d_gate_up, "dh", dh);
@@ -121,12 +125,7 @@ void backward_impl(const ConstMatrix& dh, const ConstMatrix& gate_up, const Matr
   const bool with_out = out_arg != nullptr;
   const Matrix out = with_out ? *out_arg : Matrix{nullptr, dh.dtype, 0, 0, 0};
   if (with_out) {
-    detail::check_matrix_shape(kFn, "out", out);
-    detail::check_same_dtype(kFn, "out", out, "gate_up", gate_up.dtype);
-    if (out.rows != dh.rows || out.cols != dh.cols)
-      detail::throw_arg(kFn, "out", detail::cat("is [", out.rows, ", ", out.cols, "]"),
-                        detail::cat("the shape of 'dh' [", dh.rows, ", ", dh.cols, "]"));
-    detail::check_alignment(kFn, "out", out, 16, 8);
+    check_like("out", out, "dh", dh);
     detail::check_no_overlap(kFn, "out", out, "dh", dh);
     detail::check_no_overlap(kFn, "out", out, "gate_up", gate_up);
     detail::check_no_overlap(kFn, "out", out, "d_gate_up", d_gate_up);

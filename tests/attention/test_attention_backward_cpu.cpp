@@ -9,7 +9,9 @@
 #include <random>
 #include <vector>
 
+#include "attention/backward_blocks.h"
 #include "attention/reference.h"
+#include "attention/tensor_check.h"
 #include "blockfuse/attention.h"
 #include "testing/gtest/gtest_util.h"
 
@@ -114,7 +116,8 @@ void expect_error(const std::function<void(Call&)>& edit, const std::string& arg
 TEST(AttentionBackwardValidation, NamesTheArgument) {
   expect_error([](Call&) {}, "head_dim", 256);
   expect_error([](Call& c) { c.lse = nullptr; }, "lse");
-  expect_error([](Call& c) { c.p.kernel = AttentionKernel::kSm90; }, "params.kernel");
+  // kSm90 where the sm90a backward cannot run (every CPU-only machine): refused before any launch.
+  if (!testing::attention_sm90_runnable()) expect_error([](Call& c) { c.p.kernel = AttentionKernel::kSm90; }, "params.kernel");
   expect_error([](Call& c) { c.dq.seqlen = 99; }, "dq");
   expect_error([](Call& c) { c.dk.heads = 4; }, "dk");
   expect_error([](Call& c) { c.dv.dtype = DType::kFP16; }, "dv");
@@ -122,9 +125,12 @@ TEST(AttentionBackwardValidation, NamesTheArgument) {
   expect_error([](Call& c) { c.ws_bytes = 16; }, "workspace");
   expect_error([](Call& c) { c.dq.data = const_cast<void*>(c.q.data); }, "dq");
   expect_error([](Call& c) { c.dv.data = c.dk.data; }, "dk");
-  EXPECT_EQ(attention_backward_workspace_size(valid().q), size_t(2 * 100 * 8 * 4));
+  // Deterministic: Dsum only, and where the sm90a kernel runs (an H100) also its dQ accumulator and
+  // the [rows, Hq] int32 turn counters of its ordered dQ additions.
+  const size_t dsum = 2 * 100 * 8 * 4, accum = size_t(2) * 100 * 8 * 128 * 4;
+  EXPECT_EQ(attention_backward_workspace_size(valid().q), dsum + (testing::attention_sm90_runnable() ? accum + dsum : 0));
   // Non-deterministic: the fp32 dQ accumulator [rows, Hq, D] after Dsum, and the check uses it.
-  EXPECT_EQ(attention_backward_workspace_size(valid().q, false), size_t(2 * 100 * 8 * 4 + 2 * 100 * 8 * 128 * 4));
+  EXPECT_EQ(attention_backward_workspace_size(valid().q, false), dsum + accum);
   expect_error([](Call& c) { c.p.deterministic = false; c.ws_bytes = 2 * 100 * 8 * 4; }, "workspace");
 }
 
@@ -142,5 +148,54 @@ TEST(AttentionBackwardValidation, NoQueryRowsTakeANullLse) {
   expect_arg_error(c, "dk");
 }
 
+
+// The sm90a dK/dV kernel's visibility rule (keys as rows) and the query blocks a 128-key block
+// visits, against the reference's rule by brute force: every length pair up to 300 x 300 in steps,
+// causal, windows on either side or both, and Sq != Sk both ways. A block visited without a visible
+// pair would only cost time; one missed would drop gradient terms, so both directions are checked.
+TEST(AttentionBackwardBlocks, MatchTheReferenceVisibility) {
+  struct W { bool causal; int64_t left, right; };
+  const W windows[] = {{false, -1, -1}, {true, -1, -1}, {true, 40, -1}, {false, 20, 30}, {false, -1, 5}, {false, 0, 0}};
+  int checked = 0;
+  for (int len_q : {0, 1, 7, 64, 65, 129, 300})
+    for (int len_k : {1, 7, 127, 128, 129, 300})
+      for (const W& w : windows) {
+        AttentionParams p;
+        p.causal = w.causal, p.window_left = w.left, p.window_right = w.right;
+        const int wl = attn::window_left_bound(w.left), wr = attn::window_right_bound(w.right, w.causal);
+        for (int i = 0; i < len_q; ++i)
+          for (int j = 0; j < len_k; ++j)
+            ASSERT_EQ(attn::key_visible(i, j, len_q, len_k, wl, wr), attn::reference_visible(i, j, len_q, len_k, p))
+                << "i=" << i << " j=" << j << " Sq=" << len_q << " Sk=" << len_k << " causal=" << w.causal
+                << " window=(" << w.left << ", " << w.right << ")";
+        for (int n0 = 0; n0 < len_k + 128; n0 += 128) {
+          const attn::QueryBlocks qb = attn::query_blocks_of_key_block(len_q, len_k, wl, wr, n0, 128, 64);
+          for (int m = 0; m * 64 < len_q; ++m) {
+            bool sees = false;
+            for (int i = m * 64; i < std::min(len_q, m * 64 + 64) && !sees; ++i)
+              for (int j = n0; j < std::min(len_k, n0 + 128) && !sees; ++j) sees = attn::reference_visible(i, j, len_q, len_k, p);
+            const bool visited = m >= qb.first && m < qb.first + qb.count;
+            ASSERT_EQ(visited, sees) << "query block " << m << ", keys from " << n0 << ": Sq=" << len_q << " Sk=" << len_k
+                                     << " causal=" << w.causal << " window=(" << w.left << ", " << w.right << ")";
+            ++checked;
+          }
+          if (n0 >= len_k) EXPECT_EQ(qb.count, 0);
+        }
+        // The converse: the key blocks a query block's dQ gathers from, in the deterministic mode's order.
+        for (int m0 = 0; m0 < len_q + 64; m0 += 64) {
+          const attn::QueryBlocks kb = attn::key_blocks_of_query_block(len_q, len_k, wl, wr, m0, 64, 128);
+          for (int n0 = 0; n0 < len_k; n0 += 128) {
+            const attn::QueryBlocks qb = attn::query_blocks_of_key_block(len_q, len_k, wl, wr, n0, 128, 64);
+            const bool visits = m0 / 64 >= qb.first && m0 / 64 < qb.first + qb.count;
+            const bool listed = n0 / 128 >= kb.first && n0 / 128 < kb.first + kb.count;
+            ASSERT_EQ(listed, visits) << "query rows from " << m0 << ", keys from " << n0 << ": Sq=" << len_q
+                                      << " Sk=" << len_k << " causal=" << w.causal << " window=(" << w.left << ", "
+                                      << w.right << ")";
+          }
+          if (m0 >= len_q) EXPECT_EQ(kb.count, 0);
+        }
+      }
+  EXPECT_GT(checked, 1000);
+}
 }  // namespace
 }  // namespace blockfuse

@@ -4,7 +4,8 @@
 // forward runs first on the device (out and lse come from it, as in training); gradients are
 // poisoned before each call, compared by relative Frobenius error per tensor, and a second call must
 // give the same bits; then the non-deterministic mode (params.deterministic = false) the same way,
-// with dk and dv bit for bit the deterministic mode's. The batched cases also check the fp32 GPU reference the benchmark verifies
+// with dk and dv bit for bit the deterministic mode's (sm80 kernels), and on Hopper the sm90a dK/dV
+// kernel (kSm90 and kAuto, both modes) against the same bound and its own repeatability. The batched cases also check the fp32 GPU reference the benchmark verifies
 // with (testing/attention_reference.h) against the fp64 one.
 #include <gtest/gtest.h>
 
@@ -79,11 +80,27 @@ double rel_err(const std::vector<float>& got, const std::vector<float>& want) {
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
-class AttentionBackwardGpu : public ::testing::TestWithParam<Case> {};
+// Where a gradient [rows, heads, d] (batch folded into rows) is furthest from the reference: the
+// element, its value and the reference's, and how many elements are off by more than 0.05 · max|want|
+// (for a failure message: a wrong block, head or column pattern shows at once).
+std::string worst(const std::vector<uint16_t>& got, DType dt, const std::vector<float>& want, int64_t heads, int64_t d) {
+  size_t at = 0;
+  double err = -1, scale = 0;
+  for (float w : want) scale = std::max(scale, double(std::fabs(w)));
+  size_t bad = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double e = std::fabs(host::to_float(dt, got[i]) - want[i]);
+    if (!(e <= err)) err = e, at = i;  // NaN counts as worst
+    if (!(e <= 0.05 * scale)) ++bad;
+  }
+  if (want.empty()) return "empty";
+  return "worst at row " + std::to_string(at / size_t(heads * d)) + ", head " + std::to_string((at / size_t(d)) % size_t(heads)) +
+         ", col " + std::to_string(at % size_t(d)) + ": " + std::to_string(host::to_float(dt, got[at])) + " vs " +
+         std::to_string(want[at]) + "; " + std::to_string(bad) + " of " + std::to_string(want.size()) + " elements off";
+}
 
-TEST_P(AttentionBackwardGpu, MatchesReference) {
-  BF_SKIP_WITHOUT_GPU("attention_backward");
-  const Case c = GetParam();
+// Every mode and kernel of one case against the fp64 reference (see the header).
+void run_case(const Case& c) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(testing::seed_note(seed));
   std::mt19937_64 rng(seed);
@@ -115,7 +132,8 @@ TEST_P(AttentionBackwardGpu, MatchesReference) {
   auto wview = [&](void* ptr, int64_t rows, int64_t heads) { return make_attn_tensor(ptr, c.dt, batch, rows, heads, c.d); };
   const AttnConstTensor q = view(dq_.data(), sq, c.hq), k = view(dk_.data(), sk, c.hkv), v = view(dv_.data(), sk, c.hkv);
   attention(q, k, v, wview(dout_.data(), sq, c.hq), dlse.data(), p);
-  const size_t ws_bytes = attention_backward_workspace_size(q, false);  // enough for both modes
+  // Enough for every mode (on Hopper the deterministic sm90a mode adds its turn counters).
+  const size_t ws_bytes = std::max(attention_backward_workspace_size(q, false), attention_backward_workspace_size(q, true));
   DeviceBuffer<unsigned char> ws(std::max<size_t>(ws_bytes, 16));
   auto run = [&] {
     BF_CUDA_OK(cudaMemset(dgq.data(), 0xff, dgq.bytes()));
@@ -126,6 +144,7 @@ TEST_P(AttentionBackwardGpu, MatchesReference) {
                        ws.data(), ws_bytes);
     BF_CUDA_OK(cudaDeviceSynchronize());
   };
+  p.kernel = AttentionKernel::kSm80;  // the sm80 kernels first (what kAuto runs off Hopper)
   run();
   const auto gq = down(dgq, hq.size()), gk = down(dgk, hk.size()), gv = down(dgv, hv.size());
 
@@ -158,13 +177,34 @@ TEST_P(AttentionBackwardGpu, MatchesReference) {
   EXPECT_TRUE(down(dgk, hk.size()) == gk) << "dk differs between two calls";
   EXPECT_TRUE(down(dgv, hv.size()) == gv) << "dv differs between two calls";
 
-  // The non-deterministic mode (dQ by atomics in the dK/dV kernel): the same bound against fp64, and
-  // dk, dv bit for bit the deterministic mode's (the same code computes them).
+  // The non-deterministic mode (dQ by atomics in the dK/dV kernel), sm80 kernels: the same bound
+  // against fp64, and dk, dv bit for bit the deterministic mode's (the same code computes them).
   p.deterministic = false;
   run();
   EXPECT_LE(rel_err(down(dgq, hq.size()), c.dt, rq), tol) << "dq, atomics";
   EXPECT_TRUE(down(dgk, hk.size()) == gk) << "dk, atomics: not the deterministic mode's";
   EXPECT_TRUE(down(dgv, hv.size()) == gv) << "dv, atomics: not the deterministic mode's";
+
+  // The sm90a dK/dV kernel (what kAuto runs on Hopper), both modes: the same bound against fp64;
+  // dk and dv (a fixed order of accumulation) the same bits on a second call, and dq too in the
+  // deterministic mode (its additions ordered by key block).
+  if (!testing::attention_sm90_runnable()) return;
+  for (bool deterministic : {true, false})
+    for (AttentionKernel kernel : {AttentionKernel::kSm90, AttentionKernel::kAuto}) {
+      p.kernel = kernel;
+      p.deterministic = deterministic;
+      const std::string what = std::string(deterministic ? "deterministic" : "atomics") + ", kernel " +
+                               std::to_string(int(kernel)) + ": ";
+      run();
+      const auto sq9 = down(dgq, hq.size()), sk9 = down(dgk, hk.size()), sv9 = down(dgv, hv.size());
+      EXPECT_LE(rel_err(sq9, c.dt, rq), tol) << "dq, sm90a, " << what << worst(sq9, c.dt, rq, c.hq, c.d);
+      EXPECT_LE(rel_err(sk9, c.dt, rk), tol) << "dk, sm90a, " << what << worst(sk9, c.dt, rk, c.hkv, c.d);
+      EXPECT_LE(rel_err(sv9, c.dt, rv), tol) << "dv, sm90a, " << what << worst(sv9, c.dt, rv, c.hkv, c.d);
+      run();
+      EXPECT_TRUE(down(dgk, hk.size()) == sk9) << "dk, sm90a, " << what << "differs between two calls";
+      EXPECT_TRUE(down(dgv, hv.size()) == sv9) << "dv, sm90a, " << what << "differs between two calls";
+      if (deterministic) EXPECT_TRUE(down(dgq, hq.size()) == sq9) << "dq, sm90a, " << what << "differs between two calls";
+    }
 }
 
 std::vector<Case> cases() {
@@ -183,13 +223,39 @@ std::vector<Case> cases() {
   v.push_back({2, 128, 513, 4, 1, 64, true, -1, -1, 0.f, DType::kFP16});  // a multiple of 64; 513 keys
   v.push_back({2, 65, 129, 4, 4, 128, false, -1, -1, 0.f, DType::kFP16});
   v.push_back({1, 1, 1, 4, 4, 64, true});
+  v.push_back({1, 520, 700, 4, 2, 64});  // several 128-key blocks and 64-row query blocks, GQA 2
   Case vl{3, 0, 0, 8, 2, 128, true};
   vl.q_lens = {100, 0, 1, 70}, vl.k_lens = {130, 5, 1, 70};
   vl.b = 4;
   v.push_back(vl);
   return v;
 }
+class AttentionBackwardGpu : public ::testing::TestWithParam<Case> {};
+TEST_P(AttentionBackwardGpu, MatchesReference) {
+  BF_SKIP_WITHOUT_GPU("attention_backward");
+  run_case(GetParam());
+}
 INSTANTIATE_TEST_SUITE_P(Cases, AttentionBackwardGpu, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case>& i) { return name(i.param); });
+
+// The compute-sanitizer set (scripts/sanitize runs '*Sanitizer*'): small cases reaching a partial
+// key block, a partial query block, GQA and, packed, a sequence boundary inside a TMA box, through
+// every kernel and mode (on Hopper the sm90a kernel's turn counters and bulk reductions too).
+std::vector<Case> sanitizer_cases() {
+  std::vector<Case> v;
+  v.push_back({1, 70, 130, 4, 2, 64, true});
+  Case vl{2, 0, 0, 4, 2, 128, false};
+  vl.q_lens = {70, 9}, vl.k_lens = {150, 20};
+  vl.b = 2;
+  v.push_back(vl);
+  return v;
+}
+class AttentionBackwardSanitizer : public ::testing::TestWithParam<Case> {};
+TEST_P(AttentionBackwardSanitizer, Small) {
+  BF_SKIP_WITHOUT_GPU("attention_backward");
+  run_case(GetParam());
+}
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionBackwardSanitizer, ::testing::ValuesIn(sanitizer_cases()),
                          [](const ::testing::TestParamInfo<Case>& i) { return name(i.param); });
 
 }  // namespace

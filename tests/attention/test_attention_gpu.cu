@@ -45,15 +45,7 @@ struct Case {
   AttentionKernel kernel = AttentionKernel::kAuto;
 };
 
-// The sm90a kernel runs only in a build that has it, on compute capability 9.0 exactly.
-bool sm90_runnable() {
-  if (!attention_has_sm90()) return false;
-  int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return false;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
-  if (cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) return false;
-  return major == 9 && minor == 0;
-}
+bool sm90_runnable() { return testing::attention_sm90_runnable(); }
 // Whether params.kernel = kAuto runs the sm90a kernel for a batched case of head dim d here.
 bool auto_is_sm90(int64_t d) { return sm90_runnable() && (d == 64 || d == 128); }
 #define BF_SKIP_WITHOUT_SM90(kernel)                                                                  \

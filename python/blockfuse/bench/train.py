@@ -8,6 +8,8 @@ loss) of a Llama-3-8B-shaped model with fewer layers, bf16, random weights and t
   patched    blockfuse.patch_model(model): fused gated MLPs and norms (attention through SDPA)
   patched-attention  the same with attention=True: blockfuse's attention and its backward (the
              "blockfuse" attention backend), the comparison the attention-backward issue asks for
+  patched-compile  patch_model(model), then the forward through torch.compile: blockfuse's ops
+             (each with a fake and a C++ autograd) inside the graph inductor fuses the rest of
 
 Per variant: the median ms of a step (gradients cleared before each, so every step allocates them)
 and the peak memory a step allocates beyond what was allocated before it (weights). Every variant's
@@ -39,6 +41,11 @@ def variant(name, base):
         apply_liger_kernel_to_llama(model=m)
         return m
     if name == "compile":
+        m.forward = torch.compile(m.forward)
+        return m
+    if name == "patched-compile":
+        from .. import patch
+        patch.patch_model(m)
         m.forward = torch.compile(m.forward)
         return m
     if name in ("patched", "patched-attention"):

@@ -39,6 +39,17 @@ std::string seed_note(uint64_t seed);
       GTEST_SKIP() << "no CUDA device on this machine: " << (what) << " cannot run here";  \
   } while (0)
 
+// Whether the sm90a attention kernels run here: a build with them (attention_has_sm90()) on a
+// device of compute capability 9.0 exactly (sm_90a code is not forward compatible).
+inline bool attention_sm90_runnable() {
+  if (!attention_has_sm90() || !has_cuda_device()) return false;
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) return false;
+  return major == 9 && minor == 0;
+}
+
 // Asserts a CUDA runtime call succeeded, printing the call and the error.
 #define BF_CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr << ": " << cudaGetErrorString(cudaGetLastError())
 

@@ -1,0 +1,65 @@
+// Internal: the visibility rule as the sm90a dK/dV kernel walks it (keys as rows), and which query
+// blocks a key block visits. Pure functions of the lengths and the window, shared by the kernel
+// (backward_sm90.cuh) and its CPU tests (tests/attention/test_attention_backward_cpu.cpp).
+#pragma once
+
+#include <algorithm>
+
+#include "attention/params.h"
+
+#if defined(__CUDACC__)
+#define BLOCKFUSE_ATTN_HD __host__ __device__ __forceinline__
+#else
+#define BLOCKFUSE_ATTN_HD inline
+#endif
+
+namespace blockfuse::attn {
+
+// Key j is visible to query row i iff lo(i) <= j < hi(i) with shift = len_k − len_q (bottom-right):
+// lo(i) = max(0, i + shift − window_left), hi(i) = min(len_k, i + shift + window_right + 1); an
+// unbounded side (>= kWindowUnbounded) is no bound. Rows >= len_q see nothing. mask.cuh's rule.
+BLOCKFUSE_ATTN_HD bool key_visible(int i, int j, int len_q, int len_k, int window_left, int window_right) {
+  // j >= lo(i) and j < hi(i) as the key's offset from the row's diagonal: d = j − (i + shift).
+  const int d = j - i - (len_k - len_q);
+  return i >= 0 && i < len_q && j >= 0 && j < len_k && (window_left >= kWindowUnbounded || d >= -window_left) &&
+         (window_right >= kWindowUnbounded || d <= window_right);
+}
+
+// The block_m-row query blocks [first, first + count) that hold a row seeing a key of
+// [n0, n0 + block_n) ∩ [0, len_k); count = 0 when there is none (n0 >= len_k included).
+struct QueryBlocks {
+  int first, count;
+};
+BLOCKFUSE_ATTN_HD QueryBlocks query_blocks_of_key_block(int len_q, int len_k, int window_left, int window_right,
+                                                        int n0, int block_n, int block_m) {
+  if (n0 >= len_k || len_q <= 0) return {0, 0};
+  const int shift = len_k - len_q;
+  const int last_key = n0 + block_n - 1 < len_k - 1 ? n0 + block_n - 1 : len_k - 1;
+  // Rows whose hi(i) > n0 and lo(i) <= last_key.
+  int i_lo = window_right >= kWindowUnbounded ? 0 : n0 - shift - window_right;
+  i_lo = i_lo > 0 ? i_lo : 0;
+  int i_hi = window_left >= kWindowUnbounded ? len_q - 1 : last_key - shift + window_left;
+  i_hi = i_hi < len_q - 1 ? i_hi : len_q - 1;
+  if (i_hi < i_lo) return {0, 0};
+  return {i_lo / block_m, i_hi / block_m - i_lo / block_m + 1};
+}
+
+// The block_n-key blocks [first, first + count) that hold a key seen by a row of the block_m-row
+// query block starting at row m0 (rows past len_q see nothing); count = 0 when there is none. The
+// sm90a kernel's deterministic mode orders each query block's dQ additions by key block from
+// `first` (query_blocks_of_key_block's converse: block n visits block m iff m's range holds n).
+BLOCKFUSE_ATTN_HD QueryBlocks key_blocks_of_query_block(int len_q, int len_k, int window_left, int window_right,
+                                                        int m0, int block_m, int block_n) {
+  if (m0 >= len_q || len_k <= 0) return {0, 0};
+  const int shift = len_k - len_q;
+  const int row_hi = m0 + block_m - 1 < len_q - 1 ? m0 + block_m - 1 : len_q - 1;
+  // Keys j with j >= lo(m0) and j < hi(row_hi).
+  int j_lo = window_left >= kWindowUnbounded ? 0 : m0 + shift - window_left;
+  j_lo = j_lo > 0 ? j_lo : 0;
+  int j_hi = window_right >= kWindowUnbounded ? len_k : row_hi + shift + window_right + 1;  // exclusive
+  j_hi = j_hi < len_k ? j_hi : len_k;
+  if (j_hi <= j_lo) return {0, 0};
+  return {j_lo / block_n, (j_hi - 1) / block_n - j_lo / block_n + 1};
+}
+
+}  // namespace blockfuse::attn

@@ -1,0 +1,533 @@
+// Internal: the sm90a (Hopper) attention backward's dK/dV kernel: wgmma, TMA and warp
+// specialisation, FlashAttention-3's design (docs/attention.md#backward-sm90a). dQ goes into
+// BwdParams::dq_accum by fp32 atomics, in any order (non-deterministic mode) or, with kDeterministic,
+// one key block after another per query block, ordered by a counter per (query block, head)
+// (FlashAttention-3's deterministic mode). The Dsum pass before it and the dQ conversion after it are
+// the sm80 family's kernels (backward_sm80.cuh), which are plain CUDA.
+//
+// One CTA per (128-key block, KV head, sequence), 384 threads: warpgroup 0 is the producer (one
+// elected thread issues every TMA load), warpgroups 1 and 2 the consumers, 64 keys each (every
+// wgmma is an m64 atom with the keys as its rows). K and V of the block are loaded once; then, for
+// every query head of the KV group and every 64-row query block that sees a key of the block, Q and
+// dO stream through a ring of kStages stages. Per step each consumer warpgroup computes, with the
+// keys as rows (the transposed problem, so dK and dV accumulate in registers):
+//   Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ   SS wgmma, both operands K-major in shared memory;
+//   Pᵀ = exp2(Sᵀ·scale_log2 − lse·log2 e) where visible, dSᵀ = Pᵀ ∘ (dPᵀ − Dsum) [∘ (1 − tanh²)];
+//   dV += Pᵀ·dO, dK += dSᵀ·Q     RS wgmma: A from registers (the m64n64 accumulator *is* the A
+//                                 fragment, acc_as_a_sm90), B = dOᵀ / Qᵀ read MN-major from the stage;
+//   dQ += dS·K                    dSᵀ written to shared memory (MN-major for A), SS wgmma over the
+//                                 warpgroup's 64 keys, added into dq_accum with float2 atomics.
+// dK (× scale) and dV are stored from registers at the end: rows past the sequence are not stored.
+// Masked and out-of-sequence pairs get P = dS = 0 explicitly (not by multiplying: 0 · NaN is NaN).
+// TMA zero-fills rows past the tensors. Varlen: a box running past a sequence's end reads the next
+// sequence's rows, which the consumers zero in shared memory (K, V once; Q and dO per partial block)
+// before any wgmma reads them, since 0 · NaN = NaN in the products.
+//
+// No function call may be left in the kernel (a call makes ptxas serialise every wgmma, warning
+// C7510): every part is force-inlined.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include <cute/tensor.hpp>
+#include <cute/atom/copy_atom.hpp>
+#include <cute/atom/mma_atom.hpp>
+
+#include "cutlass/arch/barrier.h"
+#include "cutlass/arch/reg_reconfig.h"
+#include "cutlass/cutlass.h"
+#include "cutlass/numeric_types.h"
+#include "cutlass/pipeline/pipeline.hpp"
+
+#include "attention/backward_blocks.h"
+#include "attention/backward_params.h"
+#include "attention/mask.cuh"
+#include "attention/softmax.cuh"
+#include "attention/traits_sm90.cuh"
+
+namespace blockfuse::attn::sm90::bwd {
+
+using namespace cute;
+
+template <class Element_, int kHeadDim_, int kStages_>
+struct BwdTraits {
+  using Element = Element_;  // cutlass::bfloat16_t or cutlass::half_t
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockN = 128;  // keys per CTA: two consumer warpgroups of 64
+  static constexpr int kKeysPerWg = 64;
+  static constexpr int kBlockM = 64;   // query rows per step
+  static constexpr int kStages = kStages_;
+  static constexpr int kConsumerWgs = 2;
+  static constexpr int kThreads = 128 * (1 + kConsumerWgs);
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = 240;
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "the backward's head dims");
+
+  using D = Int<kHeadDim>;
+  using BM = Int<kBlockM>;
+  using WgN = Int<kKeysPerWg>;
+
+  // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: m64 (keys) n64 (queries) k = D, both K-major.
+  using TiledMmaSdP = decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float, Shape<WgN, BM, D>>()));
+  // dV += Pᵀ·dO and dK += dSᵀ·Q: m64 (keys) n = D k64 (queries); A from registers, B MN-major.
+  using TiledMmaKV = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, Shape<WgN, D, BM>, GMMA::Major::K, GMMA::Major::MN>()));
+  // dQ = dS·K in 64-column slices of D (32 accumulator registers a slice beside dK and dV): m64
+  // (queries) n64 k64 (this warpgroup's keys); A = dS and B = Kᵀ, both MN-major.
+  static constexpr int kDqSlice = 64;
+  using TiledMmaDQ = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<BM, Int<kDqSlice>, WgN>, GMMA::Major::MN, GMMA::Major::MN>()));
+
+  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
+  // A 64 × D box (every TMA load: a K or V slice, a Q or dO stage).
+  using SmemLayoutBox = decltype(tile_to_shape(SmemAtom{}, Shape<_64, D>{}));
+  // K and V: one 64-key slice per consumer warpgroup, each contiguous (one TMA box).
+  using SmemLayoutKV = decltype(tile_to_shape(SmemAtom{}, Shape<WgN, D, Int<kConsumerWgs>>{}));
+  // Kᵀ (D, keys) over one slice: the B operand of dQ, MN-major (D contiguous).
+  using SmemLayoutKt = decltype(composition(SmemLayoutBox{}, make_ordered_layout(Shape<D, WgN>{}, Step<_2, _1>{})));
+  // Q and dO stages (queries, D, stages), and their transposed views (D, queries, stages).
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<BM, D, Int<kStages>>{}));
+  using SmemLayoutQt = decltype(composition(
+      SmemLayoutQ{}, make_ordered_layout(Shape<D, BM, Int<kStages>>{}, Step<_2, _1, _3>{})));
+  // dS (queries, keys) of one warpgroup, MN-major (queries contiguous): the A operand of dQ.
+  using SmemLayoutDS = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{}, Shape<BM, WgN>{}));
+
+  using PipelineQdO = cutlass::PipelineTmaAsync<kStages>;
+
+  struct SharedStorage {
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutKV>, 1024> k;
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutKV>, 1024> v;
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> dout;
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutDS> * kConsumerWgs, 1024> ds;
+    float stats[kConsumerWgs][2][kBlockM];  // per warpgroup: the step's LSE (exp2 units), then Dsum
+    // Non-deterministic mode: each warpgroup's dQ partial of a step, row-major [64][D] fp32, added into
+    // dq_accum by one bulk reduction per row (cp.reduce.async.bulk) instead of an atomic per pair.
+    alignas(128) float dq_stage[kConsumerWgs][kBlockM * kHeadDim];
+    typename PipelineQdO::SharedStorage pipe;
+    uint64_t kv_full;  // ClusterTransactionBarrier::ValueType: K and V of the block landed
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kSmemBytes <= 227 * 1024, "Hopper allows 227 KB of shared memory per block");
+  static_assert(cosize_v<SmemLayoutBox> * int(sizeof(Element)) % 1024 == 0 &&
+                    cosize_v<SmemLayoutDS> * int(sizeof(Element)) % 1024 == 0,
+                "every slice, stage and dS buffer starts on a 1024-byte swizzle-pattern boundary");
+
+  static constexpr uint32_t kBoxBytes = 64 * kHeadDim * sizeof(Element);
+
+  using Tma = decltype(make_tma_copy(SM90_TMA_LOAD{},
+                                     tma_gmem_view<kHeadDim>(static_cast<const Element*>(nullptr), 0, 0, 0, 0, 0, 0),
+                                     SmemLayoutBox{}));
+};
+
+template <class Traits>
+struct BwdSm90Params : BwdParams {
+  typename Traits::Tma tma_q, tma_k, tma_v, tma_do;
+  int rows_q = 0, rows_k = 0;  // rows of the TMA views: seqlen (batched) or total (varlen)
+};
+
+// Named barriers of the consumers (0 is __syncthreads).
+inline constexpr uint32_t kWgBarrier = 2;    // 2 + wg: one consumer warpgroup (128 threads)
+inline constexpr uint32_t kBothBarrier = 4;  // both consumer warpgroups (256 threads)
+
+// One sequence's geometry as this CTA sees it.
+struct BwdSeq {
+  int len_q, len_k, offset_q, offset_k;
+  int m_first, m_count;  // the query blocks that see a key of this CTA's block
+};
+
+template <class Params>
+CUTE_DEVICE BwdSeq bwd_sequence(Params const& p, int b, int n0) {
+  BwdSeq s{p.seqlen_q, p.seqlen_k, 0, 0, 0, 0};
+  if (p.cu_seqlens_q != nullptr) {
+    s.offset_q = p.cu_seqlens_q[b], s.len_q = p.cu_seqlens_q[b + 1] - s.offset_q;
+    s.offset_k = p.cu_seqlens_k[b], s.len_k = p.cu_seqlens_k[b + 1] - s.offset_k;
+  }
+  const QueryBlocks qb = query_blocks_of_key_block(s.len_q, s.len_k, p.window_left, p.window_right, n0, 128, 64);
+  s.m_first = qb.first, s.m_count = qb.count;
+  return s;
+}
+
+template <class Mma, class FragA, class FragB, class Acc>
+CUTE_DEVICE void gemm_ss(Mma& mma, FragA const& tA, FragB const& tB, Acc& acc, bool zero) {
+  warpgroup_fence_operand(acc);
+  warpgroup_arrive();
+  mma.accumulate_ = zero ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(tA); ++k) {
+    cute::gemm(mma, tA(_, _, k), tB(_, _, k), acc);
+    mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
+  warpgroup_fence_operand(acc);
+}
+
+// Deterministic mode: the counter of a (query block, head) reaches `expected` when every earlier
+// (key block, warpgroup) has added its dQ. One thread spins with acquire loads; the warpgroup waits
+// at its barrier. Deadlock-free because a CTA waits only for CTAs of lower blockIdx.x (earlier key
+// blocks of the same KV head and sequence), which the hardware dispatches first.
+// A wait gives up after 2^27 polls (each after a 64 ns back-off: several seconds; a legitimate wait
+// is the steps of the earlier key blocks, microseconds to milliseconds) and adds out of turn: a broken
+// order then costs dq's repeatability, which the GPU tests check, instead of hanging the launch. (A
+// __trap there, or a clock64 bound, made ptxas spill 1.6 KB in this kernel.)
+CUTE_DEVICE void dq_turn_wait(const int* sem, int expected, int t, int wg) {
+  if (t == 0) {
+    for (uint32_t polls = 0;; ++polls) {
+      int v;
+      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(sem) : "memory");
+      if (v == expected) break;
+      if (polls >= (1u << 27)) break;
+      __nanosleep(64);
+    }
+  }
+  cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
+}
+// Every thread's dQ additions visible device-wide, then the counter moves on.
+CUTE_DEVICE void dq_turn_pass(int* sem, int t, int wg) {
+  __threadfence();
+  cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
+  if (t == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(sem) : "memory");
+}
+
+template <class Traits, bool kDeterministic>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    attention_bwd_dkdv_sm90(const __grid_constant__ BwdSm90Params<Traits> p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Element = typename Traits::Element;
+  using D = typename Traits::D;
+  using BM = typename Traits::BM;
+  using WgN = typename Traits::WgN;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  using Pipeline = typename Traits::PipelineQdO;
+  using PipeState = typename Pipeline::PipelineState;
+  using Storage = typename Traits::SharedStorage;
+  using KVBarrier = cutlass::arch::ClusterTransactionBarrier;
+
+  extern __shared__ __align__(1024) char smem_raw[];
+  Storage& smem = *reinterpret_cast<Storage*>(smem_raw);
+  if (threadIdx.x == 0 && (cute::cast_smem_ptr_to_uint(smem_raw) & 1023u) != 0) __trap();
+
+  const int n_block = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  const int n0 = n_block * Traits::kBlockN;
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  const BwdSeq sq = bwd_sequence(p, b, n0);
+  if (n0 >= sq.len_k) return;  // a varlen sequence shorter than the grid's longest: every thread leaves
+  const int steps = sq.m_count * p.group;  // (query head of the group, query block), block fastest
+
+  const int warp_group = threadIdx.x / 128;
+  typename Pipeline::Params pp;
+  pp.transaction_bytes = 2 * Traits::kBoxBytes;  // Q and dO of one step on one barrier
+  pp.role = warp_group == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
+  pp.is_leader = threadIdx.x == 0;
+  pp.num_consumers = 128 * Traits::kConsumerWgs;
+  Pipeline pipe(smem.pipe, pp, Shape<_1, _1, _1>{});
+  if (threadIdx.x == 0) {
+    KVBarrier::init(&smem.kv_full, 1);
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+
+  const int view = varlen ? 0 : b;
+  if (warp_group == 0) {
+    // ---- producer ----
+    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
+    if (threadIdx.x != 0 || steps == 0) return;
+    Tensor mQ = p.tma_q.get_tma_tensor(make_shape(p.rows_q, D{}, p.heads_q, varlen ? 1 : p.batch));
+    Tensor mdO = p.tma_do.get_tma_tensor(make_shape(p.rows_q, D{}, p.heads_q, varlen ? 1 : p.batch));
+    Tensor mK = p.tma_k.get_tma_tensor(make_shape(p.rows_k, D{}, p.heads_kv, varlen ? 1 : p.batch));
+    Tensor mV = p.tma_v.get_tma_tensor(make_shape(p.rows_k, D{}, p.heads_kv, varlen ? 1 : p.batch));
+    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});
+    Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutKV{});
+    Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+    Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQ{});
+    auto tma_k = p.tma_k.get_slice(_0{});
+    auto tma_v = p.tma_v.get_slice(_0{});
+    auto tma_q = p.tma_q.get_slice(_0{});
+    auto tma_do = p.tma_do.get_slice(_0{});
+    Tensor tKgK = tma_k.partition_S(local_tile(domain_offset(make_coord(sq.offset_k, _0{}), mK(_, _, hk, view)),
+                                               Shape<_64, D>{}, make_coord(_, _0{})));
+    Tensor tVgV = tma_v.partition_S(local_tile(domain_offset(make_coord(sq.offset_k, _0{}), mV(_, _, hk, view)),
+                                               Shape<_64, D>{}, make_coord(_, _0{})));
+    Tensor tKsK = tma_k.partition_D(sK);
+    Tensor tVsV = tma_v.partition_D(sV);
+    KVBarrier::arrive_and_expect_tx(&smem.kv_full, 4 * Traits::kBoxBytes);
+    CUTE_UNROLL
+    for (int s = 0; s < Traits::kConsumerWgs; ++s) {
+      copy(p.tma_k.with(smem.kv_full), tKgK(_, _, _, 2 * n_block + s), tKsK(_, _, _, s));
+      copy(p.tma_v.with(smem.kv_full), tVgV(_, _, _, 2 * n_block + s), tVsV(_, _, _, s));
+    }
+    Tensor tQsQ = tma_q.partition_D(sQ);
+    Tensor tdOsdO = tma_do.partition_D(sdO);
+    PipeState st = cutlass::make_producer_start_state<Pipeline>();
+    for (int step = 0; step < steps; ++step) {
+      const int head = hk * p.group + step / sq.m_count, m = sq.m_first + step % sq.m_count;
+      Tensor tQgQ = tma_q.partition_S(local_tile(domain_offset(make_coord(sq.offset_q, _0{}), mQ(_, _, head, view)),
+                                                 Shape<_64, D>{}, make_coord(_, _0{})));
+      Tensor tdOgdO = tma_do.partition_S(local_tile(
+          domain_offset(make_coord(sq.offset_q, _0{}), mdO(_, _, head, view)), Shape<_64, D>{}, make_coord(_, _0{})));
+      pipe.producer_acquire(st);
+      copy(p.tma_q.with(*pipe.producer_get_barrier(st)), tQgQ(_, _, _, m), tQsQ(_, _, _, st.index()));
+      copy(p.tma_do.with(*pipe.producer_get_barrier(st)), tdOgdO(_, _, _, m), tdOsdO(_, _, _, st.index()));
+      ++st;
+    }
+    return;
+  }
+
+  // ---- consumers ----
+  cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
+  const int wg = warp_group - 1;
+  const int t = threadIdx.x % 128;
+  const int lane = threadIdx.x % 32;
+  const int warp_in_group = t / 32;
+  const int key_row0 = wg * Traits::kKeysPerWg + warp_in_group * 16 + lane / 4;  // within the block
+  const int col_lane = (lane % 4) * 2;
+
+  typename Traits::TiledMmaSdP mma_sdp;
+  typename Traits::TiledMmaKV mma_kv;
+  typename Traits::TiledMmaDQ mma_dq;
+  auto thr_sdp = mma_sdp.get_thread_slice(t);
+  auto thr_kv = mma_kv.get_thread_slice(t);
+  auto thr_dq = mma_dq.get_thread_slice(t);
+  constexpr int kSlice = cosize_v<typename Traits::SmemLayoutBox>;
+  Tensor sKw = make_tensor(make_smem_ptr(smem.k.data() + wg * kSlice), typename Traits::SmemLayoutBox{});
+  Tensor sVw = make_tensor(make_smem_ptr(smem.v.data() + wg * kSlice), typename Traits::SmemLayoutBox{});
+  Tensor sKtw = make_tensor(make_smem_ptr(smem.k.data() + wg * kSlice), typename Traits::SmemLayoutKt{});
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+  Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQ{});
+  Tensor sQt = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQt{});
+  Tensor sdOt = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQt{});
+  Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data() + wg * cosize_v<typename Traits::SmemLayoutDS>),
+                           typename Traits::SmemLayoutDS{});
+  float* const dq_stage = smem.dq_stage[wg];
+
+  Tensor tSrK = thr_sdp.make_fragment_A(thr_sdp.partition_A(sKw));    // (MMA, 1, D/16)
+  Tensor tSrV = thr_sdp.make_fragment_A(thr_sdp.partition_A(sVw));
+  Tensor tSrQ = thr_sdp.make_fragment_B(thr_sdp.partition_B(sQ));     // (MMA, 1, D/16, stages)
+  Tensor tSrdO = thr_sdp.make_fragment_B(thr_sdp.partition_B(sdO));
+  Tensor tKVrdOt = thr_kv.make_fragment_B(thr_kv.partition_B(sdOt));  // (MMA, 1, BM/16, stages)
+  Tensor tKVrQt = thr_kv.make_fragment_B(thr_kv.partition_B(sQt));
+  Tensor tQrdS = thr_dq.make_fragment_A(thr_dq.partition_A(sdS));    // (MMA, 1, WgN/16)
+
+  Tensor acc_dv = partition_fragment_C(mma_kv, Shape<WgN, D>{});
+  Tensor acc_dk = partition_fragment_C(mma_kv, Shape<WgN, D>{});
+  clear(acc_dv);
+  clear(acc_dk);
+  Tensor rP = make_tensor<Element>(partition_fragment_C(mma_sdp, Shape<WgN, BM>{}).layout());
+  Tensor rdS = make_tensor<Element>(partition_fragment_C(mma_sdp, Shape<WgN, BM>{}).layout());
+  Tensor tKVrP = make_tensor(rP.data(), acc_as_a_sm90(rP.layout()));
+  Tensor tKVrdS = make_tensor(rdS.data(), acc_as_a_sm90(rdS.layout()));
+  static_assert(decltype(size<2>(tKVrP))::value == Traits::kBlockM / 16, "one k16 slice of P per 16 queries");
+
+  const SoftCap softcap{p.softcap_mul};
+  const int64_t lse_base =
+      varlen ? int64_t(sq.offset_q) : int64_t(b) * p.lse_batch_stride;  // + head · lse_head_stride + row
+  const int64_t q_row0 = varlen ? int64_t(sq.offset_q) : int64_t(b) * p.seqlen_q;  // dq_accum's row of query 0
+
+  if (steps > 0) {
+    KVBarrier::wait(&smem.kv_full, 0);
+    // Varlen: K / V rows of the block past the sequence's end hold the next sequence's rows; zero
+    // them (this warpgroup's slice: only it reads it) before any wgmma reads them.
+    const int valid_k = sq.len_k - n0 - wg * Traits::kKeysPerWg;
+    if (varlen && valid_k < Traits::kKeysPerWg && sq.offset_k + sq.len_k < p.rows_k) {
+      constexpr int kChunks = kHeadDim / 8;
+      for (int i = t; i < (Traits::kKeysPerWg - max(valid_k, 0)) * kChunks; i += 128) {
+        const int r = max(valid_k, 0) + i / kChunks, c = (i % kChunks) * 8;
+        *reinterpret_cast<uint4*>(raw_pointer_cast(&sKw(r, c))) = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(raw_pointer_cast(&sVw(r, c))) = make_uint4(0, 0, 0, 0);
+      }
+      cutlass::arch::fence_view_async_shared();
+      cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
+    }
+  }
+
+  PipeState st;
+  for (int step = 0; step < steps; ++step) {
+    const int head = hk * p.group + step / sq.m_count, m = sq.m_first + step % sq.m_count;
+    const int stage = st.index();
+    pipe.consumer_wait(st);
+    // Varlen: the block's query rows past the sequence's end (the next sequence's) zeroed in Q and
+    // dO, half by each warpgroup, before either reads them.
+    const int valid_q = sq.len_q - m * Traits::kBlockM;
+    if (varlen && valid_q < Traits::kBlockM && sq.offset_q + sq.len_q < p.rows_q) {
+      constexpr int kChunks = kHeadDim / 8;
+      for (int i = wg * 128 + t; i < (Traits::kBlockM - valid_q) * kChunks; i += 256) {
+        const int r = valid_q + i / kChunks, c = (i % kChunks) * 8;
+        *reinterpret_cast<uint4*>(raw_pointer_cast(&sQ(r, c, stage))) = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(raw_pointer_cast(&sdO(r, c, stage))) = make_uint4(0, 0, 0, 0);
+      }
+      cutlass::arch::fence_view_async_shared();
+      cutlass::arch::NamedBarrier::arrive_and_wait(256, kBothBarrier);
+    }
+
+    Tensor acc_s = partition_fragment_C(mma_sdp, Shape<WgN, BM>{});
+    Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<WgN, BM>{});
+    gemm_ss(mma_sdp, tSrK, tSrQ(_, _, _, stage), acc_s, true);
+    gemm_ss(mma_sdp, tSrV, tSrdO(_, _, _, stage), acc_dp, true);
+
+    // The step's LSE (exp2 units) and Dsum into this warpgroup's shared buffer (the previous step's
+    // readers are past the barrier that ends it), read below by column.
+    constexpr int kBlocks = Traits::kBlockM / 8;
+    const int64_t stat = lse_base + int64_t(head) * p.lse_head_stride;
+    {
+      const int r = t % Traits::kBlockM, i = m * Traits::kBlockM + r;
+      const bool ok = i < sq.len_q;
+      smem.stats[wg][t / Traits::kBlockM][r] =
+          t < Traits::kBlockM ? (ok ? p.lse[stat + i] * 1.4426950408889634f : 0.f) : (ok ? p.dsum[stat + i] : 0.f);
+    }
+    cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
+    const float* const lse2 = smem.stats[wg][0];
+    const float* const dsum = smem.stats[wg][1];
+
+    warpgroup_wait<0>();  // Sᵀ and dPᵀ done
+    // Pᵀ and dSᵀ in one pass (the tanh of a soft-cap is needed by both and kept by neither).
+    Tensor s = make_tensor(acc_s.data(), acc_rowcol_sm90(acc_s.layout()));
+    Tensor dp = make_tensor(acc_dp.data(), acc_rowcol_sm90(acc_dp.layout()));
+    CUTE_UNROLL
+    for (int i = 0; i < 2; ++i) {
+      const int key = n0 + key_row0 + 8 * i;
+      CUTE_UNROLL
+      for (int bb = 0; bb < kBlocks; ++bb)
+        CUTE_UNROLL
+        for (int j = 0; j < 2; ++j) {
+          const int c = bb * 8 + col_lane + j, q = m * Traits::kBlockM + c;
+          float x = s(make_coord(i, 0), make_coord(j, bb)), dtanh = 1.f;
+          if (softcap.enabled()) {
+            asm("tanh.approx.f32 %0, %1;" : "=f"(x) : "f"(x * p.softcap_mul));
+            dtanh = 1.f - x * x;
+          }
+          const bool vis = key_visible(q, key, sq.len_q, sq.len_k, p.window_left, p.window_right);
+          const float pr = vis ? exp2f(x * p.scale_log2 - lse2[c]) : 0.f;
+          s(make_coord(i, 0), make_coord(j, bb)) = pr;
+          dp(make_coord(i, 0), make_coord(j, bb)) = vis ? pr * (dp(make_coord(i, 0), make_coord(j, bb)) - dsum[c]) * dtanh : 0.f;
+        }
+    }
+    convert_fragment_into(acc_s, rP);
+    convert_fragment_into(acc_dp, rdS);
+
+    // dV += Pᵀ·dO and dK += dSᵀ·Q (A from registers).
+    warpgroup_fence_operand(acc_dv);
+    warpgroup_fence_operand(acc_dk);
+    warpgroup_arrive();
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(tKVrP); ++k) cute::gemm(mma_kv, tKVrP(_, _, k), tKVrdOt(_, _, k, stage), acc_dv);
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(tKVrdS); ++k) cute::gemm(mma_kv, tKVrdS(_, _, k), tKVrQt(_, _, k, stage), acc_dk);
+    warpgroup_commit_batch();
+    warpgroup_fence_operand(acc_dv);
+    warpgroup_fence_operand(acc_dk);
+
+    // dSᵀ into shared memory as dS (queries, keys), from its 16-bit copy (the fp32 one is dead by
+    // now): the previous step's dQ wgmmas, which read this buffer, have retired (the barrier at its end).
+    Tensor ds16 = make_tensor(rdS.data(), acc_rowcol_sm90(rdS.layout()));
+    CUTE_UNROLL
+    for (int i = 0; i < 2; ++i)
+      CUTE_UNROLL
+      for (int bb = 0; bb < kBlocks; ++bb)
+        CUTE_UNROLL
+        for (int j = 0; j < 2; ++j)
+          sdS(bb * 8 + col_lane + j, warp_in_group * 16 + lane / 4 + 8 * i) = ds16(make_coord(i, 0), make_coord(j, bb));
+    cutlass::arch::fence_view_async_shared();
+    cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
+
+    // dQ of this warpgroup's 64 keys, 64 columns at a time, added into dq_accum [rows, Hq, D]
+    // (float2 atomics). The stage is released once every wgmma that read it has retired.
+    const int64_t row_elems = int64_t(p.heads_q) * kHeadDim;
+    int* const sem = kDeterministic ? p.dq_semaphore + (q_row0 + int64_t(m) * Traits::kBlockM) * p.heads_q + head : nullptr;
+    if constexpr (kDeterministic) {
+      const QueryBlocks kb = key_blocks_of_query_block(sq.len_q, sq.len_k, p.window_left, p.window_right,
+                                                       m * Traits::kBlockM, Traits::kBlockM, Traits::kBlockN);
+      dq_turn_wait(sem, 2 * (n_block - kb.first) + wg, t, wg);
+    } else if (step > 0) {
+      // The previous step's bulk reductions have read the stage before it is written again.
+      if (t < Traits::kBlockM) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+      cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
+    }
+    CUTE_UNROLL
+    for (int c0 = 0; c0 < kHeadDim; c0 += Traits::kDqSlice) {
+      Tensor tQrKt = thr_dq.make_fragment_B(
+          thr_dq.partition_B(local_tile(sKtw, Shape<Int<Traits::kDqSlice>, WgN>{}, make_coord(c0 / Traits::kDqSlice, _0{}))));
+      Tensor acc_dq = partition_fragment_C(mma_dq, Shape<BM, Int<Traits::kDqSlice>>{});
+      gemm_ss(mma_dq, tQrdS, tQrKt, acc_dq, true);
+      warpgroup_wait<0>();
+      if (c0 + Traits::kDqSlice >= kHeadDim) {
+        pipe.consumer_release(st);
+        ++st;
+      }
+      Tensor dq = make_tensor(acc_dq.data(), acc_rowcol_sm90(acc_dq.layout()));
+      CUTE_UNROLL
+      for (int i = 0; i < 2; ++i) {
+        const int r = warp_in_group * 16 + lane / 4 + 8 * i, q = m * Traits::kBlockM + r;
+        if constexpr (kDeterministic) {
+          if (q >= sq.len_q) continue;
+          float* const row = p.dq_accum + (q_row0 + q) * row_elems + int64_t(head) * kHeadDim + c0 + col_lane;
+          CUTE_UNROLL
+          for (int bb = 0; bb < Traits::kDqSlice / 8; ++bb)
+            atomicAdd(reinterpret_cast<float2*>(row + bb * 8),
+                      make_float2(dq(make_coord(i, 0), make_coord(0, bb)), dq(make_coord(i, 0), make_coord(1, bb))));
+        } else {
+          float* const row = dq_stage + r * kHeadDim + c0 + col_lane;
+          CUTE_UNROLL
+          for (int bb = 0; bb < Traits::kDqSlice / 8; ++bb)
+            *reinterpret_cast<float2*>(row + bb * 8) =
+                make_float2(dq(make_coord(i, 0), make_coord(0, bb)), dq(make_coord(i, 0), make_coord(1, bb)));
+        }
+      }
+    }
+    if constexpr (!kDeterministic) {
+      // The staged partial into dq_accum: thread r < 64 adds row r (D fp32, 16-byte aligned) with one
+      // bulk reduction; rows past the sequence are not added (their partial is 0, but the row may be
+      // the next sequence's or past the buffer).
+      cutlass::arch::fence_view_async_shared();  // the generic-proxy writes seen by the bulk copy
+      cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
+      const int q = m * Traits::kBlockM + t;
+      if (t < Traits::kBlockM && q < sq.len_q) {
+        float* const dst = p.dq_accum + (q_row0 + q) * row_elems + int64_t(head) * kHeadDim;
+        const uint32_t src = cute::cast_smem_ptr_to_uint(dq_stage + t * kHeadDim);
+        asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
+                     ::"l"(dst), "r"(src), "r"(uint32_t(kHeadDim * sizeof(float))) : "memory");
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+      }
+    }
+    if constexpr (kDeterministic) {
+      dq_turn_pass(sem, t, wg);  // (its barrier also serves as the one below)
+    } else {
+      // Every warp of this warpgroup is past its dQ wgmmas (they read dS) and its reads of the stats
+      // before the next step overwrites either.
+      cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
+    }
+  }
+
+  if constexpr (!kDeterministic) {
+    if (t < Traits::kBlockM) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // before the CTA exits
+  }
+
+  // dK (× scale) and dV out, rows past the sequence not stored.
+  Tensor dk = make_tensor(acc_dk.data(), acc_rowcol_sm90(acc_dk.layout()));
+  Tensor dv = make_tensor(acc_dv.data(), acc_rowcol_sm90(acc_dv.layout()));
+  const int64_t k_batch = varlen ? 0 : int64_t(b);
+  Element* const dk_base = static_cast<Element*>(p.dk) + k_batch * p.dk_batch_stride + int64_t(hk) * p.dk_head_stride;
+  Element* const dv_base = static_cast<Element*>(p.dv) + k_batch * p.dv_batch_stride + int64_t(hk) * p.dv_head_stride;
+  CUTE_UNROLL
+  for (int i = 0; i < 2; ++i) {
+    const int key = n0 + key_row0 + 8 * i;
+    if (key >= sq.len_k) continue;
+    const int64_t row = int64_t(sq.offset_k) + key;
+    CUTE_UNROLL
+    for (int bb = 0; bb < kHeadDim / 8; ++bb) {
+      const int c = bb * 8 + col_lane;
+      Element k2[2] = {Element(dk(make_coord(i, 0), make_coord(0, bb)) * p.scale),
+                       Element(dk(make_coord(i, 0), make_coord(1, bb)) * p.scale)};
+      Element v2[2] = {Element(dv(make_coord(i, 0), make_coord(0, bb))), Element(dv(make_coord(i, 0), make_coord(1, bb)))};
+      *reinterpret_cast<uint32_t*>(dk_base + row * p.dk_row_stride + c) = *reinterpret_cast<uint32_t*>(k2);
+      *reinterpret_cast<uint32_t*>(dv_base + row * p.dv_row_stride + c) = *reinterpret_cast<uint32_t*>(v2);
+    }
+  }
+#else
+  __trap();  // compiled for a target without sm90a features: never launched (the dispatcher checks)
+#endif
+}
+
+}  // namespace blockfuse::attn::sm90::bwd
