@@ -46,8 +46,8 @@ BLOCKFUSE_ATTN_HD QueryBlocks query_blocks_of_key_block(int len_q, int len_k, in
 
 // The block_n-key blocks [first, first + count) that hold a key seen by a row of the block_m-row
 // query block starting at row m0 (rows past len_q see nothing); count = 0 when there is none. The
-// sm90a kernel's deterministic mode orders each query block's dQ additions by key block from
-// `first` (query_blocks_of_key_block's converse: block n visits block m iff m's range holds n).
+// sm90a kernel's deterministic mode orders each query block's dQ additions over these (dq_turn)
+// (query_blocks_of_key_block's converse: block n visits block m iff m's range holds n).
 BLOCKFUSE_ATTN_HD QueryBlocks key_blocks_of_query_block(int len_q, int len_k, int window_left, int window_right,
                                                         int m0, int block_m, int block_n) {
   if (m0 >= len_q || len_k <= 0) return {0, 0};
@@ -61,5 +61,16 @@ BLOCKFUSE_ATTN_HD QueryBlocks key_blocks_of_query_block(int len_q, int len_k, in
   if (j_hi <= j_lo) return {0, 0};
   return {j_lo / block_n, (j_hi - 1) / block_n - j_lo / block_n + 1};
 }
+
+// The deterministic mode's order of a query block's dQ additions: from the last key block it sees
+// down to the first (turn 0 is kb.first + kb.count - 1). Under a causal mask a key block's first
+// step is its diagonal query block, whose order starts with it, and every later step waits only for
+// key block n + 1, which reached that query block one step earlier: each CTA runs its own length.
+// Ascending, the diagonal step would wait for every longer key block before it, so each key block
+// took as long as the first. The grid launches key blocks last first (deterministic_key_block), so a
+// CTA waits only for CTAs of lower blockIdx.x, which the hardware dispatches first: never for one
+// that is not yet resident. FlashAttention-3's deterministic causal order, for the same reasons.
+BLOCKFUSE_ATTN_HD int dq_turn(QueryBlocks kb, int n_block) { return kb.first + kb.count - 1 - n_block; }
+BLOCKFUSE_ATTN_HD int deterministic_key_block(int block_x, int grid_x) { return grid_x - 1 - block_x; }
 
 }  // namespace blockfuse::attn

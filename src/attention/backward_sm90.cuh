@@ -1,7 +1,8 @@
 // Internal: the sm90a (Hopper) attention backward's dK/dV kernel: wgmma, TMA and warp
 // specialisation, FlashAttention-3's design (docs/attention.md#backward-sm90a). dQ goes into
 // BwdParams::dq_accum by fp32 atomics, in any order (non-deterministic mode) or, with kDeterministic,
-// one key block after another per query block, ordered by a counter per (query block, head)
+// one key block after another per query block (the last first: dq_turn), ordered by a counter per
+// (query block, head)
 // (FlashAttention-3's deterministic mode). The Dsum pass before it and the dQ conversion after it are
 // the sm80 family's kernels (backward_sm80.cuh), which are plain CUDA.
 //
@@ -166,9 +167,9 @@ CUTE_DEVICE void gemm_ss(Mma& mma, FragA const& tA, FragB const& tB, Acc& acc, b
 }
 
 // Deterministic mode: the counter of a (query block, head) reaches `expected` when every earlier
-// (key block, warpgroup) has added its dQ. One thread spins with acquire loads; the warpgroup waits
-// at its barrier. Deadlock-free because a CTA waits only for CTAs of lower blockIdx.x (earlier key
-// blocks of the same KV head and sequence), which the hardware dispatches first.
+// (key block, warpgroup) in dq_turn's order has added its dQ. One thread spins with acquire loads; the
+// warpgroup waits at its barrier. Deadlock-free because a CTA waits only for CTAs of lower blockIdx.x
+// (later key blocks of the same KV head and sequence, launched first), which the hardware dispatches first.
 // A wait gives up after 2^27 polls (each after a 64 ns back-off: several seconds; a legitimate wait
 // is the steps of the earlier key blocks, microseconds to milliseconds) and adds out of turn: a broken
 // order then costs dq's repeatability, which the GPU tests check, instead of hanging the launch. (A
@@ -210,7 +211,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Storage& smem = *reinterpret_cast<Storage*>(smem_raw);
   if (threadIdx.x == 0 && (cute::cast_smem_ptr_to_uint(smem_raw) & 1023u) != 0) __trap();
 
-  const int n_block = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  const int n_block = kDeterministic ? deterministic_key_block(blockIdx.x, gridDim.x) : int(blockIdx.x);
+  const int hk = blockIdx.y, b = blockIdx.z;
   const int n0 = n_block * Traits::kBlockN;
   const bool varlen = p.cu_seqlens_q != nullptr;
   const BwdSeq sq = bwd_sequence(p, b, n0);
@@ -439,7 +441,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if constexpr (kDeterministic) {
       const QueryBlocks kb = key_blocks_of_query_block(sq.len_q, sq.len_k, p.window_left, p.window_right,
                                                        m * Traits::kBlockM, Traits::kBlockM, Traits::kBlockN);
-      dq_turn_wait(sem, 2 * (n_block - kb.first) + wg, t, wg);
+      dq_turn_wait(sem, 2 * dq_turn(kb, n_block) + wg, t, wg);
     } else if (step > 0) {
       // The previous step's bulk reductions have read the stage before it is written again.
       if (t < Traits::kBlockM) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");

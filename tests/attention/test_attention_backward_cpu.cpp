@@ -197,5 +197,76 @@ TEST(AttentionBackwardBlocks, MatchTheReferenceVisibility) {
       }
   EXPECT_GT(checked, 1000);
 }
+
+// The deterministic mode's schedule, simulated: CTAs of one (KV head, sequence) launched in
+// blockIdx.x order (key block deterministic_key_block(x, grid)), `resident` of them at a time, each
+// walking its steps in the kernel's order (query head of the group, then query block) and adding a
+// step's dQ only when that (head, query block)'s counter equals its dq_turn. Per round every resident
+// CTA whose turn has come adds (counters seen as at the round's start). Returns the most rounds any
+// CTA spent resident but waiting, -1 for a stall with nothing able to add (a deadlock on the GPU) and
+// -2 unless every counter ends at its block count (each turn taken once).
+int simulate_dq_order(int len_q, int len_k, int wl, int wr, int group, int resident) {
+  constexpr int kM = 64, kN = 128;
+  const int n_blocks = (len_k + kN - 1) / kN, m_blocks = (len_q + kM - 1) / kM;
+  struct Cta { int n, step = 0, waited = 0; std::vector<std::pair<int, int>> steps; };  // (head, query block)
+  std::vector<Cta> ctas(n_blocks);
+  for (int x = 0; x < n_blocks; ++x) {
+    Cta& c = ctas[x];
+    c.n = attn::deterministic_key_block(x, n_blocks);
+    const attn::QueryBlocks qb = attn::query_blocks_of_key_block(len_q, len_k, wl, wr, c.n * kN, kN, kM);
+    for (int h = 0; h < group; ++h)
+      for (int m = qb.first; m < qb.first + qb.count; ++m) c.steps.push_back({h, m});
+  }
+  std::vector<int> counter(size_t(group) * m_blocks, 0);
+  size_t launched = 0, done = 0;
+  std::vector<size_t> live;
+  int max_wait = 0;
+  while (done < ctas.size()) {
+    while (live.size() < size_t(resident) && launched < ctas.size()) live.push_back(launched++);
+    std::vector<int> next = counter;
+    bool progress = false;
+    for (size_t id : live) {
+      Cta& c = ctas[id];
+      if (c.step == int(c.steps.size())) continue;
+      const auto [h, m] = c.steps[c.step];
+      const int turn = attn::dq_turn(attn::key_blocks_of_query_block(len_q, len_k, wl, wr, m * kM, kM, kN), c.n);
+      if (counter[size_t(h) * m_blocks + m] == turn) ++next[size_t(h) * m_blocks + m], ++c.step, progress = true;
+      else max_wait = std::max(max_wait, ++c.waited);
+    }
+    for (size_t i = 0; i < live.size();)
+      if (ctas[live[i]].step == int(ctas[live[i]].steps.size())) live.erase(live.begin() + i), ++done, progress = true;
+      else ++i;
+    if (!progress) return -1;
+    counter = next;
+  }
+  for (int h = 0; h < group; ++h)
+    for (int m = 0; m < m_blocks; ++m)
+      if (counter[size_t(h) * m_blocks + m] != attn::key_blocks_of_query_block(len_q, len_k, wl, wr, m * kM, kM, kN).count)
+        return -2;
+  return max_wait;
+}
+
+TEST(AttentionBackwardBlocks, DeterministicOrderNeverDeadlocksAndCausalBlocksNeverWait) {
+  struct W { bool causal; int64_t left, right; };
+  const W windows[] = {{false, -1, -1}, {true, -1, -1}, {true, 200, -1}, {false, 100, 300}, {false, -1, 5}};
+  for (int len_q : {1, 64, 65, 700, 1024})
+    for (int len_k : {1, 129, 700, 1024})
+      for (const W& w : windows)
+        for (int group : {1, 3})
+          for (int resident : {1, 2, 1000}) {
+            const int wl = attn::window_left_bound(w.left), wr = attn::window_right_bound(w.right, w.causal);
+            const int wait = simulate_dq_order(len_q, len_k, wl, wr, group, resident);
+            ASSERT_GT(wait, -1) << "stalled (a deadlock): Sq=" << len_q << " Sk=" << len_k << " causal=" << w.causal
+                                << " window=(" << w.left << ", " << w.right << ") group=" << group
+                                << " resident=" << resident;
+            ASSERT_NE(wait, -2) << "a turn taken twice or never: Sq=" << len_q << " Sk=" << len_k;
+          }
+  // Causal, every CTA resident: each runs its own steps without a round of waiting (ascending, the
+  // diagonal key blocks would wait for key block 0, holding their SMs for its whole length).
+  for (int len : {1024, 1000, 4096})
+    for (int group : {1, 4})
+      EXPECT_EQ(simulate_dq_order(len, len, attn::kWindowUnbounded, 0, group, 1000), 0) << "S=" << len << " group=" << group;
+}
+
 }  // namespace
 }  // namespace blockfuse
