@@ -76,9 +76,14 @@ struct BwdTraits {
   // dV += Pᵀ·dO and dK += dSᵀ·Q: m64 (keys) n = D k64 (queries); A from registers, B MN-major.
   using TiledMmaKV = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, float, Shape<WgN, D, BM>, GMMA::Major::K, GMMA::Major::MN>()));
-  // dQ = dS·K in 64-column slices of D (32 accumulator registers a slice beside dK and dV): m64
-  // (queries) n64 k64 (this warpgroup's keys); A = dS and B = Kᵀ, both MN-major.
+  // dQ = dS·K, 64 columns of D a warpgroup (32 accumulator registers beside dK and dV): m64
+  // (queries) n64 k64 per call; A = dS and B = Kᵀ, both MN-major. D = 128 (kDqByColumns): warpgroup
+  // w computes columns [64w, 64w + 64) over all 128 keys of the block (both warpgroups' dS, two
+  // calls), so a step adds each query row's dQ once per CTA; D = 64: each warpgroup all 64 columns
+  // over its own 64 keys (a 32-column half would split Kᵀ's 128-byte swizzle atom), twice per CTA.
   static constexpr int kDqSlice = 64;
+  static constexpr bool kDqByColumns = kHeadDim == 2 * kDqSlice;
+  static constexpr int kDqStages = kDqByColumns ? 1 : kConsumerWgs;
   using TiledMmaDQ = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, Shape<BM, Int<kDqSlice>, WgN>, GMMA::Major::MN, GMMA::Major::MN>()));
 
@@ -105,9 +110,10 @@ struct BwdTraits {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> dout;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutDS> * kConsumerWgs, 1024> ds;
     float stats[kConsumerWgs][2][kBlockM];  // per warpgroup: the step's LSE (exp2 units), then Dsum
-    // Non-deterministic mode: each warpgroup's dQ partial of a step, row-major [64][D] fp32, added into
-    // dq_accum by one bulk reduction per row (cp.reduce.async.bulk) instead of an atomic per pair.
-    alignas(128) float dq_stage[kConsumerWgs][kBlockM * kHeadDim];
+    // Non-deterministic mode: a step's dQ partial, row-major [64][D] fp32 (the CTA's with
+    // kDqByColumns, each warpgroup's otherwise), added into dq_accum by one bulk reduction per row
+    // (cp.reduce.async.bulk) instead of an atomic per pair.
+    alignas(128) float dq_stage[kDqStages][kBlockM * kHeadDim];
     typename PipelineQdO::SharedStorage pipe;
     uint64_t kv_full;  // ClusterTransactionBarrier::ValueType: K and V of the block landed
   };
@@ -167,7 +173,8 @@ CUTE_DEVICE void gemm_ss(Mma& mma, FragA const& tA, FragB const& tB, Acc& acc, b
 }
 
 // Deterministic mode: the counter of a (query block, head) reaches `expected` when every earlier
-// (key block, warpgroup) in dq_turn's order has added its dQ. One thread spins with acquire loads; the
+// (key block, warpgroup) in dq_turn's order has added its dQ (with kDqByColumns both warpgroups of a
+// key block add disjoint columns at the same turn, so the counter may be one past `expected`). One thread spins with acquire loads; the
 // warpgroup waits at its barrier. Deadlock-free because a CTA waits only for CTAs of lower blockIdx.x
 // (later key blocks of the same KV head and sequence, launched first), which the hardware dispatches first.
 // A wait gives up after 2^27 polls (each after a 64 ns back-off: several seconds; a legitimate wait
@@ -179,7 +186,7 @@ CUTE_DEVICE void dq_turn_wait(const int* sem, int expected, int t, int wg) {
     for (uint32_t polls = 0;; ++polls) {
       int v;
       asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(sem) : "memory");
-      if (v == expected) break;
+      if (v >= expected) break;
       if (polls >= (1u << 27)) break;
       __nanosleep(64);
     }
@@ -296,14 +303,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   constexpr int kSlice = cosize_v<typename Traits::SmemLayoutBox>;
   Tensor sKw = make_tensor(make_smem_ptr(smem.k.data() + wg * kSlice), typename Traits::SmemLayoutBox{});
   Tensor sVw = make_tensor(make_smem_ptr(smem.v.data() + wg * kSlice), typename Traits::SmemLayoutBox{});
-  Tensor sKtw = make_tensor(make_smem_ptr(smem.k.data() + wg * kSlice), typename Traits::SmemLayoutKt{});
   Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
   Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQ{});
   Tensor sQt = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQt{});
   Tensor sdOt = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQt{});
   Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data() + wg * cosize_v<typename Traits::SmemLayoutDS>),
                            typename Traits::SmemLayoutDS{});
-  float* const dq_stage = smem.dq_stage[wg];
+  float* const dq_stage = smem.dq_stage[Traits::kDqByColumns ? 0 : wg];
+  // kDqByColumns: the bulk reductions of rows [32·wg, 32·wg + 32) are this warpgroup's; otherwise all 64.
+  constexpr int kDqRowsIssued = Traits::kDqByColumns ? Traits::kBlockM / 2 : Traits::kBlockM;
+  const int dq_row_issued = (Traits::kDqByColumns ? wg * kDqRowsIssued : 0) + t;
 
   Tensor tSrK = thr_sdp.make_fragment_A(thr_sdp.partition_A(sKw));    // (MMA, 1, D/16)
   Tensor tSrV = thr_sdp.make_fragment_A(thr_sdp.partition_A(sVw));
@@ -312,6 +321,22 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Tensor tKVrdOt = thr_kv.make_fragment_B(thr_kv.partition_B(sdOt));  // (MMA, 1, BM/16, stages)
   Tensor tKVrQt = thr_kv.make_fragment_B(thr_kv.partition_B(sQt));
   Tensor tQrdS = thr_dq.make_fragment_A(thr_dq.partition_A(sdS));    // (MMA, 1, WgN/16)
+  // kDqByColumns: both warpgroups' dS and K slices, this warpgroup's 64 columns of Kᵀ.
+  const int dq_col0 = Traits::kDqByColumns ? wg * Traits::kDqSlice : 0;
+  constexpr int kDsSlice = cosize_v<typename Traits::SmemLayoutDS>;
+  Tensor tQrdS0 = thr_dq.make_fragment_A(
+      thr_dq.partition_A(make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutDS{})));
+  Tensor tQrdS1 = thr_dq.make_fragment_A(
+      thr_dq.partition_A(make_tensor(make_smem_ptr(smem.ds.data() + kDsSlice), typename Traits::SmemLayoutDS{})));
+  // Kᵀ of K slice 0 (with kDqByColumns; this warpgroup's own otherwise) and of slice 1, this
+  // warpgroup's columns.
+  Tensor sKt0 = make_tensor(make_smem_ptr(smem.k.data() + (Traits::kDqByColumns ? 0 : wg) * kSlice),
+                            typename Traits::SmemLayoutKt{});
+  Tensor sKt1 = make_tensor(make_smem_ptr(smem.k.data() + kSlice), typename Traits::SmemLayoutKt{});
+  Tensor tQrKt0 = thr_dq.make_fragment_B(thr_dq.partition_B(
+      local_tile(sKt0, Shape<Int<Traits::kDqSlice>, WgN>{}, make_coord(dq_col0 / Traits::kDqSlice, _0{}))));
+  Tensor tQrKt1 = thr_dq.make_fragment_B(thr_dq.partition_B(
+      local_tile(sKt1, Shape<Int<Traits::kDqSlice>, WgN>{}, make_coord(dq_col0 / Traits::kDqSlice, _0{}))));
 
   Tensor acc_dv = partition_fragment_C(mma_kv, Shape<WgN, D>{});
   Tensor acc_dk = partition_fragment_C(mma_kv, Shape<WgN, D>{});
@@ -331,7 +356,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (steps > 0) {
     KVBarrier::wait(&smem.kv_full, 0);
     // Varlen: K / V rows of the block past the sequence's end hold the next sequence's rows; zero
-    // them (this warpgroup's slice: only it reads it) before any wgmma reads them.
+    // them (this warpgroup's slice) before any wgmma reads them (the other warpgroup's dQ reads this
+    // K slice only after the both-warpgroup barrier of its first step).
     const int valid_k = sq.len_k - n0 - wg * Traits::kKeysPerWg;
     if (varlen && valid_k < Traits::kKeysPerWg && sq.offset_k + sq.len_k < p.rows_k) {
       constexpr int kChunks = kHeadDim / 8;
@@ -432,73 +458,78 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         for (int j = 0; j < 2; ++j)
           sdS(bb * 8 + col_lane + j, warp_in_group * 16 + lane / 4 + 8 * i) = ds16(make_coord(i, 0), make_coord(j, bb));
     cutlass::arch::fence_view_async_shared();
-    cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
+    if constexpr (!kDeterministic) {
+      // The previous step's bulk reductions have read the stage before it is written again (the
+      // barrier below publishes that to the threads that write it).
+      if (step > 0 && t < kDqRowsIssued) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    }
+    if constexpr (Traits::kDqByColumns) {
+      cutlass::arch::NamedBarrier::arrive_and_wait(256, kBothBarrier);  // both warpgroups' dS written
+    } else {
+      cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
+    }
 
-    // dQ of this warpgroup's 64 keys, 64 columns at a time, added into dq_accum [rows, Hq, D]
-    // (float2 atomics). The stage is released once every wgmma that read it has retired.
+    // dQ (64 queries × this warpgroup's 64 columns) added into dq_accum [rows, Hq, D]. The stage is
+    // released once every wgmma that read it (dV, dK) has retired.
     const int64_t row_elems = int64_t(p.heads_q) * kHeadDim;
     int* const sem = kDeterministic ? p.dq_semaphore + (q_row0 + int64_t(m) * Traits::kBlockM) * p.heads_q + head : nullptr;
     if constexpr (kDeterministic) {
       const QueryBlocks kb = key_blocks_of_query_block(sq.len_q, sq.len_k, p.window_left, p.window_right,
                                                        m * Traits::kBlockM, Traits::kBlockM, Traits::kBlockN);
-      dq_turn_wait(sem, 2 * dq_turn(kb, n_block) + wg, t, wg);
-    } else if (step > 0) {
-      // The previous step's bulk reductions have read the stage before it is written again.
-      if (t < Traits::kBlockM) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-      cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
+      dq_turn_wait(sem, 2 * dq_turn(kb, n_block) + (Traits::kDqByColumns ? 0 : wg), t, wg);
     }
+    Tensor acc_dq = partition_fragment_C(mma_dq, Shape<BM, Int<Traits::kDqSlice>>{});
+    if constexpr (Traits::kDqByColumns) {
+      gemm_ss(mma_dq, tQrdS0, tQrKt0, acc_dq, true);
+      gemm_ss(mma_dq, tQrdS1, tQrKt1, acc_dq, false);
+    } else {
+      gemm_ss(mma_dq, tQrdS, tQrKt0, acc_dq, true);
+    }
+    warpgroup_wait<0>();
+    pipe.consumer_release(st);
+    ++st;
+    Tensor dq = make_tensor(acc_dq.data(), acc_rowcol_sm90(acc_dq.layout()));
     CUTE_UNROLL
-    for (int c0 = 0; c0 < kHeadDim; c0 += Traits::kDqSlice) {
-      Tensor tQrKt = thr_dq.make_fragment_B(
-          thr_dq.partition_B(local_tile(sKtw, Shape<Int<Traits::kDqSlice>, WgN>{}, make_coord(c0 / Traits::kDqSlice, _0{}))));
-      Tensor acc_dq = partition_fragment_C(mma_dq, Shape<BM, Int<Traits::kDqSlice>>{});
-      gemm_ss(mma_dq, tQrdS, tQrKt, acc_dq, true);
-      warpgroup_wait<0>();
-      if (c0 + Traits::kDqSlice >= kHeadDim) {
-        pipe.consumer_release(st);
-        ++st;
-      }
-      Tensor dq = make_tensor(acc_dq.data(), acc_rowcol_sm90(acc_dq.layout()));
-      CUTE_UNROLL
-      for (int i = 0; i < 2; ++i) {
-        const int r = warp_in_group * 16 + lane / 4 + 8 * i, q = m * Traits::kBlockM + r;
-        if constexpr (kDeterministic) {
-          if (q >= sq.len_q) continue;
-          float* const row = p.dq_accum + (q_row0 + q) * row_elems + int64_t(head) * kHeadDim + c0 + col_lane;
-          CUTE_UNROLL
-          for (int bb = 0; bb < Traits::kDqSlice / 8; ++bb)
-            atomicAdd(reinterpret_cast<float2*>(row + bb * 8),
-                      make_float2(dq(make_coord(i, 0), make_coord(0, bb)), dq(make_coord(i, 0), make_coord(1, bb))));
-        } else {
-          float* const row = dq_stage + r * kHeadDim + c0 + col_lane;
-          CUTE_UNROLL
-          for (int bb = 0; bb < Traits::kDqSlice / 8; ++bb)
-            *reinterpret_cast<float2*>(row + bb * 8) =
-                make_float2(dq(make_coord(i, 0), make_coord(0, bb)), dq(make_coord(i, 0), make_coord(1, bb)));
-        }
+    for (int i = 0; i < 2; ++i) {
+      const int r = warp_in_group * 16 + lane / 4 + 8 * i, q = m * Traits::kBlockM + r;
+      if constexpr (kDeterministic) {
+        if (q >= sq.len_q) continue;
+        float* const row = p.dq_accum + (q_row0 + q) * row_elems + int64_t(head) * kHeadDim + dq_col0 + col_lane;
+        CUTE_UNROLL
+        for (int bb = 0; bb < Traits::kDqSlice / 8; ++bb)
+          atomicAdd(reinterpret_cast<float2*>(row + bb * 8),
+                    make_float2(dq(make_coord(i, 0), make_coord(0, bb)), dq(make_coord(i, 0), make_coord(1, bb))));
+      } else {
+        float* const row = dq_stage + r * kHeadDim + dq_col0 + col_lane;
+        CUTE_UNROLL
+        for (int bb = 0; bb < Traits::kDqSlice / 8; ++bb)
+          *reinterpret_cast<float2*>(row + bb * 8) =
+              make_float2(dq(make_coord(i, 0), make_coord(0, bb)), dq(make_coord(i, 0), make_coord(1, bb)));
       }
     }
-    if constexpr (!kDeterministic) {
-      // The staged partial into dq_accum: thread r < 64 adds row r (D fp32, 16-byte aligned) with one
-      // bulk reduction; rows past the sequence are not added (their partial is 0, but the row may be
-      // the next sequence's or past the buffer).
+    if constexpr (kDeterministic) {
+      dq_turn_pass(sem, t, wg);  // (its barrier also serves as the one below without kDqByColumns)
+      // Both warpgroups' dQ wgmmas, which read either's dS, retired before the next step rewrites dS.
+      if constexpr (Traits::kDqByColumns) cutlass::arch::NamedBarrier::arrive_and_wait(256, kBothBarrier);
+    } else {
+      // The staged partial into dq_accum: one bulk reduction per row (D fp32, 16-byte aligned); rows
+      // past the sequence are not added (their partial is 0, but the row may be the next sequence's
+      // or past the buffer). The barrier also orders every dQ wgmma (they read dS) and this step's
+      // reads of the stats before the next step overwrites either.
       cutlass::arch::fence_view_async_shared();  // the generic-proxy writes seen by the bulk copy
-      cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
-      const int q = m * Traits::kBlockM + t;
-      if (t < Traits::kBlockM && q < sq.len_q) {
+      if constexpr (Traits::kDqByColumns) {
+        cutlass::arch::NamedBarrier::arrive_and_wait(256, kBothBarrier);
+      } else {
+        cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
+      }
+      const int q = m * Traits::kBlockM + dq_row_issued;
+      if (t < kDqRowsIssued && q < sq.len_q) {
         float* const dst = p.dq_accum + (q_row0 + q) * row_elems + int64_t(head) * kHeadDim;
-        const uint32_t src = cute::cast_smem_ptr_to_uint(dq_stage + t * kHeadDim);
+        const uint32_t src = cute::cast_smem_ptr_to_uint(dq_stage + dq_row_issued * kHeadDim);
         asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
                      ::"l"(dst), "r"(src), "r"(uint32_t(kHeadDim * sizeof(float))) : "memory");
         asm volatile("cp.async.bulk.commit_group;" ::: "memory");
       }
-    }
-    if constexpr (kDeterministic) {
-      dq_turn_pass(sem, t, wg);  // (its barrier also serves as the one below)
-    } else {
-      // Every warp of this warpgroup is past its dQ wgmmas (they read dS) and its reads of the stats
-      // before the next step overwrites either.
-      cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
     }
   }
 
