@@ -409,28 +409,58 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const float* const lse2 = smem.stats[wg][0];
     const float* const dsum = smem.stats[wg][1];
 
-    warpgroup_wait<0>();  // Sᵀ and dPᵀ done
-    // Pᵀ and dSᵀ in one pass (the tanh of a soft-cap is needed by both and kept by neither).
     Tensor s = make_tensor(acc_s.data(), acc_rowcol_sm90(acc_s.layout()));
     Tensor dp = make_tensor(acc_dp.data(), acc_rowcol_sm90(acc_dp.layout()));
-    CUTE_UNROLL
-    for (int i = 0; i < 2; ++i) {
-      const int key = n0 + key_row0 + 8 * i;
+    if (!softcap.enabled()) {
+      // Pᵀ while dPᵀ's wgmma still runs, then dSᵀ (zero where P is: masked pairs, whatever dPᵀ holds).
+      warpgroup_wait<1>();  // Sᵀ done
+      warpgroup_fence_operand(acc_s);
       CUTE_UNROLL
-      for (int bb = 0; bb < kBlocks; ++bb)
+      for (int i = 0; i < 2; ++i) {
+        const int key = n0 + key_row0 + 8 * i;
         CUTE_UNROLL
-        for (int j = 0; j < 2; ++j) {
-          const int c = bb * 8 + col_lane + j, q = m * Traits::kBlockM + c;
-          float x = s(make_coord(i, 0), make_coord(j, bb)), dtanh = 1.f;
-          if (softcap.enabled()) {
-            asm("tanh.approx.f32 %0, %1;" : "=f"(x) : "f"(x * p.softcap_mul));
-            dtanh = 1.f - x * x;
+        for (int bb = 0; bb < kBlocks; ++bb)
+          CUTE_UNROLL
+          for (int j = 0; j < 2; ++j) {
+            const int c = bb * 8 + col_lane + j, q = m * Traits::kBlockM + c;
+            const bool vis = key_visible(q, key, sq.len_q, sq.len_k, p.window_left, p.window_right);
+            s(make_coord(i, 0), make_coord(j, bb)) =
+                vis ? exp2f(s(make_coord(i, 0), make_coord(j, bb)) * p.scale_log2 - lse2[c]) : 0.f;
           }
-          const bool vis = key_visible(q, key, sq.len_q, sq.len_k, p.window_left, p.window_right);
-          const float pr = vis ? exp2f(x * p.scale_log2 - lse2[c]) : 0.f;
-          s(make_coord(i, 0), make_coord(j, bb)) = pr;
-          dp(make_coord(i, 0), make_coord(j, bb)) = vis ? pr * (dp(make_coord(i, 0), make_coord(j, bb)) - dsum[c]) * dtanh : 0.f;
-        }
+      }
+      warpgroup_wait<0>();  // dPᵀ done
+      warpgroup_fence_operand(acc_dp);
+      CUTE_UNROLL
+      for (int i = 0; i < 2; ++i)
+        CUTE_UNROLL
+        for (int bb = 0; bb < kBlocks; ++bb)
+          CUTE_UNROLL
+          for (int j = 0; j < 2; ++j) {
+            const int c = bb * 8 + col_lane + j;
+            const float pr = s(make_coord(i, 0), make_coord(j, bb));
+            dp(make_coord(i, 0), make_coord(j, bb)) = pr != 0.f ? pr * (dp(make_coord(i, 0), make_coord(j, bb)) - dsum[c]) : 0.f;
+          }
+    } else {
+      warpgroup_wait<0>();  // Sᵀ and dPᵀ done
+      // Pᵀ and dSᵀ in one pass (the tanh of a soft-cap is needed by both and kept by neither).
+      CUTE_UNROLL
+      for (int i = 0; i < 2; ++i) {
+        const int key = n0 + key_row0 + 8 * i;
+        CUTE_UNROLL
+        for (int bb = 0; bb < kBlocks; ++bb)
+          CUTE_UNROLL
+          for (int j = 0; j < 2; ++j) {
+            const int c = bb * 8 + col_lane + j, q = m * Traits::kBlockM + c;
+            float x;
+            asm("tanh.approx.f32 %0, %1;" : "=f"(x) : "f"(s(make_coord(i, 0), make_coord(j, bb)) * p.softcap_mul));
+            const float dtanh = 1.f - x * x;
+            const bool vis = key_visible(q, key, sq.len_q, sq.len_k, p.window_left, p.window_right);
+            const float pr = vis ? exp2f(x * p.scale_log2 - lse2[c]) : 0.f;
+            s(make_coord(i, 0), make_coord(j, bb)) = pr;
+            dp(make_coord(i, 0), make_coord(j, bb)) =
+                vis ? pr * (dp(make_coord(i, 0), make_coord(j, bb)) - dsum[c]) * dtanh : 0.f;
+          }
+      }
     }
     convert_fragment_into(acc_s, rP);
     convert_fragment_into(acc_dp, rdS);
