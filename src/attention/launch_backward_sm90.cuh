@@ -54,10 +54,10 @@ void launch_dkdv(const BwdParams& a, cudaStream_t stream) {
     launch_dkdv_mode<Traits, false>(a, stream);
 }
 
-// Two Q / dO stages: K, V, two stages of Q and dO, the two dS buffers and the dQ stage take 177 KB
-// at D = 128 and 113 KB at D = 64 (Traits::kSmemBytes).
+// Q / dO stages: at D = 128 three (K, V, the stages, the two dS buffers and the dQ stage take 209 KB,
+// Traits::kSmemBytes), at D = 64 two (113 KB).
 template <class Element>
-using BwdTraitsD128 = BwdTraits<Element, 128, 2>;
+using BwdTraitsD128 = BwdTraits<Element, 128, 3>;
 template <class Element>
 using BwdTraitsD64 = BwdTraits<Element, 64, 2>;
 
