@@ -25,6 +25,18 @@ BLOCKFUSE_ATTN_HD bool key_visible(int i, int j, int len_q, int len_k, int windo
          (window_right >= kWindowUnbounded || d <= window_right);
 }
 
+// Whether every pair of rows [m0, m0 + bm) × keys [n0, n0 + bn) is visible, so the sm90a kernel can
+// skip the per-element test. A pair is visible iff its offset from the diagonal, d = j − i − shift,
+// lies in [−window_left, window_right]: the block's smallest d is at its last row and first key, the
+// largest at its first row and last key, so those two corners (and the block inside the lengths)
+// decide.
+BLOCKFUSE_ATTN_HD bool block_fully_visible(int m0, int bm, int n0, int bn, int len_q, int len_k, int window_left,
+                                           int window_right) {
+  return bm > 0 && bn > 0 && m0 >= 0 && n0 >= 0 && m0 + bm <= len_q && n0 + bn <= len_k &&
+         key_visible(m0 + bm - 1, n0, len_q, len_k, window_left, window_right) &&
+         key_visible(m0, n0 + bn - 1, len_q, len_k, window_left, window_right);
+}
+
 // The block_m-row query blocks [first, first + count) that hold a row seeing a key of
 // [n0, n0 + block_n) ∩ [0, len_k); count = 0 when there is none (n0 >= len_k included).
 struct QueryBlocks {

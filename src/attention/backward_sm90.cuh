@@ -415,18 +415,32 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       // Pᵀ while dPᵀ's wgmma still runs, then dSᵀ (zero where P is: masked pairs, whatever dPᵀ holds).
       warpgroup_wait<1>();  // Sᵀ done
       warpgroup_fence_operand(acc_s);
-      CUTE_UNROLL
-      for (int i = 0; i < 2; ++i) {
-        const int key = n0 + key_row0 + 8 * i;
+      // Most blocks of a long sequence are wholly visible: those skip the per-element test.
+      if (block_fully_visible(m * Traits::kBlockM, Traits::kBlockM, n0 + wg * Traits::kKeysPerWg, Traits::kKeysPerWg,
+                              sq.len_q, sq.len_k, p.window_left, p.window_right)) {
         CUTE_UNROLL
-        for (int bb = 0; bb < kBlocks; ++bb)
+        for (int i = 0; i < 2; ++i)
           CUTE_UNROLL
-          for (int j = 0; j < 2; ++j) {
-            const int c = bb * 8 + col_lane + j, q = m * Traits::kBlockM + c;
-            const bool vis = key_visible(q, key, sq.len_q, sq.len_k, p.window_left, p.window_right);
-            s(make_coord(i, 0), make_coord(j, bb)) =
-                vis ? exp2f(s(make_coord(i, 0), make_coord(j, bb)) * p.scale_log2 - lse2[c]) : 0.f;
-          }
+          for (int bb = 0; bb < kBlocks; ++bb)
+            CUTE_UNROLL
+            for (int j = 0; j < 2; ++j) {
+              const int c = bb * 8 + col_lane + j;
+              s(make_coord(i, 0), make_coord(j, bb)) = exp2f(s(make_coord(i, 0), make_coord(j, bb)) * p.scale_log2 - lse2[c]);
+            }
+      } else {
+        CUTE_UNROLL
+        for (int i = 0; i < 2; ++i) {
+          const int key = n0 + key_row0 + 8 * i;
+          CUTE_UNROLL
+          for (int bb = 0; bb < kBlocks; ++bb)
+            CUTE_UNROLL
+            for (int j = 0; j < 2; ++j) {
+              const int c = bb * 8 + col_lane + j, q = m * Traits::kBlockM + c;
+              const bool vis = key_visible(q, key, sq.len_q, sq.len_k, p.window_left, p.window_right);
+              s(make_coord(i, 0), make_coord(j, bb)) =
+                  vis ? exp2f(s(make_coord(i, 0), make_coord(j, bb)) * p.scale_log2 - lse2[c]) : 0.f;
+            }
+        }
       }
       warpgroup_wait<0>();  // dPᵀ done
       warpgroup_fence_operand(acc_dp);

@@ -198,6 +198,32 @@ TEST(AttentionBackwardBlocks, MatchTheReferenceVisibility) {
   EXPECT_GT(checked, 1000);
 }
 
+// block_fully_visible against every pair of the block, for blocks at every offset (including partial
+// and out-of-range ones) under each mask: a block called whole with a masked pair would let the
+// kernel keep a probability the forward never had.
+TEST(AttentionBackwardBlocks, FullyVisibleBlocksMatchEveryPair) {
+  struct W { bool causal; int64_t left, right; };
+  const W windows[] = {{false, -1, -1}, {true, -1, -1}, {true, 40, -1}, {false, 20, 30}, {false, -1, 5}, {false, 0, 0}};
+  int whole = 0, partial = 0;
+  for (int len_q : {1, 64, 100, 256})
+    for (int len_k : {1, 64, 130, 256})
+      for (const W& w : windows) {
+        const int wl = attn::window_left_bound(w.left), wr = attn::window_right_bound(w.right, w.causal);
+        for (int m0 = 0; m0 < len_q + 64; m0 += 16)
+          for (int n0 = 0; n0 < len_k + 64; n0 += 16) {
+            bool all = true;
+            for (int i = m0; i < m0 + 64 && all; ++i)
+              for (int j = n0; j < n0 + 64 && all; ++j) all = attn::key_visible(i, j, len_q, len_k, wl, wr);
+            ASSERT_EQ(attn::block_fully_visible(m0, 64, n0, 64, len_q, len_k, wl, wr), all)
+                << "rows from " << m0 << ", keys from " << n0 << ": Sq=" << len_q << " Sk=" << len_k
+                << " causal=" << w.causal << " window=(" << w.left << ", " << w.right << ")";
+            ++(all ? whole : partial);
+          }
+      }
+  EXPECT_GT(whole, 100);
+  EXPECT_GT(partial, 100);
+}
+
 // The deterministic mode's schedule, simulated: CTAs of one (KV head, sequence) launched in
 // blockIdx.x order (key block deterministic_key_block(x, grid)), `resident` of them at a time, each
 // walking its steps in the kernel's order (query head of the group, then query block) and adding a
