@@ -494,13 +494,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // dSᵀ into shared memory as dS (queries, keys), from its 16-bit copy (the fp32 one is dead by
     // now): the previous step's dQ wgmmas, which read this buffer, have retired (the barrier at its end).
     Tensor ds16 = make_tensor(rdS.data(), acc_rowcol_sm90(rdS.layout()));
+    // A thread's two adjacent queries of a key are adjacent in the MN-major buffer (the swizzle moves
+    // 16-byte chunks; col_lane is even): one 32-bit store a pair.
     CUTE_UNROLL
     for (int i = 0; i < 2; ++i)
       CUTE_UNROLL
-      for (int bb = 0; bb < kBlocks; ++bb)
-        CUTE_UNROLL
-        for (int j = 0; j < 2; ++j)
-          sdS(bb * 8 + col_lane + j, warp_in_group * 16 + lane / 4 + 8 * i) = ds16(make_coord(i, 0), make_coord(j, bb));
+      for (int bb = 0; bb < kBlocks; ++bb) {
+        Element pair[2] = {ds16(make_coord(i, 0), make_coord(0, bb)), ds16(make_coord(i, 0), make_coord(1, bb))};
+        const uint32_t addr = cute::cast_smem_ptr_to_uint(&sdS(bb * 8 + col_lane, warp_in_group * 16 + lane / 4 + 8 * i));
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(*reinterpret_cast<uint32_t*>(pair)) : "memory");
+      }
     cutlass::arch::fence_view_async_shared();
     if constexpr (!kDeterministic) {
       // The previous step's bulk reductions have read the stage before it is written again (the
