@@ -425,7 +425,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
             CUTE_UNROLL
             for (int j = 0; j < 2; ++j) {
               const int c = bb * 8 + col_lane + j;
-              s(make_coord(i, 0), make_coord(j, bb)) = exp2f(s(make_coord(i, 0), make_coord(j, bb)) * p.scale_log2 - lse2[c]);
+              s(make_coord(i, 0), make_coord(j, bb)) = fast_exp2(s(make_coord(i, 0), make_coord(j, bb)) * p.scale_log2 - lse2[c]);
             }
       } else {
         CUTE_UNROLL
@@ -438,7 +438,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
               const int c = bb * 8 + col_lane + j, q = m * Traits::kBlockM + c;
               const bool vis = key_visible(q, key, sq.len_q, sq.len_k, p.window_left, p.window_right);
               s(make_coord(i, 0), make_coord(j, bb)) =
-                  vis ? exp2f(s(make_coord(i, 0), make_coord(j, bb)) * p.scale_log2 - lse2[c]) : 0.f;
+                  vis ? fast_exp2(s(make_coord(i, 0), make_coord(j, bb)) * p.scale_log2 - lse2[c]) : 0.f;
             }
         }
       }
@@ -469,7 +469,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
             asm("tanh.approx.f32 %0, %1;" : "=f"(x) : "f"(s(make_coord(i, 0), make_coord(j, bb)) * p.softcap_mul));
             const float dtanh = 1.f - x * x;
             const bool vis = key_visible(q, key, sq.len_q, sq.len_k, p.window_left, p.window_right);
-            const float pr = vis ? exp2f(x * p.scale_log2 - lse2[c]) : 0.f;
+            const float pr = vis ? fast_exp2(x * p.scale_log2 - lse2[c]) : 0.f;
             s(make_coord(i, 0), make_coord(j, bb)) = pr;
             dp(make_coord(i, 0), make_coord(j, bb)) =
                 vis ? pr * (dp(make_coord(i, 0), make_coord(j, bb)) - dsum[c]) * dtanh : 0.f;
