@@ -371,6 +371,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     }
   }
 
+  // Thread t's statistic of a step: the LSE (t < 64, in exp2 units) or Dsum of query row t % 64 of
+  // the step's block, 0 past the sequence.
+  auto load_stat = [&](int step) {
+    const int head = hk * p.group + step / sq.m_count, m = sq.m_first + step % sq.m_count;
+    const int64_t stat = lse_base + int64_t(head) * p.lse_head_stride;
+    const int i = m * Traits::kBlockM + t % Traits::kBlockM;
+    if (i >= sq.len_q) return 0.f;
+    return t < Traits::kBlockM ? p.lse[stat + i] * 1.4426950408889634f : p.dsum[stat + i];
+  };
+  float stat_next = steps > 0 ? load_stat(0) : 0.f;
+
   PipeState st;
   for (int step = 0; step < steps; ++step) {
     const int head = hk * p.group + step / sq.m_count, m = sq.m_first + step % sq.m_count;
@@ -395,17 +406,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     gemm_ss(mma_sdp, tSrK, tSrQ(_, _, _, stage), acc_s, true);
     gemm_ss(mma_sdp, tSrV, tSrdO(_, _, _, stage), acc_dp, true);
 
-    // The step's LSE (exp2 units) and Dsum into this warpgroup's shared buffer (the previous step's
-    // readers are past the barrier that ends it), read below by column.
+    // The step's LSE (exp2 units) and Dsum, loaded during the previous step, into this warpgroup's
+    // shared buffer (the previous step's readers are past the barrier that ends it), read below by
+    // column; then the next step's load, whose latency this step's work hides.
     constexpr int kBlocks = Traits::kBlockM / 8;
-    const int64_t stat = lse_base + int64_t(head) * p.lse_head_stride;
-    {
-      const int r = t % Traits::kBlockM, i = m * Traits::kBlockM + r;
-      const bool ok = i < sq.len_q;
-      smem.stats[wg][t / Traits::kBlockM][r] =
-          t < Traits::kBlockM ? (ok ? p.lse[stat + i] * 1.4426950408889634f : 0.f) : (ok ? p.dsum[stat + i] : 0.f);
-    }
+    smem.stats[wg][t / Traits::kBlockM][t % Traits::kBlockM] = stat_next;
     cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
+    if (step + 1 < steps) stat_next = load_stat(step + 1);
     const float* const lse2 = smem.stats[wg][0];
     const float* const dsum = smem.stats[wg][1];
 
