@@ -486,20 +486,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     convert_fragment_into(acc_s, rP);
     convert_fragment_into(acc_dp, rdS);
 
-    // dV += Pᵀ·dO and dK += dSᵀ·Q (A from registers).
-    warpgroup_fence_operand(acc_dv);
-    warpgroup_fence_operand(acc_dk);
-    warpgroup_arrive();
-    CUTE_UNROLL
-    for (int k = 0; k < size<2>(tKVrP); ++k) cute::gemm(mma_kv, tKVrP(_, _, k), tKVrdOt(_, _, k, stage), acc_dv);
-    CUTE_UNROLL
-    for (int k = 0; k < size<2>(tKVrdS); ++k) cute::gemm(mma_kv, tKVrdS(_, _, k), tKVrQt(_, _, k, stage), acc_dk);
-    warpgroup_commit_batch();
-    warpgroup_fence_operand(acc_dv);
-    warpgroup_fence_operand(acc_dk);
-
-    // dSᵀ into shared memory as dS (queries, keys), from its 16-bit copy (the fp32 one is dead by
-    // now): the previous step's dQ wgmmas, which read this buffer, have retired (the barrier at its end).
+    // dSᵀ into shared memory as dS (queries, keys), from its 16-bit copy, before the dK wgmma takes
+    // that copy as its A fragment (its registers may not be read until the wgmma retires); the
+    // previous step's dQ wgmmas, which read this buffer, have retired (the barrier at its end).
     Tensor ds16 = make_tensor(rdS.data(), acc_rowcol_sm90(rdS.layout()));
     // A thread's two adjacent queries of a key are adjacent in the MN-major buffer (the swizzle moves
     // 16-byte chunks; col_lane is even): one 32-bit store a pair.
@@ -512,6 +501,19 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(*reinterpret_cast<uint32_t*>(pair)) : "memory");
       }
     cutlass::arch::fence_view_async_shared();
+
+    // dV += Pᵀ·dO and dK += dSᵀ·Q (A from registers).
+    warpgroup_fence_operand(acc_dv);
+    warpgroup_fence_operand(acc_dk);
+    warpgroup_arrive();
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(tKVrP); ++k) cute::gemm(mma_kv, tKVrP(_, _, k), tKVrdOt(_, _, k, stage), acc_dv);
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(tKVrdS); ++k) cute::gemm(mma_kv, tKVrdS(_, _, k), tKVrQt(_, _, k, stage), acc_dk);
+    warpgroup_commit_batch();
+    warpgroup_fence_operand(acc_dv);
+    warpgroup_fence_operand(acc_dk);
+
     if constexpr (!kDeterministic) {
       // The previous step's bulk reductions have read the stage before it is written again (the
       // barrier below publishes that to the threads that write it).
