@@ -124,6 +124,7 @@ struct BwdTraits {
                 "every slice, stage and dS buffer starts on a 1024-byte swizzle-pattern boundary");
 
   static constexpr uint32_t kBoxBytes = 64 * kHeadDim * sizeof(Element);
+  static_assert(sizeof(Element) == 2 && kBlockM == 64, "ds_byte_offset: 16-bit dS, one swizzle atom of queries");
 
   using Tma = decltype(make_tma_copy(SM90_TMA_LOAD{},
                                      tma_gmem_view<kHeadDim>(static_cast<const Element*>(nullptr), 0, 0, 0, 0, 0, 0),
@@ -135,6 +136,14 @@ struct BwdSm90Params : BwdParams {
   typename Traits::Tma tma_q, tma_k, tma_v, tma_do;
   int rows_q = 0, rows_k = 0;  // rows of the TMA views: seqlen (batched) or total (varlen)
 };
+
+// Byte offset of dS element (query q, key k) in a warpgroup's buffer (SmemLayoutDS: 16-bit, MN-major,
+// 128-byte swizzle, 64 queries deep, from a 1024-byte aligned base): key k's row of 128 bytes, whose
+// 16-byte chunks the swizzle permutes by k % 8. tests/attention/test_attention_backward_layout_sm90.cu
+// checks it against cute's layout.
+CUTE_HOST_DEVICE constexpr uint32_t ds_byte_offset(int q, int k) {
+  return uint32_t(k) * 128u + ((uint32_t(q / 8) ^ uint32_t(k % 8)) << 4) + uint32_t(q % 8) * 2u;
+}
 
 // Named barriers of the consumers (0 is __syncthreads).
 inline constexpr uint32_t kWgBarrier = 2;    // 2 + wg: one consumer warpgroup (128 threads)
@@ -486,32 +495,42 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     convert_fragment_into(acc_s, rP);
     convert_fragment_into(acc_dp, rdS);
 
+    // dV += Pᵀ·dO (A from registers), running while dSᵀ is stored.
+    warpgroup_fence_operand(acc_dv);
+    warpgroup_arrive();
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(tKVrP); ++k) cute::gemm(mma_kv, tKVrP(_, _, k), tKVrdOt(_, _, k, stage), acc_dv);
+    warpgroup_commit_batch();
+    warpgroup_fence_operand(acc_dv);
+
     // dSᵀ into shared memory as dS (queries, keys), from its 16-bit copy, before the dK wgmma takes
     // that copy as its A fragment (its registers may not be read until the wgmma retires); the
     // previous step's dQ wgmmas, which read this buffer, have retired (the barrier at its end).
     Tensor ds16 = make_tensor(rdS.data(), acc_rowcol_sm90(rdS.layout()));
     // A thread's two adjacent queries of a key are adjacent in the MN-major buffer (the swizzle moves
-    // 16-byte chunks; col_lane is even): one 32-bit store a pair.
-    CUTE_UNROLL
-    for (int i = 0; i < 2; ++i)
+    // 16-byte chunks; col_lane is even): one 32-bit store a pair, at ds_byte_offset (its keys' k % 8
+    // is lane / 4 for both i, so the addresses are a base and constants).
+    {
+      const uint32_t ds_base =
+          cute::cast_smem_ptr_to_uint(smem.ds.data() + wg * cosize_v<typename Traits::SmemLayoutDS>);
+      const int k0 = warp_in_group * 16 + lane / 4;
       CUTE_UNROLL
-      for (int bb = 0; bb < kBlocks; ++bb) {
-        Element pair[2] = {ds16(make_coord(i, 0), make_coord(0, bb)), ds16(make_coord(i, 0), make_coord(1, bb))};
-        const uint32_t addr = cute::cast_smem_ptr_to_uint(&sdS(bb * 8 + col_lane, warp_in_group * 16 + lane / 4 + 8 * i));
-        asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(*reinterpret_cast<uint32_t*>(pair)) : "memory");
-      }
+      for (int i = 0; i < 2; ++i)
+        CUTE_UNROLL
+        for (int bb = 0; bb < kBlocks; ++bb) {
+          Element pair[2] = {ds16(make_coord(i, 0), make_coord(0, bb)), ds16(make_coord(i, 0), make_coord(1, bb))};
+          const uint32_t addr = ds_base + ds_byte_offset(bb * 8 + col_lane, k0) + uint32_t(i) * 1024u;
+          asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(*reinterpret_cast<uint32_t*>(pair)) : "memory");
+        }
+    }
     cutlass::arch::fence_view_async_shared();
 
-    // dV += Pᵀ·dO and dK += dSᵀ·Q (A from registers).
-    warpgroup_fence_operand(acc_dv);
+    // dK += dSᵀ·Q (A from registers).
     warpgroup_fence_operand(acc_dk);
     warpgroup_arrive();
     CUTE_UNROLL
-    for (int k = 0; k < size<2>(tKVrP); ++k) cute::gemm(mma_kv, tKVrP(_, _, k), tKVrdOt(_, _, k, stage), acc_dv);
-    CUTE_UNROLL
     for (int k = 0; k < size<2>(tKVrdS); ++k) cute::gemm(mma_kv, tKVrdS(_, _, k), tKVrQt(_, _, k, stage), acc_dk);
     warpgroup_commit_batch();
-    warpgroup_fence_operand(acc_dv);
     warpgroup_fence_operand(acc_dk);
 
     if constexpr (!kDeterministic) {
