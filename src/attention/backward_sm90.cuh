@@ -548,11 +548,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // released once every wgmma that read it (dV, dK) has retired.
     const int64_t row_elems = int64_t(p.heads_q) * kHeadDim;
     int* const sem = kDeterministic ? p.dq_semaphore + (q_row0 + int64_t(m) * Traits::kBlockM) * p.heads_q + head : nullptr;
-    if constexpr (kDeterministic) {
-      const QueryBlocks kb = key_blocks_of_query_block(sq.len_q, sq.len_k, p.window_left, p.window_right,
-                                                       m * Traits::kBlockM, Traits::kBlockM, Traits::kBlockN);
-      dq_turn_wait(sem, 2 * dq_turn(kb, n_block) + (Traits::kDqByColumns ? 0 : wg), t, wg);
-    }
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<BM, Int<Traits::kDqSlice>>{});
     if constexpr (Traits::kDqByColumns) {
       gemm_ss(mma_dq, tQrdS0, tQrKt0, acc_dq, true);
@@ -564,6 +559,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     pipe.consumer_release(st);
     ++st;
     Tensor dq = make_tensor(acc_dq.data(), acc_rowcol_sm90(acc_dq.layout()));
+    if constexpr (kDeterministic) {
+      // The turn is awaited only now, with dQ in registers: the ordered section is the additions alone.
+      const QueryBlocks kb = key_blocks_of_query_block(sq.len_q, sq.len_k, p.window_left, p.window_right,
+                                                       m * Traits::kBlockM, Traits::kBlockM, Traits::kBlockN);
+      dq_turn_wait(sem, 2 * dq_turn(kb, n_block) + (Traits::kDqByColumns ? 0 : wg), t, wg);
+    }
     CUTE_UNROLL
     for (int i = 0; i < 2; ++i) {
       const int r = warp_in_group * 16 + lane / 4 + 8 * i, q = m * Traits::kBlockM + r;
