@@ -1,10 +1,10 @@
 // Internal: the sm90a (Hopper) attention backward's dK/dV kernel: wgmma, TMA and warp
 // specialisation, FlashAttention-3's design (docs/attention.md#backward-sm90a). dQ goes into
-// BwdParams::dq_accum by fp32 atomics, in any order (non-deterministic mode) or, with kDeterministic,
-// one key block after another per query block (the last first: dq_turn), ordered by a counter per
-// (query block, head)
-// (FlashAttention-3's deterministic mode). The Dsum pass before it and the dQ conversion after it are
-// the sm80 family's kernels (backward_sm80.cuh), which are plain CUDA.
+// BwdParams::dq_accum by fp32 bulk reductions of staged rows, in any order (non-deterministic mode)
+// or, with kDeterministic, one key block after another per query block (the last first: dq_turn),
+// ordered by a counter per (query block, head) (FlashAttention-3's deterministic mode). The Dsum pass
+// before it and the dQ conversion after it are the sm80 family's kernels (backward_sm80.cuh), which
+// are plain CUDA.
 //
 // One CTA per (128-key block, KV head, sequence), 384 threads: warpgroup 0 is the producer (one
 // elected thread issues every TMA load), warpgroups 1 and 2 the consumers, 64 keys each (every
@@ -16,8 +16,10 @@
 //   Pᵀ = exp2(Sᵀ·scale_log2 − lse·log2 e) where visible, dSᵀ = Pᵀ ∘ (dPᵀ − Dsum) [∘ (1 − tanh²)];
 //   dV += Pᵀ·dO, dK += dSᵀ·Q     RS wgmma: A from registers (the m64n64 accumulator *is* the A
 //                                 fragment, acc_as_a_sm90), B = dOᵀ / Qᵀ read MN-major from the stage;
-//   dQ += dS·K                    dSᵀ written to shared memory (MN-major for A), SS wgmma over the
-//                                 warpgroup's 64 keys, added into dq_accum with float2 atomics.
+//   dQ += dS·K                    dSᵀ written to shared memory (MN-major for A); SS wgmma, at D = 128
+//                                 64 columns a warpgroup over both warpgroups' keys, at 64 every column
+//                                 over its own; staged in shared memory, added into dq_accum by one
+//                                 cp.reduce.async.bulk per row.
 // dK (× scale) and dV are stored from registers at the end: rows past the sequence are not stored.
 // Masked and out-of-sequence pairs get P = dS = 0 explicitly (not by multiplying: 0 · NaN is NaN).
 // TMA zero-fills rows past the tensors. Varlen: a box running past a sequence's end reads the next
@@ -548,11 +550,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // released once every wgmma that read it (dV, dK) has retired.
     const int64_t row_elems = int64_t(p.heads_q) * kHeadDim;
     int* const sem = kDeterministic ? p.dq_semaphore + (q_row0 + int64_t(m) * Traits::kBlockM) * p.heads_q + head : nullptr;
-    if constexpr (kDeterministic) {
-      const QueryBlocks kb = key_blocks_of_query_block(sq.len_q, sq.len_k, p.window_left, p.window_right,
-                                                       m * Traits::kBlockM, Traits::kBlockM, Traits::kBlockN);
-      dq_turn_wait(sem, 2 * dq_turn(kb, n_block) + (Traits::kDqByColumns ? 0 : wg), t, wg);
-    }
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<BM, Int<Traits::kDqSlice>>{});
     if constexpr (Traits::kDqByColumns) {
       gemm_ss(mma_dq, tQrdS0, tQrKt0, acc_dq, true);
@@ -564,39 +561,32 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     pipe.consumer_release(st);
     ++st;
     Tensor dq = make_tensor(acc_dq.data(), acc_rowcol_sm90(acc_dq.layout()));
+    // The partial into the stage, then into dq_accum by one bulk reduction per row (D fp32, 16-byte
+    // aligned); rows past the sequence are not added (their partial is 0, but the row may be the next
+    // sequence's or past the buffer). The barrier also orders every dQ wgmma (they read dS) and this
+    // step's reads of the stats before the next step overwrites either.
     CUTE_UNROLL
     for (int i = 0; i < 2; ++i) {
-      const int r = warp_in_group * 16 + lane / 4 + 8 * i, q = m * Traits::kBlockM + r;
-      if constexpr (kDeterministic) {
-        if (q >= sq.len_q) continue;
-        float* const row = p.dq_accum + (q_row0 + q) * row_elems + int64_t(head) * kHeadDim + dq_col0 + col_lane;
-        CUTE_UNROLL
-        for (int bb = 0; bb < Traits::kDqSlice / 8; ++bb)
-          atomicAdd(reinterpret_cast<float2*>(row + bb * 8),
-                    make_float2(dq(make_coord(i, 0), make_coord(0, bb)), dq(make_coord(i, 0), make_coord(1, bb))));
-      } else {
-        float* const row = dq_stage + r * kHeadDim + dq_col0 + col_lane;
-        CUTE_UNROLL
-        for (int bb = 0; bb < Traits::kDqSlice / 8; ++bb)
-          *reinterpret_cast<float2*>(row + bb * 8) =
-              make_float2(dq(make_coord(i, 0), make_coord(0, bb)), dq(make_coord(i, 0), make_coord(1, bb)));
-      }
+      const int r = warp_in_group * 16 + lane / 4 + 8 * i;
+      float* const row = dq_stage + r * kHeadDim + dq_col0 + col_lane;
+      CUTE_UNROLL
+      for (int bb = 0; bb < Traits::kDqSlice / 8; ++bb)
+        *reinterpret_cast<float2*>(row + bb * 8) =
+            make_float2(dq(make_coord(i, 0), make_coord(0, bb)), dq(make_coord(i, 0), make_coord(1, bb)));
+    }
+    cutlass::arch::fence_view_async_shared();  // the generic-proxy writes seen by the bulk copy
+    if constexpr (Traits::kDqByColumns) {
+      cutlass::arch::NamedBarrier::arrive_and_wait(256, kBothBarrier);
+    } else {
+      cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
     }
     if constexpr (kDeterministic) {
-      dq_turn_pass(sem, t, wg);  // (its barrier also serves as the one below without kDqByColumns)
-      // Both warpgroups' dQ wgmmas, which read either's dS, retired before the next step rewrites dS.
-      if constexpr (Traits::kDqByColumns) cutlass::arch::NamedBarrier::arrive_and_wait(256, kBothBarrier);
-    } else {
-      // The staged partial into dq_accum: one bulk reduction per row (D fp32, 16-byte aligned); rows
-      // past the sequence are not added (their partial is 0, but the row may be the next sequence's
-      // or past the buffer). The barrier also orders every dQ wgmma (they read dS) and this step's
-      // reads of the stats before the next step overwrites either.
-      cutlass::arch::fence_view_async_shared();  // the generic-proxy writes seen by the bulk copy
-      if constexpr (Traits::kDqByColumns) {
-        cutlass::arch::NamedBarrier::arrive_and_wait(256, kBothBarrier);
-      } else {
-        cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
-      }
+      // The turn is awaited only now: the ordered section is the reductions alone.
+      const QueryBlocks kb = key_blocks_of_query_block(sq.len_q, sq.len_k, p.window_left, p.window_right,
+                                                       m * Traits::kBlockM, Traits::kBlockM, Traits::kBlockN);
+      dq_turn_wait(sem, 2 * dq_turn(kb, n_block) + (Traits::kDqByColumns ? 0 : wg), t, wg);
+    }
+    {
       const int q = m * Traits::kBlockM + dq_row_issued;
       if (t < kDqRowsIssued && q < sq.len_q) {
         float* const dst = p.dq_accum + (q_row0 + q) * row_elems + int64_t(head) * kHeadDim;
@@ -605,6 +595,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
                      ::"l"(dst), "r"(src), "r"(uint32_t(kHeadDim * sizeof(float))) : "memory");
         asm volatile("cp.async.bulk.commit_group;" ::: "memory");
       }
+    }
+    if constexpr (kDeterministic) {
+      // The reductions complete (not only read) and ordered before the generic release that passes the
+      // turn (FlashAttention-3's deterministic dQ does the same with its TMA reductions).
+      if (t < kDqRowsIssued) {
+        asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+        asm volatile("fence.proxy.async.global;" ::: "memory");
+      }
+      dq_turn_pass(sem, t, wg);
     }
   }
 
