@@ -137,6 +137,7 @@ template <class Traits>
 struct BwdSm90Params : BwdParams {
   typename Traits::Tma tma_q, tma_k, tma_v, tma_do;
   int rows_q = 0, rows_k = 0;  // rows of the TMA views: seqlen (batched) or total (varlen)
+  bool key_block_major = false;  // deterministic mode: grid (heads_kv, key blocks, batch) (deterministic_cta)
 };
 
 // Byte offset of dS element (query q, key k) in a warpgroup's buffer (SmemLayoutDS: 16-bit, MN-major,
@@ -186,7 +187,7 @@ CUTE_DEVICE void gemm_ss(Mma& mma, FragA const& tA, FragB const& tB, Acc& acc, b
 // Deterministic mode: the counter of a (query block, head) reaches `expected` when every earlier
 // (key block, warpgroup) in dq_turn's order has added its dQ (with kDqByColumns both warpgroups of a
 // key block add disjoint columns at the same turn, so the counter may be one past `expected`). One thread spins with acquire loads; the
-// warpgroup waits at its barrier. Deadlock-free because a CTA waits only for CTAs of lower blockIdx.x
+// warpgroup waits at its barrier. Deadlock-free because a CTA waits only for CTAs launched before it
 // (later key blocks of the same KV head and sequence, launched first), which the hardware dispatches first.
 // A wait gives up after 2^27 polls (each after a 64 ns back-off: several seconds; a legitimate wait
 // is the steps of the earlier key blocks, microseconds to milliseconds) and adds out of turn: a broken
@@ -229,8 +230,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Storage& smem = *reinterpret_cast<Storage*>(smem_raw);
   if (threadIdx.x == 0 && (cute::cast_smem_ptr_to_uint(smem_raw) & 1023u) != 0) __trap();
 
-  const int n_block = kDeterministic ? deterministic_key_block(blockIdx.x, gridDim.x) : int(blockIdx.x);
-  const int hk = blockIdx.y, b = blockIdx.z;
+  const BwdCta cta = kDeterministic ? deterministic_cta(blockIdx.x, blockIdx.y, gridDim.x, gridDim.y, p.key_block_major)
+                                    : BwdCta{int(blockIdx.x), int(blockIdx.y)};
+  const int n_block = cta.key_block, hk = cta.head, b = blockIdx.z;
   const int n0 = n_block * Traits::kBlockN;
   const bool varlen = p.cu_seqlens_q != nullptr;
   const BwdSeq sq = bwd_sequence(p, b, n0);

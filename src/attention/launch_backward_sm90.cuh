@@ -39,8 +39,16 @@ void launch_dkdv_mode(const BwdParams& a, cudaStream_t stream) {
                           make_tma_copy(SM90_TMA_LOAD{}, dout, typename Traits::SmemLayoutBox{})};
   p.rows_q = rows_q;
   p.rows_k = rows_k;
-  const dim3 grid(static_cast<unsigned>((a.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN),
-                  static_cast<unsigned>(a.heads_kv), static_cast<unsigned>(a.batch));
+  const int64_t key_blocks = (a.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+  // The deterministic mode without a mask launches the KV heads fastest where the key blocks fit grid
+  // y (65535 of them: 8.4M keys); with one, head-major (deterministic_cta, backward_blocks.h, says why).
+  p.key_block_major = kDeterministic && key_blocks <= 65535 && a.window_left >= kWindowUnbounded &&
+                      a.window_right >= kWindowUnbounded;
+  const dim3 grid = p.key_block_major
+                        ? dim3(static_cast<unsigned>(a.heads_kv), static_cast<unsigned>(key_blocks),
+                               static_cast<unsigned>(a.batch))
+                        : dim3(static_cast<unsigned>(key_blocks), static_cast<unsigned>(a.heads_kv),
+                               static_cast<unsigned>(a.batch));
   detail::launch_with_cluster(kernel, grid, dim3(Traits::kThreads, 1, 1), kSmem, stream, dim3(1, 1, 1), p);
   BF_CHECK_LAUNCH();
 }
