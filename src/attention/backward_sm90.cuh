@@ -86,6 +86,10 @@ struct BwdTraits {
   static constexpr int kDqSlice = 64;
   static constexpr bool kDqByColumns = kHeadDim == 2 * kDqSlice;
   static constexpr int kDqStages = kDqByColumns ? 1 : kConsumerWgs;
+  // The dQ stage's row pitch in floats: 8 past D, so the 8 rows a warp's float2 stores touch start
+  // 32 bytes apart in the banks (4 rows fill the 128 bytes: two wavefronts, the minimum for 256 bytes)
+  // and every row stays 16-byte aligned for its bulk reduction.
+  static constexpr int kDqStageLd = kHeadDim + 8;
   using TiledMmaDQ = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, Shape<BM, Int<kDqSlice>, WgN>, GMMA::Major::MN, GMMA::Major::MN>()));
 
@@ -115,7 +119,7 @@ struct BwdTraits {
     // Non-deterministic mode: a step's dQ partial, row-major [64][D] fp32 (the CTA's with
     // kDqByColumns, each warpgroup's otherwise), added into dq_accum by one bulk reduction per row
     // (cp.reduce.async.bulk) instead of an atomic per pair.
-    alignas(128) float dq_stage[kDqStages][kBlockM * kHeadDim];
+    alignas(128) float dq_stage[kDqStages][kBlockM * kDqStageLd];
     typename PipelineQdO::SharedStorage pipe;
     uint64_t kv_full;  // ClusterTransactionBarrier::ValueType: K and V of the block landed
   };
@@ -529,14 +533,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     }
     cutlass::arch::fence_view_async_shared();
 
-    // dK += dSᵀ·Q (A from registers).
-    warpgroup_fence_operand(acc_dk);
-    warpgroup_arrive();
-    CUTE_UNROLL
-    for (int k = 0; k < size<2>(tKVrdS); ++k) cute::gemm(mma_kv, tKVrdS(_, _, k), tKVrQt(_, _, k, stage), acc_dk);
-    warpgroup_commit_batch();
-    warpgroup_fence_operand(acc_dk);
-
     if constexpr (!kDeterministic) {
       // The previous step's bulk reductions have read the stage before it is written again (the
       // barrier below publishes that to the threads that write it).
@@ -548,8 +544,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
     }
 
-    // dQ (64 queries × this warpgroup's 64 columns) added into dq_accum [rows, Hq, D]. The stage is
-    // released once every wgmma that read it (dV, dK) has retired.
+    // dQ (64 queries × this warpgroup's 64 columns), then dK += dSᵀ·Q (A from registers); dQ goes to
+    // the stage while dK's wgmma runs. The Q / dO stage is released once every wgmma that read it
+    // (dV, dK) has retired.
     const int64_t row_elems = int64_t(p.heads_q) * kHeadDim;
     int* const sem = kDeterministic ? p.dq_semaphore + (q_row0 + int64_t(m) * Traits::kBlockM) * p.heads_q + head : nullptr;
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<BM, Int<Traits::kDqSlice>>{});
@@ -559,23 +556,32 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     } else {
       gemm_ss(mma_dq, tQrdS, tQrKt0, acc_dq, true);
     }
-    warpgroup_wait<0>();
-    pipe.consumer_release(st);
-    ++st;
+    warpgroup_fence_operand(acc_dk);
+    warpgroup_arrive();
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(tKVrdS); ++k) cute::gemm(mma_kv, tKVrdS(_, _, k), tKVrQt(_, _, k, stage), acc_dk);
+    warpgroup_commit_batch();
+    warpgroup_fence_operand(acc_dk);
+    warpgroup_wait<1>();  // dV and dQ done; dK may still run
+    warpgroup_fence_operand(acc_dq);
     Tensor dq = make_tensor(acc_dq.data(), acc_rowcol_sm90(acc_dq.layout()));
-    // The partial into the stage, then into dq_accum by one bulk reduction per row (D fp32, 16-byte
-    // aligned); rows past the sequence are not added (their partial is 0, but the row may be the next
-    // sequence's or past the buffer). The barrier also orders every dQ wgmma (they read dS) and this
-    // step's reads of the stats before the next step overwrites either.
+    // The partial into the stage (rows padded to kDqStageLd floats: without the pad the 8 rows of a
+    // warp's float2 stores hit the same banks), then into dq_accum by one bulk reduction per row (D
+    // fp32, 16-byte aligned); rows past the sequence are not added (their partial is 0, but the row
+    // may be the next sequence's or past the buffer). The barrier also orders every dQ wgmma (they
+    // read dS) and this step's reads of the stats before the next step overwrites either.
     CUTE_UNROLL
     for (int i = 0; i < 2; ++i) {
       const int r = warp_in_group * 16 + lane / 4 + 8 * i;
-      float* const row = dq_stage + r * kHeadDim + dq_col0 + col_lane;
+      float* const row = dq_stage + r * Traits::kDqStageLd + dq_col0 + col_lane;
       CUTE_UNROLL
       for (int bb = 0; bb < Traits::kDqSlice / 8; ++bb)
         *reinterpret_cast<float2*>(row + bb * 8) =
             make_float2(dq(make_coord(i, 0), make_coord(0, bb)), dq(make_coord(i, 0), make_coord(1, bb)));
     }
+    warpgroup_wait<0>();
+    pipe.consumer_release(st);
+    ++st;
     cutlass::arch::fence_view_async_shared();  // the generic-proxy writes seen by the bulk copy
     if constexpr (Traits::kDqByColumns) {
       cutlass::arch::NamedBarrier::arrive_and_wait(256, kBothBarrier);
@@ -592,7 +598,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       const int q = m * Traits::kBlockM + dq_row_issued;
       if (t < kDqRowsIssued && q < sq.len_q) {
         float* const dst = p.dq_accum + (q_row0 + q) * row_elems + int64_t(head) * kHeadDim;
-        const uint32_t src = cute::cast_smem_ptr_to_uint(dq_stage + dq_row_issued * kHeadDim);
+        const uint32_t src = cute::cast_smem_ptr_to_uint(dq_stage + dq_row_issued * Traits::kDqStageLd);
         asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
                      ::"l"(dst), "r"(src), "r"(uint32_t(kHeadDim * sizeof(float))) : "memory");
         asm volatile("cp.async.bulk.commit_group;" ::: "memory");
