@@ -116,9 +116,9 @@ struct BwdTraits {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> dout;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutDS> * kConsumerWgs, 1024> ds;
     float stats[kConsumerWgs][2][kBlockM];  // per warpgroup: the step's LSE (exp2 units), then Dsum
-    // Non-deterministic mode: a step's dQ partial, row-major [64][D] fp32 (the CTA's with
-    // kDqByColumns, each warpgroup's otherwise), added into dq_accum by one bulk reduction per row
-    // (cp.reduce.async.bulk) instead of an atomic per pair.
+    // A step's dQ partial, row-major [64][kDqStageLd] fp32 (the CTA's with kDqByColumns, each
+    // warpgroup's otherwise), added into dq_accum by one bulk reduction per row (cp.reduce.async.bulk)
+    // instead of an atomic per pair, in both modes.
     alignas(128) float dq_stage[kDqStages][kBlockM * kDqStageLd];
     typename PipelineQdO::SharedStorage pipe;
     uint64_t kv_full;  // ClusterTransactionBarrier::ValueType: K and V of the block landed
@@ -190,8 +190,8 @@ CUTE_DEVICE void gemm_ss(Mma& mma, FragA const& tA, FragB const& tB, Acc& acc, b
 
 // Deterministic mode: the counter of a (query block, head) reaches `expected` when every earlier
 // (key block, warpgroup) in dq_turn's order has added its dQ (with kDqByColumns both warpgroups of a
-// key block add disjoint columns at the same turn, so the counter may be one past `expected`). One thread spins with acquire loads; the
-// warpgroup waits at its barrier. Deadlock-free because a CTA waits only for CTAs launched before it
+// key block add disjoint rows at the same turn, so the counter may be one past `expected`). One
+// thread spins with acquire loads; the warpgroup waits at its barrier. Deadlock-free because a CTA waits only for CTAs launched before it
 // (later key blocks of the same KV head and sequence, launched first), which the hardware dispatches first.
 // A wait gives up after 2^27 polls (each after a 64 ns back-off: several seconds; a legitimate wait
 // is the steps of the earlier key blocks, microseconds to milliseconds) and adds out of turn: a broken
@@ -209,9 +209,10 @@ CUTE_DEVICE void dq_turn_wait(const int* sem, int expected, int t, int wg) {
   }
   cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
 }
-// Every thread's dQ additions visible device-wide, then the counter moves on.
-CUTE_DEVICE void dq_turn_pass(int* sem, int t, int wg) {
-  __threadfence();
+// The dQ additions of the threads that made them (`added`) visible device-wide, then the counter
+// moves on (the barrier carries the ordering to thread 0's release).
+CUTE_DEVICE void dq_turn_pass(int* sem, int t, int wg, bool added) {
+  if (added) __threadfence();
   cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
   if (t == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(sem) : "memory");
 }
@@ -593,6 +594,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       const QueryBlocks kb = key_blocks_of_query_block(sq.len_q, sq.len_k, p.window_left, p.window_right,
                                                        m * Traits::kBlockM, Traits::kBlockM, Traits::kBlockN);
       dq_turn_wait(sem, 2 * dq_turn(kb, n_block) + (Traits::kDqByColumns ? 0 : wg), t, wg);
+      // The acquire above ordered before this thread's async-proxy reductions of the same rows.
+      if (t < kDqRowsIssued) asm volatile("fence.proxy.async.global;" ::: "memory");
     }
     {
       const int q = m * Traits::kBlockM + dq_row_issued;
@@ -611,7 +614,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
         asm volatile("fence.proxy.async.global;" ::: "memory");
       }
-      dq_turn_pass(sem, t, wg);
+      dq_turn_pass(sem, t, wg, t < kDqRowsIssued);
     }
   }
 

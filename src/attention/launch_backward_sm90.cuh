@@ -53,7 +53,7 @@ void launch_dkdv_mode(const BwdParams& a, cudaStream_t stream) {
   BF_CHECK_LAUNCH();
 }
 
-// The deterministic mode where the launcher passed its counters (dq_semaphore), else atomics in any order.
+// The deterministic mode where the launcher passed its counters (dq_semaphore), else reductions in any order.
 template <class Traits>
 void launch_dkdv(const BwdParams& a, cudaStream_t stream) {
   if (a.dq_semaphore != nullptr)
