@@ -328,9 +328,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data() + wg * cosize_v<typename Traits::SmemLayoutDS>),
                            typename Traits::SmemLayoutDS{});
   float* const dq_stage = smem.dq_stage[Traits::kDqByColumns ? 0 : wg];
-  // kDqByColumns: the bulk reductions of rows [32·wg, 32·wg + 32) are this warpgroup's; otherwise all 64.
+  // kDqByColumns: the bulk reductions of rows [32·wg, 32·wg + 32) are this warpgroup's; otherwise all
+  // 64. Each of its four warps issues a quarter from its first lanes: a warp issues its lanes' bulk
+  // copies one after another (the instruction takes uniform operands), so spread over the warps
+  // they go four at a time.
   constexpr int kDqRowsIssued = Traits::kDqByColumns ? Traits::kBlockM / 2 : Traits::kBlockM;
-  const int dq_row_issued = (Traits::kDqByColumns ? wg * kDqRowsIssued : 0) + t;
+  constexpr int kDqRowsPerWarp = kDqRowsIssued / 4;
+  const bool dq_issuer = lane < kDqRowsPerWarp;
+  const int dq_row_issued = (Traits::kDqByColumns ? wg * kDqRowsIssued : 0) + warp_in_group * kDqRowsPerWarp + lane;
 
   Tensor tSrK = thr_sdp.make_fragment_A(thr_sdp.partition_A(sKw));    // (MMA, 1, D/16)
   Tensor tSrV = thr_sdp.make_fragment_A(thr_sdp.partition_A(sVw));
@@ -537,7 +542,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if constexpr (!kDeterministic) {
       // The previous step's bulk reductions have read the stage before it is written again (the
       // barrier below publishes that to the threads that write it).
-      if (step > 0 && t < kDqRowsIssued) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+      if (step > 0 && dq_issuer) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
     }
     if constexpr (Traits::kDqByColumns) {
       cutlass::arch::NamedBarrier::arrive_and_wait(256, kBothBarrier);  // both warpgroups' dS written
@@ -595,11 +600,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
                                                        m * Traits::kBlockM, Traits::kBlockM, Traits::kBlockN);
       dq_turn_wait(sem, 2 * dq_turn(kb, n_block) + (Traits::kDqByColumns ? 0 : wg), t, wg);
       // The acquire above ordered before this thread's async-proxy reductions of the same rows.
-      if (t < kDqRowsIssued) asm volatile("fence.proxy.async.global;" ::: "memory");
+      if (dq_issuer) asm volatile("fence.proxy.async.global;" ::: "memory");
     }
     {
       const int q = m * Traits::kBlockM + dq_row_issued;
-      if (t < kDqRowsIssued && q < sq.len_q) {
+      if (dq_issuer && q < sq.len_q) {
         float* const dst = p.dq_accum + (q_row0 + q) * row_elems + int64_t(head) * kHeadDim;
         const uint32_t src = cute::cast_smem_ptr_to_uint(dq_stage + dq_row_issued * Traits::kDqStageLd);
         asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
@@ -610,16 +615,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if constexpr (kDeterministic) {
       // The reductions complete (not only read) and ordered before the generic release that passes the
       // turn (FlashAttention-3's deterministic dQ does the same with its TMA reductions).
-      if (t < kDqRowsIssued) {
+      if (dq_issuer) {
         asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
         asm volatile("fence.proxy.async.global;" ::: "memory");
       }
-      dq_turn_pass(sem, t, wg, t < kDqRowsIssued);
+      dq_turn_pass(sem, t, wg, dq_issuer);
     }
   }
 
   if constexpr (!kDeterministic) {
-    if (t < Traits::kBlockM) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // before the CTA exits
+    if (dq_issuer) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // before the CTA exits
   }
 
   // dK (× scale) and dV out, rows past the sequence not stored.
