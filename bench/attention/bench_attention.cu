@@ -9,8 +9,8 @@
 // The ceiling is the cuBLAS bf16 GEMM (8192³) measured in the same run. The baseline, PyTorch
 // SDPA's flash (FlashAttention-2) and cuDNN backends, is measured by `python -m blockfuse.bench sdpa`.
 //
-// --backward times blockfuse::attention_backward instead (the sm80 kernel on every device: dq, dk, dv
-// from the forward's out and lse), FLOPs = 2.5x the forward's (five S²·D products against two), each
+// --backward times blockfuse::attention_backward instead (dq, dk, dv from the forward's out and lse;
+// --kernel picks the dK/dV kernel: sm80, or sm90 where it runs, or both side by side), FLOPs = 2.5x the forward's (five S²·D products against two), each
 // point verified first against the fp32 GPU reference of the backward (testing/attention_reference.h)
 // on every S/256-th query row (dq) and key row (dk, dv). Batched points only.
 //
@@ -88,10 +88,11 @@ class AttentionBench final : public BenchCommand {
            "pass the B sequences as one packed varlen batch (cu_seqlens 0, S, 2S, ...): the same work and "
            "result, through the varlen path");
     o.ints("--deterministic", dets_, 0, 1,
-           "--backward: 1 = dQ in its own kernel (the default), 0 = dQ by atomics in the dK/dV kernel");
+           "--backward: 1 = dQ's additions in a fixed order (the default: its own kernel on sm80, ordered "
+           "additions on sm90), 0 = dQ by atomics or bulk reductions in the dK/dV kernel");
     o.flag("--backward", backward_,
-           "time attention_backward (dq, dk, dv from the forward's out and lse; the sm80 kernel on every "
-           "device) instead of the forward; FLOPs = 2.5x the forward's");
+           "time attention_backward (dq, dk, dv from the forward's out and lse; --kernel picks the dK/dV "
+           "kernel) instead of the forward; FLOPs = 2.5x the forward's");
     o.choice("--dtype", dtype_, {"bf16", "fp16"}, "element type");
     o.choice("--kernel", kernel_, {"both", "sm80", "sm90"},
              "sm80 (mma.sync; --all-configs applies), sm90 (wgmma/TMA: Hopper; other points are "
@@ -207,9 +208,9 @@ class AttentionBench final : public BenchCommand {
   // --backward: one forward (the heuristic's kernel) for out and lse, then the backward verified and
   // timed.
   void run_backward(Bench& b) {
-    if (varlen_ || all_configs_ || kernel_ != "both")
-      throw Error("bench attention --backward: --varlen, --all-configs and --kernel do not apply (the backward is "
-                  "the sm80 kernel, batched points here)");
+    if (varlen_ || all_configs_)
+      throw Error("bench attention --backward: --varlen and --all-configs do not apply (batched points, one tile "
+                  "per kernel)");
     const DType dt = dtype_ == "fp16" ? DType::kFP16 : DType::kBF16;
     const cudaStream_t stream = b.stream();
     const int64_t B = batch_, Hq = hq_;
@@ -219,7 +220,7 @@ class AttentionBench final : public BenchCommand {
             fmt(ceiling, 0) + " TFLOP/s this run");
     b.title("median of " + std::to_string(b.reps()) + " back-to-back calls (CUDA events, after " +
             std::to_string(b.warmup()) + " warm-up); FLOPs = 10*B*Hq*S^2*D (/2 causal); verified = rel L2 vs fp32");
-    b.columns({"D", "S", "Hkv", "causal", "dQ", "us", "TFLOP/s", "of cuBLAS", "verified"});
+    b.columns({"D", "S", "Hkv", "causal", "kernel", "dQ", "us", "TFLOP/s", "of cuBLAS", "verified"});
     b.info()["dtype"] = dtype_;
     b.info()["pass"] = "backward";
     b.info()["cublas_bf16_tflops"] = ceiling;
@@ -254,16 +255,26 @@ class AttentionBench final : public BenchCommand {
           const AttnConstTensor q = cview(qb.data(), Hq), k = cview(kb.data(), hkv), v = cview(vb.data(), hkv);
           const AttnConstTensor out = cview(ob.data(), Hq), dout = cview(dob.data(), Hq);
           for (int64_t causal : causals_)
+          for (const char* kernel : {"sm80", "sm90"})
           for (int64_t det : dets_) {
+            if (kernel_ != "both" && kernel_ != kernel) continue;
+            const bool sm90 = std::string(kernel) == "sm90";
+            if (sm90 && !sm90_runs_here(d)) {
+              if (det == dets_.front() && causal == causals_.front())
+                b.log("%s: sm90 skipped (needs an sm90a build on a compute capability 9.0 device)", where.c_str());
+              continue;
+            }
             AttentionParams p;
             p.causal = causal != 0;
             attention(q, k, v, wview(ob.data(), Hq), lse.data(), p, stream);
             p.deterministic = det != 0;
+            p.kernel = sm90 ? AttentionKernel::kSm90 : AttentionKernel::kSm80;
             auto call = [&] {
               attention_backward(q, k, v, out, dout, lse.data(), wview(dqb.data(), Hq), wview(dkb.data(), hkv),
                                  wview(dvb.data(), hkv), p, ws.data(), ws.bytes(), stream);
             };
-            const std::string point = where + " causal " + std::to_string(causal) + " backward" + (det ? "" : " atomic dQ");
+            const std::string point =
+                where + " causal " + std::to_string(causal) + " backward " + kernel + (det ? "" : " atomic dQ");
             b.log("%s", point.c_str());
             for (DeviceBuffer<uint16_t>* g : {&dqb, &dkb, &dvb})
               testing::fill_bits(Matrix{g->data(), dt, int64_t(g->size()) / d, d, d}, testing::nan_bits(dt), stream);
@@ -278,11 +289,11 @@ class AttentionBench final : public BenchCommand {
             const Timing t = b.time([&](int) { call(); }, Method::events());
             const double flops = 10.0 * B * Hq * double(s) * double(s) * d * (p.causal ? 0.5 : 1.0);
             const double tflops = flops / (t.median_ms * 1e-3) / 1e12;
-            auto r = b.row({std::to_string(d), std::to_string(s), std::to_string(hkv), causal ? "yes" : "no",
-                            det ? "kernel" : "atomics", fmt(t.us(), 1), fmt(tflops, 1), b.pct_of_matrix(tflops) + (ceiling > 0 ? " %" : ""),
+            auto r = b.row({std::to_string(d), std::to_string(s), std::to_string(hkv), causal ? "yes" : "no", kernel,
+                            det ? "ordered" : "atomics", fmt(t.us(), 1), fmt(tflops, 1), b.pct_of_matrix(tflops) + (ceiling > 0 ? " %" : ""),
                             ok ? "ok (" + fmt(check.rel_l2, 4) + ")" : "FAILED"});
             r.set("pass", "backward").set("head_dim", d).set("seqlen", s).set("batch", B).set("heads_q", Hq);
-            r.set("heads_kv", hkv).set("causal", causal != 0).set("kernel", "sm80").set("deterministic", det != 0);
+            r.set("heads_kv", hkv).set("causal", causal != 0).set("kernel", kernel).set("deterministic", det != 0);
             r.set("median_us", t.us()).set("min_us", t.min_us()).set("tflops", tflops);
             if (ceiling > 0) r.set("fraction_of_cublas", tflops / ceiling);
             r.set("verified", ok).set("rel_l2", check.rel_l2).set("max_abs_diff", check.max_abs);

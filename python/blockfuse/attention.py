@@ -16,9 +16,11 @@ in CUDA graphs. Semantics (include/blockfuse/attention.h): scale default 1/sqrt(
 bottom-right when Sq != Sk (FlashAttention's convention; the last query sees every key, which is
 what decoding against a KV cache needs); window_left/right = -1 unbounded; softcap > 0 applies
 cap·tanh(s/cap) (Gemma-2); GQA/MQA by Hq % Hkv == 0; D in {64, 128, 256}; bf16/fp16. Autograd: the backward kernels (D 64
-and 128) through blockfuse::attention_backward / attention_varlen_backward; dQ in a kernel of its own
-(deterministic, the default) or by atomics (set_backward_deterministic(False): FlashAttention-2's, less
-work; torch.use_deterministic_algorithms(True) keeps the deterministic kernel either way).
+and 128) through blockfuse::attention_backward / attention_varlen_backward. dQ's additions are by
+default the faster mode of the GPU: unordered fp32 reductions on Hopper (the sm90a kernel; dq's low
+bits vary between calls, as with SDPA's flash backward), a fixed order elsewhere (the sm80 kernels,
+where the atomics are slower); torch.use_deterministic_algorithms(True) or
+set_backward_deterministic(True) asks for the same bits on every call, (False) for the atomics.
 
 The Hugging Face backend (`hf_attention_forward`, registered as "blockfuse" when this module is
 imported and transformers is installed) runs blockfuse's kernels on bf16/fp16 CUDA tensors with a
@@ -97,19 +99,25 @@ def _needs_grad(q, k, v):
     return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
 
 
-_DETERMINISTIC_BACKWARD = [True]
+_DETERMINISTIC_BACKWARD = [None]
 
 
 def set_backward_deterministic(enabled=True):
-    """How the attention backward computes dQ: True (the default) the same bits on every call (in a
-    kernel of its own, or on Hopper by atomics added in a fixed order); False by fp32 atomics in any
-    order (dq's low bits vary between calls, dk and dv do not). Under
+    """How the attention backward adds dQ: True the same bits on every call (in a kernel of its own on
+    sm80-class GPUs, in a fixed order on Hopper); False by fp32 atomics or reductions in any order
+    (dq's low bits vary between calls, dk and dv do not); None (the default) the faster of the two on
+    the device: False on compute capability 9.0 (the sm90a kernel: 1.1-1.7x faster unordered,
+    docs/attention.md), True elsewhere (the sm80 kernels' atomics are 1-11 % slower). Under
     torch.use_deterministic_algorithms(True) the deterministic mode runs whatever this says."""
-    _DETERMINISTIC_BACKWARD[0] = bool(enabled)
+    _DETERMINISTIC_BACKWARD[0] = None if enabled is None else bool(enabled)
 
 
-def _deterministic():
-    return _DETERMINISTIC_BACKWARD[0] or torch.are_deterministic_algorithms_enabled()
+def _deterministic(device=None):
+    if torch.are_deterministic_algorithms_enabled():
+        return True
+    if _DETERMINISTIC_BACKWARD[0] is not None:
+        return _DETERMINISTIC_BACKWARD[0]
+    return not (device is not None and device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0))
 
 
 _NO_LSE = ("the attention backward needs the forward's lse: call blockfuse.ops.attention / attention_varlen "
@@ -168,7 +176,8 @@ if _HAS_OP:
         q, k, v, out, lse = ctx.saved_tensors
         if not ctx.has_lse:
             raise RuntimeError(f"blockfuse::attention: {_NO_LSE}")
-        dq, dk, dv = torch.ops.blockfuse.attention_backward(dout, q, k, v, out, lse, *ctx.args, _deterministic())
+        dq, dk, dv = torch.ops.blockfuse.attention_backward(dout, q, k, v, out, lse, *ctx.args,
+                                                            _deterministic(q.device))
         return dq, dk, dv, None, None, None, None, None, None
 
     def _attention_varlen_setup(ctx, inputs, output):
@@ -184,7 +193,7 @@ if _HAS_OP:
         if not ctx.has_lse:
             raise RuntimeError(f"blockfuse::attention_varlen: {_NO_LSE}")
         dq, dk, dv = torch.ops.blockfuse.attention_varlen_backward(dout, q, k, v, out, lse, cu_q, cu_k, *ctx.args,
-                                                                   _deterministic())
+                                                                   _deterministic(q.device))
         return (dq, dk, dv) + (None,) * 10
 
     torch.library.register_autograd("blockfuse::attention", _attention_backward, setup_context=_attention_setup)

@@ -47,3 +47,14 @@ def no_tf32():
     torch.backends.cuda.matmul.allow_tf32 = False
     yield
     torch.backends.cuda.matmul.allow_tf32 = old
+
+
+@pytest.fixture
+def ordered_attention_backward():
+    """The attention backward's deterministic mode for the test (on Hopper the default adds dQ
+    unordered, so two backward calls may differ in dq's last bits); the default restored after. Tests
+    that compare gradients bit for bit use it."""
+    from blockfuse import ops
+    ops.set_attention_backward_deterministic(True)
+    yield
+    ops.set_attention_backward_deterministic(None)

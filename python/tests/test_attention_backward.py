@@ -38,6 +38,7 @@ def _inputs(b, sq, sk, hq, hkv, d, dtype, seed=0):
 
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
 @pytest.mark.parametrize("case", CASES)
+@pytest.mark.usefixtures("ordered_attention_backward")
 def test_gradients_match_autograd_of_the_reference(case, dtype):
     b, sq, sk, hq, hkv, d, causal, left, right, softcap = case
     q, k, v, dout = _inputs(b, sq, sk, hq, hkv, d, dtype)
@@ -124,7 +125,8 @@ def test_varlen_padding_rows_and_calls_without_keys_or_queries():
 @pytest.mark.parametrize("varlen", (False, True))
 def test_non_deterministic_backward(varlen):
     """set_attention_backward_deterministic(False): dQ by atomics, within bf16 noise of the
-    deterministic dq, dk and dv the same bits; torch.use_deterministic_algorithms(True) overrides it."""
+    deterministic dq, dk and dv the same bits; torch.use_deterministic_algorithms(True) overrides it;
+    the default (None) is the unordered mode on compute capability 9.0 and the ordered one elsewhere."""
     q, k, v, dout = _inputs(2, 300, 333, 8, 2, 128, torch.bfloat16, seed=6)
     cu_q = torch.tensor([0, 300, 600], dtype=torch.int32, device="cuda")
     cu_k = torch.tensor([0, 333, 666], dtype=torch.int32, device="cuda")
@@ -138,22 +140,31 @@ def test_non_deterministic_backward(varlen):
             ops.attention(*leaves, causal=True).backward(dout)
         return [t.grad for t in leaves]
 
-    det = grads()
     try:
+        ops.set_attention_backward_deterministic(True)
+        det = grads()
+        det_again = grads()
         ops.set_attention_backward_deterministic(False)
         atom = grads()
         torch.use_deterministic_algorithms(True, warn_only=True)  # (no cuBLAS workspace setting needed)
         forced = grads()
     finally:
         torch.use_deterministic_algorithms(False)
-        ops.set_attention_backward_deterministic(True)
+        ops.set_attention_backward_deterministic(None)
+    default = grads()
     assert rel(atom[0], det[0]) < 1e-2
     # dk and dv: the same dK/dV kernel computes them in both modes (sm80, or the sm90a one on Hopper).
     assert torch.equal(atom[1], det[1]) and torch.equal(atom[2], det[2])
     for a, b in zip(forced, det):
         assert torch.equal(a, b)
+    for a, b in zip(det_again, det):
+        assert torch.equal(a, b)
+    assert rel(default[0], det[0]) < 1e-2
+    if torch.cuda.get_device_capability() != (9, 0):  # the default is the ordered mode: the same bits
+        assert torch.equal(default[0], det[0])
 
 
+@pytest.mark.usefixtures("ordered_attention_backward")
 def test_expanded_output_gradient():
     """out.sum().backward() hands the backward an expanded dout (every stride 0): the same gradients
     as a dense dout of ones, batched and packed."""
@@ -172,6 +183,7 @@ def test_expanded_output_gradient():
             assert a.grad.abs().sum() > 0 and torch.equal(a.grad, b.grad)
 
 
+@pytest.mark.usefixtures("ordered_attention_backward")
 def test_compiled_training_step():
     q, k, v, dout = _inputs(2, 130, 130, 8, 2, 64, torch.bfloat16, seed=5)
 

@@ -29,18 +29,24 @@ def test_meta_varlen_forward_backward_shapes():
 
 
 def test_backward_determinism_switch():
-    """set_backward_deterministic picks the mode the autograd formula passes; torch's deterministic
-    setting keeps the deterministic kernel whatever it says."""
-    assert A._deterministic()
+    """set_backward_deterministic picks the mode the autograd formula passes; None (the default) the
+    faster one of the device (unordered on compute capability 9.0 only); torch's deterministic
+    setting keeps the deterministic mode whatever it says."""
+    meta = torch.device("meta")
+    assert A._DETERMINISTIC_BACKWARD[0] is None
+    assert A._deterministic(meta) and A._deterministic()  # not a Hopper GPU: the ordered mode
     try:
         A.set_backward_deterministic(False)
-        assert not A._deterministic()
+        assert not A._deterministic(meta)
         torch.use_deterministic_algorithms(True, warn_only=True)
-        assert A._deterministic()
-    finally:
+        assert A._deterministic(meta)
         torch.use_deterministic_algorithms(False)
         A.set_backward_deterministic(True)
-    assert A._deterministic()
+        assert A._deterministic(meta)
+    finally:
+        torch.use_deterministic_algorithms(False)
+        A.set_backward_deterministic(None)
+    assert A._DETERMINISTIC_BACKWARD[0] is None
 
 
 def test_backward_op_takes_the_mode_on_meta():

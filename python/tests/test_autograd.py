@@ -180,6 +180,7 @@ def test_compile_fullgraph_gated_mlp_with_gradients():
         w_gu.grad = w_down.grad = None
 
 
+@pytest.mark.usefixtures("ordered_attention_backward")
 @pytest.mark.parametrize("reentrant", (False, True))
 def test_activation_checkpointing(reentrant):
     """A decoder-like block of blockfuse ops (add_rmsnorm, causal attention, add_rmsnorm, gated_mlp)

@@ -78,7 +78,7 @@ __device__ __forceinline__ const uint4* bwd_row(const void* base, int64_t row, i
 
 // Register path. kDw: dweight wanted (the accumulators and the partials store exist only then).
 template <class T, int V, bool kDw>
-__global__ void __launch_bounds__(512, V == 1 ? 2 : 1) rmsnorm_bwd_regs(const RmsNormBackwardParams p) {
+__global__ void __launch_bounds__(512) rmsnorm_bwd_regs(const RmsNormBackwardParams p) {
   __shared__ float red[2][32];
   const int nchunks = p.h >> 3;
   const int tid = threadIdx.x, nt = blockDim.x;
@@ -94,40 +94,25 @@ __global__ void __launch_bounds__(512, V == 1 ? 2 : 1) rmsnorm_bwd_regs(const Rm
 #pragma unroll
     for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
 
-  // V = 1: software-pipelined over the CTA's rows: row r + C's loads are issued before row r's
-  // block reduction, so a CTA keeps a row in flight while it reduces, computes and stores the
-  // previous one (one row at a time left the memory system idle through every reduction). Held to
-  // two CTAs of 512 threads an SM (__launch_bounds__ above): ptxas (sm_80) then keeps 64 registers
-  // and spills 20-44 bytes (82 registers without the bound, one CTA an SM). V = 2 loads each row at
-  // the top of its iteration: with the prefetch it would need 128 registers and spill more.
-  constexpr bool kPrefetch = V == 1;
-  uint4 dyv[V], hv[V], rv[V];
-  auto load_row = [&](int64_t row, uint4 (&dy_)[V], uint4 (&h_)[V], uint4 (&r_)[V]) {
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
     const uint4* dyr = bwd_row<T>(p.dy, row, p.lddy);
     const uint4* hr = bwd_row<T>(p.in, row, p.ldin);
-    // Streamed: read once.
+    uint4 dyv[V], hv[V], rv[V];
+    // Every load of the row issued before any math (streamed: read once).
 #pragma unroll
     for (int i = 0; i < V; ++i) {
       const bool live = tid + i * nt < nchunks;
-      dy_[i] = live ? __ldcs(dyr + tid + i * nt) : zero4();
-      h_[i] = live ? __ldcs(hr + tid + i * nt) : zero4();
+      dyv[i] = live ? __ldcs(dyr + tid + i * nt) : zero4();
+      hv[i] = live ? __ldcs(hr + tid + i * nt) : zero4();
     }
     if (p.dres) {
       const uint4* rr = bwd_row<T>(p.dres, row, p.lddres);
 #pragma unroll
-      for (int i = 0; i < V; ++i) r_[i] = tid + i * nt < nchunks ? __ldcs(rr + tid + i * nt) : zero4();
+      for (int i = 0; i < V; ++i) rv[i] = tid + i * nt < nchunks ? __ldcs(rr + tid + i * nt) : zero4();
     }
-  };
-  if (kPrefetch && blockIdx.x < p.rows) load_row(blockIdx.x, dyv, hv, rv);
-  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
-    if (!kPrefetch) load_row(row, dyv, hv, rv);
     float ss = 0.0f, sgh = 0.0f;
 #pragma unroll
     for (int i = 0; i < V; ++i) bwd_chunk_sums<T>(dyv[i], hv[i], wr[i], p.gemma, ss, sgh);
-    // dh may alias dy (in place): the next row's loads never touch this row, whose dh is stored below.
-    uint4 dyn[V], hn[V], rn[V];
-    const bool more = kPrefetch && row + gridDim.x < p.rows;
-    if (more) load_row(row + gridDim.x, dyn, hn, rn);
     detail::block_reduce_pair<detail::SumOp, detail::SumOp>(ss, sgh, red);
     const float rstd = rsqrtf(ss * inv_h + p.eps);
     const float m = rstd * sgh * inv_h;
@@ -139,10 +124,6 @@ __global__ void __launch_bounds__(512, V == 1 ? 2 : 1) rmsnorm_bwd_regs(const Rm
                                         kDw ? acc[kDw ? i : 0] : nullptr);
         if (dhr) __stcs(dhr + tid + i * nt, d);
       }
-    if (more) {
-#pragma unroll
-      for (int i = 0; i < V; ++i) dyv[i] = dyn[i], hv[i] = hn[i], rv[i] = rn[i];
-    }
   }
   if constexpr (kDw) {
     float* pr = p.partials + int64_t(blockIdx.x) * p.h;
@@ -208,19 +189,8 @@ __global__ void __launch_bounds__(detail::kRmsNormBwdReduceCols * detail::kRmsNo
   const int lane = threadIdx.x % kCols, group = threadIdx.x / kCols;
   const int col = blockIdx.x * kCols + lane;
   float a = 0.0f;
-  if (col < h) {
-    // Four loads in flight, added in the same order as one at a time.
-    int64_t k = group;
-    for (; k + 3 * kGroups < ctas; k += 4 * kGroups) {
-      const float x0 = partials[k * h + col], x1 = partials[(k + kGroups) * h + col];
-      const float x2 = partials[(k + 2 * kGroups) * h + col], x3 = partials[(k + 3 * kGroups) * h + col];
-      a += x0;
-      a += x1;
-      a += x2;
-      a += x3;
-    }
-    for (; k < ctas; k += kGroups) a += partials[k * h + col];
-  }
+  if (col < h)
+    for (int64_t k = group; k < ctas; k += kGroups) a += partials[k * h + col];
   sums[group][lane] = a;
   __syncthreads();
   if (group == 0 && col < h) {

@@ -162,11 +162,8 @@ inline int64_t rmsnorm_backward_ctas(int64_t rows) {
 
 // The dweight reduction kernel: blocks of kRmsNormBwdReduceCols columns x kRmsNormBwdReduceGroups
 // groups; group k adds partial rows k, k + G, k + 2G, ... in that order, then thread group 0 adds the
-// G sums in order 0..G-1 (fixed: independent of the device and of the timing). 32 groups (1024
-// threads): with 8, H = 4096 gave 128 blocks of 256 threads each adding 33 partial rows (264 CTAs)
-// one dependent L2 load after another, a reduction of a few microseconds behind a 29 µs row kernel
-// (results/gpu/latest.json, norm-backward at 2048 rows: 72 % of copy). Not yet measured.
+// G sums in order 0..G-1 (fixed: independent of the device and of the timing).
 constexpr int kRmsNormBwdReduceCols = 32;
-constexpr int kRmsNormBwdReduceGroups = 32;
+constexpr int kRmsNormBwdReduceGroups = 8;
 
 }  // namespace blockfuse::detail

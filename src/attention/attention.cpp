@@ -365,29 +365,34 @@ size_t attention_backward_workspace_size(AttnConstTensor q, bool deterministic) 
 
 namespace {
 
-// The backward's dK/dV kernel: the sm90a one (nullptr: the sm80 one), under kAuto where it runs
-// (this build, compute capability 9.0, the shared memory, k with rows: no TMA view describes an
-// empty tensor) and under kSm90, which refuses a device or build without it.
-attn::bwd::DkdvLauncher backward_sm90_dkdv(const AttnConstTensor& q, const AttnConstTensor& k,
-                                           const AttentionParams& params) {
-  constexpr const char* fn = "attention_backward";
-  const bool forced = params.kernel == AttentionKernel::kSm90;
-  if (params.kernel == AttentionKernel::kSm80) return nullptr;
+// kSm90 for the backward: refused, saying why, where the sm90a dK/dV kernel cannot run (this build,
+// the device); validation calls it before anything is launched.
+void check_sm90_backward_request(const char* fn, int64_t head_dim, AttentionKernel kernel) {
+  if (kernel != AttentionKernel::kSm90) return;
 #if defined(BLOCKFUSE_HAS_SM90)
   detail::DeviceSpec dev{};
-  const bool runs = sm90_backward_runs(q.head_dim, &dev);
-  if (forced && !runs)
+  if (!sm90_backward_runs(head_dim, &dev))
     throw_arg(fn, "params.kernel", cat("= kSm90 on a device of compute capability ", dev.cc_major, ".", dev.cc_minor),
-              "compute capability 9.0 (Hopper) for kSm90; kAuto or kSm80 elsewhere");
-  if (!runs || k.seqlen == 0) return nullptr;
+              "compute capability 9.0 (Hopper) with the shared memory it needs for kSm90; kAuto or kSm80 elsewhere");
+#else
+  (void)head_dim;
+  throw_arg(fn, "params.kernel", "= kSm90, but this build has no sm90a attention kernel",
+            "a build with CMake BLOCKFUSE_SM90 (AUTO with 90 in BLOCKFUSE_CUDA_ARCHS, or ON), or kAuto/kSm80");
+#endif
+}
+
+// The backward's dK/dV kernel: the sm90a one (nullptr: the sm80 one) under kAuto or kSm90 where it
+// runs (this build, compute capability 9.0, the shared memory, k with rows: no TMA view describes an
+// empty tensor); check_sm90_backward_request has refused kSm90 elsewhere.
+attn::bwd::DkdvLauncher backward_sm90_dkdv(const AttnConstTensor& q, const AttnConstTensor& k,
+                                           const AttentionParams& params) {
+#if defined(BLOCKFUSE_HAS_SM90)
+  if (params.kernel == AttentionKernel::kSm80 || !sm90_backward_runs(q.head_dim) || k.seqlen == 0) return nullptr;
   const bool bf16 = q.dtype == DType::kBF16;
   if (q.head_dim == 64) return bf16 ? attn::sm90::bwd::launch_dkdv_d64_bf16 : attn::sm90::bwd::launch_dkdv_d64_fp16;
   return bf16 ? attn::sm90::bwd::launch_dkdv_d128_bf16 : attn::sm90::bwd::launch_dkdv_d128_fp16;
 #else
-  if (forced)
-    throw_arg(fn, "params.kernel", "= kSm90, but this build has no sm90a attention kernel",
-              "a build with CMake BLOCKFUSE_SM90 (AUTO with 90 in BLOCKFUSE_CUDA_ARCHS, or ON), or kAuto/kSm80");
-  (void)q, (void)k;
+  (void)q, (void)k, (void)params;
   return nullptr;
 #endif
 }
@@ -407,10 +412,7 @@ void attention_backward(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v,
     throw_arg(fn, "lse", "is null", "the forward's fp32 log-sum-exp [B, Hq, Sq] (or [Hq, total])");
   if (!attn::backward_supports(q.head_dim))
     throw_arg(fn, "head_dim", cat("is ", q.head_dim), "64 or 128 for the backward (256 does not fit the sm80 kernel's registers)");
-  // kSm90 (the forward's checks have seen the build): a device that runs the sm90a backward.
-  if (params.kernel == AttentionKernel::kSm90 && !sm90_backward_runs(q.head_dim))
-    throw_arg(fn, "params.kernel", "= kSm90, but the current device does not run the sm90a backward",
-              "compute capability 9.0 (Hopper) with the shared memory it needs; kAuto or kSm80 elsewhere");
+  check_sm90_backward_request(fn, q.head_dim, params.kernel);
   // The gradients and dout: like the tensors they belong to.
   const struct { const char* name; AttnConstTensor t; const AttnConstTensor* like; } grads[] = {
       {"dout", dout, &q}, {"dq", dq, &q}, {"dk", dk, &k}, {"dv", dv, &v}};
@@ -445,7 +447,7 @@ void attention_backward(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v,
   if (k.seqlen > 0) detail::check_device_pointer(fn, "dk", dk.data), detail::check_device_pointer(fn, "dv", dv.data);
   detail::check_device_pointer(fn, "workspace", workspace);
   detail::check_compute_capability(fn, 8, 0);
-  const attn::bwd::DkdvLauncher dkdv = backward_sm90_dkdv(q, k, params);  // may refuse kSm90: before any launch
+  const attn::bwd::DkdvLauncher dkdv = backward_sm90_dkdv(q, k, params);
 
   attn::BwdParams p{};
   static_cast<attn::Params&>(p) = make_params(q, k, v, out_w, const_cast<float*>(lse), params, val);

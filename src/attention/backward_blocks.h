@@ -25,6 +25,18 @@ BLOCKFUSE_ATTN_HD bool key_visible(int i, int j, int len_q, int len_k, int windo
          (window_right >= kWindowUnbounded || d <= window_right);
 }
 
+// Whether every pair of rows [m0, m0 + bm) × keys [n0, n0 + bn) is visible, so the sm90a kernel can
+// skip the per-element test. A pair is visible iff its offset from the diagonal, d = j − i − shift,
+// lies in [−window_left, window_right]: the block's smallest d is at its last row and first key, the
+// largest at its first row and last key, so those two corners (and the block inside the lengths)
+// decide.
+BLOCKFUSE_ATTN_HD bool block_fully_visible(int m0, int bm, int n0, int bn, int len_q, int len_k, int window_left,
+                                           int window_right) {
+  return bm > 0 && bn > 0 && m0 >= 0 && n0 >= 0 && m0 + bm <= len_q && n0 + bn <= len_k &&
+         key_visible(m0 + bm - 1, n0, len_q, len_k, window_left, window_right) &&
+         key_visible(m0, n0 + bn - 1, len_q, len_k, window_left, window_right);
+}
+
 // The block_m-row query blocks [first, first + count) that hold a row seeing a key of
 // [n0, n0 + block_n) ∩ [0, len_k); count = 0 when there is none (n0 >= len_k included).
 struct QueryBlocks {
@@ -67,10 +79,24 @@ BLOCKFUSE_ATTN_HD QueryBlocks key_blocks_of_query_block(int len_q, int len_k, in
 // step is its diagonal query block, whose order starts with it, and every later step waits only for
 // key block n + 1, which reached that query block one step earlier: each CTA runs its own length.
 // Ascending, the diagonal step would wait for every longer key block before it, so each key block
-// took as long as the first. The grid launches key blocks last first (deterministic_key_block), so a
-// CTA waits only for CTAs of lower blockIdx.x, which the hardware dispatches first: never for one
-// that is not yet resident. FlashAttention-3's deterministic causal order, for the same reasons.
+// took as long as the first. The grid launches key blocks last first (deterministic_cta), so a CTA
+// waits only for CTAs launched before it, which the hardware dispatches first: never for one that is
+// not yet resident. FlashAttention-3's deterministic causal order, for the same reasons.
 BLOCKFUSE_ATTN_HD int dq_turn(QueryBlocks kb, int n_block) { return kb.first + kb.count - 1 - n_block; }
-BLOCKFUSE_ATTN_HD int deterministic_key_block(int block_x, int grid_x) { return grid_x - 1 - block_x; }
+
+// The deterministic mode's (key block, KV head) of grid position (x, y) (z is the sequence). Key
+// blocks go last first. Without a mask every key block of a head starts at query block 0, so
+// head-major the last in the order waits a step for each before it (a wavefront as long as the
+// head's key blocks); key_block_major (the launcher's choice there, where the key blocks fit grid
+// y) varies the KV heads fastest, so the CTAs resident at once are a few key blocks of every head
+// and one launched later finds those it waits for past its first query block. With a causal mask
+// nothing waits either way, and head-major spreads each head's longest key blocks (launched last)
+// over the run instead of leaving them all to its end.
+struct BwdCta {
+  int key_block, head;
+};
+BLOCKFUSE_ATTN_HD BwdCta deterministic_cta(int x, int y, int grid_x, int grid_y, bool key_block_major) {
+  return key_block_major ? BwdCta{grid_y - 1 - y, x} : BwdCta{grid_x - 1 - x, y};
+}
 
 }  // namespace blockfuse::attn

@@ -1,10 +1,10 @@
 // Internal: the sm90a (Hopper) attention backward's dK/dV kernel: wgmma, TMA and warp
 // specialisation, FlashAttention-3's design (docs/attention.md#backward-sm90a). dQ goes into
-// BwdParams::dq_accum by fp32 atomics, in any order (non-deterministic mode) or, with kDeterministic,
-// one key block after another per query block (the last first: dq_turn), ordered by a counter per
-// (query block, head)
-// (FlashAttention-3's deterministic mode). The Dsum pass before it and the dQ conversion after it are
-// the sm80 family's kernels (backward_sm80.cuh), which are plain CUDA.
+// BwdParams::dq_accum by fp32 bulk reductions of staged rows, in any order (non-deterministic mode)
+// or, with kDeterministic, one key block after another per query block (the last first: dq_turn),
+// ordered by a counter per (query block, head) (FlashAttention-3's deterministic mode). The Dsum pass
+// before it and the dQ conversion after it are the sm80 family's kernels (backward_sm80.cuh), which
+// are plain CUDA.
 //
 // One CTA per (128-key block, KV head, sequence), 384 threads: warpgroup 0 is the producer (one
 // elected thread issues every TMA load), warpgroups 1 and 2 the consumers, 64 keys each (every
@@ -16,8 +16,10 @@
 //   Pᵀ = exp2(Sᵀ·scale_log2 − lse·log2 e) where visible, dSᵀ = Pᵀ ∘ (dPᵀ − Dsum) [∘ (1 − tanh²)];
 //   dV += Pᵀ·dO, dK += dSᵀ·Q     RS wgmma: A from registers (the m64n64 accumulator *is* the A
 //                                 fragment, acc_as_a_sm90), B = dOᵀ / Qᵀ read MN-major from the stage;
-//   dQ += dS·K                    dSᵀ written to shared memory (MN-major for A), SS wgmma over the
-//                                 warpgroup's 64 keys, added into dq_accum with float2 atomics.
+//   dQ += dS·K                    dSᵀ written to shared memory (MN-major for A); SS wgmma, at D = 128
+//                                 64 columns a warpgroup over both warpgroups' keys, at 64 every column
+//                                 over its own; staged in shared memory, added into dq_accum by one
+//                                 cp.reduce.async.bulk per row.
 // dK (× scale) and dV are stored from registers at the end: rows past the sequence are not stored.
 // Masked and out-of-sequence pairs get P = dS = 0 explicitly (not by multiplying: 0 · NaN is NaN).
 // TMA zero-fills rows past the tensors. Varlen: a box running past a sequence's end reads the next
@@ -76,9 +78,18 @@ struct BwdTraits {
   // dV += Pᵀ·dO and dK += dSᵀ·Q: m64 (keys) n = D k64 (queries); A from registers, B MN-major.
   using TiledMmaKV = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, float, Shape<WgN, D, BM>, GMMA::Major::K, GMMA::Major::MN>()));
-  // dQ = dS·K in 64-column slices of D (32 accumulator registers a slice beside dK and dV): m64
-  // (queries) n64 k64 (this warpgroup's keys); A = dS and B = Kᵀ, both MN-major.
+  // dQ = dS·K, 64 columns of D a warpgroup (32 accumulator registers beside dK and dV): m64
+  // (queries) n64 k64 per call; A = dS and B = Kᵀ, both MN-major. D = 128 (kDqByColumns): warpgroup
+  // w computes columns [64w, 64w + 64) over all 128 keys of the block (both warpgroups' dS, two
+  // calls), so a step adds each query row's dQ once per CTA; D = 64: each warpgroup all 64 columns
+  // over its own 64 keys (a 32-column half would split Kᵀ's 128-byte swizzle atom), twice per CTA.
   static constexpr int kDqSlice = 64;
+  static constexpr bool kDqByColumns = kHeadDim == 2 * kDqSlice;
+  static constexpr int kDqStages = kDqByColumns ? 1 : kConsumerWgs;
+  // The dQ stage's row pitch in floats: 8 past D, so the 8 rows a warp's float2 stores touch start
+  // 32 bytes apart in the banks (4 rows fill the 128 bytes: two wavefronts, the minimum for 256 bytes)
+  // and every row stays 16-byte aligned for its bulk reduction.
+  static constexpr int kDqStageLd = kHeadDim + 8;
   using TiledMmaDQ = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, Shape<BM, Int<kDqSlice>, WgN>, GMMA::Major::MN, GMMA::Major::MN>()));
 
@@ -105,9 +116,10 @@ struct BwdTraits {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> dout;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutDS> * kConsumerWgs, 1024> ds;
     float stats[kConsumerWgs][2][kBlockM];  // per warpgroup: the step's LSE (exp2 units), then Dsum
-    // Non-deterministic mode: each warpgroup's dQ partial of a step, row-major [64][D] fp32, added into
-    // dq_accum by one bulk reduction per row (cp.reduce.async.bulk) instead of an atomic per pair.
-    alignas(128) float dq_stage[kConsumerWgs][kBlockM * kHeadDim];
+    // A step's dQ partial, row-major [64][kDqStageLd] fp32 (the CTA's with kDqByColumns, each
+    // warpgroup's otherwise), added into dq_accum by one bulk reduction per row (cp.reduce.async.bulk)
+    // instead of an atomic per pair, in both modes.
+    alignas(128) float dq_stage[kDqStages][kBlockM * kDqStageLd];
     typename PipelineQdO::SharedStorage pipe;
     uint64_t kv_full;  // ClusterTransactionBarrier::ValueType: K and V of the block landed
   };
@@ -118,6 +130,7 @@ struct BwdTraits {
                 "every slice, stage and dS buffer starts on a 1024-byte swizzle-pattern boundary");
 
   static constexpr uint32_t kBoxBytes = 64 * kHeadDim * sizeof(Element);
+  static_assert(sizeof(Element) == 2 && kBlockM == 64, "ds_byte_offset: 16-bit dS, one swizzle atom of queries");
 
   using Tma = decltype(make_tma_copy(SM90_TMA_LOAD{},
                                      tma_gmem_view<kHeadDim>(static_cast<const Element*>(nullptr), 0, 0, 0, 0, 0, 0),
@@ -128,7 +141,16 @@ template <class Traits>
 struct BwdSm90Params : BwdParams {
   typename Traits::Tma tma_q, tma_k, tma_v, tma_do;
   int rows_q = 0, rows_k = 0;  // rows of the TMA views: seqlen (batched) or total (varlen)
+  bool key_block_major = false;  // deterministic mode: grid (heads_kv, key blocks, batch) (deterministic_cta)
 };
+
+// Byte offset of dS element (query q, key k) in a warpgroup's buffer (SmemLayoutDS: 16-bit, MN-major,
+// 128-byte swizzle, 64 queries deep, from a 1024-byte aligned base): key k's row of 128 bytes, whose
+// 16-byte chunks the swizzle permutes by k % 8. tests/attention/test_attention_backward_layout_sm90.cu
+// checks it against cute's layout.
+CUTE_HOST_DEVICE constexpr uint32_t ds_byte_offset(int q, int k) {
+  return uint32_t(k) * 128u + ((uint32_t(q / 8) ^ uint32_t(k % 8)) << 4) + uint32_t(q % 8) * 2u;
+}
 
 // Named barriers of the consumers (0 is __syncthreads).
 inline constexpr uint32_t kWgBarrier = 2;    // 2 + wg: one consumer warpgroup (128 threads)
@@ -167,8 +189,9 @@ CUTE_DEVICE void gemm_ss(Mma& mma, FragA const& tA, FragB const& tB, Acc& acc, b
 }
 
 // Deterministic mode: the counter of a (query block, head) reaches `expected` when every earlier
-// (key block, warpgroup) in dq_turn's order has added its dQ. One thread spins with acquire loads; the
-// warpgroup waits at its barrier. Deadlock-free because a CTA waits only for CTAs of lower blockIdx.x
+// (key block, warpgroup) in dq_turn's order has added its dQ (with kDqByColumns both warpgroups of a
+// key block add disjoint rows at the same turn, so the counter may be one past `expected`). One
+// thread spins with acquire loads; the warpgroup waits at its barrier. Deadlock-free because a CTA waits only for CTAs launched before it
 // (later key blocks of the same KV head and sequence, launched first), which the hardware dispatches first.
 // A wait gives up after 2^27 polls (each after a 64 ns back-off: several seconds; a legitimate wait
 // is the steps of the earlier key blocks, microseconds to milliseconds) and adds out of turn: a broken
@@ -179,16 +202,17 @@ CUTE_DEVICE void dq_turn_wait(const int* sem, int expected, int t, int wg) {
     for (uint32_t polls = 0;; ++polls) {
       int v;
       asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(sem) : "memory");
-      if (v == expected) break;
+      if (v >= expected) break;
       if (polls >= (1u << 27)) break;
       __nanosleep(64);
     }
   }
   cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
 }
-// Every thread's dQ additions visible device-wide, then the counter moves on.
-CUTE_DEVICE void dq_turn_pass(int* sem, int t, int wg) {
-  __threadfence();
+// The dQ additions of the threads that made them (`added`) visible device-wide, then the counter
+// moves on (the barrier carries the ordering to thread 0's release).
+CUTE_DEVICE void dq_turn_pass(int* sem, int t, int wg, bool added) {
+  if (added) __threadfence();
   cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
   if (t == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(sem) : "memory");
 }
@@ -211,8 +235,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Storage& smem = *reinterpret_cast<Storage*>(smem_raw);
   if (threadIdx.x == 0 && (cute::cast_smem_ptr_to_uint(smem_raw) & 1023u) != 0) __trap();
 
-  const int n_block = kDeterministic ? deterministic_key_block(blockIdx.x, gridDim.x) : int(blockIdx.x);
-  const int hk = blockIdx.y, b = blockIdx.z;
+  const BwdCta cta = kDeterministic ? deterministic_cta(blockIdx.x, blockIdx.y, gridDim.x, gridDim.y, p.key_block_major)
+                                    : BwdCta{int(blockIdx.x), int(blockIdx.y)};
+  const int n_block = cta.key_block, hk = cta.head, b = blockIdx.z;
   const int n0 = n_block * Traits::kBlockN;
   const bool varlen = p.cu_seqlens_q != nullptr;
   const BwdSeq sq = bwd_sequence(p, b, n0);
@@ -296,14 +321,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   constexpr int kSlice = cosize_v<typename Traits::SmemLayoutBox>;
   Tensor sKw = make_tensor(make_smem_ptr(smem.k.data() + wg * kSlice), typename Traits::SmemLayoutBox{});
   Tensor sVw = make_tensor(make_smem_ptr(smem.v.data() + wg * kSlice), typename Traits::SmemLayoutBox{});
-  Tensor sKtw = make_tensor(make_smem_ptr(smem.k.data() + wg * kSlice), typename Traits::SmemLayoutKt{});
   Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
   Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQ{});
   Tensor sQt = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQt{});
   Tensor sdOt = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQt{});
   Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data() + wg * cosize_v<typename Traits::SmemLayoutDS>),
                            typename Traits::SmemLayoutDS{});
-  float* const dq_stage = smem.dq_stage[wg];
+  float* const dq_stage = smem.dq_stage[Traits::kDqByColumns ? 0 : wg];
+  // kDqByColumns: the bulk reductions of rows [32·wg, 32·wg + 32) are this warpgroup's; otherwise all
+  // 64. Each of its four warps issues a quarter from its first lanes: a warp issues its lanes' bulk
+  // copies one after another (the instruction takes uniform operands), so spread over the warps
+  // they go four at a time.
+  constexpr int kDqRowsIssued = Traits::kDqByColumns ? Traits::kBlockM / 2 : Traits::kBlockM;
+  constexpr int kDqRowsPerWarp = kDqRowsIssued / 4;
+  const bool dq_issuer = lane < kDqRowsPerWarp;
+  const int dq_row_issued = (Traits::kDqByColumns ? wg * kDqRowsIssued : 0) + warp_in_group * kDqRowsPerWarp + lane;
 
   Tensor tSrK = thr_sdp.make_fragment_A(thr_sdp.partition_A(sKw));    // (MMA, 1, D/16)
   Tensor tSrV = thr_sdp.make_fragment_A(thr_sdp.partition_A(sVw));
@@ -312,6 +344,22 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Tensor tKVrdOt = thr_kv.make_fragment_B(thr_kv.partition_B(sdOt));  // (MMA, 1, BM/16, stages)
   Tensor tKVrQt = thr_kv.make_fragment_B(thr_kv.partition_B(sQt));
   Tensor tQrdS = thr_dq.make_fragment_A(thr_dq.partition_A(sdS));    // (MMA, 1, WgN/16)
+  // kDqByColumns: both warpgroups' dS and K slices, this warpgroup's 64 columns of Kᵀ.
+  const int dq_col0 = Traits::kDqByColumns ? wg * Traits::kDqSlice : 0;
+  constexpr int kDsSlice = cosize_v<typename Traits::SmemLayoutDS>;
+  Tensor tQrdS0 = thr_dq.make_fragment_A(
+      thr_dq.partition_A(make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutDS{})));
+  Tensor tQrdS1 = thr_dq.make_fragment_A(
+      thr_dq.partition_A(make_tensor(make_smem_ptr(smem.ds.data() + kDsSlice), typename Traits::SmemLayoutDS{})));
+  // Kᵀ of K slice 0 (with kDqByColumns; this warpgroup's own otherwise) and of slice 1, this
+  // warpgroup's columns.
+  Tensor sKt0 = make_tensor(make_smem_ptr(smem.k.data() + (Traits::kDqByColumns ? 0 : wg) * kSlice),
+                            typename Traits::SmemLayoutKt{});
+  Tensor sKt1 = make_tensor(make_smem_ptr(smem.k.data() + kSlice), typename Traits::SmemLayoutKt{});
+  Tensor tQrKt0 = thr_dq.make_fragment_B(thr_dq.partition_B(
+      local_tile(sKt0, Shape<Int<Traits::kDqSlice>, WgN>{}, make_coord(dq_col0 / Traits::kDqSlice, _0{}))));
+  Tensor tQrKt1 = thr_dq.make_fragment_B(thr_dq.partition_B(
+      local_tile(sKt1, Shape<Int<Traits::kDqSlice>, WgN>{}, make_coord(dq_col0 / Traits::kDqSlice, _0{}))));
 
   Tensor acc_dv = partition_fragment_C(mma_kv, Shape<WgN, D>{});
   Tensor acc_dk = partition_fragment_C(mma_kv, Shape<WgN, D>{});
@@ -331,7 +379,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (steps > 0) {
     KVBarrier::wait(&smem.kv_full, 0);
     // Varlen: K / V rows of the block past the sequence's end hold the next sequence's rows; zero
-    // them (this warpgroup's slice: only it reads it) before any wgmma reads them.
+    // them (this warpgroup's slice) before any wgmma reads them (the other warpgroup's dQ reads this
+    // K slice only after the both-warpgroup barrier of its first step).
     const int valid_k = sq.len_k - n0 - wg * Traits::kKeysPerWg;
     if (varlen && valid_k < Traits::kKeysPerWg && sq.offset_k + sq.len_k < p.rows_k) {
       constexpr int kChunks = kHeadDim / 8;
@@ -344,6 +393,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
     }
   }
+
+  // Thread t's statistic of a step: the LSE (t < 64, in exp2 units) or Dsum of query row t % 64 of
+  // the step's block, 0 past the sequence.
+  auto load_stat = [&](int step) {
+    const int head = hk * p.group + step / sq.m_count, m = sq.m_first + step % sq.m_count;
+    const int64_t stat = lse_base + int64_t(head) * p.lse_head_stride;
+    const int i = m * Traits::kBlockM + t % Traits::kBlockM;
+    if (i >= sq.len_q) return 0.f;
+    return t < Traits::kBlockM ? p.lse[stat + i] * 1.4426950408889634f : p.dsum[stat + i];
+  };
+  float stat_next = steps > 0 ? load_stat(0) : 0.f;
 
   PipeState st;
   for (int step = 0; step < steps; ++step) {
@@ -369,141 +429,202 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     gemm_ss(mma_sdp, tSrK, tSrQ(_, _, _, stage), acc_s, true);
     gemm_ss(mma_sdp, tSrV, tSrdO(_, _, _, stage), acc_dp, true);
 
-    // The step's LSE (exp2 units) and Dsum into this warpgroup's shared buffer (the previous step's
-    // readers are past the barrier that ends it), read below by column.
+    // The step's LSE (exp2 units) and Dsum, loaded during the previous step, into this warpgroup's
+    // shared buffer (the previous step's readers are past the barrier that ends it), read below by
+    // column; then the next step's load, whose latency this step's work hides.
     constexpr int kBlocks = Traits::kBlockM / 8;
-    const int64_t stat = lse_base + int64_t(head) * p.lse_head_stride;
-    {
-      const int r = t % Traits::kBlockM, i = m * Traits::kBlockM + r;
-      const bool ok = i < sq.len_q;
-      smem.stats[wg][t / Traits::kBlockM][r] =
-          t < Traits::kBlockM ? (ok ? p.lse[stat + i] * 1.4426950408889634f : 0.f) : (ok ? p.dsum[stat + i] : 0.f);
-    }
+    smem.stats[wg][t / Traits::kBlockM][t % Traits::kBlockM] = stat_next;
     cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
+    if (step + 1 < steps) stat_next = load_stat(step + 1);
     const float* const lse2 = smem.stats[wg][0];
     const float* const dsum = smem.stats[wg][1];
 
-    warpgroup_wait<0>();  // Sᵀ and dPᵀ done
-    // Pᵀ and dSᵀ in one pass (the tanh of a soft-cap is needed by both and kept by neither).
     Tensor s = make_tensor(acc_s.data(), acc_rowcol_sm90(acc_s.layout()));
     Tensor dp = make_tensor(acc_dp.data(), acc_rowcol_sm90(acc_dp.layout()));
-    CUTE_UNROLL
-    for (int i = 0; i < 2; ++i) {
-      const int key = n0 + key_row0 + 8 * i;
-      CUTE_UNROLL
-      for (int bb = 0; bb < kBlocks; ++bb)
+    if (!softcap.enabled()) {
+      // Pᵀ while dPᵀ's wgmma still runs, then dSᵀ (zero where P is: masked pairs, whatever dPᵀ holds).
+      warpgroup_wait<1>();  // Sᵀ done
+      warpgroup_fence_operand(acc_s);
+      // Most blocks of a long sequence are wholly visible: those skip the per-element test.
+      if (block_fully_visible(m * Traits::kBlockM, Traits::kBlockM, n0 + wg * Traits::kKeysPerWg, Traits::kKeysPerWg,
+                              sq.len_q, sq.len_k, p.window_left, p.window_right)) {
         CUTE_UNROLL
-        for (int j = 0; j < 2; ++j) {
-          const int c = bb * 8 + col_lane + j, q = m * Traits::kBlockM + c;
-          float x = s(make_coord(i, 0), make_coord(j, bb)), dtanh = 1.f;
-          if (softcap.enabled()) {
-            asm("tanh.approx.f32 %0, %1;" : "=f"(x) : "f"(x * p.softcap_mul));
-            dtanh = 1.f - x * x;
-          }
-          const bool vis = key_visible(q, key, sq.len_q, sq.len_k, p.window_left, p.window_right);
-          const float pr = vis ? exp2f(x * p.scale_log2 - lse2[c]) : 0.f;
-          s(make_coord(i, 0), make_coord(j, bb)) = pr;
-          dp(make_coord(i, 0), make_coord(j, bb)) = vis ? pr * (dp(make_coord(i, 0), make_coord(j, bb)) - dsum[c]) * dtanh : 0.f;
+        for (int i = 0; i < 2; ++i)
+          CUTE_UNROLL
+          for (int bb = 0; bb < kBlocks; ++bb)
+            CUTE_UNROLL
+            for (int j = 0; j < 2; ++j) {
+              const int c = bb * 8 + col_lane + j;
+              s(make_coord(i, 0), make_coord(j, bb)) = fast_exp2(s(make_coord(i, 0), make_coord(j, bb)) * p.scale_log2 - lse2[c]);
+            }
+      } else {
+        CUTE_UNROLL
+        for (int i = 0; i < 2; ++i) {
+          const int key = n0 + key_row0 + 8 * i;
+          CUTE_UNROLL
+          for (int bb = 0; bb < kBlocks; ++bb)
+            CUTE_UNROLL
+            for (int j = 0; j < 2; ++j) {
+              const int c = bb * 8 + col_lane + j, q = m * Traits::kBlockM + c;
+              const bool vis = key_visible(q, key, sq.len_q, sq.len_k, p.window_left, p.window_right);
+              s(make_coord(i, 0), make_coord(j, bb)) =
+                  vis ? fast_exp2(s(make_coord(i, 0), make_coord(j, bb)) * p.scale_log2 - lse2[c]) : 0.f;
+            }
         }
+      }
+      warpgroup_wait<0>();  // dPᵀ done
+      warpgroup_fence_operand(acc_dp);
+      CUTE_UNROLL
+      for (int i = 0; i < 2; ++i)
+        CUTE_UNROLL
+        for (int bb = 0; bb < kBlocks; ++bb)
+          CUTE_UNROLL
+          for (int j = 0; j < 2; ++j) {
+            const int c = bb * 8 + col_lane + j;
+            const float pr = s(make_coord(i, 0), make_coord(j, bb));
+            dp(make_coord(i, 0), make_coord(j, bb)) = pr != 0.f ? pr * (dp(make_coord(i, 0), make_coord(j, bb)) - dsum[c]) : 0.f;
+          }
+    } else {
+      warpgroup_wait<0>();  // Sᵀ and dPᵀ done
+      // Pᵀ and dSᵀ in one pass (the tanh of a soft-cap is needed by both and kept by neither).
+      CUTE_UNROLL
+      for (int i = 0; i < 2; ++i) {
+        const int key = n0 + key_row0 + 8 * i;
+        CUTE_UNROLL
+        for (int bb = 0; bb < kBlocks; ++bb)
+          CUTE_UNROLL
+          for (int j = 0; j < 2; ++j) {
+            const int c = bb * 8 + col_lane + j, q = m * Traits::kBlockM + c;
+            float x;
+            asm("tanh.approx.f32 %0, %1;" : "=f"(x) : "f"(s(make_coord(i, 0), make_coord(j, bb)) * p.softcap_mul));
+            const float dtanh = 1.f - x * x;
+            const bool vis = key_visible(q, key, sq.len_q, sq.len_k, p.window_left, p.window_right);
+            const float pr = vis ? fast_exp2(x * p.scale_log2 - lse2[c]) : 0.f;
+            s(make_coord(i, 0), make_coord(j, bb)) = pr;
+            dp(make_coord(i, 0), make_coord(j, bb)) =
+                vis ? pr * (dp(make_coord(i, 0), make_coord(j, bb)) - dsum[c]) * dtanh : 0.f;
+          }
+      }
     }
     convert_fragment_into(acc_s, rP);
     convert_fragment_into(acc_dp, rdS);
 
-    // dV += Pᵀ·dO and dK += dSᵀ·Q (A from registers).
+    // dV += Pᵀ·dO (A from registers), running while dSᵀ is stored.
     warpgroup_fence_operand(acc_dv);
-    warpgroup_fence_operand(acc_dk);
     warpgroup_arrive();
     CUTE_UNROLL
     for (int k = 0; k < size<2>(tKVrP); ++k) cute::gemm(mma_kv, tKVrP(_, _, k), tKVrdOt(_, _, k, stage), acc_dv);
+    warpgroup_commit_batch();
+    warpgroup_fence_operand(acc_dv);
+
+    // dSᵀ into shared memory as dS (queries, keys), from its 16-bit copy, before the dK wgmma takes
+    // that copy as its A fragment (its registers may not be read until the wgmma retires); the
+    // previous step's dQ wgmmas, which read this buffer, have retired (the barrier at its end).
+    Tensor ds16 = make_tensor(rdS.data(), acc_rowcol_sm90(rdS.layout()));
+    // A thread's two adjacent queries of a key are adjacent in the MN-major buffer (the swizzle moves
+    // 16-byte chunks; col_lane is even): one 32-bit store a pair, at ds_byte_offset (its keys' k % 8
+    // is lane / 4 for both i, so the addresses are a base and constants).
+    {
+      const uint32_t ds_base =
+          cute::cast_smem_ptr_to_uint(smem.ds.data() + wg * cosize_v<typename Traits::SmemLayoutDS>);
+      const int k0 = warp_in_group * 16 + lane / 4;
+      CUTE_UNROLL
+      for (int i = 0; i < 2; ++i)
+        CUTE_UNROLL
+        for (int bb = 0; bb < kBlocks; ++bb) {
+          Element pair[2] = {ds16(make_coord(i, 0), make_coord(0, bb)), ds16(make_coord(i, 0), make_coord(1, bb))};
+          const uint32_t addr = ds_base + ds_byte_offset(bb * 8 + col_lane, k0) + uint32_t(i) * 1024u;
+          asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(*reinterpret_cast<uint32_t*>(pair)) : "memory");
+        }
+    }
+    cutlass::arch::fence_view_async_shared();
+
+    if constexpr (!kDeterministic) {
+      // The previous step's bulk reductions have read the stage before it is written again (the
+      // barrier below publishes that to the threads that write it).
+      if (step > 0 && dq_issuer) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    }
+    if constexpr (Traits::kDqByColumns) {
+      cutlass::arch::NamedBarrier::arrive_and_wait(256, kBothBarrier);  // both warpgroups' dS written
+    } else {
+      cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
+    }
+
+    // dQ (64 queries × this warpgroup's 64 columns), then dK += dSᵀ·Q (A from registers); dQ goes to
+    // the stage while dK's wgmma runs. The Q / dO stage is released once every wgmma that read it
+    // (dV, dK) has retired.
+    const int64_t row_elems = int64_t(p.heads_q) * kHeadDim;
+    int* const sem = kDeterministic ? p.dq_semaphore + (q_row0 + int64_t(m) * Traits::kBlockM) * p.heads_q + head : nullptr;
+    Tensor acc_dq = partition_fragment_C(mma_dq, Shape<BM, Int<Traits::kDqSlice>>{});
+    if constexpr (Traits::kDqByColumns) {
+      gemm_ss(mma_dq, tQrdS0, tQrKt0, acc_dq, true);
+      gemm_ss(mma_dq, tQrdS1, tQrKt1, acc_dq, false);
+    } else {
+      gemm_ss(mma_dq, tQrdS, tQrKt0, acc_dq, true);
+    }
+    warpgroup_fence_operand(acc_dk);
+    warpgroup_arrive();
     CUTE_UNROLL
     for (int k = 0; k < size<2>(tKVrdS); ++k) cute::gemm(mma_kv, tKVrdS(_, _, k), tKVrQt(_, _, k, stage), acc_dk);
     warpgroup_commit_batch();
-    warpgroup_fence_operand(acc_dv);
     warpgroup_fence_operand(acc_dk);
-
-    // dSᵀ into shared memory as dS (queries, keys), from its 16-bit copy (the fp32 one is dead by
-    // now): the previous step's dQ wgmmas, which read this buffer, have retired (the barrier at its end).
-    Tensor ds16 = make_tensor(rdS.data(), acc_rowcol_sm90(rdS.layout()));
+    warpgroup_wait<1>();  // dV and dQ done; dK may still run
+    warpgroup_fence_operand(acc_dq);
+    Tensor dq = make_tensor(acc_dq.data(), acc_rowcol_sm90(acc_dq.layout()));
+    // The partial into the stage (rows padded to kDqStageLd floats: without the pad the 8 rows of a
+    // warp's float2 stores hit the same banks), then into dq_accum by one bulk reduction per row (D
+    // fp32, 16-byte aligned); rows past the sequence are not added (their partial is 0, but the row
+    // may be the next sequence's or past the buffer). The barrier also orders every dQ wgmma (they
+    // read dS) and this step's reads of the stats before the next step overwrites either.
     CUTE_UNROLL
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < 2; ++i) {
+      const int r = warp_in_group * 16 + lane / 4 + 8 * i;
+      float* const row = dq_stage + r * Traits::kDqStageLd + dq_col0 + col_lane;
       CUTE_UNROLL
-      for (int bb = 0; bb < kBlocks; ++bb)
-        CUTE_UNROLL
-        for (int j = 0; j < 2; ++j)
-          sdS(bb * 8 + col_lane + j, warp_in_group * 16 + lane / 4 + 8 * i) = ds16(make_coord(i, 0), make_coord(j, bb));
-    cutlass::arch::fence_view_async_shared();
-    cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
-
-    // dQ of this warpgroup's 64 keys, 64 columns at a time, added into dq_accum [rows, Hq, D]
-    // (float2 atomics). The stage is released once every wgmma that read it has retired.
-    const int64_t row_elems = int64_t(p.heads_q) * kHeadDim;
-    int* const sem = kDeterministic ? p.dq_semaphore + (q_row0 + int64_t(m) * Traits::kBlockM) * p.heads_q + head : nullptr;
+      for (int bb = 0; bb < Traits::kDqSlice / 8; ++bb)
+        *reinterpret_cast<float2*>(row + bb * 8) =
+            make_float2(dq(make_coord(i, 0), make_coord(0, bb)), dq(make_coord(i, 0), make_coord(1, bb)));
+    }
+    warpgroup_wait<0>();
+    pipe.consumer_release(st);
+    ++st;
+    cutlass::arch::fence_view_async_shared();  // the generic-proxy writes seen by the bulk copy
+    if constexpr (Traits::kDqByColumns) {
+      cutlass::arch::NamedBarrier::arrive_and_wait(256, kBothBarrier);
+    } else {
+      cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
+    }
     if constexpr (kDeterministic) {
+      // The turn is awaited only now: the ordered section is the reductions alone.
       const QueryBlocks kb = key_blocks_of_query_block(sq.len_q, sq.len_k, p.window_left, p.window_right,
                                                        m * Traits::kBlockM, Traits::kBlockM, Traits::kBlockN);
-      dq_turn_wait(sem, 2 * dq_turn(kb, n_block) + wg, t, wg);
-    } else if (step > 0) {
-      // The previous step's bulk reductions have read the stage before it is written again.
-      if (t < Traits::kBlockM) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-      cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
+      dq_turn_wait(sem, 2 * dq_turn(kb, n_block) + (Traits::kDqByColumns ? 0 : wg), t, wg);
+      // The acquire above ordered before this thread's async-proxy reductions of the same rows.
+      if (dq_issuer) asm volatile("fence.proxy.async.global;" ::: "memory");
     }
-    CUTE_UNROLL
-    for (int c0 = 0; c0 < kHeadDim; c0 += Traits::kDqSlice) {
-      Tensor tQrKt = thr_dq.make_fragment_B(
-          thr_dq.partition_B(local_tile(sKtw, Shape<Int<Traits::kDqSlice>, WgN>{}, make_coord(c0 / Traits::kDqSlice, _0{}))));
-      Tensor acc_dq = partition_fragment_C(mma_dq, Shape<BM, Int<Traits::kDqSlice>>{});
-      gemm_ss(mma_dq, tQrdS, tQrKt, acc_dq, true);
-      warpgroup_wait<0>();
-      if (c0 + Traits::kDqSlice >= kHeadDim) {
-        pipe.consumer_release(st);
-        ++st;
-      }
-      Tensor dq = make_tensor(acc_dq.data(), acc_rowcol_sm90(acc_dq.layout()));
-      CUTE_UNROLL
-      for (int i = 0; i < 2; ++i) {
-        const int r = warp_in_group * 16 + lane / 4 + 8 * i, q = m * Traits::kBlockM + r;
-        if constexpr (kDeterministic) {
-          if (q >= sq.len_q) continue;
-          float* const row = p.dq_accum + (q_row0 + q) * row_elems + int64_t(head) * kHeadDim + c0 + col_lane;
-          CUTE_UNROLL
-          for (int bb = 0; bb < Traits::kDqSlice / 8; ++bb)
-            atomicAdd(reinterpret_cast<float2*>(row + bb * 8),
-                      make_float2(dq(make_coord(i, 0), make_coord(0, bb)), dq(make_coord(i, 0), make_coord(1, bb))));
-        } else {
-          float* const row = dq_stage + r * kHeadDim + c0 + col_lane;
-          CUTE_UNROLL
-          for (int bb = 0; bb < Traits::kDqSlice / 8; ++bb)
-            *reinterpret_cast<float2*>(row + bb * 8) =
-                make_float2(dq(make_coord(i, 0), make_coord(0, bb)), dq(make_coord(i, 0), make_coord(1, bb)));
-        }
-      }
-    }
-    if constexpr (!kDeterministic) {
-      // The staged partial into dq_accum: thread r < 64 adds row r (D fp32, 16-byte aligned) with one
-      // bulk reduction; rows past the sequence are not added (their partial is 0, but the row may be
-      // the next sequence's or past the buffer).
-      cutlass::arch::fence_view_async_shared();  // the generic-proxy writes seen by the bulk copy
-      cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
-      const int q = m * Traits::kBlockM + t;
-      if (t < Traits::kBlockM && q < sq.len_q) {
+    {
+      const int q = m * Traits::kBlockM + dq_row_issued;
+      if (dq_issuer && q < sq.len_q) {
         float* const dst = p.dq_accum + (q_row0 + q) * row_elems + int64_t(head) * kHeadDim;
-        const uint32_t src = cute::cast_smem_ptr_to_uint(dq_stage + t * kHeadDim);
+        const uint32_t src = cute::cast_smem_ptr_to_uint(dq_stage + dq_row_issued * Traits::kDqStageLd);
         asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
                      ::"l"(dst), "r"(src), "r"(uint32_t(kHeadDim * sizeof(float))) : "memory");
         asm volatile("cp.async.bulk.commit_group;" ::: "memory");
       }
     }
     if constexpr (kDeterministic) {
-      dq_turn_pass(sem, t, wg);  // (its barrier also serves as the one below)
-    } else {
-      // Every warp of this warpgroup is past its dQ wgmmas (they read dS) and its reads of the stats
-      // before the next step overwrites either.
-      cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
+      // The reductions complete (not only read) and ordered before the generic release that passes the
+      // turn (FlashAttention-3's deterministic dQ does the same with its TMA reductions).
+      if (dq_issuer) {
+        asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+        asm volatile("fence.proxy.async.global;" ::: "memory");
+      }
+      dq_turn_pass(sem, t, wg, dq_issuer);
     }
   }
 
   if constexpr (!kDeterministic) {
-    if (t < Traits::kBlockM) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // before the CTA exits
+    if (dq_issuer) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // before the CTA exits
   }
 
   // dK (× scale) and dV out, rows past the sequence not stored.

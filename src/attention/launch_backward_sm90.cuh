@@ -20,32 +20,32 @@ void launch_dkdv_mode(const BwdParams& a, cudaStream_t stream) {
   static detail::PerDeviceCache<bool> opted_in;
   detail::opt_in_dynamic_smem_once(opted_in, kernel, kSmem);
 
-  const bool varlen = a.cu_seqlens_q != nullptr;
-  const int rows_q = varlen ? a.total_q : a.seqlen_q, rows_k = varlen ? a.total_k : a.seqlen_k;
-  const int views = varlen ? 1 : a.batch;
   constexpr int D = Traits::kHeadDim;  // tma_gmem_view (traits_sm90.cuh): int32 coordinates, zero strides
-  auto q = tma_gmem_view<D>(static_cast<const Element*>(a.q), rows_q, a.heads_q, views, a.q_row_stride, a.q_head_stride,
-                            a.q_batch_stride);
-  auto k = tma_gmem_view<D>(static_cast<const Element*>(a.k), rows_k, a.heads_kv, views, a.k_row_stride, a.k_head_stride,
-                            a.k_batch_stride);
-  auto v = tma_gmem_view<D>(static_cast<const Element*>(a.v), rows_k, a.heads_kv, views, a.v_row_stride, a.v_head_stride,
-                            a.v_batch_stride);
-  auto dout = tma_gmem_view<D>(static_cast<const Element*>(a.dout), rows_q, a.heads_q, views, a.do_row_stride,
+  const auto qkv = qkv_tma_views<D, Element>(a);
+  auto dout = tma_gmem_view<D>(static_cast<const Element*>(a.dout), qkv.rows_q, a.heads_q, qkv.views, a.do_row_stride,
                                a.do_head_stride, a.do_batch_stride);
   BwdSm90Params<Traits> p{a,
-                          make_tma_copy(SM90_TMA_LOAD{}, q, typename Traits::SmemLayoutBox{}),
-                          make_tma_copy(SM90_TMA_LOAD{}, k, typename Traits::SmemLayoutBox{}),
-                          make_tma_copy(SM90_TMA_LOAD{}, v, typename Traits::SmemLayoutBox{}),
+                          make_tma_copy(SM90_TMA_LOAD{}, qkv.q, typename Traits::SmemLayoutBox{}),
+                          make_tma_copy(SM90_TMA_LOAD{}, qkv.k, typename Traits::SmemLayoutBox{}),
+                          make_tma_copy(SM90_TMA_LOAD{}, qkv.v, typename Traits::SmemLayoutBox{}),
                           make_tma_copy(SM90_TMA_LOAD{}, dout, typename Traits::SmemLayoutBox{})};
-  p.rows_q = rows_q;
-  p.rows_k = rows_k;
-  const dim3 grid(static_cast<unsigned>((a.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN),
-                  static_cast<unsigned>(a.heads_kv), static_cast<unsigned>(a.batch));
+  p.rows_q = qkv.rows_q;
+  p.rows_k = qkv.rows_k;
+  const int64_t key_blocks = (a.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+  // The deterministic mode without a mask launches the KV heads fastest where the key blocks fit grid
+  // y (65535 of them: 8.4M keys); with one, head-major (deterministic_cta, backward_blocks.h, says why).
+  p.key_block_major = kDeterministic && key_blocks <= 65535 && a.window_left >= kWindowUnbounded &&
+                      a.window_right >= kWindowUnbounded;
+  const dim3 grid = p.key_block_major
+                        ? dim3(static_cast<unsigned>(a.heads_kv), static_cast<unsigned>(key_blocks),
+                               static_cast<unsigned>(a.batch))
+                        : dim3(static_cast<unsigned>(key_blocks), static_cast<unsigned>(a.heads_kv),
+                               static_cast<unsigned>(a.batch));
   detail::launch_with_cluster(kernel, grid, dim3(Traits::kThreads, 1, 1), kSmem, stream, dim3(1, 1, 1), p);
   BF_CHECK_LAUNCH();
 }
 
-// The deterministic mode where the launcher passed its counters (dq_semaphore), else atomics in any order.
+// The deterministic mode where the launcher passed its counters (dq_semaphore), else reductions in any order.
 template <class Traits>
 void launch_dkdv(const BwdParams& a, cudaStream_t stream) {
   if (a.dq_semaphore != nullptr)
@@ -54,9 +54,10 @@ void launch_dkdv(const BwdParams& a, cudaStream_t stream) {
     launch_dkdv_mode<Traits, false>(a, stream);
 }
 
-// Two Q / dO stages: K, V, two stages of Q and dO and the two dS buffers take 144 KB at D = 128.
+// Q / dO stages: at D = 128 three (K, V, the stages, the two dS buffers and the dQ stage take 212 KB,
+// Traits::kSmemBytes), at D = 64 two (118 KB).
 template <class Element>
-using BwdTraitsD128 = BwdTraits<Element, 128, 2>;
+using BwdTraitsD128 = BwdTraits<Element, 128, 3>;
 template <class Element>
 using BwdTraitsD64 = BwdTraits<Element, 64, 2>;
 

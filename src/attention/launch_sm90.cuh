@@ -20,28 +20,20 @@ void launch(const Params& a, cudaStream_t stream) {
   static detail::PerDeviceCache<bool> opted_in;  // this kernel's
   detail::opt_in_dynamic_smem_once(opted_in, kernel, kSmem);
 
-  const bool varlen = a.cu_seqlens_q != nullptr;
   const int m_blocks = (a.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   const int64_t num_tiles = int64_t(m_blocks) * a.heads_q * a.batch;
   // The TMA views: [batch][rows][heads][D]; varlen: one view of all `total` packed rows.
-  const int rows_q = varlen ? a.total_q : a.seqlen_q, rows_k = varlen ? a.total_k : a.seqlen_k;
-  const int views = varlen ? 1 : a.batch;
   constexpr int D = Traits::kHeadDim;  // tma_gmem_view (traits_sm90.cuh): int32 coordinates, zero strides
-  auto q = tma_gmem_view<D>(static_cast<const Element*>(a.q), rows_q, a.heads_q, views, a.q_row_stride, a.q_head_stride,
-                            a.q_batch_stride);
-  auto k = tma_gmem_view<D>(static_cast<const Element*>(a.k), rows_k, a.heads_kv, views, a.k_row_stride, a.k_head_stride,
-                            a.k_batch_stride);
-  auto v = tma_gmem_view<D>(static_cast<const Element*>(a.v), rows_k, a.heads_kv, views, a.v_row_stride, a.v_head_stride,
-                            a.v_batch_stride);
-  auto o = tma_gmem_view<D>(static_cast<Element*>(a.out), rows_q, a.heads_q, views, a.o_row_stride, a.o_head_stride,
-                            a.o_batch_stride);
+  const auto qkv = qkv_tma_views<D, Element>(a);
+  auto o = tma_gmem_view<D>(static_cast<Element*>(a.out), qkv.rows_q, a.heads_q, qkv.views, a.o_row_stride,
+                            a.o_head_stride, a.o_batch_stride);
   Sm90Params<Traits> p{a,
-                       make_tma_copy(SM90_TMA_LOAD{}, q, typename Traits::SmemLayoutQSlice{}),
-                       make_tma_copy(SM90_TMA_LOAD{}, k, typename Traits::SmemLayoutKStage{}),
-                       make_tma_copy(SM90_TMA_LOAD{}, v, typename Traits::SmemLayoutKStage{}),
+                       make_tma_copy(SM90_TMA_LOAD{}, qkv.q, typename Traits::SmemLayoutQSlice{}),
+                       make_tma_copy(SM90_TMA_LOAD{}, qkv.k, typename Traits::SmemLayoutKStage{}),
+                       make_tma_copy(SM90_TMA_LOAD{}, qkv.v, typename Traits::SmemLayoutKStage{}),
                        make_tma_copy(SM90_TMA_STORE{}, o, typename Traits::SmemLayoutQSlice{})};
-  p.rows_q = rows_q;
-  p.rows_k = rows_k;
+  p.rows_q = qkv.rows_q;
+  p.rows_k = qkv.rows_k;
   p.m_blocks = m_blocks;
   p.num_tiles = num_tiles;
   // Persistent (one CTA per SM: the shared memory allows no more) unless a band makes the tiles

@@ -58,6 +58,31 @@ auto tma_gmem_view(T* ptr, int32_t rows, int32_t heads, int32_t batch, int64_t r
                      Stride<int64_t, _1, int64_t, int64_t>{st(row_stride), _1{}, st(head_stride), st(batch_stride)});
 }
 
+// The TMA views of q, k and v that both passes load: one view per sequence of the batch, or one of
+// every packed row (varlen); rows_q / rows_k are the views' row counts, views their number (the
+// forward's out and the backward's dout take rows_q and views too).
+template <int kHeadDim, class Element>
+struct QkvTmaViews {
+  using View = decltype(tma_gmem_view<kHeadDim>(static_cast<const Element*>(nullptr), 0, 0, 0, 0, 0, 0));
+  int rows_q, rows_k, views;
+  View q, k, v;
+};
+template <int kHeadDim, class Element>
+QkvTmaViews<kHeadDim, Element> qkv_tma_views(const Params& a) {
+  const bool varlen = a.cu_seqlens_q != nullptr;
+  const int rows_q = varlen ? a.total_q : a.seqlen_q, rows_k = varlen ? a.total_k : a.seqlen_k;
+  const int views = varlen ? 1 : a.batch;
+  return {rows_q,
+          rows_k,
+          views,
+          tma_gmem_view<kHeadDim>(static_cast<const Element*>(a.q), rows_q, a.heads_q, views, a.q_row_stride,
+                                  a.q_head_stride, a.q_batch_stride),
+          tma_gmem_view<kHeadDim>(static_cast<const Element*>(a.k), rows_k, a.heads_kv, views, a.k_row_stride,
+                                  a.k_head_stride, a.k_batch_stride),
+          tma_gmem_view<kHeadDim>(static_cast<const Element*>(a.v), rows_k, a.heads_kv, views, a.v_row_stride,
+                                  a.v_head_stride, a.v_batch_stride)};
+}
+
 // The kernel's compile-time configuration for one (dtype, head dim, key block, stages).
 // kStageO: O is staged in its own buffer (the producer may load the next tile's Q while the O store
 // still reads it); false: in Q's buffer, which the next Q waits for (D = 256, where a separate O

@@ -198,26 +198,57 @@ TEST(AttentionBackwardBlocks, MatchTheReferenceVisibility) {
   EXPECT_GT(checked, 1000);
 }
 
-// The deterministic mode's schedule, simulated: CTAs of one (KV head, sequence) launched in
-// blockIdx.x order (key block deterministic_key_block(x, grid)), `resident` of them at a time, each
-// walking its steps in the kernel's order (query head of the group, then query block) and adding a
-// step's dQ only when that (head, query block)'s counter equals its dq_turn. Per round every resident
-// CTA whose turn has come adds (counters seen as at the round's start). Returns the most rounds any
-// CTA spent resident but waiting, -1 for a stall with nothing able to add (a deadlock on the GPU) and
-// -2 unless every counter ends at its block count (each turn taken once).
-int simulate_dq_order(int len_q, int len_k, int wl, int wr, int group, int resident) {
+// block_fully_visible against every pair of the block, for blocks at every offset (including partial
+// and out-of-range ones) under each mask: a block called whole with a masked pair would let the
+// kernel keep a probability the forward never had.
+TEST(AttentionBackwardBlocks, FullyVisibleBlocksMatchEveryPair) {
+  struct W { bool causal; int64_t left, right; };
+  const W windows[] = {{false, -1, -1}, {true, -1, -1}, {true, 40, -1}, {false, 20, 30}, {false, -1, 5}, {false, 0, 0}};
+  int whole = 0, partial = 0;
+  for (int len_q : {1, 64, 100, 256})
+    for (int len_k : {1, 64, 130, 256})
+      for (const W& w : windows) {
+        const int wl = attn::window_left_bound(w.left), wr = attn::window_right_bound(w.right, w.causal);
+        for (int m0 = 0; m0 < len_q + 64; m0 += 16)
+          for (int n0 = 0; n0 < len_k + 64; n0 += 16) {
+            bool all = true;
+            for (int i = m0; i < m0 + 64 && all; ++i)
+              for (int j = n0; j < n0 + 64 && all; ++j) all = attn::key_visible(i, j, len_q, len_k, wl, wr);
+            ASSERT_EQ(attn::block_fully_visible(m0, 64, n0, 64, len_q, len_k, wl, wr), all)
+                << "rows from " << m0 << ", keys from " << n0 << ": Sq=" << len_q << " Sk=" << len_k
+                << " causal=" << w.causal << " window=(" << w.left << ", " << w.right << ")";
+            ++(all ? whole : partial);
+          }
+      }
+  EXPECT_GT(whole, 100);
+  EXPECT_GT(partial, 100);
+}
+
+// The deterministic mode's schedule, simulated: the CTAs of one sequence, `heads` KV heads, launched
+// in linear grid order (x fastest) as deterministic_cta maps them, `resident` at a time; each walks
+// its steps in the kernel's order (query head of the group, then query block) and adds a step's dQ
+// only when that (KV head, query head, query block)'s counter equals its dq_turn. Per round every
+// resident CTA whose turn has come adds (counters as at the round's start). Returns the most rounds
+// any CTA spent resident but waiting, -1 for a stall with nothing able to add (a deadlock on the
+// GPU) and -2 unless every counter ends at its block count (each turn taken once).
+int simulate_dq_order(int len_q, int len_k, int wl, int wr, int group, int resident, int heads = 1,
+                      bool key_block_major = false) {
   constexpr int kM = 64, kN = 128;
   const int n_blocks = (len_k + kN - 1) / kN, m_blocks = (len_q + kM - 1) / kM;
-  struct Cta { int n, step = 0, waited = 0; std::vector<std::pair<int, int>> steps; };  // (head, query block)
-  std::vector<Cta> ctas(n_blocks);
-  for (int x = 0; x < n_blocks; ++x) {
-    Cta& c = ctas[x];
-    c.n = attn::deterministic_key_block(x, n_blocks);
-    const attn::QueryBlocks qb = attn::query_blocks_of_key_block(len_q, len_k, wl, wr, c.n * kN, kN, kM);
-    for (int h = 0; h < group; ++h)
-      for (int m = qb.first; m < qb.first + qb.count; ++m) c.steps.push_back({h, m});
-  }
-  std::vector<int> counter(size_t(group) * m_blocks, 0);
+  struct Cta { int n, head, step = 0, waited = 0; std::vector<std::pair<int, int>> steps; };  // (q head, block)
+  std::vector<Cta> ctas;
+  const int gx = key_block_major ? heads : n_blocks, gy = key_block_major ? n_blocks : heads;
+  for (int y = 0; y < gy; ++y)
+    for (int x = 0; x < gx; ++x) {
+      const attn::BwdCta id = attn::deterministic_cta(x, y, gx, gy, key_block_major);
+      Cta c{id.key_block, id.head};
+      const attn::QueryBlocks qb = attn::query_blocks_of_key_block(len_q, len_k, wl, wr, c.n * kN, kN, kM);
+      for (int h = 0; h < group; ++h)
+        for (int m = qb.first; m < qb.first + qb.count; ++m) c.steps.push_back({h, m});
+      ctas.push_back(std::move(c));
+    }
+  auto slot = [&](int head, int h, int m) { return (size_t(head) * group + h) * m_blocks + m; };
+  std::vector<int> counter(size_t(heads) * group * m_blocks, 0);
   size_t launched = 0, done = 0;
   std::vector<size_t> live;
   int max_wait = 0;
@@ -230,7 +261,7 @@ int simulate_dq_order(int len_q, int len_k, int wl, int wr, int group, int resid
       if (c.step == int(c.steps.size())) continue;
       const auto [h, m] = c.steps[c.step];
       const int turn = attn::dq_turn(attn::key_blocks_of_query_block(len_q, len_k, wl, wr, m * kM, kM, kN), c.n);
-      if (counter[size_t(h) * m_blocks + m] == turn) ++next[size_t(h) * m_blocks + m], ++c.step, progress = true;
+      if (counter[slot(c.head, h, m)] == turn) ++next[slot(c.head, h, m)], ++c.step, progress = true;
       else max_wait = std::max(max_wait, ++c.waited);
     }
     for (size_t i = 0; i < live.size();)
@@ -239,10 +270,11 @@ int simulate_dq_order(int len_q, int len_k, int wl, int wr, int group, int resid
     if (!progress) return -1;
     counter = next;
   }
-  for (int h = 0; h < group; ++h)
-    for (int m = 0; m < m_blocks; ++m)
-      if (counter[size_t(h) * m_blocks + m] != attn::key_blocks_of_query_block(len_q, len_k, wl, wr, m * kM, kM, kN).count)
-        return -2;
+  for (int head = 0; head < heads; ++head)
+    for (int h = 0; h < group; ++h)
+      for (int m = 0; m < m_blocks; ++m)
+        if (counter[slot(head, h, m)] != attn::key_blocks_of_query_block(len_q, len_k, wl, wr, m * kM, kM, kN).count)
+          return -2;
   return max_wait;
 }
 
@@ -253,19 +285,32 @@ TEST(AttentionBackwardBlocks, DeterministicOrderNeverDeadlocksAndCausalBlocksNev
     for (int len_k : {1, 129, 700, 1024})
       for (const W& w : windows)
         for (int group : {1, 3})
-          for (int resident : {1, 2, 1000}) {
-            const int wl = attn::window_left_bound(w.left), wr = attn::window_right_bound(w.right, w.causal);
-            const int wait = simulate_dq_order(len_q, len_k, wl, wr, group, resident);
-            ASSERT_GT(wait, -1) << "stalled (a deadlock): Sq=" << len_q << " Sk=" << len_k << " causal=" << w.causal
-                                << " window=(" << w.left << ", " << w.right << ") group=" << group
-                                << " resident=" << resident;
-            ASSERT_NE(wait, -2) << "a turn taken twice or never: Sq=" << len_q << " Sk=" << len_k;
-          }
+          for (int resident : {1, 2, 1000})
+            for (bool kbm : {false, true}) {
+              const int wl = attn::window_left_bound(w.left), wr = attn::window_right_bound(w.right, w.causal);
+              const int wait = simulate_dq_order(len_q, len_k, wl, wr, group, resident, 2, kbm);
+              ASSERT_GT(wait, -1) << "stalled (a deadlock): Sq=" << len_q << " Sk=" << len_k << " causal=" << w.causal
+                                  << " window=(" << w.left << ", " << w.right << ") group=" << group
+                                  << " resident=" << resident << " key_block_major=" << kbm;
+              ASSERT_NE(wait, -2) << "a turn taken twice or never: Sq=" << len_q << " Sk=" << len_k;
+            }
   // Causal, every CTA resident: each runs its own steps without a round of waiting (ascending, the
   // diagonal key blocks would wait for key block 0, holding their SMs for its whole length).
   for (int len : {1024, 1000, 4096})
     for (int group : {1, 4})
       EXPECT_EQ(simulate_dq_order(len, len, attn::kWindowUnbounded, 0, group, 1000), 0) << "S=" << len << " group=" << group;
+}
+
+// Without a mask, at S = 4096 (32 key blocks) and 32 KV heads on 132 resident CTAs: head-major, the
+// last key block of a head in the order waits a step for each before it (31); key-block-major, a few
+// key blocks of every head are resident at once, so no CTA waits more than a few steps.
+TEST(AttentionBackwardBlocks, DeterministicKeyBlockMajorLaunchShortensTheWavefront) {
+  const int wl = attn::kWindowUnbounded, wr = attn::kWindowUnbounded;
+  EXPECT_GE(simulate_dq_order(4096, 4096, wl, wr, 1, 132, 32, false), 31);
+  EXPECT_LE(simulate_dq_order(4096, 4096, wl, wr, 1, 132, 32, true), 4);
+  EXPECT_LE(simulate_dq_order(4096, 4096, wl, wr, 4, 132, 8, true), 16);
+  // Causal stays wait-free either way.
+  EXPECT_EQ(simulate_dq_order(4096, 4096, wl, 0, 1, 132, 32, true), 0);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 """`python -m blockfuse.bench attention-backward`: attention forward + backward (training), bf16,
-B = 2, Hq = 32: blockfuse.ops.attention with its autograd (`blockfuse`; `blockfuse_atomic`: the same
-forward with the non-deterministic backward, dQ by atomics) beside PyTorch SDPA's flash and cuDNN
+B = 2, Hq = 32: blockfuse.ops.attention with its autograd (`blockfuse`: the deterministic backward;
+`blockfuse_atomic`: the same forward with the non-deterministic one, dQ by atomics or reductions) beside PyTorch SDPA's flash and cuDNN
 backends and FlashAttention-4 (flash_attn.cute.interface.flash_attn_func, when importable:
 ../shared/peers stages it), in one process.
 
@@ -40,27 +40,28 @@ def _leaves(s, hkv, d, seed):
     return q, k, v, dout
 
 
-class _AtomicDq(torch.autograd.Function):
-    """fn's forward, its backward with blockfuse's non-deterministic attention backward switched on."""
+class _DqMode(torch.autograd.Function):
+    """fn's forward, its backward with blockfuse's attention backward in the given mode (deterministic
+    or not), whatever the device's default."""
 
     @staticmethod
-    def forward(ctx, q, k, v, fn, bf):
+    def forward(ctx, q, k, v, fn, bf, deterministic):
         with torch.enable_grad():
             leaves = [t.detach().requires_grad_() for t in (q, k, v)]
             out = fn(*leaves)
         ctx.save_for_backward(*leaves)
-        ctx.graph = (out, bf)
+        ctx.graph = (out, bf, deterministic)
         return out.detach()
 
     @staticmethod
     def backward(ctx, dout):
-        out, bf = ctx.graph
-        bf.set_attention_backward_deterministic(False)
+        out, bf, deterministic = ctx.graph
+        bf.set_attention_backward_deterministic(deterministic)
         try:
             grads = torch.autograd.grad(out, ctx.saved_tensors, dout)
         finally:
-            bf.set_attention_backward_deterministic(True)
-        return (*grads, None, None)
+            bf.set_attention_backward_deterministic(None)
+        return (*grads, None, None, None)
 
 
 def implementations(bf, fa4, causal, gqa):
@@ -74,11 +75,12 @@ def implementations(bf, fa4, causal, gqa):
 
     impls = {"sdpa_flash": sdpa(SDPBackend.FLASH_ATTENTION), "sdpa_cudnn": sdpa(SDPBackend.CUDNN_ATTENTION)}
     if bf is not None:
-        impls["blockfuse"] = lambda q, k, v: bf.attention(q, k, v, causal=causal)
-
-        def atomic(q, k, v):  # the non-deterministic backward (dQ by atomics), for the same forward
-            return _AtomicDq.apply(q, k, v, lambda a, b, c: bf.attention(a, b, c, causal=causal), bf)
-        impls["blockfuse_atomic"] = atomic
+        def mode(deterministic):
+            def fn(q, k, v):
+                return _DqMode.apply(q, k, v, lambda a, b, c: bf.attention(a, b, c, causal=causal), bf, deterministic)
+            return fn
+        impls["blockfuse"] = mode(True)
+        impls["blockfuse_atomic"] = mode(False)
     if fa4 is not None:
         def fa(q, k, v):
             out = fa4(q, k, v, causal=causal)
