@@ -331,7 +331,7 @@ namespace {
 // kernel's deterministic mode) the dQ turn counters [rows, Hq] int32; each part 16-byte aligned.
 size_t align16(size_t n) { return (n + 15) / 16 * 16; }
 size_t dsum_bytes(AttnConstTensor q) { return align16(static_cast<size_t>(q.batch * q.seqlen * q.heads * 4)); }
-int64_t accum_rows(AttnConstTensor q) { return q.batch * q.seqlen + 64; }
+int64_t accum_rows(AttnConstTensor q) { return q.batch * q.seqlen > 0 ? q.batch * q.seqlen + 64 : 0; }
 size_t accum_bytes(AttnConstTensor q) { return align16(static_cast<size_t>(accum_rows(q) * q.heads * q.head_dim * 4)); }
 size_t semaphore_bytes(AttnConstTensor q) { return dsum_bytes(q); }
 
