@@ -325,12 +325,14 @@ void attention(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnTens
 }
 
 namespace {
-// The backward's workspace: Dsum [rows, Hq] fp32, then (where a dQ accumulator is used) dq_accum
-// [rows, Hq, D] fp32, then (the sm90a kernel's deterministic mode) the dQ turn counters [rows, Hq]
-// int32; each part 16-byte aligned.
+// The backward's workspace: Dsum [rows, Hq] fp32, then (where a dQ accumulator is used) dq_accum,
+// rows + 64 rows of Hq × D fp32 (BwdParams::dq_accum_head_rows: the sm90a kernel's layout needs the
+// 64-row block past the rows; the sm80 kernels' [rows, Hq, D] leaves it unused), then (the sm90a
+// kernel's deterministic mode) the dQ turn counters [rows, Hq] int32; each part 16-byte aligned.
 size_t align16(size_t n) { return (n + 15) / 16 * 16; }
 size_t dsum_bytes(AttnConstTensor q) { return align16(static_cast<size_t>(q.batch * q.seqlen * q.heads * 4)); }
-size_t accum_bytes(AttnConstTensor q) { return align16(static_cast<size_t>(q.batch * q.seqlen * q.heads * q.head_dim * 4)); }
+int64_t accum_rows(AttnConstTensor q) { return q.batch * q.seqlen > 0 ? q.batch * q.seqlen + 64 : 0; }
+size_t accum_bytes(AttnConstTensor q) { return align16(static_cast<size_t>(accum_rows(q) * q.heads * q.head_dim * 4)); }
 size_t semaphore_bytes(AttnConstTensor q) { return dsum_bytes(q); }
 
 // Whether the sm90a dK/dV kernel runs on the current device for this head dim: this build,
@@ -467,6 +469,7 @@ void attention_backward(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v,
   if (!params.deterministic || dkdv != nullptr) {
     unsigned char* const ws = static_cast<unsigned char*>(workspace);
     p.dq_accum = reinterpret_cast<float*>(ws + dsum_bytes(q));
+    p.dq_accum_head_rows = dkdv != nullptr ? accum_rows(q) : 0;
     size_t zeroed = accum_bytes(q);
     if (params.deterministic) {
       p.dq_semaphore = reinterpret_cast<int*>(ws + dsum_bytes(q) + accum_bytes(q));

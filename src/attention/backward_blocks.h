@@ -99,4 +99,11 @@ BLOCKFUSE_ATTN_HD BwdCta deterministic_cta(int x, int y, int grid_x, int grid_y,
   return key_block_major ? BwdCta{grid_y - 1 - y, x} : BwdCta{grid_x - 1 - x, y};
 }
 
+// The sm90a kernel's dq_accum: per query head, rows of D fp32 (a head's rows contiguous, so a CTA's
+// 64-row dQ partial is one contiguous span that a single bulk reduction adds), each row's 8-float
+// (32-byte) chunks permuted by the row's index modulo 8, so that the 8 rows a warp's accumulator
+// stores touch fall on distinct banks of the shared-memory stage that mirrors the span byte for byte.
+// The column where (row, col) lives; an involution, so the conversion reads with the same function.
+BLOCKFUSE_ATTN_HD int dq_accum_col(int64_t row, int col) { return (((col >> 3) ^ int(row & 7)) << 3) | (col & 7); }
+
 }  // namespace blockfuse::attn

@@ -23,6 +23,10 @@ struct BwdParams : Params {
   // this fp32 [rows, Hq, D] buffer (zeroed first; rows = B·Sq, or the packed total) with atomics, and a
   // conversion kernel writes dq from it; nullptr in the deterministic mode (the dQ kernel).
   float* dq_accum;
+  // dq_accum's layout: 0 for the sm80 kernels' [rows, Hq, D]; the sm90a kernel's is [Hq, this many
+  // rows, D] with dq_accum_col's chunk order, the rows padded by a 64-row block past the last so a
+  // partial block's whole-block reduction stays inside (its rows past the sequence add zeros).
+  int64_t dq_accum_head_rows = 0;
   // The sm90a kernel's deterministic mode: the dQ additions into dq_accum of each (query head, 64-row
   // block) are made one key block after another, in order, counted by this int32 [rows, Hq] buffer
   // (zeroed first; entry row·Hq + head for the block starting at row); nullptr otherwise.

@@ -27,6 +27,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "attention/backward_blocks.h"
 #include "attention/backward_params.h"
 #include "attention/params.h"
 #include "common/cp_async.cuh"
@@ -404,14 +405,17 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_dkdv_kernel(const __grid_cons
 // ---- dQ from the atomics' buffer ---------------------------------------------------------------------
 
 // dq = dq_accum · scale, rounded: grid (ceil(rows · D / 8 / 128), Hq, batch), rows as bwd_dsum_kernel's
-// (Sq per sequence, or the packed total with batch 1), 8 columns per thread.
+// (Sq per sequence, or the packed total with batch 1), 8 columns per thread (one chunk of
+// dq_accum_col's order in the sm90a layout).
 template <class T, int D>
 __global__ void __launch_bounds__(128) bwd_dq_convert_kernel(const __grid_constant__ BwdParams p, int rows) {
   const int h = blockIdx.y, b = blockIdx.z;
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // (row, chunk of 8)
   if (idx >= int64_t(rows) * (D / 8)) return;
   const int r = int(idx / (D / 8)), c = int(idx % (D / 8)) * 8;
-  const float* src = p.dq_accum + ((int64_t(b) * rows + r) * p.heads_q + h) * D + c;
+  const int64_t row = int64_t(b) * rows + r;
+  const float* src = p.dq_accum_head_rows > 0 ? p.dq_accum + (h * p.dq_accum_head_rows + row) * D + dq_accum_col(row, c)
+                                              : p.dq_accum + (row * p.heads_q + h) * D + c;
   T* dst = static_cast<T*>(p.dq) + int64_t(b) * p.dq_batch_stride + int64_t(r) * p.dq_row_stride +
            int64_t(h) * p.dq_head_stride + c;
   const float4 x0 = *reinterpret_cast<const float4*>(src), x1 = *reinterpret_cast<const float4*>(src + 4);

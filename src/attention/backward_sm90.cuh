@@ -1,6 +1,6 @@
 // Internal: the sm90a (Hopper) attention backward's dK/dV kernel: wgmma, TMA and warp
 // specialisation, FlashAttention-3's design (docs/attention.md#backward-sm90a). dQ goes into
-// BwdParams::dq_accum by fp32 bulk reductions of staged rows, in any order (non-deterministic mode)
+// BwdParams::dq_accum by fp32 bulk reductions of staged blocks, in any order (non-deterministic mode)
 // or, with kDeterministic, one key block after another per query block (the last first: dq_turn),
 // ordered by a counter per (query block, head) (FlashAttention-3's deterministic mode). The Dsum pass
 // before it and the dQ conversion after it are the sm80 family's kernels (backward_sm80.cuh), which
@@ -18,8 +18,9 @@
 //                                 fragment, acc_as_a_sm90), B = dOᵀ / Qᵀ read MN-major from the stage;
 //   dQ += dS·K                    dSᵀ written to shared memory (MN-major for A); SS wgmma, at D = 128
 //                                 64 columns a warpgroup over both warpgroups' keys, at 64 every column
-//                                 over its own; staged in shared memory, added into dq_accum by one
-//                                 cp.reduce.async.bulk per row.
+//                                 over its own; staged in shared memory in dq_accum's own layout
+//                                 (dq_accum_col) and added by one cp.reduce.async.bulk of the
+//                                 whole 64-row block (the CTA's, or each warpgroup's at D = 64).
 // dK (× scale) and dV are stored from registers at the end: rows past the sequence are not stored.
 // Masked and out-of-sequence pairs get P = dS = 0 explicitly (not by multiplying: 0 · NaN is NaN).
 // TMA zero-fills rows past the tensors. Varlen: a box running past a sequence's end reads the next
@@ -86,10 +87,6 @@ struct BwdTraits {
   static constexpr int kDqSlice = 64;
   static constexpr bool kDqByColumns = kHeadDim == 2 * kDqSlice;
   static constexpr int kDqStages = kDqByColumns ? 1 : kConsumerWgs;
-  // The dQ stage's row pitch in floats: 8 past D, so the 8 rows a warp's float2 stores touch start
-  // 32 bytes apart in the banks (4 rows fill the 128 bytes: two wavefronts, the minimum for 256 bytes)
-  // and every row stays 16-byte aligned for its bulk reduction.
-  static constexpr int kDqStageLd = kHeadDim + 8;
   using TiledMmaDQ = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, Shape<BM, Int<kDqSlice>, WgN>, GMMA::Major::MN, GMMA::Major::MN>()));
 
@@ -116,10 +113,11 @@ struct BwdTraits {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> dout;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutDS> * kConsumerWgs, 1024> ds;
     float stats[kConsumerWgs][2][kBlockM];  // per warpgroup: the step's LSE (exp2 units), then Dsum
-    // A step's dQ partial, row-major [64][kDqStageLd] fp32 (the CTA's with kDqByColumns, each
-    // warpgroup's otherwise), added into dq_accum by one bulk reduction per row (cp.reduce.async.bulk)
-    // instead of an atomic per pair, in both modes.
-    alignas(128) float dq_stage[kDqStages][kBlockM * kDqStageLd];
+    // A step's dQ partial, [64][D] fp32 in dq_accum's layout (each row's 32-byte chunks permuted by
+    // the global row % 8, dq_accum_col: the 8 rows of a warp's float2 stores then hit distinct banks),
+    // the CTA's with kDqByColumns, each warpgroup's otherwise; added into dq_accum's contiguous
+    // 64-row span by one bulk reduction (cp.reduce.async.bulk), in both modes.
+    alignas(128) float dq_stage[kDqStages][kBlockM * kHeadDim];
     typename PipelineQdO::SharedStorage pipe;
     uint64_t kv_full;  // ClusterTransactionBarrier::ValueType: K and V of the block landed
   };
@@ -189,8 +187,8 @@ CUTE_DEVICE void gemm_ss(Mma& mma, FragA const& tA, FragB const& tB, Acc& acc, b
 }
 
 // Deterministic mode: the counter of a (query block, head) reaches `expected` when every earlier
-// (key block, warpgroup) in dq_turn's order has added its dQ (with kDqByColumns both warpgroups of a
-// key block add disjoint rows at the same turn, so the counter may be one past `expected`). One
+// addition in dq_turn's order has been made (one per key block with kDqByColumns, where the CTA adds
+// one block; otherwise one per (key block, warpgroup)). One
 // thread spins with acquire loads; the warpgroup waits at its barrier. Deadlock-free because a CTA waits only for CTAs launched before it
 // (later key blocks of the same KV head and sequence, launched first), which the hardware dispatches first.
 // A wait gives up after 2^27 polls (each after a 64 ns back-off: several seconds; a legitimate wait
@@ -328,14 +326,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data() + wg * cosize_v<typename Traits::SmemLayoutDS>),
                            typename Traits::SmemLayoutDS{});
   float* const dq_stage = smem.dq_stage[Traits::kDqByColumns ? 0 : wg];
-  // kDqByColumns: the bulk reductions of rows [32·wg, 32·wg + 32) are this warpgroup's; otherwise all
-  // 64. Each of its four warps issues a quarter from its first lanes: a warp issues its lanes' bulk
-  // copies one after another (the instruction takes uniform operands), so spread over the warps
-  // they go four at a time.
-  constexpr int kDqRowsIssued = Traits::kDqByColumns ? Traits::kBlockM / 2 : Traits::kBlockM;
-  constexpr int kDqRowsPerWarp = kDqRowsIssued / 4;
-  const bool dq_issuer = lane < kDqRowsPerWarp;
-  const int dq_row_issued = (Traits::kDqByColumns ? wg * kDqRowsIssued : 0) + warp_in_group * kDqRowsPerWarp + lane;
+  // The thread that adds the stage into dq_accum (one bulk reduction a step): the CTA's with
+  // kDqByColumns, each warpgroup's otherwise. Issued from one thread, not one per row: a warp issues
+  // its lanes' bulk copies one after another, and a row each kept the consumers 15 % of their time
+  // in that loop (ncu, H100, 2026-11-27: docs/attention.md).
+  const bool dq_issuer = t == 0 && (!Traits::kDqByColumns || wg == 0);
 
   Tensor tSrK = thr_sdp.make_fragment_A(thr_sdp.partition_A(sKw));    // (MMA, 1, D/16)
   Tensor tSrV = thr_sdp.make_fragment_A(thr_sdp.partition_A(sVw));
@@ -375,6 +370,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int64_t lse_base =
       varlen ? int64_t(sq.offset_q) : int64_t(b) * p.lse_batch_stride;  // + head · lse_head_stride + row
   const int64_t q_row0 = varlen ? int64_t(sq.offset_q) : int64_t(b) * p.seqlen_q;  // dq_accum's row of query 0
+  // This thread's stage rows (16 · warp + lane / 4 + 8i of a block starting at a multiple of 64) all
+  // have global row % 8 = dq_swz: dq_accum_col's permutation for them.
+  const int dq_swz = int((q_row0 + lane / 4) & 7);
 
   if (steps > 0) {
     KVBarrier::wait(&smem.kv_full, 0);
@@ -401,7 +399,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int64_t stat = lse_base + int64_t(head) * p.lse_head_stride;
     const int i = m * Traits::kBlockM + t % Traits::kBlockM;
     if (i >= sq.len_q) return 0.f;
-    return t < Traits::kBlockM ? p.lse[stat + i] * 1.4426950408889634f : p.dsum[stat + i];
+    return t < Traits::kBlockM ? p.lse[stat + i] : p.dsum[stat + i];  // the LSE scaled when stored
   };
   float stat_next = steps > 0 ? load_stat(0) : 0.f;
 
@@ -433,7 +431,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // shared buffer (the previous step's readers are past the barrier that ends it), read below by
     // column; then the next step's load, whose latency this step's work hides.
     constexpr int kBlocks = Traits::kBlockM / 8;
-    smem.stats[wg][t / Traits::kBlockM][t % Traits::kBlockM] = stat_next;
+    // (The LSE's scaling to exp2 units here, a step after its load: multiplied in load_stat, the
+    // product waited for the load there, 3 % of the consumers' time.)
+    smem.stats[wg][t / Traits::kBlockM][t % Traits::kBlockM] =
+        t < Traits::kBlockM ? stat_next * 1.4426950408889634f : stat_next;
     cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
     if (step + 1 < steps) stat_next = load_stat(step + 1);
     const float* const lse2 = smem.stats[wg][0];
@@ -540,9 +541,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     cutlass::arch::fence_view_async_shared();
 
     if constexpr (!kDeterministic) {
-      // The previous step's bulk reductions have read the stage before it is written again (the
-      // barrier below publishes that to the threads that write it).
-      if (step > 0 && dq_issuer) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+      // The previous step's bulk reduction has read the stage before it is written again (the
+      // barrier below publishes that to the threads that write it; no pending group at step 0).
+      if (dq_issuer) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
     }
     if constexpr (Traits::kDqByColumns) {
       cutlass::arch::NamedBarrier::arrive_and_wait(256, kBothBarrier);  // both warpgroups' dS written
@@ -553,7 +554,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // dQ (64 queries × this warpgroup's 64 columns), then dK += dSᵀ·Q (A from registers); dQ goes to
     // the stage while dK's wgmma runs. The Q / dO stage is released once every wgmma that read it
     // (dV, dK) has retired.
-    const int64_t row_elems = int64_t(p.heads_q) * kHeadDim;
     int* const sem = kDeterministic ? p.dq_semaphore + (q_row0 + int64_t(m) * Traits::kBlockM) * p.heads_q + head : nullptr;
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<BM, Int<Traits::kDqSlice>>{});
     if constexpr (Traits::kDqByColumns) {
@@ -571,19 +571,26 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     warpgroup_wait<1>();  // dV and dQ done; dK may still run
     warpgroup_fence_operand(acc_dq);
     Tensor dq = make_tensor(acc_dq.data(), acc_rowcol_sm90(acc_dq.layout()));
-    // The partial into the stage (rows padded to kDqStageLd floats: without the pad the 8 rows of a
-    // warp's float2 stores hit the same banks), then into dq_accum by one bulk reduction per row (D
-    // fp32, 16-byte aligned); rows past the sequence are not added (their partial is 0, but the row
-    // may be the next sequence's or past the buffer). The barrier also orders every dQ wgmma (they
-    // read dS) and this step's reads of the stats before the next step overwrites either.
+    // The partial into the stage, in dq_accum's layout, then into dq_accum by one bulk reduction of
+    // the whole block. Rows past the sequence are stored as 0: the block's span may run into the next
+    // sequence's rows (or the 64 padding rows past the last), where adding +0 changes nothing, while
+    // their computed partial could be NaN from an infinite key. The barrier also orders every dQ
+    // wgmma (they read dS) and this step's reads of the stats before the next step overwrites either.
+    // Chunk bb of this thread's columns sits at byte (row base + dq_accum_col's chunk) = the bb = 0
+    // address XOR bb · 32: the chunk bits (5-7) of the row base and of dq_col0 are clear.
+    const int valid_rows = sq.len_q - m * Traits::kBlockM;
     CUTE_UNROLL
     for (int i = 0; i < 2; ++i) {
       const int r = warp_in_group * 16 + lane / 4 + 8 * i;
-      float* const row = dq_stage + r * Traits::kDqStageLd + dq_col0 + col_lane;
+      const bool live = r < valid_rows;
+      const uint32_t addr0 = cute::cast_smem_ptr_to_uint(dq_stage) +
+                             uint32_t((r * kHeadDim + dq_accum_col(dq_swz, dq_col0 + col_lane)) * sizeof(float));
       CUTE_UNROLL
-      for (int bb = 0; bb < Traits::kDqSlice / 8; ++bb)
-        *reinterpret_cast<float2*>(row + bb * 8) =
-            make_float2(dq(make_coord(i, 0), make_coord(0, bb)), dq(make_coord(i, 0), make_coord(1, bb)));
+      for (int bb = 0; bb < Traits::kDqSlice / 8; ++bb) {
+        const float x = live ? dq(make_coord(i, 0), make_coord(0, bb)) : 0.f;
+        const float y = live ? dq(make_coord(i, 0), make_coord(1, bb)) : 0.f;
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr0 ^ uint32_t(bb << 5)), "f"(x), "f"(y) : "memory");
+      }
     }
     warpgroup_wait<0>();
     pipe.consumer_release(st);
@@ -594,32 +601,38 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     } else {
       cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
     }
+    // The warpgroups whose thread adds a block (with kDqByColumns only warpgroup 0's) take part in
+    // the deterministic mode's turns; the other's stage writes are ordered by the barrier above.
+    constexpr bool kOneIssuer = Traits::kDqByColumns;
     if constexpr (kDeterministic) {
-      // The turn is awaited only now: the ordered section is the reductions alone.
-      const QueryBlocks kb = key_blocks_of_query_block(sq.len_q, sq.len_k, p.window_left, p.window_right,
-                                                       m * Traits::kBlockM, Traits::kBlockM, Traits::kBlockN);
-      dq_turn_wait(sem, 2 * dq_turn(kb, n_block) + (Traits::kDqByColumns ? 0 : wg), t, wg);
-      // The acquire above ordered before this thread's async-proxy reductions of the same rows.
-      if (dq_issuer) asm volatile("fence.proxy.async.global;" ::: "memory");
-    }
-    {
-      const int q = m * Traits::kBlockM + dq_row_issued;
-      if (dq_issuer && q < sq.len_q) {
-        float* const dst = p.dq_accum + (q_row0 + q) * row_elems + int64_t(head) * kHeadDim;
-        const uint32_t src = cute::cast_smem_ptr_to_uint(dq_stage + dq_row_issued * Traits::kDqStageLd);
-        asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
-                     ::"l"(dst), "r"(src), "r"(uint32_t(kHeadDim * sizeof(float))) : "memory");
-        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+      if (!kOneIssuer || wg == 0) {
+        // The turn is awaited only now: the ordered section is the reduction alone. One addition
+        // per turn with kOneIssuer, else warpgroup 0's then 1's.
+        const QueryBlocks kb = key_blocks_of_query_block(sq.len_q, sq.len_k, p.window_left, p.window_right,
+                                                         m * Traits::kBlockM, Traits::kBlockM, Traits::kBlockN);
+        const int turn = dq_turn(kb, n_block);
+        dq_turn_wait(sem, kOneIssuer ? turn : 2 * turn + wg, t, wg);
+        // The acquire above ordered before this thread's async-proxy reduction of the same rows.
+        if (dq_issuer) asm volatile("fence.proxy.async.global;" ::: "memory");
       }
     }
+    if (dq_issuer) {
+      float* const dst = p.dq_accum + (int64_t(head) * p.dq_accum_head_rows + q_row0 + int64_t(m) * Traits::kBlockM) * kHeadDim;
+      asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
+                   ::"l"(dst), "r"(cute::cast_smem_ptr_to_uint(dq_stage)),
+                   "r"(uint32_t(Traits::kBlockM * kHeadDim * sizeof(float))) : "memory");
+      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    }
     if constexpr (kDeterministic) {
-      // The reductions complete (not only read) and ordered before the generic release that passes the
-      // turn (FlashAttention-3's deterministic dQ does the same with its TMA reductions).
-      if (dq_issuer) {
-        asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-        asm volatile("fence.proxy.async.global;" ::: "memory");
+      if (!kOneIssuer || wg == 0) {
+        // The reduction complete (not only read) and ordered before the generic release that passes
+        // the turn (FlashAttention-3's deterministic dQ does the same with its TMA reductions).
+        if (dq_issuer) {
+          asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+          asm volatile("fence.proxy.async.global;" ::: "memory");
+        }
+        dq_turn_pass(sem, t, wg, dq_issuer);
       }
-      dq_turn_pass(sem, t, wg, dq_issuer);
     }
   }
 

@@ -54,8 +54,8 @@ void launch_dkdv(const BwdParams& a, cudaStream_t stream) {
     launch_dkdv_mode<Traits, false>(a, stream);
 }
 
-// Q / dO stages: at D = 128 three (K, V, the stages, the two dS buffers and the dQ stage take 212 KB,
-// Traits::kSmemBytes), at D = 64 two (118 KB).
+// Q / dO stages: at D = 128 three (K, V, the stages, the two dS buffers and the dQ stage take about
+// 210 KB, Traits::kSmemBytes), at D = 64 two (about 114 KB).
 template <class Element>
 using BwdTraitsD128 = BwdTraits<Element, 128, 3>;
 template <class Element>

@@ -126,10 +126,11 @@ TEST(AttentionBackwardValidation, NamesTheArgument) {
   expect_error([](Call& c) { c.dq.data = const_cast<void*>(c.q.data); }, "dq");
   expect_error([](Call& c) { c.dv.data = c.dk.data; }, "dk");
   // Deterministic: Dsum only, and where the sm90a kernel runs (an H100) also its dQ accumulator and
-  // the [rows, Hq] int32 turn counters of its ordered dQ additions.
-  const size_t dsum = 2 * 100 * 8 * 4, accum = size_t(2) * 100 * 8 * 128 * 4;
+  // the [rows, Hq] int32 turn counters of its ordered dQ additions. The accumulator holds a 64-row
+  // block past the rows (the sm90a kernel's whole-block reductions).
+  const size_t dsum = 2 * 100 * 8 * 4, accum = size_t(2 * 100 + 64) * 8 * 128 * 4;
   EXPECT_EQ(attention_backward_workspace_size(valid().q), dsum + (testing::attention_sm90_runnable() ? accum + dsum : 0));
-  // Non-deterministic: the fp32 dQ accumulator [rows, Hq, D] after Dsum, and the check uses it.
+  // Non-deterministic: the fp32 dQ accumulator after Dsum, and the check uses it.
   EXPECT_EQ(attention_backward_workspace_size(valid().q, false), dsum + accum);
   expect_error([](Call& c) { c.p.deterministic = false; c.ws_bytes = 2 * 100 * 8 * 4; }, "workspace");
 }
@@ -276,6 +277,46 @@ int simulate_dq_order(int len_q, int len_k, int wl, int wr, int group, int resid
         if (counter[slot(head, h, m)] != attn::key_blocks_of_query_block(len_q, len_k, wl, wr, m * kM, kM, kN).count)
           return -2;
   return max_wait;
+}
+
+// The sm90a dq_accum layout (dq_accum_col): within each row a permutation of whole 8-float chunks
+// (an involution, so the conversion reads with the kernel's function), and the kernel's stage stores
+// bank-conflict free: for every store instruction (8 rows lane / 4, 4 lanes of float2 in one chunk)
+// each of the 32 banks is hit exactly twice (two wavefronts, the minimum for 256 bytes). Also the
+// kernel's shortcut: the chunk bb address is the chunk 0 address XOR bb · 32 bytes.
+TEST(AttentionBackwardBlocks, DqAccumLayoutIsAConflictFreeChunkPermutation) {
+  for (int d : {64, 128}) {
+    for (int64_t row = 0; row < 16; ++row) {
+      std::vector<int> seen(size_t(d), 0);
+      for (int c = 0; c < d; ++c) {
+        const int to = attn::dq_accum_col(row, c);
+        ASSERT_TRUE(to >= 0 && to < d) << "D " << d << " row " << row << " col " << c;
+        ++seen[size_t(to)];
+        EXPECT_EQ(attn::dq_accum_col(row, to), c) << "not an involution: D " << d << " row " << row << " col " << c;
+        EXPECT_EQ(to % 8, c % 8) << "chunks not kept whole";
+      }
+      for (int c = 0; c < d; ++c) EXPECT_EQ(seen[size_t(c)], 1) << "not a permutation: D " << d << " row " << row;
+    }
+    const int slice = 64, wgs = d == 128 ? 2 : 1;  // the columns a warpgroup stores
+    for (int64_t row0 = 0; row0 < 8; ++row0)       // the global row of the block's row 0, mod 8
+      for (int wg = 0; wg < wgs; ++wg)
+        for (int warp = 0; warp < 4; ++warp)
+          for (int i = 0; i < 2; ++i)
+            for (int bb = 0; bb < slice / 8; ++bb) {
+              std::vector<int> bank(32, 0);
+              for (int lane = 0; lane < 32; ++lane) {
+                const int r = warp * 16 + lane / 4 + 8 * i, col_lane = (lane % 4) * 2, c0 = wg * slice;
+                const int swz = int((row0 + lane / 4) & 7);  // the kernel's dq_swz
+                ASSERT_EQ(swz, int((row0 + r) & 7));
+                const uint32_t byte = uint32_t((r * d + attn::dq_accum_col(row0 + r, c0 + bb * 8 + col_lane)) * 4);
+                const uint32_t byte0 = uint32_t((r * d + attn::dq_accum_col(swz, c0 + col_lane)) * 4);
+                ASSERT_EQ(byte0 ^ uint32_t(bb << 5), byte) << "D " << d << " r " << r << " bb " << bb;
+                ++bank[(byte / 4) % 32], ++bank[(byte / 4 + 1) % 32];
+              }
+              for (int k = 0; k < 32; ++k)
+                ASSERT_EQ(bank[size_t(k)], 2) << "D " << d << " row0 " << row0 << " warp " << warp << " bb " << bb << " bank " << k;
+            }
+  }
 }
 
 TEST(AttentionBackwardBlocks, DeterministicOrderNeverDeadlocksAndCausalBlocksNeverWait) {

@@ -238,6 +238,73 @@ TEST_P(AttentionBackwardGpu, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Cases, AttentionBackwardGpu, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& i) { return name(i.param); });
 
+// A sequence's gradients do not depend on its neighbour's values: the sm90a kernel adds a partial
+// query block's whole 64-row span into dq_accum, which runs into the next sequence's rows, so those
+// rows must be added as zeros, not as the partial computed there. With an infinite key in batch 0
+// the partial's rows past batch 0's end are 0 · inf = NaN; batch 1's dq must stay what it is without
+// the infinity, bit for bit in the deterministic mode, for every kernel and mode.
+TEST(AttentionBackwardGpuIsolation, AnInfiniteKeyStaysInItsSequence) {
+  BF_SKIP_WITHOUT_GPU("attention_backward");
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int64_t d : {64, 128}) {
+    const int64_t b = 2, s = 100, h = 2;  // 100 rows: batch 0's second block ends 28 rows into batch 1
+    const DType dt = DType::kBF16;
+    auto fill = [&] {
+      std::vector<uint16_t> v(size_t(b * s * h * d));
+      for (auto& x : v) x = host::from_float(dt, nd(rng));
+      return v;
+    };
+    const auto hq = fill(), hk = fill(), hv = fill(), hdo = fill();
+    auto hk_inf = hk;
+    hk_inf[size_t((0 * s + 5) * h + 0) * d + 3] = host::from_float(dt, INFINITY);  // batch 0, key 5, head 0
+    const size_t batch1 = size_t(s * h * d), n = hq.size();
+    auto dq_ = up(hq), dv_ = up(hv), ddo = up(hdo);
+    DeviceBuffer<uint16_t> out(n), gq(n), gk(n), gv(n);
+    DeviceBuffer<float> lse(size_t(b * s * h));
+    auto view = [&](const void* ptr) { return make_attn_tensor(ptr, dt, b, s, h, d); };
+    auto wview = [&](void* ptr) { return make_attn_tensor(ptr, dt, b, s, h, d); };
+    const size_t ws_bytes =
+        std::max(attention_backward_workspace_size(view(dq_.data()), false), attention_backward_workspace_size(view(dq_.data()), true));
+    DeviceBuffer<unsigned char> ws(ws_bytes);
+    std::vector<AttentionKernel> kernels{AttentionKernel::kSm80};
+    if (testing::attention_sm90_runnable()) kernels.push_back(AttentionKernel::kSm90);
+    for (AttentionKernel kernel : kernels)
+      for (bool deterministic : {true, false}) {
+        AttentionParams p;
+        p.kernel = kernel, p.deterministic = deterministic;
+        auto grads = [&](const std::vector<uint16_t>& keys, std::vector<uint16_t>& dq_host) {
+          auto dk_ = up(keys);
+          attention(view(dq_.data()), view(dk_.data()), view(dv_.data()), wview(out.data()), lse.data(), p);
+          BF_CUDA_OK(cudaMemset(gq.data(), 0xff, gq.bytes()));
+          attention_backward(view(dq_.data()), view(dk_.data()), view(dv_.data()), view(out.data()), view(ddo.data()),
+                             lse.data(), wview(gq.data()), wview(gk.data()), wview(gv.data()), p, ws.data(), ws_bytes);
+          BF_CUDA_OK(cudaDeviceSynchronize());
+          dq_host = down(gq, n);
+        };
+        std::vector<uint16_t> clean, planted;
+        grads(hk, clean);
+        grads(hk_inf, planted);
+        const std::string what = "D " + std::to_string(d) + ", kernel " + std::to_string(int(kernel)) +
+                                 (deterministic ? ", deterministic" : ", unordered");
+        double worst = 0;
+        for (size_t i = batch1; i < n; ++i) {
+          const float a = host::to_float(dt, clean[i]), c = host::to_float(dt, planted[i]);
+          ASSERT_TRUE(std::isfinite(c)) << what << ": batch 1's dq element " << i - batch1 << " is " << c;
+          worst = std::max(worst, double(std::fabs(a - c)));
+        }
+        if (deterministic) EXPECT_EQ(worst, 0.0) << what << ": batch 1's dq changed with batch 0's keys";
+        else EXPECT_LE(worst, 1e-2) << what << ": batch 1's dq changed with batch 0's keys";
+        // And the infinity did reach batch 0 (the test plants what it means to).
+        bool nonfinite = false;
+        for (size_t i = 0; i < batch1; ++i) nonfinite |= !std::isfinite(host::to_float(dt, planted[i]));
+        EXPECT_TRUE(nonfinite) << what << ": the planted infinity did not reach batch 0's dq";
+      }
+  }
+}
+
 // The compute-sanitizer set (scripts/sanitize runs '*Sanitizer*'): small cases reaching a partial
 // key block, a partial query block, GQA and, packed, a sequence boundary inside a TMA box, through
 // every kernel and mode (on Hopper the sm90a kernel's turn counters and bulk reductions too).
