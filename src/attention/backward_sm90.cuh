@@ -68,7 +68,11 @@ struct BwdTraits {
   static constexpr int kStages = kStages_;
   static constexpr int kConsumerWgs = 2;
   static constexpr int kThreads = 128 * (1 + kConsumerWgs);
-  static constexpr int kProducerRegs = 32;  // 32 · 128 + 240 · 256 = the 64K registers
+  // 24 · 128 + 240 · 256 = 168 · 384, what the launch allocates (__launch_bounds__ of 384 threads):
+  // the consumers' setmaxnreg.inc waits until the producer's dec has released the difference, so a
+  // larger producer count hangs the CTA. (At 24 the TMA thread spills 20 bytes: one thread, a few
+  // local accesses a step.)
+  static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "the backward's head dims");
 
