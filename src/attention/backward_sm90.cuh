@@ -7,8 +7,8 @@
 // are plain CUDA.
 //
 // One CTA per (128-key block, KV head, sequence), 384 threads: warpgroup 0 is the producer (one
-// thread issues every TMA load) and the dQ writer (warp 1: the bulk reductions of the consumers'
-// staged dQ and, deterministic, the turns), warpgroups 1 and 2 the consumers, 64 keys each (every
+// thread issues every TMA load) and, in the deterministic mode, the dQ writer (warp 1: the turns and
+// the bulk reductions of the consumers' staged dQ), warpgroups 1 and 2 the consumers, 64 keys each (every
 // wgmma is an m64 atom with the keys as its rows). K and V of the block are loaded once; then, for
 // every query head of the KV group and every 64-row query block that sees a key of the block, Q and
 // dO stream through a ring of kStages stages. Per step each consumer warpgroup computes, with the
@@ -70,8 +70,8 @@ struct BwdTraits {
   static constexpr int kThreads = 128 * (1 + kConsumerWgs);
   // 24 · 128 + 240 · 256 = 168 · 384, what the launch allocates (__launch_bounds__ of 384 threads):
   // the consumers' setmaxnreg.inc waits until the producer's dec has released the difference, so a
-  // larger producer count hangs the CTA. (At 24 the TMA thread spills 20 bytes: one thread, a few
-  // local accesses a step.)
+  // larger producer count hangs the CTA. (At 24 the deterministic kernels spill 12-20 bytes in the
+  // producer warpgroup, between the TMA thread's loads: one thread, a few local accesses a step.)
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "the backward's head dims");
@@ -157,7 +157,8 @@ CUTE_HOST_DEVICE constexpr uint32_t ds_byte_offset(int q, int k) {
   return uint32_t(k) * 128u + ((uint32_t(q / 8) ^ uint32_t(k % 8)) << 4) + uint32_t(q % 8) * 2u;
 }
 
-// Named barriers of the consumers (0 is __syncthreads).
+// Named barriers (cutlass::arch::NamedBarrier ids, which it offsets past the 8 it reserves, so none
+// is __syncthreads' 0).
 inline constexpr uint32_t kWgBarrier = 2;    // 2 + wg: one consumer warpgroup (128 threads)
 inline constexpr uint32_t kBothBarrier = 4;  // both consumer warpgroups (256 threads)
 // The dQ writer's handshake with the consumers, + the dQ stage (0 with kDqByColumns, else the
@@ -264,53 +265,48 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (warp_group == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if (steps == 0) return;
-    if (kDeterministic && threadIdx.x / 32 == 1) {
-      // ---- dQ writer (warp 1; the deterministic mode) ----
-      // Per step and stage: wait until the consumers have written it, wait for the turn, add it into
-      // dq_accum's block by one bulk reduction, wait until that is complete, pass the turn, and hand
-      // the stage back. The consumers wait only when the writer is a whole step behind. (The
-      // unordered mode has no turns: there a consumer thread issues the reduction, which measured
-      // 4-6 % faster than the writer on the H100; docs/attention.md.)
-      const bool leader = threadIdx.x % 32 == 0;
-      constexpr uint32_t kBytes = Traits::kBlockM * kHeadDim * sizeof(float);
-      for (int step = 0; step < steps; ++step) {
-        const int head = hk * p.group + step / sq.m_count, m = sq.m_first + step % sq.m_count;
-        float* const dst = p.dq_accum + (int64_t(head) * p.dq_accum_head_rows + q_row0 + int64_t(m) * Traits::kBlockM) * kHeadDim;
-        CUTE_UNROLL
-        for (int w = 0; w < Traits::kDqStages; ++w) {
-          cutlass::arch::NamedBarrier::arrive_and_wait(kDqHandshake, kDqFullBarrier + w);
-          if (leader) {
-            int* sem = nullptr;
-            if constexpr (kDeterministic) {
-              // One addition per turn with kDqByColumns, else warpgroup 0's then 1's.
+    if constexpr (kDeterministic) {
+      if (threadIdx.x / 32 == 1) {
+        // ---- dQ writer (warp 1; the deterministic mode) ----
+        // Per step and stage: wait until the consumers have written it, wait for the turn (one
+        // addition per turn with kDqByColumns, else warpgroup 0's then 1's), add it into dq_accum's
+        // block by one bulk reduction, wait until that is complete, pass the turn, and hand the stage
+        // back. The consumers wait only when the writer is a whole step behind. (The unordered mode
+        // has no turns: there a consumer thread issues the reduction, which measured 4-6 % faster
+        // than the writer on the H100; docs/attention.md.)
+        const bool leader = threadIdx.x % 32 == 0;
+        constexpr uint32_t kBytes = Traits::kBlockM * kHeadDim * sizeof(float);
+        for (int step = 0; step < steps; ++step) {
+          const int head = hk * p.group + step / sq.m_count, m = sq.m_first + step % sq.m_count;
+          CUTE_UNROLL
+          for (int w = 0; w < Traits::kDqStages; ++w) {
+            cutlass::arch::NamedBarrier::arrive_and_wait(kDqHandshake, kDqFullBarrier + w);
+            if (leader) {
               const QueryBlocks kb = key_blocks_of_query_block(sq.len_q, sq.len_k, p.window_left, p.window_right,
                                                                m * Traits::kBlockM, Traits::kBlockM, Traits::kBlockN);
               const int turn = dq_turn(kb, n_block);
-              sem = p.dq_semaphore + (q_row0 + int64_t(m) * Traits::kBlockM) * p.heads_q + head;
+              int* const sem = p.dq_semaphore + (q_row0 + int64_t(m) * Traits::kBlockM) * p.heads_q + head;
               dq_turn_wait(sem, Traits::kDqByColumns ? turn : 2 * turn + w);
               // The acquire above ordered before this thread's async-proxy reduction of the same rows.
               asm volatile("fence.proxy.async.global;" ::: "memory");
-            }
-            asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
-                         ::"l"(dst), "r"(cute::cast_smem_ptr_to_uint(smem.dq_stage[w])), "r"(kBytes) : "memory");
-            asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-            if constexpr (kDeterministic) {
+              float* const dst =
+                  p.dq_accum + (int64_t(head) * p.dq_accum_head_rows + q_row0 + int64_t(m) * Traits::kBlockM) * kHeadDim;
+              asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
+                           ::"l"(dst), "r"(cute::cast_smem_ptr_to_uint(smem.dq_stage[w])), "r"(kBytes) : "memory");
+              asm volatile("cp.async.bulk.commit_group;" ::: "memory");
               // The reduction complete (not only read) and ordered before the release that passes the
               // turn (FlashAttention-3's deterministic dQ does the same with its TMA reductions).
               asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
               asm volatile("fence.proxy.async.global;" ::: "memory");
               __threadfence();
               asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(sem) : "memory");
-            } else {
-              asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
             }
+            __syncwarp();
+            if (step + 1 < steps) cutlass::arch::NamedBarrier::arrive(kDqHandshake, kDqEmptyBarrier + w);
           }
-          __syncwarp();
-          if (step + 1 < steps) cutlass::arch::NamedBarrier::arrive(kDqHandshake, kDqEmptyBarrier + w);
         }
+        return;
       }
-      if (leader) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // complete before the CTA exits
-      return;
     }
     // ---- producer (thread 0) ----
     if (threadIdx.x != 0) return;
@@ -626,8 +622,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // The partial into the stage, in dq_accum's layout, then into dq_accum by one bulk reduction of
     // the whole block. Rows past the sequence are stored as 0: the block's span may run into the next
     // sequence's rows (or the 64 padding rows past the last), where adding +0 changes nothing, while
-    // their computed partial could be NaN from an infinite key. The barrier also orders every dQ
-    // wgmma (they read dS) and this step's reads of the stats before the next step overwrites either.
+    // their computed partial could be NaN from an infinite key. The barrier at the step's end
+    // also orders every dQ wgmma (they read both warpgroups' dS) before the next step rewrites dS.
     // Chunk bb of this thread's columns sits at byte (row base + dq_accum_col's chunk) = the bb = 0
     // address XOR bb · 32: the chunk bits (5-7) of the row base and of dq_col0 are clear.
     const int valid_rows = sq.len_q - m * Traits::kBlockM;
