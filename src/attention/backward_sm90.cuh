@@ -52,7 +52,6 @@
 #include "attention/mask.cuh"
 #include "attention/softmax.cuh"
 #include "attention/traits_sm90.cuh"
-#include "common/cp_async.cuh"
 
 namespace blockfuse::attn::sm90::bwd {
 
@@ -118,8 +117,7 @@ struct BwdTraits {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> dout;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutDS> * kConsumerWgs, 1024> ds;
-    // Per step parity and warpgroup: the step's LSE (exp2 units once scaled), then Dsum.
-    float stats[2][kConsumerWgs][2][kBlockM];
+    float stats[kConsumerWgs][2][kBlockM];  // per warpgroup: the step's LSE (exp2 units), then Dsum
     // A step's dQ partial, [64][D] fp32 in dq_accum's layout (each row's 32-byte chunks permuted by
     // the global row % 8, dq_accum_col: the 8 rows of a warp's float2 stores then hit distinct banks),
     // the CTA's with kDqByColumns, each warpgroup's otherwise; added into dq_accum's contiguous
@@ -441,19 +439,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     }
   }
 
-  // Thread t's statistic of a step, the LSE (t < 64) or Dsum of query row t % 64 of the step's block
-  // (0 past the sequence), into stats[step % 2] by an asynchronous copy issued a step ahead: its
-  // latency hidden, and no register held across the step (a register held it before, which ptxas
-  // spilled, and the spill's store waited for the load).
-  auto load_stat = [&](int step) {
+  // Thread t's statistic of a step: the LSE (t < 64) or Dsum of query row t % 64 of the step's
+  // block, 0 past the sequence, loaded a step ahead so that the step's work hides its latency.
+  auto load_stat = [&](int step) -> float {
     const int head = hk * p.group + step / sq.m_count, m = sq.m_first + step % sq.m_count;
     const int i = m * Traits::kBlockM + t % Traits::kBlockM;
-    const float* const src = (t < Traits::kBlockM ? p.lse : p.dsum) + lse_base + int64_t(head) * p.lse_head_stride;
-    detail::cp_async4_zfill(&smem.stats[step & 1][wg][t / Traits::kBlockM][t % Traits::kBlockM],
-                            src + (i < sq.len_q ? i : 0), i < sq.len_q);
-    detail::cp_async_commit();
+    const int64_t stat = lse_base + int64_t(head) * p.lse_head_stride;
+    if (i >= sq.len_q) return 0.f;
+    return t < Traits::kBlockM ? p.lse[stat + i] : p.dsum[stat + i];
   };
-  if (steps > 0) load_stat(0);
+  float stat_next = steps > 0 ? load_stat(0) : 0.f;
 
   PipeState st;
   for (int step = 0; step < steps; ++step) {
@@ -479,17 +474,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     gemm_ss(mma_sdp, tSrK, tSrQ(_, _, _, stage), acc_s, true);
     gemm_ss(mma_sdp, tSrV, tSrdO(_, _, _, stage), acc_dp, true);
 
-    // The step's LSE and Dsum, copied during the previous step: each thread waits for its copy and
-    // scales its LSE to exp2 units in place, the barrier publishes them, read below by column; then
-    // the next step's copies into the other buffer (its readers, the previous step's, are past the
-    // barrier before that step's dQ).
+    // The step's LSE (scaled to exp2 units here, a step after its load: scaled at the load, the
+    // product waited for it, 3 % of the consumers' time) and Dsum into this warpgroup's shared
+    // buffer (the previous step's readers are past the barrier that ends it), read below by column;
+    // then the next step's load, whose latency this step's work hides.
     constexpr int kBlocks = Traits::kBlockM / 8;
-    detail::cp_async_wait_all();
-    if (t < Traits::kBlockM) smem.stats[step & 1][wg][0][t] *= 1.4426950408889634f;
+    smem.stats[wg][t / Traits::kBlockM][t % Traits::kBlockM] =
+        t < Traits::kBlockM ? stat_next * 1.4426950408889634f : stat_next;
     cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
-    if (step + 1 < steps) load_stat(step + 1);
-    const float* const lse2 = smem.stats[step & 1][wg][0];
-    const float* const dsum = smem.stats[step & 1][wg][1];
+    if (step + 1 < steps) stat_next = load_stat(step + 1);
+    const float* const lse2 = smem.stats[wg][0];
+    const float* const dsum = smem.stats[wg][1];
 
     Tensor s = make_tensor(acc_s.data(), acc_rowcol_sm90(acc_s.layout()));
     Tensor dp = make_tensor(acc_dp.data(), acc_rowcol_sm90(acc_dp.layout()));
@@ -622,8 +617,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // The partial into the stage, in dq_accum's layout, then into dq_accum by one bulk reduction of
     // the whole block. Rows past the sequence are stored as 0: the block's span may run into the next
     // sequence's rows (or the 64 padding rows past the last), where adding +0 changes nothing, while
-    // their computed partial could be NaN from an infinite key. The barrier at the step's end
-    // also orders every dQ wgmma (they read both warpgroups' dS) before the next step rewrites dS.
+    // their computed partial could be NaN from an infinite key. The barrier at the step's end also
+    // orders every dQ wgmma (they read both warpgroups' dS) and this step's reads of the stats before
+    // the next step rewrites either.
     // Chunk bb of this thread's columns sits at byte (row base + dq_accum_col's chunk) = the bb = 0
     // address XOR bb · 32: the chunk bits (5-7) of the row base and of dq_col0 are clear.
     const int valid_rows = sq.len_q - m * Traits::kBlockM;
