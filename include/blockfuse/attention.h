@@ -114,7 +114,7 @@ struct AttentionParams {
   // (wgmma, TMA: FlashAttention-3's design) in both modes: dQ by atomics into an fp32 accumulator,
   // in the deterministic mode added one key block after another (the same bits every call). Its dk,
   // dv bits differ from the sm80 kernel's.
-  // The workspace grows by an fp32 [rows, Hq, D] buffer (attention_backward_workspace_size).
+  // The workspace grows by an fp32 buffer of (rows + 64) · Hq · D (attention_backward_workspace_size).
   bool deterministic = true;
 };
 
@@ -164,8 +164,9 @@ void attention(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnTens
 
 // Workspace bytes of attention_backward for q (batched [B, Sq, Hq, D] or varlen [total, Hq, D]):
 // the fp32 Dsum, laid out like lse, and with deterministic = false (params.deterministic) the fp32 dQ
-// accumulator [rows, Hq, D] after it; deterministic on a device that runs the sm90a kernel (the
-// current one), the accumulator and an int32 [rows, Hq] counter after it too. 16-byte aligned, no zeroing needed (the call zeroes what it
+// accumulator of (rows + 64) · Hq · D after it (none without rows); deterministic on a device that
+// runs the sm90a kernel (the current one), the accumulator and an int32 [rows, Hq] counter after it
+// too. 16-byte aligned, no zeroing needed (the call zeroes what it
 // accumulates into).
 size_t attention_backward_workspace_size(AttnConstTensor q, bool deterministic = true);
 

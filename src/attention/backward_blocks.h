@@ -99,6 +99,25 @@ BLOCKFUSE_ATTN_HD BwdCta deterministic_cta(int x, int y, int grid_x, int grid_y,
   return key_block_major ? BwdCta{grid_y - 1 - y, x} : BwdCta{grid_x - 1 - x, y};
 }
 
+// The unordered mode's (key block, KV head) of grid position (x, y): key blocks first first. Under a
+// mask bounded on the right only (causal, or a left-unbounded window), key block 0 is seen by every
+// query block and each later one by fewer, so key_block_major (KV heads fastest) launches the CTAs
+// longest first across all heads of a sequence, and the short ones fill the tail; head-major, the
+// last head's longest CTA would start after most of the others.
+BLOCKFUSE_ATTN_HD BwdCta unordered_cta(int x, int y, bool key_block_major) {
+  return key_block_major ? BwdCta{y, x} : BwdCta{x, y};
+}
+
+// The launcher's grid order (key_block_major: grid (KV heads, key blocks, sequences)), where the key
+// blocks fit grid y (65535 of them: 8.4M keys). Deterministic: without a mask (deterministic_cta says
+// why); unordered: under a mask bounded on the right only (unordered_cta).
+BLOCKFUSE_ATTN_HD bool backward_key_block_major(bool deterministic, int64_t key_blocks, int window_left,
+                                                int window_right) {
+  if (key_blocks > 65535) return false;
+  if (deterministic) return window_left >= kWindowUnbounded && window_right >= kWindowUnbounded;
+  return window_left >= kWindowUnbounded && window_right < kWindowUnbounded;
+}
+
 // The sm90a kernel's dq_accum: per query head, rows of D fp32 (a head's rows contiguous, so a CTA's
 // 64-row dQ partial is one contiguous span that a single bulk reduction adds), each row's 8-float
 // (32-byte) chunks permuted by the row's index modulo 8, so that the 8 rows a warp's accumulator

@@ -7,7 +7,8 @@
 // are plain CUDA.
 //
 // One CTA per (128-key block, KV head, sequence), 384 threads: warpgroup 0 is the producer (one
-// elected thread issues every TMA load), warpgroups 1 and 2 the consumers, 64 keys each (every
+// thread issues every TMA load) and, in the deterministic mode, the dQ writer (warp 1: the turns and
+// the bulk reductions of the consumers' staged dQ), warpgroups 1 and 2 the consumers, 64 keys each (every
 // wgmma is an m64 atom with the keys as its rows). K and V of the block are loaded once; then, for
 // every query head of the KV group and every 64-row query block that sees a key of the block, Q and
 // dO stream through a ring of kStages stages. Per step each consumer warpgroup computes, with the
@@ -66,6 +67,10 @@ struct BwdTraits {
   static constexpr int kStages = kStages_;
   static constexpr int kConsumerWgs = 2;
   static constexpr int kThreads = 128 * (1 + kConsumerWgs);
+  // 24 · 128 + 240 · 256 = 168 · 384, what the launch allocates (__launch_bounds__ of 384 threads):
+  // the consumers' setmaxnreg.inc waits until the producer's dec has released the difference, so a
+  // larger producer count hangs the CTA. (At 24 the deterministic kernels spill 12-20 bytes in the
+  // producer warpgroup, between the TMA thread's loads: one thread, a few local accesses a step.)
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "the backward's head dims");
@@ -139,7 +144,7 @@ template <class Traits>
 struct BwdSm90Params : BwdParams {
   typename Traits::Tma tma_q, tma_k, tma_v, tma_do;
   int rows_q = 0, rows_k = 0;  // rows of the TMA views: seqlen (batched) or total (varlen)
-  bool key_block_major = false;  // deterministic mode: grid (heads_kv, key blocks, batch) (deterministic_cta)
+  bool key_block_major = false;  // grid (heads_kv, key blocks, batch): backward_key_block_major
 };
 
 // Byte offset of dS element (query q, key k) in a warpgroup's buffer (SmemLayoutDS: 16-bit, MN-major,
@@ -150,9 +155,15 @@ CUTE_HOST_DEVICE constexpr uint32_t ds_byte_offset(int q, int k) {
   return uint32_t(k) * 128u + ((uint32_t(q / 8) ^ uint32_t(k % 8)) << 4) + uint32_t(q % 8) * 2u;
 }
 
-// Named barriers of the consumers (0 is __syncthreads).
+// Named barriers (cutlass::arch::NamedBarrier ids, which it offsets past the 8 it reserves, so none
+// is __syncthreads' 0).
 inline constexpr uint32_t kWgBarrier = 2;    // 2 + wg: one consumer warpgroup (128 threads)
 inline constexpr uint32_t kBothBarrier = 4;  // both consumer warpgroups (256 threads)
+// The dQ writer's handshake with the consumers, + the dQ stage (0 with kDqByColumns, else the
+// warpgroup): "full", the stage written (the consumers arrive, the writer waits); "empty", the
+// writer's bulk reduction has read it (the writer arrives, the consumers wait before writing it again).
+inline constexpr uint32_t kDqFullBarrier = 0;   // 0, 1
+inline constexpr uint32_t kDqEmptyBarrier = 5;  // 5, 6
 
 // One sequence's geometry as this CTA sees it.
 struct BwdSeq {
@@ -188,31 +199,21 @@ CUTE_DEVICE void gemm_ss(Mma& mma, FragA const& tA, FragB const& tB, Acc& acc, b
 
 // Deterministic mode: the counter of a (query block, head) reaches `expected` when every earlier
 // addition in dq_turn's order has been made (one per key block with kDqByColumns, where the CTA adds
-// one block; otherwise one per (key block, warpgroup)). One
-// thread spins with acquire loads; the warpgroup waits at its barrier. Deadlock-free because a CTA waits only for CTAs launched before it
-// (later key blocks of the same KV head and sequence, launched first), which the hardware dispatches first.
+// one block; otherwise one per (key block, warpgroup)). The dQ writer's thread spins with acquire
+// loads. Deadlock-free because a CTA waits only for CTAs launched before it (later key blocks of the
+// same KV head and sequence, launched first), which the hardware dispatches first.
 // A wait gives up after 2^27 polls (each after a 64 ns back-off: several seconds; a legitimate wait
 // is the steps of the earlier key blocks, microseconds to milliseconds) and adds out of turn: a broken
 // order then costs dq's repeatability, which the GPU tests check, instead of hanging the launch. (A
 // __trap there, or a clock64 bound, made ptxas spill 1.6 KB in this kernel.)
-CUTE_DEVICE void dq_turn_wait(const int* sem, int expected, int t, int wg) {
-  if (t == 0) {
-    for (uint32_t polls = 0;; ++polls) {
-      int v;
-      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(sem) : "memory");
-      if (v >= expected) break;
-      if (polls >= (1u << 27)) break;
-      __nanosleep(64);
-    }
+CUTE_DEVICE void dq_turn_wait(const int* sem, int expected) {
+  for (uint32_t polls = 0;; ++polls) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(sem) : "memory");
+    if (v >= expected) break;
+    if (polls >= (1u << 27)) break;
+    __nanosleep(64);
   }
-  cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
-}
-// The dQ additions of the threads that made them (`added`) visible device-wide, then the counter
-// moves on (the barrier carries the ordering to thread 0's release).
-CUTE_DEVICE void dq_turn_pass(int* sem, int t, int wg, bool added) {
-  if (added) __threadfence();
-  cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
-  if (t == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(sem) : "memory");
 }
 
 template <class Traits, bool kDeterministic>
@@ -234,7 +235,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (threadIdx.x == 0 && (cute::cast_smem_ptr_to_uint(smem_raw) & 1023u) != 0) __trap();
 
   const BwdCta cta = kDeterministic ? deterministic_cta(blockIdx.x, blockIdx.y, gridDim.x, gridDim.y, p.key_block_major)
-                                    : BwdCta{int(blockIdx.x), int(blockIdx.y)};
+                                    : unordered_cta(blockIdx.x, blockIdx.y, p.key_block_major);
   const int n_block = cta.key_block, hk = cta.head, b = blockIdx.z;
   const int n0 = n_block * Traits::kBlockN;
   const bool varlen = p.cu_seqlens_q != nullptr;
@@ -256,10 +257,57 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   __syncthreads();
 
   const int view = varlen ? 0 : b;
+  const int64_t q_row0 = varlen ? int64_t(sq.offset_q) : int64_t(b) * p.seqlen_q;  // dq_accum's row of query 0
+  // The threads of a dQ stage's handshake: its consumers and the writer warp.
+  constexpr int kDqHandshake = (Traits::kDqByColumns ? 256 : 128) + 32;
   if (warp_group == 0) {
-    // ---- producer ----
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
-    if (threadIdx.x != 0 || steps == 0) return;
+    if (steps == 0) return;
+    if constexpr (kDeterministic) {
+      if (threadIdx.x / 32 == 1) {
+        // ---- dQ writer (warp 1; the deterministic mode) ----
+        // Per step and stage: wait until the consumers have written it, wait for the turn (one
+        // addition per turn with kDqByColumns, else warpgroup 0's then 1's), add it into dq_accum's
+        // block by one bulk reduction, wait until that is complete, pass the turn, and hand the stage
+        // back. The consumers wait only when the writer is a whole step behind. (The unordered mode
+        // has no turns: there a consumer thread issues the reduction, which measured 4-6 % faster
+        // than the writer on the H100; docs/attention.md.)
+        const bool leader = threadIdx.x % 32 == 0;
+        constexpr uint32_t kBytes = Traits::kBlockM * kHeadDim * sizeof(float);
+        for (int step = 0; step < steps; ++step) {
+          const int head = hk * p.group + step / sq.m_count, m = sq.m_first + step % sq.m_count;
+          CUTE_UNROLL
+          for (int w = 0; w < Traits::kDqStages; ++w) {
+            cutlass::arch::NamedBarrier::arrive_and_wait(kDqHandshake, kDqFullBarrier + w);
+            if (leader) {
+              const QueryBlocks kb = key_blocks_of_query_block(sq.len_q, sq.len_k, p.window_left, p.window_right,
+                                                               m * Traits::kBlockM, Traits::kBlockM, Traits::kBlockN);
+              const int turn = dq_turn(kb, n_block);
+              int* const sem = p.dq_semaphore + (q_row0 + int64_t(m) * Traits::kBlockM) * p.heads_q + head;
+              dq_turn_wait(sem, Traits::kDqByColumns ? turn : 2 * turn + w);
+              // The acquire above ordered before this thread's async-proxy reduction of the same rows.
+              asm volatile("fence.proxy.async.global;" ::: "memory");
+              float* const dst =
+                  p.dq_accum + (int64_t(head) * p.dq_accum_head_rows + q_row0 + int64_t(m) * Traits::kBlockM) * kHeadDim;
+              asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
+                           ::"l"(dst), "r"(cute::cast_smem_ptr_to_uint(smem.dq_stage[w])), "r"(kBytes) : "memory");
+              asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+              // The reduction complete (not only read) and ordered before the release that passes the
+              // turn (FlashAttention-3's deterministic dQ does the same with its TMA reductions).
+              asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+              asm volatile("fence.proxy.async.global;" ::: "memory");
+              __threadfence();
+              asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(sem) : "memory");
+            }
+            __syncwarp();
+            if (step + 1 < steps) cutlass::arch::NamedBarrier::arrive(kDqHandshake, kDqEmptyBarrier + w);
+          }
+        }
+        return;
+      }
+    }
+    // ---- producer (thread 0) ----
+    if (threadIdx.x != 0) return;
     Tensor mQ = p.tma_q.get_tma_tensor(make_shape(p.rows_q, D{}, p.heads_q, varlen ? 1 : p.batch));
     Tensor mdO = p.tma_do.get_tma_tensor(make_shape(p.rows_q, D{}, p.heads_q, varlen ? 1 : p.batch));
     Tensor mK = p.tma_k.get_tma_tensor(make_shape(p.rows_k, D{}, p.heads_kv, varlen ? 1 : p.batch));
@@ -325,12 +373,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Tensor sdOt = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQt{});
   Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data() + wg * cosize_v<typename Traits::SmemLayoutDS>),
                            typename Traits::SmemLayoutDS{});
-  float* const dq_stage = smem.dq_stage[Traits::kDqByColumns ? 0 : wg];
-  // The thread that adds the stage into dq_accum (one bulk reduction a step): the CTA's with
-  // kDqByColumns, each warpgroup's otherwise. Issued from one thread, not one per row: a warp issues
-  // its lanes' bulk copies one after another, and a row each kept the consumers 15 % of their time
-  // in that loop (ncu, H100, 2026-11-27: docs/attention.md).
-  const bool dq_issuer = t == 0 && (!Traits::kDqByColumns || wg == 0);
+  // This warpgroup's dQ stage (the CTA's with kDqByColumns), which the writer warp adds into dq_accum
+  // in the deterministic mode, and otherwise dq_issuer (the CTA's thread 0 with kDqByColumns, each
+  // warpgroup's otherwise) with one bulk reduction a step.
+  const int dq_stage_index = Traits::kDqByColumns ? 0 : wg;
+  float* const dq_stage = smem.dq_stage[dq_stage_index];
+  const bool dq_issuer = !kDeterministic && t == 0 && (!Traits::kDqByColumns || wg == 0);
 
   Tensor tSrK = thr_sdp.make_fragment_A(thr_sdp.partition_A(sKw));    // (MMA, 1, D/16)
   Tensor tSrV = thr_sdp.make_fragment_A(thr_sdp.partition_A(sVw));
@@ -369,7 +417,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const SoftCap softcap{p.softcap_mul};
   const int64_t lse_base =
       varlen ? int64_t(sq.offset_q) : int64_t(b) * p.lse_batch_stride;  // + head · lse_head_stride + row
-  const int64_t q_row0 = varlen ? int64_t(sq.offset_q) : int64_t(b) * p.seqlen_q;  // dq_accum's row of query 0
   // This thread's stage rows (16 · warp + lane / 4 + 8i of a block starting at a multiple of 64) all
   // have global row % 8 = dq_swz: dq_accum_col's permutation for them.
   const int dq_swz = int((q_row0 + lane / 4) & 7);
@@ -392,14 +439,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     }
   }
 
-  // Thread t's statistic of a step: the LSE (t < 64, in exp2 units) or Dsum of query row t % 64 of
-  // the step's block, 0 past the sequence.
-  auto load_stat = [&](int step) {
+  // Thread t's statistic of a step: the LSE (t < 64) or Dsum of query row t % 64 of the step's
+  // block, 0 past the sequence, loaded a step ahead so that the step's work hides its latency.
+  auto load_stat = [&](int step) -> float {
     const int head = hk * p.group + step / sq.m_count, m = sq.m_first + step % sq.m_count;
-    const int64_t stat = lse_base + int64_t(head) * p.lse_head_stride;
     const int i = m * Traits::kBlockM + t % Traits::kBlockM;
+    const int64_t stat = lse_base + int64_t(head) * p.lse_head_stride;
     if (i >= sq.len_q) return 0.f;
-    return t < Traits::kBlockM ? p.lse[stat + i] : p.dsum[stat + i];  // the LSE scaled when stored
+    return t < Traits::kBlockM ? p.lse[stat + i] : p.dsum[stat + i];
   };
   float stat_next = steps > 0 ? load_stat(0) : 0.f;
 
@@ -427,12 +474,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     gemm_ss(mma_sdp, tSrK, tSrQ(_, _, _, stage), acc_s, true);
     gemm_ss(mma_sdp, tSrV, tSrdO(_, _, _, stage), acc_dp, true);
 
-    // The step's LSE (exp2 units) and Dsum, loaded during the previous step, into this warpgroup's
-    // shared buffer (the previous step's readers are past the barrier that ends it), read below by
-    // column; then the next step's load, whose latency this step's work hides.
+    // The step's LSE (scaled to exp2 units here, a step after its load: scaled at the load, the
+    // product waited for it, 3 % of the consumers' time) and Dsum into this warpgroup's shared
+    // buffer (the previous step's readers are past the barrier that ends it), read below by column;
+    // then the next step's load, whose latency this step's work hides.
     constexpr int kBlocks = Traits::kBlockM / 8;
-    // (The LSE's scaling to exp2 units here, a step after its load: multiplied in load_stat, the
-    // product waited for the load there, 3 % of the consumers' time.)
     smem.stats[wg][t / Traits::kBlockM][t % Traits::kBlockM] =
         t < Traits::kBlockM ? stat_next * 1.4426950408889634f : stat_next;
     cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
@@ -540,11 +586,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     }
     cutlass::arch::fence_view_async_shared();
 
-    if constexpr (!kDeterministic) {
-      // The previous step's bulk reduction has read the stage before it is written again (the
-      // barrier below publishes that to the threads that write it; no pending group at step 0).
-      if (dq_issuer) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-    }
+    // Unordered: the previous step's bulk reduction has read the stage before it is written again
+    // (the barrier below publishes that to the threads that write it; no pending group at step 0).
+    if (dq_issuer) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
     if constexpr (Traits::kDqByColumns) {
       cutlass::arch::NamedBarrier::arrive_and_wait(256, kBothBarrier);  // both warpgroups' dS written
     } else {
@@ -554,7 +598,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // dQ (64 queries × this warpgroup's 64 columns), then dK += dSᵀ·Q (A from registers); dQ goes to
     // the stage while dK's wgmma runs. The Q / dO stage is released once every wgmma that read it
     // (dV, dK) has retired.
-    int* const sem = kDeterministic ? p.dq_semaphore + (q_row0 + int64_t(m) * Traits::kBlockM) * p.heads_q + head : nullptr;
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<BM, Int<Traits::kDqSlice>>{});
     if constexpr (Traits::kDqByColumns) {
       gemm_ss(mma_dq, tQrdS0, tQrKt0, acc_dq, true);
@@ -574,11 +617,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // The partial into the stage, in dq_accum's layout, then into dq_accum by one bulk reduction of
     // the whole block. Rows past the sequence are stored as 0: the block's span may run into the next
     // sequence's rows (or the 64 padding rows past the last), where adding +0 changes nothing, while
-    // their computed partial could be NaN from an infinite key. The barrier also orders every dQ
-    // wgmma (they read dS) and this step's reads of the stats before the next step overwrites either.
+    // their computed partial could be NaN from an infinite key. The barrier at the step's end also
+    // orders every dQ wgmma (they read both warpgroups' dS) and this step's reads of the stats before
+    // the next step rewrites either.
     // Chunk bb of this thread's columns sits at byte (row base + dq_accum_col's chunk) = the bb = 0
     // address XOR bb · 32: the chunk bits (5-7) of the row base and of dq_col0 are clear.
     const int valid_rows = sq.len_q - m * Traits::kBlockM;
+    // Deterministic: the writer has read the previous step's block out of the stage.
+    if (kDeterministic && step > 0)
+      cutlass::arch::NamedBarrier::arrive_and_wait(kDqHandshake, kDqEmptyBarrier + dq_stage_index);
     CUTE_UNROLL
     for (int i = 0; i < 2; ++i) {
       const int r = warp_in_group * 16 + lane / 4 + 8 * i;
@@ -596,25 +643,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     pipe.consumer_release(st);
     ++st;
     cutlass::arch::fence_view_async_shared();  // the generic-proxy writes seen by the bulk copy
+    // Deterministic: stage written, the writer warp takes it once every consumer thread has arrived.
+    if constexpr (kDeterministic) cutlass::arch::NamedBarrier::arrive(kDqHandshake, kDqFullBarrier + dq_stage_index);
     if constexpr (Traits::kDqByColumns) {
       cutlass::arch::NamedBarrier::arrive_and_wait(256, kBothBarrier);
     } else {
       cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
-    }
-    // The warpgroups whose thread adds a block (with kDqByColumns only warpgroup 0's) take part in
-    // the deterministic mode's turns; the other's stage writes are ordered by the barrier above.
-    constexpr bool kOneIssuer = Traits::kDqByColumns;
-    if constexpr (kDeterministic) {
-      if (!kOneIssuer || wg == 0) {
-        // The turn is awaited only now: the ordered section is the reduction alone. One addition
-        // per turn with kOneIssuer, else warpgroup 0's then 1's.
-        const QueryBlocks kb = key_blocks_of_query_block(sq.len_q, sq.len_k, p.window_left, p.window_right,
-                                                         m * Traits::kBlockM, Traits::kBlockM, Traits::kBlockN);
-        const int turn = dq_turn(kb, n_block);
-        dq_turn_wait(sem, kOneIssuer ? turn : 2 * turn + wg, t, wg);
-        // The acquire above ordered before this thread's async-proxy reduction of the same rows.
-        if (dq_issuer) asm volatile("fence.proxy.async.global;" ::: "memory");
-      }
     }
     if (dq_issuer) {
       float* const dst = p.dq_accum + (int64_t(head) * p.dq_accum_head_rows + q_row0 + int64_t(m) * Traits::kBlockM) * kHeadDim;
@@ -623,22 +657,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
                    "r"(uint32_t(Traits::kBlockM * kHeadDim * sizeof(float))) : "memory");
       asm volatile("cp.async.bulk.commit_group;" ::: "memory");
     }
-    if constexpr (kDeterministic) {
-      if (!kOneIssuer || wg == 0) {
-        // The reduction complete (not only read) and ordered before the generic release that passes
-        // the turn (FlashAttention-3's deterministic dQ does the same with its TMA reductions).
-        if (dq_issuer) {
-          asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-          asm volatile("fence.proxy.async.global;" ::: "memory");
-        }
-        dq_turn_pass(sem, t, wg, dq_issuer);
-      }
-    }
   }
-
-  if constexpr (!kDeterministic) {
-    if (dq_issuer) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // before the CTA exits
-  }
+  if (dq_issuer) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // complete before the CTA exits
 
   // dK (× scale) and dV out, rows past the sequence not stored.
   Tensor dk = make_tensor(acc_dk.data(), acc_rowcol_sm90(acc_dk.layout()));

@@ -32,10 +32,8 @@ void launch_dkdv_mode(const BwdParams& a, cudaStream_t stream) {
   p.rows_q = qkv.rows_q;
   p.rows_k = qkv.rows_k;
   const int64_t key_blocks = (a.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
-  // The deterministic mode without a mask launches the KV heads fastest where the key blocks fit grid
-  // y (65535 of them: 8.4M keys); with one, head-major (deterministic_cta, backward_blocks.h, says why).
-  p.key_block_major = kDeterministic && key_blocks <= 65535 && a.window_left >= kWindowUnbounded &&
-                      a.window_right >= kWindowUnbounded;
+  // The KV heads fastest or the key blocks (backward_key_block_major, backward_blocks.h, says when).
+  p.key_block_major = backward_key_block_major(kDeterministic, key_blocks, a.window_left, a.window_right);
   const dim3 grid = p.key_block_major
                         ? dim3(static_cast<unsigned>(a.heads_kv), static_cast<unsigned>(key_blocks),
                                static_cast<unsigned>(a.batch))

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "attention/backward_blocks.h"
@@ -284,6 +285,35 @@ int simulate_dq_order(int len_q, int len_k, int wl, int wr, int group, int resid
 // bank-conflict free: for every store instruction (8 rows lane / 4, 4 lanes of float2 in one chunk)
 // each of the 32 banks is hit exactly twice (two wavefronts, the minimum for 256 bytes). Also the
 // kernel's shortcut: the chunk bb address is the chunk 0 address XOR bb · 32 bytes.
+// The unordered mode's launch order under a causal mask (backward_key_block_major chooses key-block
+// major there): in linear grid order (x fastest) a sequence's CTAs come longest first, the step
+// counts never increasing, for Sq = Sk and Sq != Sk; head-major they would not be. No mask: head-major
+// (every key block as long). The deterministic mode keeps its own rule.
+TEST(AttentionBackwardBlocks, UnorderedCausalLaunchIsLongestFirst) {
+  const int unb = attn::kWindowUnbounded;
+  EXPECT_TRUE(attn::backward_key_block_major(false, 32, unb, 0));
+  EXPECT_FALSE(attn::backward_key_block_major(false, 32, unb, unb));
+  EXPECT_FALSE(attn::backward_key_block_major(false, 32, 100, 0));  // a window: blocks alike
+  EXPECT_FALSE(attn::backward_key_block_major(false, 70000, unb, 0));
+  EXPECT_TRUE(attn::backward_key_block_major(true, 32, unb, unb));
+  EXPECT_FALSE(attn::backward_key_block_major(true, 32, unb, 0));
+  for (auto [len_q, len_k] : {std::pair{4096, 4096}, std::pair{1000, 3000}, std::pair{3000, 1000}, std::pair{777, 777}}) {
+    const int heads = 8, n_blocks = (len_k + 127) / 128;
+    const bool kbm = attn::backward_key_block_major(false, n_blocks, unb, 0);
+    ASSERT_TRUE(kbm);
+    const int gx = heads, gy = n_blocks;
+    int last = 1 << 30;
+    for (int y = 0; y < gy; ++y)
+      for (int x = 0; x < gx; ++x) {
+        const attn::BwdCta c = attn::unordered_cta(x, y, kbm);
+        ASSERT_TRUE(c.head == x && c.key_block == y);
+        const int steps = attn::query_blocks_of_key_block(len_q, len_k, unb, 0, c.key_block * 128, 128, 64).count;
+        EXPECT_LE(steps, last) << "Sq " << len_q << " Sk " << len_k << " key block " << c.key_block << " head " << c.head;
+        last = steps;
+      }
+  }
+}
+
 TEST(AttentionBackwardBlocks, DqAccumLayoutIsAConflictFreeChunkPermutation) {
   for (int d : {64, 128}) {
     for (int64_t row = 0; row < 16; ++row) {
