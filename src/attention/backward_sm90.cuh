@@ -145,6 +145,7 @@ struct BwdSm90Params : BwdParams {
   typename Traits::Tma tma_q, tma_k, tma_v, tma_do;
   int rows_q = 0, rows_k = 0;  // rows of the TMA views: seqlen (batched) or total (varlen)
   bool key_block_major = false;  // grid (heads_kv, key blocks, batch): backward_key_block_major
+  int section_heads = 1;         // unordered, key_block_major: KV heads per section (unordered_cta)
 };
 
 // Byte offset of dS element (query q, key k) in a warpgroup's buffer (SmemLayoutDS: 16-bit, MN-major,
@@ -235,7 +236,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (threadIdx.x == 0 && (cute::cast_smem_ptr_to_uint(smem_raw) & 1023u) != 0) __trap();
 
   const BwdCta cta = kDeterministic ? deterministic_cta(blockIdx.x, blockIdx.y, gridDim.x, gridDim.y, p.key_block_major)
-                                    : unordered_cta(blockIdx.x, blockIdx.y, p.key_block_major);
+                                    : unordered_cta(blockIdx.x, blockIdx.y, gridDim.x, gridDim.y, p.key_block_major, p.section_heads);
   const int n_block = cta.key_block, hk = cta.head, b = blockIdx.z;
   const int n0 = n_block * Traits::kBlockN;
   const bool varlen = p.cu_seqlens_q != nullptr;
