@@ -3,7 +3,8 @@
 // (dh = dy · w_down in fp64, then act and act' in fp64), on fresh random inputs; outputs poisoned with
 // NaN first and their row padding checked untouched; tails of the 128 x 128 tile in M and U, N not a
 // multiple of the 64-deep k-block, both activations and dtypes, in place (dz over z) and not, h
-// absent, and the argument errors that need device memory. Skips, saying so, without a device of
+// absent, and the argument errors that need device memory; GatedMlpDgatedSanitizer is the small set
+// compute-sanitizer runs. Skips, saying so, without a device of
 // compute capability 9.0 or without the sm90a kernels.
 #include <gtest/gtest.h>
 
@@ -132,6 +133,13 @@ TEST(GatedMlpDgatedGpu, EmptyCallLaunchesNothing) {
                                    ConstMatrix{nullptr, DType::kBF16, 0, 64, 64}, Matrix{nullptr, DType::kBF16, 0, 64, 64},
                                    Matrix{}, Activation::kSiLU));
   BF_CUDA_OK(cudaDeviceSynchronize());
+}
+
+// The compute-sanitizer set (scripts/sanitize): one small case of each form.
+TEST(GatedMlpDgatedSanitizer, SmallCases) {
+  SKIP_UNLESS_RUNNABLE();
+  run({33, 64, 136, DType::kBF16, Activation::kSiLU, true, true});
+  run({5, 72, 8, DType::kFP16, Activation::kGeluTanh, false, false, 8});
 }
 
 // Overlaps and host memory, which only real device buffers can show: each named, nothing launched.
