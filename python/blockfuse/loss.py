@@ -11,6 +11,11 @@ and loss, the gradient softmax − onehot scaled by the reduction, then grad_h =
 grad_W += gᵀ · h; the backward only scales the saved gradients by the incoming one. At most one
 chunk's logits exist at a time (chunk_rows: about 256 MiB of fp32 by default).
 
+On CUDA in bf16/fp16 (V % 8 == 0) each chunk's loss and gradient are one kernel,
+blockfuse::cross_entropy_fwd_bwd_ (include/blockfuse/cross_entropy.h: the row's online max and sum,
+then the gradient written over the logits: two reads and one write of the chunk's bf16 logits where
+the torch ops make several fp32 passes); elsewhere torch ops.
+
 Numerics: the logits are the GEMM's (fp32 accumulation, rounded to the dtype, as nn.Linear gives
 them), the softmax, log-sum-exp and loss in fp32; grad_W is accumulated over the chunks in the
 weight's dtype by cuBLAS's addmm (fp32 inside, one rounding per chunk), as Liger does. A label
@@ -30,6 +35,18 @@ def _chunk_rows(rows, vocab):
     return max(1, min(rows, _CHUNK_BYTES // (4 * max(vocab, 1))))
 
 
+def _kernel(hidden, vocab):
+    """blockfuse::cross_entropy_fwd_bwd_ where it runs (CUDA, bf16/fp16, V % 8 == 0, the op in the
+    loaded library), else None: the chunk's loss and gradient then come from torch ops."""
+    if not hidden.is_cuda or hidden.dtype not in (torch.bfloat16, torch.float16) or vocab % 8 != 0 or vocab < 8:
+        return None
+    try:
+        from ._common import has_op
+    except Exception:  # noqa: BLE001 — no compiled library: the torch path
+        return None
+    return torch.ops.blockfuse.cross_entropy_fwd_bwd_ if has_op("cross_entropy_fwd_bwd_") else None
+
+
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, labels, ignore_index, denom, chunk_rows):
@@ -39,11 +56,23 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_w = torch.zeros_like(weight) if need_w else None
         loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
         inv = 1.0 / denom.to(torch.float32) if torch.is_tensor(denom) else 1.0 / float(denom)
+        kernel = _kernel(hidden, vocab)
+        if kernel is not None:
+            inv_t = (inv if torch.is_tensor(inv) else torch.tensor(inv)).to(device=hidden.device, dtype=torch.float32)
         for s in range(0, n, chunk_rows):
             e = min(n, s + chunk_rows)
             h = hidden[s:e]
-            x = (h @ weight.t()).float()  # [c, V]: the GEMM's logits, as nn.Linear rounds them
             lbl = labels[s:e]
+            if kernel is not None:
+                # One kernel: the rows' loss, and softmax − onehot times the scale over the logits.
+                logits = h @ weight.t()
+                loss = loss + kernel(logits, lbl, ignore_index, inv_t if (need_h or need_w) else None).sum()
+                if need_h:
+                    torch.mm(logits, weight, out=grad_h[s:e])
+                if need_w:
+                    grad_w.addmm_(logits.t(), h)
+                continue
+            x = (h @ weight.t()).float()  # [c, V]: the GEMM's logits, as nn.Linear rounds them
             valid = lbl != ignore_index
             bad = valid & ((lbl < 0) | (lbl >= vocab))
             safe = torch.where(valid & ~bad, lbl, torch.zeros_like(lbl))
@@ -176,3 +205,20 @@ def unpatch_loss(model):
     original = model.__dict__.pop("_blockfuse_loss", None)
     if original is not None:
         model.__dict__.pop("forward", None)
+
+
+# ---- the kernel op's fake: shapes for torch.compile / FakeTensor ------------------------------------
+
+def _register_fake():
+    try:
+        from ._common import LOADED, has_op
+    except Exception:  # noqa: BLE001
+        return
+    if LOADED and has_op("cross_entropy_fwd_bwd_"):
+        @torch.library.register_fake("blockfuse::cross_entropy_fwd_bwd_")
+        def _cross_entropy_fwd_bwd_fake(logits, labels, ignore_index=-100, grad_scale=None):
+            torch._check(logits.dim() == 2, lambda: "blockfuse.cross_entropy_fwd_bwd_: argument 'logits' must be 2-D")
+            return logits.new_empty((logits.shape[0],), dtype=torch.float32)  # logits written in place
+
+
+_register_fake()

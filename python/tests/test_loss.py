@@ -50,3 +50,19 @@ def test_peak_memory_is_a_chunk_not_the_logits():
     eager = peak(lambda: torch.nn.functional.cross_entropy((h @ w.t()).float(), lbl))
     ours = peak(lambda: bloss.linear_cross_entropy(h, w, lbl, chunk_rows=512))
     assert eager > 2 * logits_fp32 and ours < logits_fp32 / 2, (eager, ours)
+
+
+def test_kernel_op_opcheck_and_rows():
+    """blockfuse::cross_entropy_fwd_bwd_ directly: opcheck, an ignored row (0) and a bad label (NaN)."""
+    logits = torch.randn(6, 1000, device="cuda", dtype=torch.bfloat16)
+    labels = torch.tensor([1, -100, 999, 5000, 0, 7], device="cuda")
+    scale = torch.tensor(0.25, device="cuda")
+    torch.library.opcheck(torch.ops.blockfuse.cross_entropy_fwd_bwd_.default, (logits.clone(), labels, -100, scale))
+    x = logits.clone()
+    loss = torch.ops.blockfuse.cross_entropy_fwd_bwd_(x, labels, -100, scale)
+    want = torch.nn.functional.cross_entropy(logits.float(), labels.clamp(0, 999), reduction="none")
+    assert loss[1].item() == 0.0 and torch.isnan(loss[3]) and (x[1] == 0).all() and torch.isnan(x[3].float()).all()
+    keep = torch.tensor([0, 2, 4, 5], device="cuda")
+    assert rel(loss[keep], want[keep]) < 1e-5
+    g = (torch.softmax(logits.float(), -1) - torch.nn.functional.one_hot(labels.clamp(0, 999), 1000)) * 0.25
+    assert rel(x[keep], g[keep]) < 8e-3
