@@ -26,12 +26,6 @@ namespace {
 
 using testing::DeviceBuffer;
 
-std::vector<uint16_t> host_bits(const DeviceBuffer<uint16_t>& d) {
-  std::vector<uint16_t> h(d.size());
-  testing::to_host(d, h.data());
-  return h;
-}
-
 class DGatedBench final : public BenchCommand {
   std::vector<int64_t> tokens_ = {4096, 16384};
   std::vector<std::string> shapes_ = {"8b", "70b"};

@@ -15,9 +15,8 @@
 // issued kChunk pairs at a time before any is used, so their latency overlaps; with the ping-pong
 // schedule one warpgroup's epilogue runs under the other's mainloop.
 //
-// The collective-epilogue interface is the one the sm90 warp-specialised kernels call (the same
-// members as epilogue_sm90.cuh's GatedEpilogue, which explains them); nothing is staged in shared
-// memory and there is no TMA store.
+// The collective-epilogue interface's common members come from NoLoadEpilogueBase
+// (epilogue_base_sm90.cuh); nothing is staged in shared memory and there is no TMA store.
 #pragma once
 
 #include <cstdint>
@@ -29,13 +28,14 @@
 #include "cutlass/pipeline/pipeline.hpp"
 
 #include "common/activation.cuh"
+#include "gated_up/epilogue_base_sm90.cuh"
 
 namespace blockfuse::sm90 {
 
 using namespace cute;
 
 template <class Element_, class TileShape_>
-class DGatedEpilogue {
+class DGatedEpilogue : public NoLoadEpilogueBase {
  public:
   using Element = Element_;
   using TileShape = TileShape_;
@@ -45,25 +45,14 @@ class DGatedEpilogue {
   // Pairs whose z loads are in flight together: 2 registers each.
   static constexpr int kChunk = 16;
 
+
   using ElementC = Element;
   using ElementD = Element;
-  using StrideC = cute::Stride<int64_t, cute::Int<1>, int64_t>;
-  using StrideD = StrideC;
-  using GmemTiledCopyC = void;
-  using GmemTiledCopyD = void;
-  using LoadPipeline = cutlass::PipelineTransactionAsync<0>;
-  using LoadPipelineState = cutlass::PipelineState<0>;
-  using StorePipeline = cutlass::PipelineTmaStore<0>;
-  using StorePipelineState = cutlass::PipelineState<0>;
-  constexpr static uint32_t TmaTransactionBytes = 0;
-  constexpr static bool RequiresTransactionBytes = false;
-
   struct SharedStorage {
     int unused;
   };
   using TensorStorage = SharedStorage;
   using TensorMapStorage = SharedStorage;
-  using PipelineStorage = typename LoadPipeline::SharedStorage;
 
   struct Arguments {
     const Element* z = nullptr;  // [M, 2U] interleaved, row stride ldz
@@ -95,16 +84,6 @@ class DGatedEpilogue {
                   args.act};
   }
 
-  template <class ProblemShape>
-  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
-    return 0;
-  }
-
-  template <class ProblemShape>
-  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
-                                              cutlass::CudaHostAdapter* = nullptr) {
-    return cutlass::Status::kSuccess;
-  }
 
   // The 8-byte z / dz and 4-byte h accesses of a pair (n even): U even, 8-byte-aligned z and dz rows,
   // 4-byte-aligned h rows.
@@ -118,14 +97,6 @@ class DGatedEpilogue {
            (args.h == nullptr || aligned(args.h, args.ldh, 4));
   }
 
-  template <class CtaTileMNK>
-  CUTLASS_HOST_DEVICE static constexpr int get_load_pipe_increment(CtaTileMNK) {
-    return 1;
-  }
-  template <class CtaTileMNK>
-  CUTLASS_HOST_DEVICE static constexpr int get_store_pipe_increment(CtaTileMNK) {
-    return 1;
-  }
 
   // ---- device side ----
   CUTLASS_HOST_DEVICE DGatedEpilogue(Params const& params, [[maybe_unused]] TensorStorage& storage)
@@ -133,25 +104,6 @@ class DGatedEpilogue {
 
   CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const&) {}
 
-  CUTLASS_DEVICE bool is_producer_load_needed() const { return false; }
-
-  CUTLASS_DEVICE auto load_init(Params const&, TensorMapStorage&, int32_t, int32_t) {
-    return cute::make_tuple(nullptr);
-  }
-
-  template <class ProblemShapeMNKL, class CtaTileMNK, class CtaCoordMNKL, class TiledMma>
-  CUTLASS_DEVICE auto load(LoadPipeline, LoadPipelineState load_pipe_producer_state, ProblemShapeMNKL, CtaTileMNK,
-                           CtaCoordMNKL, TiledMma, int, TensorStorage&, int = -1) {
-    return load_pipe_producer_state;
-  }
-
-  CUTLASS_DEVICE auto load_tail(LoadPipeline, LoadPipelineState load_pipe_producer_state) {
-    return load_pipe_producer_state;
-  }
-
-  CUTLASS_DEVICE auto store_init(Params const&, TensorMapStorage&, int32_t, int32_t, int32_t) {
-    return cute::make_tuple(nullptr);
-  }
 
   // The two 16-bit values of a 32-bit word as floats, and back (one rounding each).
   CUTLASS_DEVICE static float lo(uint32_t w) { return float(Element::bitcast(uint16_t(w & 0xffffu))); }
@@ -214,14 +166,6 @@ class DGatedEpilogue {
     return cute::make_tuple(load_pipe_consumer_state, store_pipe_producer_state);
   }
 
-  // Ptr-array (grouped) kernels only.
-  template <bool IsLoad, class ProblemShapeMNKL>
-  CUTLASS_DEVICE void tensormaps_perform_update(TensorMapStorage&, Params const&, cute::TmaDescriptor const*,
-                                                ProblemShapeMNKL, int32_t, int32_t) {}
-  template <bool IsLoad>
-  CUTLASS_DEVICE void tensormaps_cp_fence_release(TensorMapStorage&, cute::TmaDescriptor const*, int32_t) {}
-  template <bool IsLoad>
-  CUTLASS_DEVICE void tensormaps_fence_acquire(cute::TmaDescriptor const*) {}
 
  private:
   Params const& params_;
