@@ -66,3 +66,24 @@ def test_kernel_op_opcheck_and_rows():
     assert rel(loss[keep], want[keep]) < 1e-5
     g = (torch.softmax(logits.float(), -1) - torch.nn.functional.one_hot(labels.clamp(0, 999), 1000)) * 0.25
     assert rel(x[keep], g[keep]) < 8e-3
+
+
+def test_patched_causal_lm_on_the_gpu():
+    """patch_model(loss=True) on a tiny bf16 Llama on the GPU (the kernel path): the loss and the
+    gradients of the unpatched model, within bf16 rounding."""
+    pytest.importorskip("transformers")
+    import copy
+    from hf_models import tiny_model
+    from blockfuse import patch
+    model = tiny_model("llama", vocab=1000).to("cuda", torch.bfloat16).train()
+    ref = copy.deepcopy(model)
+    patch.patch_model(model, mlp=False, norm=False, loss=True)
+    ids = torch.randint(0, 1000, (2, 37), device="cuda")
+    labels = ids.clone()
+    labels[1, :9] = -100
+    out, want = model(input_ids=ids, labels=labels), ref(input_ids=ids, labels=labels)
+    assert out.logits is None and abs(out.loss.item() - want.loss.item()) < 1e-2 * want.loss.item()
+    out.loss.backward()
+    want.loss.backward()
+    for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+        assert rel(p.grad, q.grad) < 3e-2, n
