@@ -1,5 +1,5 @@
 // cross_entropy_forward_backward (blockfuse/cross_entropy.h): validation, then one launch of the
-// kernel (kernel.cuh) with the block size of config.h. Read: config.h, kernel.cuh, reference.h.
+// kernel (cross_entropy_sm80.cuh) with the block size of config.h. Read: config.h, cross_entropy_sm80.cuh, reference.h.
 #include <cstdint>
 
 #include <cuda_bf16.h>
@@ -9,7 +9,7 @@
 #include "common/check.h"
 #include "common/launch.h"
 #include "cross_entropy/config.h"
-#include "cross_entropy/kernel.cuh"
+#include "cross_entropy/cross_entropy_sm80.cuh"
 
 namespace blockfuse {
 

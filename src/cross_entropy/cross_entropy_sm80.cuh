@@ -1,4 +1,5 @@
-// Internal: the cross-entropy kernel (blockfuse/cross_entropy.h); cross_entropy.cu launches it.
+// Internal: the cross-entropy kernel (blockfuse/cross_entropy.h; sm_80+, nothing arch-specific);
+// cross_entropy.cu launches it.
 // One CTA a row. Pass 1: each thread an online (max, Σ exp) over its 16-byte chunks, merged over the
 // block; the label's logit read by thread 0 before any write. Pass 2, when a gradient is wanted:
 // exp(x − lse) · s, minus s at the label, written over the row (the row is re-read, mostly from
