@@ -45,7 +45,6 @@ class DGatedEpilogue : public NoLoadEpilogueBase {
   // Pairs whose z loads are in flight together: 2 registers each.
   static constexpr int kChunk = 16;
 
-
   using ElementC = Element;
   using ElementD = Element;
   struct SharedStorage {
@@ -84,7 +83,6 @@ class DGatedEpilogue : public NoLoadEpilogueBase {
                   args.act};
   }
 
-
   // The 8-byte z / dz and 4-byte h accesses of a pair (n even): U even, 8-byte-aligned z and dz rows,
   // 4-byte-aligned h rows.
   template <class ProblemShape>
@@ -97,13 +95,11 @@ class DGatedEpilogue : public NoLoadEpilogueBase {
            (args.h == nullptr || aligned(args.h, args.ldh, 4));
   }
 
-
   // ---- device side ----
   CUTLASS_HOST_DEVICE DGatedEpilogue(Params const& params, [[maybe_unused]] TensorStorage& storage)
       : params_(params) {}
 
   CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const&) {}
-
 
   // The two 16-bit values of a 32-bit word as floats, and back (one rounding each).
   CUTLASS_DEVICE static float lo(uint32_t w) { return float(Element::bitcast(uint16_t(w & 0xffffu))); }
@@ -165,7 +161,6 @@ class DGatedEpilogue : public NoLoadEpilogueBase {
                                  StorePipelineState store_pipe_producer_state) {
     return cute::make_tuple(load_pipe_consumer_state, store_pipe_producer_state);
   }
-
 
  private:
   Params const& params_;

@@ -140,7 +140,6 @@ class GatedEpilogue : public NoLoadEpilogueBase {
                   args.x_scale, args.w_scale, args.x_per_row, args.w_per_channel, args.out_scale};
   }
 
-
   // TMA needs a 16-byte-aligned base and a row stride that is a multiple of 16 bytes; N = 2U even.
   template <class ProblemShape>
   static bool can_implement(ProblemShape const& problem_shape, Arguments const& args) {
@@ -148,7 +147,6 @@ class GatedEpilogue : public NoLoadEpilogueBase {
     return get<1>(mnkl) % 2 == 0 && (reinterpret_cast<uintptr_t>(args.ptr_out) % 16) == 0 &&
            (args.ldo * int64_t(sizeof(Element))) % 16 == 0;
   }
-
 
   // The swizzle row phase of row m in a 1024-byte-aligned buffer: the address bits [7, 7 + log2
   // kPhases) of the row's start, which the swizzle XORs into the 16-byte chunk index.
@@ -254,7 +252,6 @@ class GatedEpilogue : public NoLoadEpilogueBase {
     cute::prefetch_tma_descriptor(params.tma_store_h.get_tma_descriptor());
   }
 
-
   // One output tile. Called by every consumer thread of the tile: all 256 (cooperative, thread_idx
   // 0..255 over both warpgroups) or the 128 of one warpgroup (ping-pong, thread_idx 0..127; the
   // kernel's ordering barrier keeps the two warpgroups' epilogues apart in time).
@@ -351,7 +348,6 @@ class GatedEpilogue : public NoLoadEpilogueBase {
     tma_store_wait<0>();
     return cute::make_tuple(load_pipe_consumer_state, store_pipe_producer_state);
   }
-
 
  private:
   // A reference to the kernel's __grid_constant__ parameter, not a copy: the TMA store needs the
