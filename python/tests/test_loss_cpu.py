@@ -148,3 +148,19 @@ def test_patch_loss_refusals_leave_the_model_unchanged():
         patch.patch_model(model, mlp=False, norm=False, loss=True)
     with pytest.raises(ValueError, match="nothing to do"):
         patch.patch_model(model, mlp=False, norm=False)
+
+
+def test_patched_loss_with_tied_embeddings():
+    """lm_head sharing the embedding's weight (tie_word_embeddings): the weight's gradient is the sum
+    of both uses, as in the unpatched model."""
+    from blockfuse import patch
+    model = _tiny("llama", tie_word_embeddings=True).train()
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    ref = copy.deepcopy(model)
+    patch.patch_model(model, mlp=False, norm=False, loss=True)
+    ids = torch.randint(0, 256, (2, 17))
+    out, want = model(input_ids=ids, labels=ids), ref(input_ids=ids, labels=ids)
+    assert rel(out.loss, want.loss) < 1e-5
+    out.loss.backward()
+    want.loss.backward()
+    assert rel(model.lm_head.weight.grad, ref.lm_head.weight.grad) < 1e-4
