@@ -352,8 +352,10 @@ class GatedMlpFunction : public torch::autograd::Function<GatedMlpFunction> {
                                                bool)>();
     at::Tensor dx, dw, dw_down;
     const bool want_h = ctx->needs_input_grad(2);  // a frozen down projection (LoRA) needs no h
-    const at::Tensor h = dgated.call(dy, w_down, dz, act, want_h);
-    if (want_h) dw_down = at::mm(dy.t(), h);
+    {  // h ([M, U]) is released before dx and dw are allocated: it is not part of the step's peak
+      const at::Tensor h = dgated.call(dy, w_down, dz, act, want_h);
+      if (want_h) dw_down = at::mm(dy.t(), h);
+    }
     if (ctx->needs_input_grad(0)) dx = at::mm(dz, w).reshape_symint(x.sym_sizes());
     if (ctx->needs_input_grad(1)) dw = at::mm(dz.t(), x2);
     return {dx, dw, dw_down, at::Tensor()};
