@@ -70,7 +70,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 if need_h:
                     torch.mm(logits, weight, out=grad_h[s:e])
                 if need_w:
-                    grad_w.addmm_(logits.t(), h)
+                    torch.mm(logits.t(), h, out=grad_w) if s == 0 else grad_w.addmm_(logits.t(), h)
                 continue
             x = (h @ weight.t()).float()  # [c, V]: the GEMM's logits, as nn.Linear rounds them
             valid = lbl != ignore_index
