@@ -53,7 +53,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         n, vocab = hidden.shape[0], weight.shape[0]
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         grad_h = torch.empty_like(hidden) if need_h else None
-        grad_w = torch.zeros_like(weight) if need_w else None
+        grad_w = torch.empty_like(weight) if need_w else None  # the first chunk writes it, the others add
         loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
         inv = 1.0 / denom.to(torch.float32) if torch.is_tensor(denom) else 1.0 / float(denom)
         kernel = _kernel(hidden, vocab)
@@ -70,7 +70,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 if need_h:
                     torch.mm(logits, weight, out=grad_h[s:e])
                 if need_w:
-                    grad_w.addmm_(logits.t(), h)
+                    torch.mm(logits.t(), h, out=grad_w) if s == 0 else grad_w.addmm_(logits.t(), h)
                 continue
             x = (h @ weight.t()).float()  # [c, V]: the GEMM's logits, as nn.Linear rounds them
             valid = lbl != ignore_index
@@ -94,7 +94,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 if need_h:
                     torch.mm(g, weight, out=grad_h[s:e])
                 if need_w:
-                    grad_w.addmm_(g.t(), h)
+                    torch.mm(g.t(), h, out=grad_w) if s == 0 else grad_w.addmm_(g.t(), h)
         ctx.save_for_backward(grad_h, grad_w)
         return loss * inv
 
