@@ -29,6 +29,7 @@
 
 #include "common/activation.cuh"
 #include "gated_up/epilogue_base_sm90.cuh"
+#include "gated_up/gating_sm90.cuh"
 
 namespace blockfuse::sm90 {
 
@@ -117,6 +118,8 @@ class DGatedEpilogue : public NoLoadEpilogueBase {
                             TiledMma tiled_mma, int thread_idx, [[maybe_unused]] TensorStorage& storage,
                             [[maybe_unused]] int subtile_index = -1) {
     static_assert(is_same_v<typename AccEngine::value_type, float>, "fp32 accumulators");
+    static_assert(accumulator_pairs_are_adjacent_columns<TiledMma>(),
+                  "each thread's accumulators must come in adjacent column pairs (n, n + 1)");
     auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
     Tensor tC = thr_mma.partition_C(make_identity_tensor(Shape<Int<BM>, Int<BN>>{}));  // (m, n) per accumulator
     static_assert(size(tC) == size(accumulators) && size<0, 0>(accumulators) == 2,
