@@ -22,12 +22,6 @@ __device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, b
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(pred ? 16 : 0) : "memory");
 }
-// Starts copying 4 bytes (4-byte aligned), or writes 4 zero bytes without reading where !valid
-// (the source size 0 of cp.async's zero fill).
-__device__ __forceinline__ void cp_async4_zfill(void* smem, const void* gmem, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 4u : 0u) : "memory");
-}
 // Closes the group of this thread's copies issued so far.
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits for all of this thread's committed groups: its copies are then visible to itself (other
