@@ -14,7 +14,9 @@
 #include <torch/library.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <initializer_list>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -207,11 +209,15 @@ at::Tensor gated_up_autograd(const at::Tensor& x, const at::Tensor& w, c10::stri
   return GatedUpFunction::apply(x, w, activation, recompute, save_z);
 }
 
-// Whether gated_mlp's backward takes the fused kernel (gated_mlp_dgated): on a device where it runs,
+// Whether gated_mlp's backward takes the fused kernel (gated_mlp_dgated): only when the environment
+// sets BLOCKFUSE_DGATED=fused, since the kernel runs at 0.48-0.71x the speed of the unfused pair on an
+// H100 today (results/gated_up.json `dgated`; docs/gated_up.md), and then on a device where it runs,
 // with concrete sizes (a FakeTensor under torch.compile traces the unfused ops), contiguous
-// 16-byte-aligned operands and N, U multiples of 8. Elsewhere the backward is the GEMM dh = dy·w_down
+// 16-byte-aligned operands and N, U multiples of 8. Otherwise the backward is the GEMM dh = dy·w_down
 // and swiglu_backward's pass.
 bool dgated_applies(const at::Tensor& dy, const at::Tensor& w_down, const at::Tensor& z) {
+  const char* opt_in = std::getenv("BLOCKFUSE_DGATED");
+  if (opt_in == nullptr || std::string_view(opt_in) != "fused") return false;
   if (has_symbolic_sizes(dy) || has_symbolic_sizes(z) || !dy.is_cuda()) return false;
   if (dy.scalar_type() != at::kBFloat16 && dy.scalar_type() != at::kHalf) return false;
   if (w_down.scalar_type() != dy.scalar_type() || z.scalar_type() != dy.scalar_type()) return false;
@@ -227,9 +233,9 @@ bool dgated_applies(const at::Tensor& dy, const at::Tensor& w_down, const at::Te
 
 // gated_mlp_dgated_(dy [M, N], w_down [N, U], z [M, 2U] (written: dz), activation, want_h) -> h [M, U]
 // (or [0] without want_h): gated_mlp's backward from dy to dz, an op of its own so that
-// torch.compile traces it through its fake. On Hopper (dgated_applies) one kernel,
-// blockfuse::gated_mlp_dgated, whose GEMM epilogue reads z and writes dz and h; elsewhere the GEMM
-// dh = dy·w_down and swiglu_backward's pass (dh rounded to the dtype in between).
+// torch.compile traces it through its fake. The GEMM dh = dy·w_down and swiglu_backward's pass (dh
+// rounded to the dtype in between); with BLOCKFUSE_DGATED=fused on Hopper (dgated_applies) one
+// kernel, blockfuse::gated_mlp_dgated, whose GEMM epilogue reads z and writes dz and h.
 at::Tensor gated_mlp_dgated_cuda(const at::Tensor& dy, const at::Tensor& w_down, const at::Tensor& z,
                                  c10::string_view activation, bool want_h) {
   constexpr const char* fn = "gated_mlp_dgated_";
@@ -277,9 +283,9 @@ at::Tensor gated_mlp_dgated_cpu(const at::Tensor& dy, const at::Tensor&, const a
 // that turns z into dz anyway (swiglu_backward_with_out_: one more [M, U] store, no second read):
 //   forward   z = x·wᵀ (torch's GEMM), h = swiglu(z) (interleaved), y = h·w_downᵀ
 //   backward  dh = dy·w_down; dz (over z) and h from one pass; dw_down = dyᵀ·h, dx = dz·w,
-//             dw = dzᵀ·x. On Hopper (dgated_applies) the first two are one kernel,
-//             blockfuse::gated_mlp_dgated, whose GEMM epilogue reads z and writes dz and h, so dh
-//             ([M, U]) is never stored.
+//             dw = dzᵀ·x. With BLOCKFUSE_DGATED=fused on Hopper (dgated_applies) the first two
+//             are one kernel, blockfuse::gated_mlp_dgated, whose GEMM epilogue reads z and writes
+//             dz and h, so dh ([M, U]) is never stored.
 // Without a recorded gradient it is gated_up's fused kernel and one GEMM.
 
 // w_down's checks against x and w (U from w); every message names the argument.
@@ -344,8 +350,8 @@ class GatedMlpFunction : public torch::autograd::Function<GatedMlpFunction> {
     const at::Tensor x2 = x.reshape_symint({-1, x.sym_size(-1)});
     const at::Tensor dy = grads[0].reshape_symint({-1, w_down.sym_size(0)}).contiguous();
     const at::Tensor dz = take_z(ctx, &saved[3], x2, w);  // dz is written over it
-    // dh = dy·w_down, then dz over z and h (the forward's, for dw_down) from z: one kernel on Hopper
-    // (dh never stored), a GEMM and one pass elsewhere (gated_mlp_dgated_cuda).
+    // dh = dy·w_down, then dz over z and h (the forward's, for dw_down) from z: a GEMM and one pass
+    // (or the fused kernel, opted in: gated_mlp_dgated_cuda).
     static auto dgated = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("blockfuse::gated_mlp_dgated_", "")
                              .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, c10::string_view,

@@ -242,9 +242,15 @@ def test_opcheck_backward_ops():
 @pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
 @pytest.mark.parametrize("want_h", [True, False])
 @pytest.mark.parametrize("mnu", [(1, 64, 8), (129, 520, 264), (300, 256, 136)])
-def test_gated_mlp_dgated_matches_fp64(dtype, act, want_h, mnu):
-    """gated_mlp's backward from dy to dz (blockfuse::gated_mlp_dgated_: one fused kernel on Hopper,
-    a GEMM and swiglu_backward elsewhere) against fp64 torch: dz written over z, h returned."""
+@pytest.mark.parametrize("path", ["unfused", "fused"])
+def test_gated_mlp_dgated_matches_fp64(dtype, act, want_h, mnu, path, monkeypatch):
+    """gated_mlp's backward from dy to dz (blockfuse::gated_mlp_dgated_: a GEMM and swiglu_backward,
+    or with BLOCKFUSE_DGATED=fused one fused kernel on Hopper) against fp64 torch: dz written over z,
+    h returned."""
+    if path == "fused":
+        monkeypatch.setenv("BLOCKFUSE_DGATED", "fused")
+    else:
+        monkeypatch.delenv("BLOCKFUSE_DGATED", raising=False)
     m, n, u = mnu
     torch.manual_seed(m + n + u)
     dy = torch.randn(m, n, device="cuda").to(dtype)
