@@ -270,6 +270,12 @@ Timing time_graph(const std::function<void(int)>& fn, cudaStream_t stream, int c
   return t;
 }
 
+std::vector<uint16_t> host_bits(const testing::DeviceBuffer<uint16_t>& d) {
+  std::vector<uint16_t> h(d.size());
+  testing::to_host(d, h.data());
+  return h;
+}
+
 int rotation_sets(int64_t bytes, int max_sets) {
   int dev = 0, l2 = 50 << 20;
   if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) != cudaSuccess ||

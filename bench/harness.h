@@ -257,6 +257,8 @@ Timing time_events(const std::function<void(int)>& fn, cudaStream_t stream, int 
 Timing time_graph(const std::function<void(int)>& fn, cudaStream_t stream, int calls, int warmup, int reps);
 // How many copies of a working set of `bytes` span >= 3x the L2 size (at least 1, at most max_sets).
 int rotation_sets(int64_t bytes, int max_sets = 16);
+// A device buffer of 2-byte values copied to the host (a verification's inputs and outputs).
+std::vector<uint16_t> host_bits(const testing::DeviceBuffer<uint16_t>& d);
 
 // The exit status of a command that finds no CUDA device: nothing was run. 77 is CTest's and
 // Automake's "skipped", the same status the examples (examples/common/example_util.h) return.

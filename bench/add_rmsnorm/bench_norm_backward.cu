@@ -25,12 +25,6 @@ namespace {
 
 using testing::DeviceBuffer;
 
-std::vector<uint16_t> host_bits(const DeviceBuffer<uint16_t>& d) {
-  std::vector<uint16_t> h(d.size());
-  testing::to_host(d, h.data());
-  return h;
-}
-
 class NormBackwardBench final : public BenchCommand {
   std::vector<int64_t> rows_ = {2048, 8192, 32768}, hidden_ = {4096, 8192};
   std::vector<std::string> kinds_ = {"rmsnorm", "add_rmsnorm"};

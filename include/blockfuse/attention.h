@@ -111,9 +111,9 @@ struct AttentionParams {
   // dQ accumulated with fp32 atomics inside the dK/dV kernel (FlashAttention-2's: five S²·D products
   // instead of seven), dq's low bits depending on the atomics' order; dk and dv stay deterministic.
   // On Hopper (an sm90a build, compute capability 9.0) kAuto and kSm90 run the sm90a dK/dV kernel
-  // (wgmma, TMA: FlashAttention-3's design) in both modes: dQ by atomics into an fp32 accumulator,
-  // in the deterministic mode added one key block after another (the same bits every call). Its dk,
-  // dv bits differ from the sm80 kernel's.
+  // (wgmma, TMA: FlashAttention-3's design) in both modes: each 64-row block of dQ added into an
+  // fp32 accumulator by one bulk reduction (cp.reduce.async.bulk), in the deterministic mode one key
+  // block after another (the same bits every call). Its dk, dv bits differ from the sm80 kernel's.
   // The workspace grows by an fp32 buffer of (rows + 64) · Hq · D (attention_backward_workspace_size).
   bool deterministic = true;
 };

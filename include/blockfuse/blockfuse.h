@@ -4,6 +4,7 @@
 #include "blockfuse/add_rmsnorm.h"
 #include "blockfuse/attention.h"
 #include "blockfuse/common.h"
+#include "blockfuse/cross_entropy.h"
 #include "blockfuse/decode_attention.h"
 #include "blockfuse/decode_gemm.h"
 #include "blockfuse/fused_mlp.h"

@@ -105,4 +105,27 @@ struct GatedUpTileConfig {
 int gated_up_num_tile_configs();
 GatedUpTileConfig gated_up_tile_config(int index);
 
+// The gated MLP's backward through the down projection, fused (training; sm90a). With the forward
+// y = h · w_downᵀ, h = act(gate) ⊙ up and z = x · wᵀ (w interleaved as above, so column 2j of z is
+// up_j and column 2j + 1 is gate_j), it computes dh = dy · w_down in fp32 and, in the GEMM's
+// epilogue, without storing dh:
+//   dz[:, 2j]     = dh[:, j] · act(gate_j)                   (the gradient of z, interleaved like z)
+//   dz[:, 2j + 1] = dh[:, j] · up_j · act'(gate_j)
+//   h[:, j]       = act(gate_j) · up_j                       (the forward's h, for dw_down = dyᵀ · h)
+// fp32 math on the accumulators, one rounding (the unfused path rounds dh to the dtype first).
+//   dy     [M, N]   bf16 or fp16
+//   w_down [N, U]   same dtype: nn.Linear's [out_features = N, in_features = U] weight
+//   z      [M, 2U]  same dtype
+//   dz     [M, 2U]  same dtype; may be z exactly (in place), must not otherwise overlap an input
+//   h      [M, U]   same dtype, or absent (Matrix{}: a null pointer and no rows) when not needed
+// Requirements (checked; a violation throws blockfuse::Error naming the argument, nothing launched):
+// N % 8 == 0, U % 8 == 0, every ld % 8 == 0, 16-byte-aligned pointers; outputs do not overlap the
+// inputs or each other; the current device has compute capability 9.0 and the build the sm90a
+// kernels (gated_mlp_dgated_available). M == 0 is a no-op. Asynchronous on `stream`.
+void gated_mlp_dgated(ConstMatrix dy, ConstMatrix w_down, ConstMatrix z, Matrix dz, Matrix h, Activation act,
+                      cudaStream_t stream = nullptr);
+// Whether gated_mlp_dgated runs on `device` (-1: the current one): a build with the sm90a kernels
+// and a device of compute capability 9.0.
+bool gated_mlp_dgated_available(int device = -1);
+
 }  // namespace blockfuse

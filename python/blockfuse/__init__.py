@@ -10,6 +10,7 @@ Submodules:
              one per kernel family: its op wrappers, fake implementations and reference
              (attention also holds the Hugging Face attention backend "blockfuse")
   nn         GatedMLP, SparseGatedMLP
+  loss       linear_cross_entropy (the language-model loss without the logits), the CausalLM patch
   patch      patch_model (a Hugging Face decoder, in place)
   kvcache    the KV-cache analysis (torch-free)
   bench      the PyTorch-side benchmarks: `python -m blockfuse.bench --help`
@@ -20,9 +21,9 @@ import importlib
 
 __version__ = "0.1.0"
 
-_LAZY_MODULES = ("ops", "nn", "patch", "kvcache", "bench", "attention", "decode_attention", "gated_up", "gated_up_fp8", "fused_mlp",
+_LAZY_MODULES = ("ops", "nn", "patch", "loss", "kvcache", "bench", "attention", "decode_attention", "gated_up", "gated_up_fp8", "fused_mlp",
                  "add_rmsnorm", "swiglu", "decode_gemm")
-_LAZY_NAMES = {"patch_model": "patch", "GatedMLP": "nn", "SparseGatedMLP": "nn"}
+_LAZY_NAMES = {"patch_model": "patch", "GatedMLP": "nn", "SparseGatedMLP": "nn", "linear_cross_entropy": "loss"}
 
 
 def __getattr__(name):

@@ -494,6 +494,23 @@ def _unmasked_mask(query, key, kwargs, causal, window_left):
     return vis[:, None]
 
 
+# Where SDPA measured faster than the decode kernel, so that the backend never sends a decode step
+# through a slower kernel than transformers' SDPA path would use (its flash backend: first in torch's
+# default priority, cuDNN last): query groups of 16 or more per KV head (MQA-like) over caches of at
+# most 2048 slots at batch <= 32. Measured on the H100, GB/s of the decode kernel over SDPA flash's:
+# Hq 32, Hkv 1, S 1024: 0.75 (B 1), 0.78-0.79 (B 8), 0.86 (B 32), 1.09 (B 128); from S 8192 the
+# decode kernel is as fast or faster (results/decode_attention.json and the 2026-11-27 re-run,
+# docs/attention.md#decode). Pure: tests/test_decode_attention_cpu.py.
+SDPA_DECODE_MIN_GROUP, SDPA_DECODE_MAX_KEYS, SDPA_DECODE_MAX_BATCH = 16, 2048, 32
+
+
+def decode_prefers_sdpa(batch, heads_q, heads_kv, max_k):
+    """Whether an unmasked or padded decode call of this shape runs faster through SDPA than through
+    the decode kernel (see SDPA_DECODE_*)."""
+    return (heads_q // max(heads_kv, 1) >= SDPA_DECODE_MIN_GROUP and max_k <= SDPA_DECODE_MAX_KEYS
+            and batch <= SDPA_DECODE_MAX_BATCH)
+
+
 def _decode_step(query, key, value, attention_mask, scaling, causal, window_left, window_right, softcap, kwargs):
     """A call with <= DECODE_MAX_Q queries through the decode kernel: no mask (every key valid up to the
     positions, _unmasked_lengths) or a 2-D mask of one kept run per row (_mask_lengths: lengths and
@@ -501,6 +518,8 @@ def _decode_step(query, key, value, attention_mask, scaling, causal, window_left
     if not _decode_mod._HAS_OP:
         return None
     b, sk = query.shape[0], key.shape[2]
+    if decode_prefers_sdpa(b, query.shape[1], key.shape[1], sk):
+        return None
     if attention_mask is None:
         lengths, max_k = _unmasked_lengths(kwargs, b, query.shape[2], sk, query.device), sk
     elif attention_mask.dim() == 2:

@@ -177,3 +177,12 @@ if LOADED and _HAS_GATED_MLP:
                      lambda: f"blockfuse.gated_mlp: argument 'w_down' has sizes {tuple(w_down.shape)}; "
                              f"required: [N, U] with U = {w.shape[0] // 2}")
         return x.new_empty(with_last(x, w_down.shape[0]))
+
+if LOADED and has_op("gated_mlp_dgated_"):
+
+    @torch.library.register_fake("blockfuse::gated_mlp_dgated_")
+    def _gated_mlp_dgated_fake(dy, w_down, z, activation="silu", want_h=True):
+        torch._check(dy.dim() == 2 and w_down.dim() == 2 and z.dim() == 2,
+                     lambda: "blockfuse.gated_mlp_dgated_: arguments 'dy', 'w_down', 'z' must be 2-D")
+        # h [M, U], or [0] without want_h; z is written (dz) in place
+        return dy.new_empty((dy.shape[0], w_down.shape[1]) if want_h else (0,))

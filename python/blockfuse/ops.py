@@ -53,6 +53,7 @@ from .fused_mlp import (ROUTER_MODES, fused_mlp, fused_mlp_reference, fused_mlp_
 from .gated_up import (deinterleave_gate_up, deinterleave_to_stacked, gated_mlp, gated_up, gated_up_backward,
                        gated_up_reference, interleave_gate_up, interleave_stacked)
 from .gated_up_fp8 import gated_up_fp8, gated_up_fp8_dynamic, gated_up_fp8_reference
+from .loss import linear_cross_entropy
 from .swiglu import swiglu, swiglu_backward, swiglu_backward_reference, swiglu_fp8, swiglu_reference
 
 __all__ = [
@@ -66,5 +67,5 @@ __all__ = [
     "neuron_block_router", "router_reference", "deinterleave_gate_up", "deinterleave_to_stacked", "gated_mlp", "gated_up",
     "gated_up_backward", "gated_up_reference", "interleave_gate_up", "interleave_stacked", "gated_up_fp8",
     "gated_up_fp8_dynamic", "gated_up_fp8_reference", "swiglu", "swiglu_backward",
-    "swiglu_backward_reference", "swiglu_fp8", "swiglu_reference",
+    "swiglu_backward_reference", "swiglu_fp8", "swiglu_reference", "linear_cross_entropy",
 ]

@@ -20,6 +20,8 @@ norm=True  every decoder layer (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma-2, Ge
            residual dropouts are active; for inputs the kernels do not take (CPU, float32) the layer
            runs its original forward.
 attention  attention=True: model.set_attn_implementation("blockfuse") (blockfuse.attention's backend).
+loss       loss=True: a *ForCausalLM's training loss by blockfuse.loss.linear_cross_entropy (the loss and
+           its gradients chunk by chunk, never the [tokens, vocabulary] logits).
 
 Everything is checked before anything changes: an MLP that cannot be converted, a decoder layer
 whose forward is not the one this module knows (it reads the class's source: only the statements
@@ -229,7 +231,7 @@ def unpatch_layer(layer):
         del layer._blockfuse_spec
 
 
-def patch_model(model, mlp=True, norm=True, attention=False, classes=bnn.HF_MLP_CLASSES):
+def patch_model(model, mlp=True, norm=True, attention=False, classes=bnn.HF_MLP_CLASSES, loss=False):
     """Patches `model` in place (see the module docstring); returns [(qualified name, original
     module)] for every module changed, in model order: each replaced MLP with the original module
     (the list keeps its weights alive: drop it to free them), and each decoder layer whose norms are
@@ -238,6 +240,12 @@ def patch_model(model, mlp=True, norm=True, attention=False, classes=bnn.HF_MLP_
     attention=True switches the model's attention to blockfuse's Hugging Face backend "blockfuse"
     (blockfuse.attention: the fused kernel for unpadded prefill and KV-cache decode, SDPA with an
     equivalent mask for padded batches).
+
+    loss=True gives a *ForCausalLM model (an nn.Linear lm_head without bias, logits not soft-capped)
+    a forward whose training loss is blockfuse.loss.linear_cross_entropy: the loss and its gradients
+    chunk by chunk, without the [tokens, vocabulary] logits (then the output's `logits` is None when
+    labels are given under a recorded gradient; otherwise the original forward runs). The list then
+    holds ("", model); blockfuse.loss.unpatch_loss undoes it.
 
     Raises (before changing anything) ValueError for anything it cannot handle, and ValueError when
     nothing in the model matched."""
@@ -248,15 +256,21 @@ def patch_model(model, mlp=True, norm=True, attention=False, classes=bnn.HF_MLP_
             raise ValueError("blockfuse.patch_model: attention=True needs a transformers model and transformers "
                              ">= 4.48 (AttentionInterface); required: a PreTrainedModel with set_attn_implementation")
         attn_backend = battn.HF_NAME
-    if not (mlp or norm or attention):
-        raise ValueError("blockfuse.patch_model: mlp=False, norm=False and attention=False: nothing to do")
+    if not (mlp or norm or attention or loss):
+        raise ValueError("blockfuse.patch_model: mlp=False, norm=False, attention=False and loss=False: nothing "
+                         "to do")
+    if loss:
+        from . import loss as bloss
+        why = bloss.loss_head_spec(model)
+        if why is not None:
+            raise ValueError(f"blockfuse.patch_model(loss=True): {why}")
     layers = []
     if norm:
         for name, m in model.named_modules():
             if type(m).__name__ in DECODER_LAYERS and "_blockfuse_spec" not in m.__dict__:
                 layers.append((name, m, plan_layer(name, m)))
     mlps = bnn.convert_mlps(model, classes) if mlp else []
-    if not layers and not mlps and attn_backend is None:
+    if not layers and not mlps and attn_backend is None and not loss:
         kinds = (["MLPs " + ", ".join(classes)] if mlp else []) + (
             ["decoder layers " + ", ".join(DECODER_LAYERS)] if norm else [])
         raise ValueError(f"blockfuse.patch_model: nothing in {type(model).__name__} matched ({'; '.join(kinds)}), "
@@ -274,6 +288,9 @@ def patch_model(model, mlp=True, norm=True, attention=False, classes=bnn.HF_MLP_
         changed.append((name, layer))
     if attn_backend is not None:  # every attention module of the model calls the "blockfuse" backend
         model.set_attn_implementation(attn_backend)
+    if loss:
+        bloss.patch_loss(model)
+        changed.append(("", model))
     order = {n: i for i, (n, _) in enumerate(model.named_modules(remove_duplicate=False))}
     changed.sort(key=lambda e: order.get(e[0], -1))
     return changed

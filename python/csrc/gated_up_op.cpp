@@ -2,6 +2,7 @@
 // interleaved weight layout (include/blockfuse/weight_layout.h):
 //   gated_up(x [..., K], w [2U, K] interleaved, activation, recompute) -> h [..., U] CUDA; autograd in C++
 //   gated_mlp(x [..., K], w [2U, K], w_down [N, U], activation) -> y [..., N]    CUDA; autograd in C++
+//   gated_mlp_dgated_(dy [M, N], w_down [N, U], z [M, 2U] -> dz, activation, want_h) -> h [M, U]  CUDA
 //   interleave_gate_up(gate [U, K], up [U, K]) -> w [2U, K]                       CUDA, CPU
 //   interleave_stacked(stacked [2U, K] = [gate; up]) -> w [2U, K]                 CUDA, CPU
 //   deinterleave_gate_up(w [2U, K]) -> (gate [U, K], up [U, K])                   CUDA, CPU
@@ -13,7 +14,9 @@
 #include <torch/library.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <initializer_list>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -206,6 +209,72 @@ at::Tensor gated_up_autograd(const at::Tensor& x, const at::Tensor& w, c10::stri
   return GatedUpFunction::apply(x, w, activation, recompute, save_z);
 }
 
+// Whether gated_mlp's backward takes the fused kernel (gated_mlp_dgated): only when the environment
+// sets BLOCKFUSE_DGATED=fused, since the kernel runs at 0.48-0.71x the speed of the unfused pair on an
+// H100 today (results/gated_up.json `dgated`; docs/gated_up.md), and then on a device where it runs,
+// with concrete sizes (a FakeTensor under torch.compile traces the unfused ops), contiguous
+// 16-byte-aligned operands and N, U multiples of 8. Otherwise the backward is the GEMM dh = dy·w_down
+// and swiglu_backward's pass.
+bool dgated_applies(const at::Tensor& dy, const at::Tensor& w_down, const at::Tensor& z) {
+  const char* opt_in = std::getenv("BLOCKFUSE_DGATED");
+  if (opt_in == nullptr || std::string_view(opt_in) != "fused") return false;
+  if (has_symbolic_sizes(dy) || has_symbolic_sizes(z) || !dy.is_cuda()) return false;
+  if (dy.scalar_type() != at::kBFloat16 && dy.scalar_type() != at::kHalf) return false;
+  if (w_down.scalar_type() != dy.scalar_type() || z.scalar_type() != dy.scalar_type()) return false;
+  if (!dy.is_contiguous() || !w_down.is_contiguous() || !z.is_contiguous() || dy.size(0) == 0) return false;
+  const int64_t N = w_down.size(0), U = w_down.size(1);
+  if (N % 8 != 0 || U % 8 != 0 || z.size(1) != 2 * U) return false;
+  for (const at::Tensor* t : {&dy, &w_down, &z})
+    if (reinterpret_cast<uintptr_t>(t->data_ptr()) % 16 != 0) return false;
+  bool ok = false;
+  call_blockfuse([&] { ok = blockfuse::gated_mlp_dgated_available(dy.device().index()); });
+  return ok;
+}
+
+// gated_mlp_dgated_(dy [M, N], w_down [N, U], z [M, 2U] (written: dz), activation, want_h) -> h [M, U]
+// (or [0] without want_h): gated_mlp's backward from dy to dz, an op of its own so that
+// torch.compile traces it through its fake. The GEMM dh = dy·w_down and swiglu_backward's pass (dh
+// rounded to the dtype in between); with BLOCKFUSE_DGATED=fused on Hopper (dgated_applies) one
+// kernel, blockfuse::gated_mlp_dgated, whose GEMM epilogue reads z and writes dz and h.
+at::Tensor gated_mlp_dgated_cuda(const at::Tensor& dy, const at::Tensor& w_down, const at::Tensor& z,
+                                 c10::string_view activation, bool want_h) {
+  constexpr const char* fn = "gated_mlp_dgated_";
+  const blockfuse::Activation act = parse_activation(activation, fn);
+  (void)check_operands(fn, dy, {{&w_down, "w_down"}, {&z, "z"}});
+  TORCH_CHECK_VALUE(dy.dim() == 2 && w_down.dim() == 2 && z.dim() == 2 && w_down.size(0) == dy.size(1) &&
+                        z.size(0) == dy.size(0) && z.size(1) == 2 * w_down.size(1),
+                    "blockfuse.", fn, ": arguments 'dy', 'w_down', 'z' have sizes ", dims(dy.sizes()), ", ",
+                    dims(w_down.sizes()), ", ", dims(z.sizes()), "; required: [M, N], [N, U], [M, 2U]");
+  const int64_t M = dy.size(0), U = w_down.size(1);
+  c10::cuda::CUDAGuard guard(dy.device());
+  if (dgated_applies(dy, w_down, z)) {
+    const DType dt = to_dtype(dy, fn, "dy");
+    at::Tensor h = at::empty({want_h ? M : 0, U}, dy.options());
+    call_blockfuse([&] {
+      blockfuse::gated_mlp_dgated(cview(dy, as_matrix(dy, fn, "dy"), dt), cview(w_down, as_matrix(w_down, fn, "w_down"), dt),
+                                  cview(z, as_matrix(z, fn, "z"), dt), mview(z, as_matrix(z, fn, "z"), dt),
+                                  want_h ? mview(h, RowView{M, U, U}, dt) : blockfuse::Matrix{}, act, current_stream(dy));
+    });
+    return want_h ? h : at::empty({0}, dy.options());
+  }
+  const at::Tensor dh = at::mm(dy, w_down);  // [M, U]
+  using Backward = at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view, c10::string_view);
+  static auto with_out = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("blockfuse::swiglu_backward_with_out_", "")
+                             .typed<Backward>();
+  static auto in_place = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("blockfuse::swiglu_backward_", "")
+                             .typed<void(const at::Tensor&, const at::Tensor&, c10::string_view, c10::string_view)>();
+  if (want_h) return with_out.call(dh, z, activation, "interleaved");  // the forward's h, from the same pass
+  in_place.call(dh, z, activation, "interleaved");
+  return at::empty({0}, dy.options());
+}
+
+at::Tensor gated_mlp_dgated_cpu(const at::Tensor& dy, const at::Tensor&, const at::Tensor&, c10::string_view, bool) {
+  check_cuda(dy, "gated_mlp_dgated_", "dy");  // always throws: names the argument
+  return {};
+}
+
 // ---- gated_mlp: down(gated_up(x)) in training ---------------------------------------------------
 // y = h·w_downᵀ with h = gated_up(x, w): a GatedMLP's forward as one op, so that its backward can
 // keep z = x·wᵀ [M, 2U] alone. gated_up followed by nn.Linear keeps z and h (the Linear saves its
@@ -214,7 +283,9 @@ at::Tensor gated_up_autograd(const at::Tensor& x, const at::Tensor& w, c10::stri
 // that turns z into dz anyway (swiglu_backward_with_out_: one more [M, U] store, no second read):
 //   forward   z = x·wᵀ (torch's GEMM), h = swiglu(z) (interleaved), y = h·w_downᵀ
 //   backward  dh = dy·w_down; dz (over z) and h from one pass; dw_down = dyᵀ·h, dx = dz·w,
-//             dw = dzᵀ·x
+//             dw = dzᵀ·x. With BLOCKFUSE_DGATED=fused on Hopper (dgated_applies) the first two
+//             are one kernel, blockfuse::gated_mlp_dgated, whose GEMM epilogue reads z and writes
+//             dz and h, so dh ([M, U]) is never stored.
 // Without a recorded gradient it is gated_up's fused kernel and one GEMM.
 
 // w_down's checks against x and w (U from w); every message names the argument.
@@ -278,21 +349,18 @@ class GatedMlpFunction : public torch::autograd::Function<GatedMlpFunction> {
     const std::string act = ctx->saved_data["act"].toStringRef();
     const at::Tensor x2 = x.reshape_symint({-1, x.sym_size(-1)});
     const at::Tensor dy = grads[0].reshape_symint({-1, w_down.sym_size(0)}).contiguous();
-    const at::Tensor dh = at::mm(dy, w_down);  // [M, U]
     const at::Tensor dz = take_z(ctx, &saved[3], x2, w);  // dz is written over it
-    using Backward = at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view, c10::string_view);
-    static auto with_out = c10::Dispatcher::singleton()
-                               .findSchemaOrThrow("blockfuse::swiglu_backward_with_out_", "")
-                               .typed<Backward>();
-    static auto in_place = c10::Dispatcher::singleton()
-                               .findSchemaOrThrow("blockfuse::swiglu_backward_", "")
-                               .typed<void(const at::Tensor&, const at::Tensor&, c10::string_view, c10::string_view)>();
+    // dh = dy·w_down, then dz over z and h (the forward's, for dw_down) from z: a GEMM and one pass
+    // (or the fused kernel, opted in: gated_mlp_dgated_cuda).
+    static auto dgated = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("blockfuse::gated_mlp_dgated_", "")
+                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, c10::string_view,
+                                               bool)>();
     at::Tensor dx, dw, dw_down;
-    if (ctx->needs_input_grad(2)) {
-      const at::Tensor h = with_out.call(dh, dz, act, "interleaved");  // the forward's h, from the same pass
-      dw_down = at::mm(dy.t(), h);
-    } else {
-      in_place.call(dh, dz, act, "interleaved");  // a frozen down projection (LoRA) needs no h
+    const bool want_h = ctx->needs_input_grad(2);  // a frozen down projection (LoRA) needs no h
+    {  // h ([M, U]) is released before dx and dw are allocated: it is not part of the step's peak
+      const at::Tensor h = dgated.call(dy, w_down, dz, act, want_h);
+      if (want_h) dw_down = at::mm(dy.t(), h);
     }
     if (ctx->needs_input_grad(0)) dx = at::mm(dz, w).reshape_symint(x.sym_sizes());
     if (ctx->needs_input_grad(1)) dw = at::mm(dz.t(), x2);
@@ -410,6 +478,8 @@ void impls(torch::Library& m) {
 TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
   def_ops(m, {"gated_up(Tensor x, Tensor w, str activation='silu', bool recompute=False) -> Tensor",
                "gated_mlp(Tensor x, Tensor w, Tensor w_down, str activation='silu') -> Tensor",
+               "gated_mlp_dgated_(Tensor dy, Tensor w_down, Tensor(a!) z, str activation='silu', bool want_h=True) "
+               "-> Tensor",
                "interleave_gate_up(Tensor gate, Tensor up) -> Tensor",
                "interleave_stacked(Tensor stacked) -> Tensor",
                "deinterleave_gate_up(Tensor w) -> (Tensor, Tensor)",
@@ -421,11 +491,13 @@ TORCH_LIBRARY_FRAGMENT(blockfuse, m) {
 TORCH_LIBRARY_IMPL(blockfuse, CUDA, m) {
   m.impl("gated_up", &gated_up_cuda);
   m.impl("gated_mlp", &gated_mlp_cuda);
+  m.impl("gated_mlp_dgated_", &gated_mlp_dgated_cuda);
   impls(m);
 }
 TORCH_LIBRARY_IMPL(blockfuse, CPU, m) {
   m.impl("gated_up", &gated_up_cpu);
   m.impl("gated_mlp", &gated_mlp_cpu);
+  m.impl("gated_mlp_dgated_", &gated_mlp_dgated_cpu);
   impls(m);
 }
 TORCH_LIBRARY_IMPL(blockfuse, Autograd, m) {

@@ -236,3 +236,44 @@ def test_opcheck_backward_ops():
     torch.library.opcheck(torch.ops.blockfuse.swiglu_backward.default, (dy, gu, "gelu_tanh", "interleaved"))
     # The forward ops with their autograd formulas (opcheck runs its autograd-registration test).
     torch.library.opcheck(torch.ops.blockfuse.rmsnorm.default, (x.requires_grad_(), w, 1e-6, False))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
+@pytest.mark.parametrize("want_h", [True, False])
+@pytest.mark.parametrize("mnu", [(1, 64, 8), (129, 520, 264), (300, 256, 136)])
+@pytest.mark.parametrize("path", ["unfused", "fused"])
+def test_gated_mlp_dgated_matches_fp64(dtype, act, want_h, mnu, path, monkeypatch):
+    """gated_mlp's backward from dy to dz (blockfuse::gated_mlp_dgated_: a GEMM and swiglu_backward,
+    or with BLOCKFUSE_DGATED=fused one fused kernel on Hopper) against fp64 torch: dz written over z,
+    h returned."""
+    if path == "fused":
+        monkeypatch.setenv("BLOCKFUSE_DGATED", "fused")
+    else:
+        monkeypatch.delenv("BLOCKFUSE_DGATED", raising=False)
+    m, n, u = mnu
+    torch.manual_seed(m + n + u)
+    dy = torch.randn(m, n, device="cuda").to(dtype)
+    w_down = (torch.randn(n, u, device="cuda") / n ** 0.5).to(dtype)
+    z = (torch.randn(m, 2 * u, device="cuda") * 2).to(dtype)
+    up, gate = z[:, 0::2].double(), z[:, 1::2].double()
+    dh = dy.double() @ w_down.double()
+    g = gate.clone().requires_grad_()
+    a = torch.nn.functional.silu(g) if act == "silu" else torch.nn.functional.gelu(g, approximate="tanh")
+    (da,) = torch.autograd.grad(a, g, torch.ones_like(a))
+    a = a.detach()
+    want_dz = torch.stack([dh * a, dh * up * da], dim=-1).reshape(m, 2 * u)
+    h = torch.ops.blockfuse.gated_mlp_dgated_(dy, w_down, z, act, want_h)
+    # dh is rounded to the dtype in the unfused path: two roundings' worth on the Frobenius norm.
+    assert rel(z, want_dz) < 2 * REL_TOL[dtype]
+    if want_h:
+        assert h.shape == (m, u) and rel(h, a * up) < REL_TOL[dtype]
+    else:
+        assert h.numel() == 0
+
+
+def test_gated_mlp_dgated_opcheck():
+    dy = torch.randn(33, 64, device="cuda", dtype=torch.bfloat16)
+    w_down = torch.randn(64, 136, device="cuda", dtype=torch.bfloat16) / 8
+    z = torch.randn(33, 272, device="cuda", dtype=torch.bfloat16)
+    torch.library.opcheck(torch.ops.blockfuse.gated_mlp_dgated_.default, (dy, w_down, z, "silu", True))

@@ -10,7 +10,7 @@ import pytest
 
 PYTHON_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 SUBCOMMANDS = ("gated-up", "gated-up-fp8", "fused-mlp", "sparse-prefill", "model", "overhead", "torch-baselines",
-               "memory-bound", "sdpa", "decode-attention", "attention-backward", "train-mlp", "train")
+               "memory-bound", "sdpa", "decode-attention", "attention-backward", "train-mlp", "train", "loss")
 # Runs the front with `import torch` failing, as on a machine without torch.
 NO_TORCH = ("import runpy, sys; sys.modules['torch'] = None; sys.argv[0] = 'blockfuse.bench'; "
             "runpy.run_module('blockfuse.bench', run_name='__main__', alter_sys=True)")
@@ -57,6 +57,8 @@ def test_every_subcommand_has_its_module():
     (("model", "--models", "llama3-8b,x"), "unknown model(s) ['x']"),
     (("model", "--contexts", "512,0"), "each prompt length must be >= 1"),
     (("train-mlp", "--impls", "compile,eager"), "eager must come first"),
+    (("loss", "--impls", "blockfuse"), "eager must come first"),
+    (("loss", "--vocabs", "llama3,gpt9"), "unknown vocabulary(s) ['gpt9']"),
     (("train-mlp", "--impls", "eager,nope"), "unknown implementation(s) ['nope']"),
     (("train-mlp", "--shapes", "405b"), "unknown shape(s) ['405b']"),
     (("train", "--variants", "patched,eager"), "eager must come first"),

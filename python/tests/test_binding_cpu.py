@@ -13,7 +13,8 @@ if not ops.available():
 OPS = ("gated_up", "interleave_gate_up", "interleave_stacked", "deinterleave_gate_up", "deinterleave_to_stacked",
        "rmsnorm", "add_rmsnorm", "add_rmsnorm_", "rmsnorm_fp8", "add_rmsnorm_fp8", "swiglu", "swiglu_fp8",
        "decode_gemm", "decode_gemm_reserve", "attention", "attention_varlen", "fused_mlp", "fused_mlp_sparse",
-       "neuron_block_router", "fused_mlp_reserve", "gated_up_fp8", "gated_up_fp8_dynamic")
+       "neuron_block_router", "fused_mlp_reserve", "gated_up_fp8", "gated_up_fp8_dynamic", "cross_entropy_fwd_bwd_",
+       "gated_mlp_dgated_")
 NO_FAKE = ("decode_gemm_reserve", "fused_mlp_reserve")  # return host ints: nothing to trace
 
 
@@ -49,6 +50,9 @@ CPU_CALLS = [
                               torch.ones(1)), "gated_up_fp8", "x"),
     (lambda: ops.gated_up_fp8_dynamic(bf16(2, 64).to(torch.float8_e4m3fn), torch.ones(1),
                                       bf16(64, 64).to(torch.float8_e4m3fn), torch.ones(1)), "gated_up_fp8_dynamic", "x"),
+    (lambda: torch.ops.blockfuse.cross_entropy_fwd_bwd_(bf16(2, 64), torch.zeros(2, dtype=torch.long)),
+     "cross_entropy_fwd_bwd_", "logits"),
+    (lambda: torch.ops.blockfuse.gated_mlp_dgated_(bf16(2, 64), bf16(64, 32), bf16(2, 64)), "gated_mlp_dgated_", "dy"),
 ]
 
 

@@ -466,3 +466,24 @@ def test_reference_left_padding_equals_the_sliced_cache():
     assert torch.isneginf(lse[2]).all() and (out[2] == 0).all()  # no key left: out 0, lse -inf
     bad, _ = D.decode_attention_reference(q, k, v, lens, cache_leftpad=torch.tensor([0, 18, -1], dtype=torch.int32))
     assert bad[0].isfinite().all() and bad[1:].isnan().all()
+
+
+def test_decode_prefers_sdpa_rule():
+    """The measured rule: MQA-like groups over short caches at small batch go to SDPA."""
+    assert A.decode_prefers_sdpa(1, 32, 1, 1024) and A.decode_prefers_sdpa(32, 32, 2, 2048)
+    assert not A.decode_prefers_sdpa(1, 32, 8, 1024)    # GQA 4: the decode kernel is faster
+    assert not A.decode_prefers_sdpa(1, 32, 1, 8192)    # a longer cache
+    assert not A.decode_prefers_sdpa(128, 32, 1, 1024)  # a larger batch
+    assert not A.decode_prefers_sdpa(64, 32, 1, 1024)
+
+
+@pytest.mark.parametrize("hkv, sk, b, decodes", [(1, 40, 2, False), (4, 40, 2, True), (1, 2100, 2, True),
+                                                   (1, 40, 33, True)])
+def test_mqa_short_cache_takes_sdpa(hkv, sk, b, decodes, routed):
+    hq, d = 32, 64
+    q, k, v = rand(b, hq, 1, d, seed=1), rand(b, hkv, sk, d, seed=2), rand(b, hkv, sk, d, seed=3)
+    module = type("M", (), {"is_causal": True})()
+    got, _ = A.hf_attention_forward(module, q, k, v, None, scaling=d ** -0.5)
+    want = A._fallback(q, k, v, None, d ** -0.5, 0.0, True, -1, 0.0)
+    assert bool(routed) == decodes
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

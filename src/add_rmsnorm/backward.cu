@@ -28,6 +28,17 @@ namespace {
 using add_rmsnorm_detail::rmsnorm_bwd_dweight;
 using add_rmsnorm_detail::rmsnorm_bwd_loop;
 using add_rmsnorm_detail::rmsnorm_bwd_regs;
+using add_rmsnorm_detail::rmsnorm_bwd_regs_smem;
+
+template <class T, int V, bool kDw>
+void launch_regs(const RmsNormBackwardParams& p, dim3 grid, dim3 block, cudaStream_t stream) {
+  auto kernel = rmsnorm_bwd_regs<T, V, kDw>;
+  // Opted in once per device for the largest call (512 threads with d_residual_out).
+  static detail::PerDeviceCache<bool> once;
+  detail::opt_in_dynamic_smem_once(once, kernel, rmsnorm_bwd_regs_smem(V, 512, true));
+  const int smem = rmsnorm_bwd_regs_smem(V, static_cast<int>(block.x), p.dres != nullptr);
+  detail::launch_kernel(kernel, grid, block, static_cast<size_t>(smem), stream, dim3(1, 1, 1), false, p);
+}
 
 template <class T, bool kDw>
 void launch_rows(const RmsNormBackwardParams& p, int64_t ctas, cudaStream_t stream) {
@@ -35,8 +46,8 @@ void launch_rows(const RmsNormBackwardParams& p, int64_t ctas, cudaStream_t stre
   const dim3 grid(static_cast<unsigned>(ctas)), block(static_cast<unsigned>(cfg.threads));
   const dim3 no_cluster(1, 1, 1);
   switch (cfg.v) {
-    case 1: detail::launch_kernel(rmsnorm_bwd_regs<T, 1, kDw>, grid, block, 0, stream, no_cluster, false, p); break;
-    case 2: detail::launch_kernel(rmsnorm_bwd_regs<T, 2, kDw>, grid, block, 0, stream, no_cluster, false, p); break;
+    case 1: launch_regs<T, 1, kDw>(p, grid, block, stream); break;
+    case 2: launch_regs<T, 2, kDw>(p, grid, block, stream); break;
     default: detail::launch_kernel(rmsnorm_bwd_loop<T, kDw>, grid, block, 0, stream, no_cluster, false, p); break;
   }
   BF_CHECK_LAUNCH();

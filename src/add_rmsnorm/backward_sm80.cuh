@@ -25,6 +25,7 @@
 
 #include "add_rmsnorm/config.h"
 #include "add_rmsnorm/params.h"
+#include "common/cp_async.cuh"
 #include "common/reduce.cuh"
 #include "common/vec.cuh"
 
@@ -49,23 +50,23 @@ __device__ __forceinline__ void bwd_chunk_sums(const uint4& dyv, const uint4& hv
   }
 }
 
-// dh of one chunk (d_residual_out added when dres != nullptr) and, with acc, the chunk's dweight
-// terms dy · h̃ added to acc.
+// dh of one chunk (d_residual_out `dres` added when has_dres) and, with acc, the chunk's dweight
+// terms dy · h̃ added to acc. (dres by value: a pointer to a register array put it in local memory.)
 template <class T>
-__device__ __forceinline__ uint4 bwd_chunk_dh(const uint4& dyv, const uint4& hv, const uint4& wv, const uint4* dres,
-                                              bool gemma, float rstd, float m, float* acc) {
+__device__ __forceinline__ uint4 bwd_chunk_dh(const uint4& dyv, const uint4& hv, const uint4& wv, uint4 dres,
+                                              bool has_dres, bool gemma, float rstd, float m, float* acc) {
   float dy[8], h[8], w[8], d[8];
   Vec8<T>::unpack(dyv, dy);
   Vec8<T>::unpack(hv, h);
   Vec8<T>::unpack(wv, w);
   float r[8];
-  if (dres) Vec8<T>::unpack(*dres, r);
+  Vec8<T>::unpack(dres, r);
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const float g = dy[j] * (gemma ? 1.0f + w[j] : w[j]);
     const float hn = h[j] * rstd;
     d[j] = rstd * (g - hn * m);
-    if (dres) d[j] += r[j];
+    if (has_dres) d[j] += r[j];
     if (acc) acc[j] = fmaf(dy[j], hn, acc[j]);
   }
   return Vec8<T>::pack(d);
@@ -77,13 +78,43 @@ __device__ __forceinline__ const uint4* bwd_row(const void* base, int64_t row, i
 }
 
 // Register path. kDw: dweight wanted (the accumulators and the partials store exist only then).
+// The CTA's rows stream through shared memory by cp.async, kRmsNormBwdStages rows ahead: each
+// thread copies its own chunks of dy, h (and d_residual_out) into its own slots and reads back only
+// those, so no barrier orders the copies, and the bytes in flight hold no registers. A slot is
+// refilled right after the row's block reduction, whose barriers order every read of it before the
+// new copies.
+// Every group is committed, empty or not, so wait_group<kRmsNormBwdStages - 1> always leaves the
+// current row's copies complete.
 template <class T, int V, bool kDw>
 __global__ void __launch_bounds__(512) rmsnorm_bwd_regs(const RmsNormBackwardParams p) {
+  constexpr int kStages = detail::kRmsNormBwdStages;
   __shared__ float red[2][32];
+  extern __shared__ __align__(16) uint4 slots[];  // [kStages][sources][V][blockDim.x]
   const int nchunks = p.h >> 3;
   const int tid = threadIdx.x, nt = blockDim.x;
+  const int sources = p.dres ? 3 : 2;
   const float inv_h = 1.0f / float(p.h);
-  // The weight is the same for every row: loaded once per CTA.
+  auto slot = [&](int stage, int src, int i) -> uint4* { return slots + ((stage * sources + src) * V + i) * nt + tid; };
+  // Issues the copies of row `row` (none past the CTA's last) into `stage` and closes the group.
+  auto prefetch = [&](int64_t row, int stage) {
+    if (row < p.rows) {
+      const uint4* dyr = bwd_row<T>(p.dy, row, p.lddy);
+      const uint4* hr = bwd_row<T>(p.in, row, p.ldin);
+      const uint4* rr = p.dres ? bwd_row<T>(p.dres, row, p.lddres) : nullptr;
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+        if (tid + i * nt < nchunks) {
+          detail::cp_async16(slot(stage, 0, i), dyr + tid + i * nt);
+          detail::cp_async16(slot(stage, 1, i), hr + tid + i * nt);
+          if (rr) detail::cp_async16(slot(stage, 2, i), rr + tid + i * nt);
+        }
+    }
+    detail::cp_async_commit();
+  };
+  const int64_t first = blockIdx.x, step = gridDim.x;
+#pragma unroll
+  for (int s = 0; s < kStages; ++s) prefetch(first + s * step, s);
+  // The weight is the same for every row: loaded once per CTA, while the first rows are in flight.
   uint4 wr[V];
 #pragma unroll
   for (int i = 0; i < V; ++i)
@@ -94,37 +125,35 @@ __global__ void __launch_bounds__(512) rmsnorm_bwd_regs(const RmsNormBackwardPar
 #pragma unroll
     for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
 
-  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
-    const uint4* dyr = bwd_row<T>(p.dy, row, p.lddy);
-    const uint4* hr = bwd_row<T>(p.in, row, p.ldin);
+  int stage = 0;
+  for (int64_t row = first; row < p.rows; row += step) {
+    detail::cp_async_wait<kStages - 1>();
     uint4 dyv[V], hv[V], rv[V];
-    // Every load of the row issued before any math (streamed: read once).
 #pragma unroll
     for (int i = 0; i < V; ++i) {
       const bool live = tid + i * nt < nchunks;
-      dyv[i] = live ? __ldcs(dyr + tid + i * nt) : zero4();
-      hv[i] = live ? __ldcs(hr + tid + i * nt) : zero4();
-    }
-    if (p.dres) {
-      const uint4* rr = bwd_row<T>(p.dres, row, p.lddres);
-#pragma unroll
-      for (int i = 0; i < V; ++i) rv[i] = tid + i * nt < nchunks ? __ldcs(rr + tid + i * nt) : zero4();
+      dyv[i] = live ? *slot(stage, 0, i) : zero4();
+      hv[i] = live ? *slot(stage, 1, i) : zero4();
+      rv[i] = live && p.dres ? *slot(stage, 2, i) : zero4();
     }
     float ss = 0.0f, sgh = 0.0f;
 #pragma unroll
     for (int i = 0; i < V; ++i) bwd_chunk_sums<T>(dyv[i], hv[i], wr[i], p.gemma, ss, sgh);
     detail::block_reduce_pair<detail::SumOp, detail::SumOp>(ss, sgh, red);
+    prefetch(row + kStages * step, stage);
+    stage = stage + 1 == kStages ? 0 : stage + 1;
     const float rstd = rsqrtf(ss * inv_h + p.eps);
     const float m = rstd * sgh * inv_h;
     uint4* dhr = p.dh ? reinterpret_cast<uint4*>(static_cast<T*>(p.dh) + row * p.lddh) : nullptr;
 #pragma unroll
     for (int i = 0; i < V; ++i)
       if (tid + i * nt < nchunks) {
-        const uint4 d = bwd_chunk_dh<T>(dyv[i], hv[i], wr[i], p.dres ? &rv[i] : nullptr, p.gemma, rstd, m,
+        const uint4 d = bwd_chunk_dh<T>(dyv[i], hv[i], wr[i], rv[i], p.dres != nullptr, p.gemma, rstd, m,
                                         kDw ? acc[kDw ? i : 0] : nullptr);
         if (dhr) __stcs(dhr + tid + i * nt, d);
       }
   }
+  detail::cp_async_wait<0>();  // no copy outlives the CTA (the last groups are empty, but closed)
   if constexpr (kDw) {
     float* pr = p.partials + int64_t(blockIdx.x) * p.h;
 #pragma unroll
@@ -135,6 +164,12 @@ __global__ void __launch_bounds__(512) rmsnorm_bwd_regs(const RmsNormBackwardPar
         dst[1] = make_float4(acc[i][4], acc[i][5], acc[i][6], acc[i][7]);
       }
   }
+}
+
+// Dynamic shared memory of rmsnorm_bwd_regs: kRmsNormBwdStages rows of `sources` tensors (dy, h and
+// d_residual_out when present), V 16-byte chunks a thread.
+inline int rmsnorm_bwd_regs_smem(int v, int threads, bool dres) {
+  return detail::kRmsNormBwdStages * (dres ? 3 : 2) * v * threads * 16;
 }
 
 // Loop path (H > 8192): two passes over the row's chunks; the CTA's dweight partials accumulate
@@ -163,10 +198,9 @@ __global__ void __launch_bounds__(512) rmsnorm_bwd_loop(const RmsNormBackwardPar
 #pragma unroll
         for (int j = 0; j < 8; ++j) acc[j] = first ? 0.0f : pr[c * 8 + j];
       }
-      uint4 r;
-      if (rr) r = rr[c];
+      const uint4 r = rr ? rr[c] : zero4();
       // dy is read before dh (which may alias it) is written, by the same thread.
-      const uint4 d = bwd_chunk_dh<T>(dyr[c], hr[c], __ldg(w + c), rr ? &r : nullptr, p.gemma, rstd, m, kDw ? acc : nullptr);
+      const uint4 d = bwd_chunk_dh<T>(dyr[c], hr[c], __ldg(w + c), r, rr != nullptr, p.gemma, rstd, m, kDw ? acc : nullptr);
       if (dhr) dhr[c] = d;
       if constexpr (kDw) {
 #pragma unroll

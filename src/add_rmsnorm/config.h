@@ -138,6 +138,9 @@ constexpr bool add_rmsnorm_streaming_stores(int v, int64_t rows) {
 // (mostly from L2) and accumulates its dweight partials in the workspace. Not yet measured on a GPU
 // (docs/add_rmsnorm.md#backward).
 constexpr int kRmsNormBwdMaxRegisterChunks = 1024;
+// Rows of the register kernel in flight per CTA (cp.async into shared memory, backward_sm80.cuh):
+// 2 · 3 · 16 bytes a chunk, 96 KB at H = 8192 with d_residual_out (within sm_86's 99 KB).
+constexpr int kRmsNormBwdStages = 2;
 inline AddRmsNormConfig rmsnorm_backward_config(int nchunks) {
   if (nchunks > kRmsNormBwdMaxRegisterChunks) return {0, kAddRmsNormLoopThreads};
   const int v = nchunks <= 512 ? 1 : 2;

@@ -99,13 +99,31 @@ BLOCKFUSE_ATTN_HD BwdCta deterministic_cta(int x, int y, int grid_x, int grid_y,
   return key_block_major ? BwdCta{grid_y - 1 - y, x} : BwdCta{grid_x - 1 - x, y};
 }
 
-// The unordered mode's (key block, KV head) of grid position (x, y): key blocks first first. Under a
-// mask bounded on the right only (causal, or a left-unbounded window), key block 0 is seen by every
-// query block and each later one by fewer, so key_block_major (KV heads fastest) launches the CTAs
-// longest first across all heads of a sequence, and the short ones fill the tail; head-major, the
-// last head's longest CTA would start after most of the others.
-BLOCKFUSE_ATTN_HD BwdCta unordered_cta(int x, int y, bool key_block_major) {
-  return key_block_major ? BwdCta{y, x} : BwdCta{x, y};
+// The unordered mode's (key block, KV head) of grid position (x, y) in a grid of grid_x × grid_y.
+// Under a mask bounded on the right only (causal, or a left-unbounded window), key block 0 is seen by
+// every query block and each later one by fewer. Head-major, the last head's longest CTA would start
+// after most of the others and run alone at the end; key_block_major launches the KV heads in
+// sections of section_heads (backward_section_heads), each section longest first across its heads
+// (the KV heads fastest), so the short CTAs of a section fill in beside the next one's long ones and
+// only the last section's shortest end the run. A section rather than every head at once: the CTAs
+// in flight then share fewer heads' Q, dO and dQ rows in the L2.
+BLOCKFUSE_ATTN_HD BwdCta unordered_cta(int x, int y, int grid_x, int grid_y, bool key_block_major, int section_heads) {
+  if (!key_block_major) return BwdCta{x, y};
+  const int64_t linear = int64_t(y) * grid_x + x, span = int64_t(section_heads) * grid_y;
+  const int section = static_cast<int>(linear / span), first = section * section_heads;
+  const int heads = grid_x - first < section_heads ? grid_x - first : section_heads;
+  const int r = static_cast<int>(linear - section * span);
+  return BwdCta{r / heads, first + r % heads};
+}
+
+// KV heads per section of the unordered key-block-major grid: the fewest whose CTAs, longest first,
+// outlast the longest of them (a section's work is about key_blocks × heads × half the longest CTA's
+// under a causal mask, so key_blocks × heads ≥ 2 × sm_count keeps every SM busy until the next
+// section's long CTAs start), every head when that is more than there are.
+inline int backward_section_heads(int64_t key_blocks, int heads_kv, int sm_count) {
+  if (key_blocks <= 0 || heads_kv <= 1) return 1;
+  const int64_t want = (2 * int64_t(sm_count > 0 ? sm_count : 1) + key_blocks - 1) / key_blocks;
+  return want >= heads_kv ? heads_kv : static_cast<int>(want);
 }
 
 // The launcher's grid order (key_block_major: grid (KV heads, key blocks, sequences)), where the key

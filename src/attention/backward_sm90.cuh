@@ -69,8 +69,8 @@ struct BwdTraits {
   static constexpr int kThreads = 128 * (1 + kConsumerWgs);
   // 24 · 128 + 240 · 256 = 168 · 384, what the launch allocates (__launch_bounds__ of 384 threads):
   // the consumers' setmaxnreg.inc waits until the producer's dec has released the difference, so a
-  // larger producer count hangs the CTA. (At 24 the deterministic kernels spill 12-20 bytes in the
-  // producer warpgroup, between the TMA thread's loads: one thread, a few local accesses a step.)
+  // larger producer count hangs the CTA. (At 24 the deterministic kernels spill 12 (D = 64) and 36
+  // (D = 128) bytes in the producer warpgroup: a few local accesses a step.)
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "the backward's head dims");
@@ -145,6 +145,7 @@ struct BwdSm90Params : BwdParams {
   typename Traits::Tma tma_q, tma_k, tma_v, tma_do;
   int rows_q = 0, rows_k = 0;  // rows of the TMA views: seqlen (batched) or total (varlen)
   bool key_block_major = false;  // grid (heads_kv, key blocks, batch): backward_key_block_major
+  int section_heads = 1;         // unordered, key_block_major: KV heads per section (unordered_cta)
 };
 
 // Byte offset of dS element (query q, key k) in a warpgroup's buffer (SmemLayoutDS: 16-bit, MN-major,
@@ -216,6 +217,14 @@ CUTE_DEVICE void dq_turn_wait(const int* sem, int expected) {
   }
 }
 
+// Adds a staged 64-row dQ block into dq_accum's contiguous span at `dst` by one bulk reduction, as
+// its own bulk group (the writer warp and the unordered mode's issuing thread both).
+CUTE_DEVICE void dq_reduce_block(float* dst, const float* stage, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
+               ::"l"(dst), "r"(cute::cast_smem_ptr_to_uint(stage)), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
 template <class Traits, bool kDeterministic>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     attention_bwd_dkdv_sm90(const __grid_constant__ BwdSm90Params<Traits> p) {
@@ -235,7 +244,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (threadIdx.x == 0 && (cute::cast_smem_ptr_to_uint(smem_raw) & 1023u) != 0) __trap();
 
   const BwdCta cta = kDeterministic ? deterministic_cta(blockIdx.x, blockIdx.y, gridDim.x, gridDim.y, p.key_block_major)
-                                    : unordered_cta(blockIdx.x, blockIdx.y, p.key_block_major);
+                                    : unordered_cta(blockIdx.x, blockIdx.y, gridDim.x, gridDim.y, p.key_block_major, p.section_heads);
   const int n_block = cta.key_block, hk = cta.head, b = blockIdx.z;
   const int n0 = n_block * Traits::kBlockN;
   const bool varlen = p.cu_seqlens_q != nullptr;
@@ -258,6 +267,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   const int view = varlen ? 0 : b;
   const int64_t q_row0 = varlen ? int64_t(sq.offset_q) : int64_t(b) * p.seqlen_q;  // dq_accum's row of query 0
+  // dq_accum's span of (query head, 64-row block m), and the bytes of one block.
+  auto dq_block = [&](int head, int m) {
+    return p.dq_accum + (int64_t(head) * p.dq_accum_head_rows + q_row0 + int64_t(m) * Traits::kBlockM) * kHeadDim;
+  };
+  constexpr uint32_t kDqBlockBytes = Traits::kBlockM * kHeadDim * sizeof(float);
   // The threads of a dQ stage's handshake: its consumers and the writer warp.
   constexpr int kDqHandshake = (Traits::kDqByColumns ? 256 : 128) + 32;
   if (warp_group == 0) {
@@ -273,25 +287,24 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         // has no turns: there a consumer thread issues the reduction, which measured 4-6 % faster
         // than the writer on the H100; docs/attention.md.)
         const bool leader = threadIdx.x % 32 == 0;
-        constexpr uint32_t kBytes = Traits::kBlockM * kHeadDim * sizeof(float);
         for (int step = 0; step < steps; ++step) {
           const int head = hk * p.group + step / sq.m_count, m = sq.m_first + step % sq.m_count;
+          int turn = 0;
+          int* sem = nullptr;
+          if (leader) {
+            const QueryBlocks kb = key_blocks_of_query_block(sq.len_q, sq.len_k, p.window_left, p.window_right,
+                                                             m * Traits::kBlockM, Traits::kBlockM, Traits::kBlockN);
+            turn = dq_turn(kb, n_block);
+            sem = p.dq_semaphore + (q_row0 + int64_t(m) * Traits::kBlockM) * p.heads_q + head;
+          }
           CUTE_UNROLL
           for (int w = 0; w < Traits::kDqStages; ++w) {
             cutlass::arch::NamedBarrier::arrive_and_wait(kDqHandshake, kDqFullBarrier + w);
             if (leader) {
-              const QueryBlocks kb = key_blocks_of_query_block(sq.len_q, sq.len_k, p.window_left, p.window_right,
-                                                               m * Traits::kBlockM, Traits::kBlockM, Traits::kBlockN);
-              const int turn = dq_turn(kb, n_block);
-              int* const sem = p.dq_semaphore + (q_row0 + int64_t(m) * Traits::kBlockM) * p.heads_q + head;
               dq_turn_wait(sem, Traits::kDqByColumns ? turn : 2 * turn + w);
               // The acquire above ordered before this thread's async-proxy reduction of the same rows.
               asm volatile("fence.proxy.async.global;" ::: "memory");
-              float* const dst =
-                  p.dq_accum + (int64_t(head) * p.dq_accum_head_rows + q_row0 + int64_t(m) * Traits::kBlockM) * kHeadDim;
-              asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
-                           ::"l"(dst), "r"(cute::cast_smem_ptr_to_uint(smem.dq_stage[w])), "r"(kBytes) : "memory");
-              asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+              dq_reduce_block(dq_block(head, m), smem.dq_stage[w], kDqBlockBytes);
               // The reduction complete (not only read) and ordered before the release that passes the
               // turn (FlashAttention-3's deterministic dQ does the same with its TMA reductions).
               asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
@@ -650,13 +663,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     } else {
       cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
     }
-    if (dq_issuer) {
-      float* const dst = p.dq_accum + (int64_t(head) * p.dq_accum_head_rows + q_row0 + int64_t(m) * Traits::kBlockM) * kHeadDim;
-      asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
-                   ::"l"(dst), "r"(cute::cast_smem_ptr_to_uint(dq_stage)),
-                   "r"(uint32_t(Traits::kBlockM * kHeadDim * sizeof(float))) : "memory");
-      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-    }
+    if (dq_issuer) dq_reduce_block(dq_block(head, m), dq_stage, kDqBlockBytes);
   }
   if (dq_issuer) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // complete before the CTA exits
 

@@ -34,6 +34,8 @@ void launch_dkdv_mode(const BwdParams& a, cudaStream_t stream) {
   const int64_t key_blocks = (a.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   // The KV heads fastest or the key blocks (backward_key_block_major, backward_blocks.h, says when).
   p.key_block_major = backward_key_block_major(kDeterministic, key_blocks, a.window_left, a.window_right);
+  if (!kDeterministic && p.key_block_major)
+    p.section_heads = backward_section_heads(key_blocks, a.heads_kv, detail::current_device_spec().sm_count);
   const dim3 grid = p.key_block_major
                         ? dim3(static_cast<unsigned>(a.heads_kv), static_cast<unsigned>(key_blocks),
                                static_cast<unsigned>(a.batch))

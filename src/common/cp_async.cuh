@@ -17,16 +17,20 @@ __device__ __forceinline__ void cp_async16_ca(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
 }
-// Starts copying 4 bytes (4-byte aligned), or writes 4 zero bytes without reading where !valid
-// (the source size 0 of cp.async's zero fill).
-__device__ __forceinline__ void cp_async4_zfill(void* smem, const void* gmem, bool valid) {
+// 16 bytes global -> shared, or 16 zero bytes when !pred (the source is then not read).
+__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, bool pred) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 4u : 0u) : "memory");
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(pred ? 16 : 0) : "memory");
 }
 // Closes the group of this thread's copies issued so far.
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits for all of this thread's committed groups: its copies are then visible to itself (other
 // threads need a barrier as well).
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+// Waits until at most `kPending` of this thread's committed groups (the latest) are incomplete.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
 
 }  // namespace blockfuse::detail

@@ -1,12 +1,14 @@
 // Internal: register-level primitives of the hand-written mma.sync kernels (decode attention, the
-// attention backward): ldmatrix, bf16/fp16 pair packing, zero-filling cp.async and the group wait.
-// sm80+. (The m16n8k16 MMA itself is decode_loop.cuh's MmaType.)
+// attention backward): ldmatrix and bf16/fp16 pair packing (the cp.async copies and group waits are
+// common/cp_async.cuh's). sm80+. (The m16n8k16 MMA itself is decode_loop.cuh's MmaType.)
 #pragma once
 
 #include <cstdint>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include "common/cp_async.cuh"
 
 namespace blockfuse::detail {
 
@@ -34,12 +36,5 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* smem
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
 }
-// 16 bytes global -> shared, or 16 zero bytes when !pred (the source is then not read).
-__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, bool pred) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(pred ? 16 : 0) : "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 }  // namespace blockfuse::detail

@@ -2,7 +2,8 @@
 // the kernel type around it). What replaces CUTLASS's epilogue is `GatedEpilogue` below: CUTLASS's epilogues write a tile as
 // wide as the GEMM's N, ours writes half of it. It implements the collective-epilogue interface
 // the sm90 warp-specialised kernels call (the same members as CUTLASS's
-// Sm90TmaWarpSpecializedAdapter), and per output tile it
+// Sm90TmaWarpSpecializedAdapter; those every epilogue without loads shares are
+// epilogue_base_sm90.cuh's NoLoadEpilogueBase), and per output tile it
 //   1. waits until the previous tile's TMA store has finished reading the staging buffer,
 //   2. gates the accumulator pairs in registers and writes the BM x BN/2 tile into shared memory
 //      in the 128-byte-swizzled layout TMA expects,
@@ -35,6 +36,7 @@
 #include "cutlass/pipeline/pipeline.hpp"
 
 #include "common/fp8_device.cuh"
+#include "gated_up/epilogue_base_sm90.cuh"
 #include "gated_up/gating_sm90.cuh"
 
 namespace blockfuse::sm90 {
@@ -51,7 +53,7 @@ using namespace cute;
 //             Arguments below) before the gate. Off for the 16-bit GEMM, which has no scales.
 // ---------------------------------------------------------------------------------------------
 template <class Element_, class TileShape_, bool kDequant = false>
-class GatedEpilogue {
+class GatedEpilogue : public NoLoadEpilogueBase {
  public:
   using Element = Element_;
   using TileShape = TileShape_;
@@ -74,23 +76,10 @@ class GatedEpilogue {
   using SwizzleAtom = std::conditional_t<kPanelBytes == 128, GMMA::Layout_K_SW128_Atom<Element>,
                                          GMMA::Layout_K_SW64_Atom<Element>>;
 
-  // The kernels' type interface (GemmUniversal reads these names). C is never read.
+  // The kernels' type interface beyond NoLoadEpilogueBase's (no loads; the bulk-group waits below do
+  // the store's synchronisation). C is never read.
   using ElementC = Element;
   using ElementD = Element;
-  using StrideC = cute::Stride<int64_t, cute::Int<1>, int64_t>;
-  using StrideD = StrideC;
-  using GmemTiledCopyC = void;
-  using GmemTiledCopyD = void;
-
-  // No epilogue loads: a zero-stage load pipeline, as CUTLASS's operator-style adapter uses. The
-  // store "pipeline" is only a state the kernel threads through; our own bulk-group waits below
-  // do the synchronisation.
-  using LoadPipeline = cutlass::PipelineTransactionAsync<0>;
-  using LoadPipelineState = cutlass::PipelineState<0>;
-  using StorePipeline = cutlass::PipelineTmaStore<0>;
-  using StorePipelineState = cutlass::PipelineState<0>;
-  constexpr static uint32_t TmaTransactionBytes = 0;
-  constexpr static bool RequiresTransactionBytes = false;
 
   // The staging tile: kPanels panels of (BM, kPanel), each the GMMA/TMA swizzle atom (8 rows x
   // kPanelBytes, 16-byte chunk index XOR the row phase: row % 8 for 128-byte rows, (row / 2) % 4
@@ -105,7 +94,6 @@ class GatedEpilogue {
   };
   using TensorStorage = SharedStorage;
   using TensorMapStorage = SharedStorage;
-  using PipelineStorage = typename LoadPipeline::SharedStorage;
 
   struct Arguments {
     Element* ptr_out = nullptr;  // [M, U], row stride ldo (elements)
@@ -152,32 +140,12 @@ class GatedEpilogue {
                   args.x_scale, args.w_scale, args.x_per_row, args.w_per_channel, args.out_scale};
   }
 
-  template <class ProblemShape>
-  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
-    return 0;
-  }
-
-  template <class ProblemShape>
-  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
-                                              cutlass::CudaHostAdapter* = nullptr) {
-    return cutlass::Status::kSuccess;
-  }
-
   // TMA needs a 16-byte-aligned base and a row stride that is a multiple of 16 bytes; N = 2U even.
   template <class ProblemShape>
   static bool can_implement(ProblemShape const& problem_shape, Arguments const& args) {
     auto mnkl = append<4>(problem_shape, 1);
     return get<1>(mnkl) % 2 == 0 && (reinterpret_cast<uintptr_t>(args.ptr_out) % 16) == 0 &&
            (args.ldo * int64_t(sizeof(Element))) % 16 == 0;
-  }
-
-  template <class CtaTileMNK>
-  CUTLASS_HOST_DEVICE static constexpr int get_load_pipe_increment(CtaTileMNK) {
-    return 1;
-  }
-  template <class CtaTileMNK>
-  CUTLASS_HOST_DEVICE static constexpr int get_store_pipe_increment(CtaTileMNK) {
-    return 1;
   }
 
   // The swizzle row phase of row m in a 1024-byte-aligned buffer: the address bits [7, 7 + log2
@@ -284,26 +252,6 @@ class GatedEpilogue {
     cute::prefetch_tma_descriptor(params.tma_store_h.get_tma_descriptor());
   }
 
-  CUTLASS_DEVICE bool is_producer_load_needed() const { return false; }
-
-  CUTLASS_DEVICE auto load_init(Params const&, TensorMapStorage&, int32_t, int32_t) {
-    return cute::make_tuple(nullptr);
-  }
-
-  template <class ProblemShapeMNKL, class CtaTileMNK, class CtaCoordMNKL, class TiledMma>
-  CUTLASS_DEVICE auto load(LoadPipeline, LoadPipelineState load_pipe_producer_state, ProblemShapeMNKL, CtaTileMNK,
-                           CtaCoordMNKL, TiledMma, int, TensorStorage&, int = -1) {
-    return load_pipe_producer_state;
-  }
-
-  CUTLASS_DEVICE auto load_tail(LoadPipeline, LoadPipelineState load_pipe_producer_state) {
-    return load_pipe_producer_state;
-  }
-
-  CUTLASS_DEVICE auto store_init(Params const&, TensorMapStorage&, int32_t, int32_t, int32_t) {
-    return cute::make_tuple(nullptr);
-  }
-
   // One output tile. Called by every consumer thread of the tile: all 256 (cooperative, thread_idx
   // 0..255 over both warpgroups) or the 128 of one warpgroup (ping-pong, thread_idx 0..127; the
   // kernel's ordering barrier keeps the two warpgroups' epilogues apart in time).
@@ -400,15 +348,6 @@ class GatedEpilogue {
     tma_store_wait<0>();
     return cute::make_tuple(load_pipe_consumer_state, store_pipe_producer_state);
   }
-
-  // Ptr-array (grouped) kernels only.
-  template <bool IsLoad, class ProblemShapeMNKL>
-  CUTLASS_DEVICE void tensormaps_perform_update(TensorMapStorage&, Params const&, cute::TmaDescriptor const*,
-                                                ProblemShapeMNKL, int32_t, int32_t) {}
-  template <bool IsLoad>
-  CUTLASS_DEVICE void tensormaps_cp_fence_release(TensorMapStorage&, cute::TmaDescriptor const*, int32_t) {}
-  template <bool IsLoad>
-  CUTLASS_DEVICE void tensormaps_fence_acquire(cute::TmaDescriptor const*) {}
 
  private:
   // A reference to the kernel's __grid_constant__ parameter, not a copy: the TMA store needs the

@@ -23,6 +23,20 @@ struct GatedUpParams {
   size_t sm90_workspace_bytes;
 };
 
+// The gated MLP's fused backward through the down projection (gated_mlp_dgated, sm90a):
+// dh = dy · w_down in fp32, then dz and h from z in the epilogue (dgated_epilogue_sm90.cuh).
+struct DGatedParams {
+  const void* dy;      // [m, n]   row stride lddy
+  const void* w_down;  // [n, u]   row stride ldw (nn.Linear's [out, in] weight of the down projection)
+  const void* z;       // [m, 2u]  the forward's pre-activation, interleaved (2j = up_j, 2j+1 = gate_j)
+  void* dz;            // [m, 2u]  its gradient, interleaved; may be z
+  void* h;             // [m, u]   act(gate)·up, or nullptr
+  int64_t m, n, u;
+  int64_t lddy, ldw, ldz, lddz, ldh;
+  int act;           // blockfuse::Activation
+  int max_swizzle;   // the persistent scheduler's max_swizzle_size
+};
+
 // The FP8 kernel's parameters (gated_up_fp8): e4m3 x and w, the dequantisation scales, a bf16 or
 // e4m3 output (out_fp8) with its static per-tensor scale.
 struct GatedUpFp8Params {

@@ -197,6 +197,16 @@ TEST_P(RmsNormBackwardGpu, MixedOutputsAndInPlace) {
     { Case d = c; d.alias = Alias::kDres; run_case(d); }
     { Case d = c; d.add = false; d.alias = Alias::kDy; run_case(d); }
   }
+  // Many rows per CTA (2049 rows: 264 CTAs take 7 or 8 each, so the shared-memory prefetch runs
+  // two rows ahead of a dh written over dy or d_residual_out), register shapes v = 1 and v = 2.
+  for (int64_t h : {4096, 8192}) {
+    Case c;
+    c.dt = GetParam();
+    c.rows = 2049;
+    c.h = h;
+    { Case d = c; d.alias = Alias::kDy; run_case(d); }
+    { Case d = c; d.alias = Alias::kDres; run_case(d); }
+  }
 }
 
 TEST_P(RmsNormBackwardGpu, ZeroRowsZeroDweight) {

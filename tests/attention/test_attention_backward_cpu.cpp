@@ -297,20 +297,49 @@ TEST(AttentionBackwardBlocks, UnorderedCausalLaunchIsLongestFirst) {
   EXPECT_FALSE(attn::backward_key_block_major(false, 70000, unb, 0));
   EXPECT_TRUE(attn::backward_key_block_major(true, 32, unb, unb));
   EXPECT_FALSE(attn::backward_key_block_major(true, 32, unb, 0));
-  for (auto [len_q, len_k] : {std::pair{4096, 4096}, std::pair{1000, 3000}, std::pair{3000, 1000}, std::pair{777, 777}}) {
-    const int heads = 8, n_blocks = (len_k + 127) / 128;
-    const bool kbm = attn::backward_key_block_major(false, n_blocks, unb, 0);
-    ASSERT_TRUE(kbm);
-    const int gx = heads, gy = n_blocks;
-    int last = 1 << 30;
-    for (int y = 0; y < gy; ++y)
-      for (int x = 0; x < gx; ++x) {
-        const attn::BwdCta c = attn::unordered_cta(x, y, kbm);
-        ASSERT_TRUE(c.head == x && c.key_block == y);
-        const int steps = attn::query_blocks_of_key_block(len_q, len_k, unb, 0, c.key_block * 128, 128, 64).count;
-        EXPECT_LE(steps, last) << "Sq " << len_q << " Sk " << len_k << " key block " << c.key_block << " head " << c.head;
-        last = steps;
+  // Sections: the fewest heads whose CTAs number ≥ 2 × SMs, all of them when that is more.
+  EXPECT_EQ(attn::backward_section_heads(32, 8, 132), 8);     // S 4096: 264 / 32 = 8.25 → every head
+  EXPECT_EQ(attn::backward_section_heads(128, 32, 132), 3);   // S 16384
+  EXPECT_EQ(attn::backward_section_heads(64, 32, 132), 5);    // S 8192
+  EXPECT_EQ(attn::backward_section_heads(4096, 8, 132), 1);
+  EXPECT_EQ(attn::backward_section_heads(128, 1, 132), 1);    // MQA
+  EXPECT_EQ(attn::backward_section_heads(1, 8, 132), 8);
+  for (auto [len_q, len_k] : {std::pair{4096, 4096}, std::pair{1000, 3000}, std::pair{3000, 1000}, std::pair{777, 777},
+                              std::pair{16384, 16384}}) {
+    for (int heads : {1, 7, 8, 32}) {
+      const int n_blocks = (len_k + 127) / 128, sms = 132;
+      const bool kbm = attn::backward_key_block_major(false, n_blocks, unb, 0);
+      ASSERT_TRUE(kbm);
+      const int section_heads = attn::backward_section_heads(n_blocks, heads, sms);
+      ASSERT_GE(section_heads, 1);
+      ASSERT_LE(section_heads, heads);
+      // A section, unless it holds every head, has ≥ 2 × SMs CTAs; one head fewer would not.
+      if (section_heads < heads) {
+        EXPECT_GE(int64_t(section_heads) * n_blocks, 2 * sms);
+        if (section_heads > 1) EXPECT_LT(int64_t(section_heads - 1) * n_blocks, 2 * sms);
       }
+      // Launch order (x fastest): every (key block, head) once; within a section the CTAs longest
+      // first; the sections one after another in head order.
+      const int gx = heads, gy = n_blocks;
+      std::vector<int> seen(size_t(gx) * gy, 0);
+      int last = 1 << 30, last_section = 0;
+      for (int y = 0; y < gy; ++y)
+        for (int x = 0; x < gx; ++x) {
+          const attn::BwdCta c = attn::unordered_cta(x, y, gx, gy, kbm, section_heads);
+          ASSERT_TRUE(c.head >= 0 && c.head < gx && c.key_block >= 0 && c.key_block < gy);
+          ++seen[size_t(c.head) * gy + c.key_block];
+          const int section = c.head / section_heads;
+          ASSERT_GE(section, last_section);
+          if (section != last_section) last = 1 << 30;
+          last_section = section;
+          const int steps = attn::query_blocks_of_key_block(len_q, len_k, unb, 0, c.key_block * 128, 128, 64).count;
+          EXPECT_LE(steps, last) << "Sq " << len_q << " Sk " << len_k << " key block " << c.key_block << " head " << c.head;
+          last = steps;
+        }
+      for (int v : seen) ASSERT_EQ(v, 1);
+      // Head-major when the mask does not call for it.
+      EXPECT_TRUE(attn::unordered_cta(3 % gy, 0, gx, gy, false, section_heads).key_block == 3 % gy);
+    }
   }
 }
 

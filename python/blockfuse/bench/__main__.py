@@ -9,7 +9,8 @@ import argparse
 import importlib
 import sys
 
-from .shapes import GATED_UP_MODELS, GATED_UP_TOKENS, HF_MODELS, MLP_SHAPES, TRAIN_MLP_IMPLS, TRAIN_VARIANTS
+from .shapes import (GATED_UP_MODELS, GATED_UP_TOKENS, HF_MODELS, LOSS_IMPLS, LOSS_VOCABS, MLP_SHAPES, TRAIN_MLP_IMPLS,
+                     TRAIN_VARIANTS)
 
 # subcommand -> module of this package (its run(args) returns the exit status)
 MODULES = {
@@ -26,6 +27,7 @@ MODULES = {
     "attention-backward": "attention_backward",
     "train-mlp": "train_mlp",
     "train": "train",
+    "loss": "loss",
 }
 
 
@@ -140,6 +142,14 @@ def parser():
     tm.add_argument("--reps", type=int, default=10)
     tm.add_argument("--json")
 
+    lo = sub.add_parser("loss", help="the language-model loss head (linear + cross-entropy) forward + backward: eager, "
+                                     "torch.compile, Liger, blockfuse.linear_cross_entropy (time, peak memory)")
+    lo.add_argument("--vocabs", default="llama3,llama2", help="from: llama3, llama2, qwen2-7b")
+    lo.add_argument("--tokens", default="4096,16384")
+    lo.add_argument("--impls", default="eager,compile,liger,blockfuse", help="eager first")
+    lo.add_argument("--reps", type=int, default=10)
+    lo.add_argument("--json")
+
     tr = sub.add_parser("train", help="a training step of a Llama-3-8B-shaped model: eager, Liger, torch.compile, "
                                       "patched (step time, peak memory)")
     tr.add_argument("--layers", type=int, default=4)
@@ -188,6 +198,14 @@ def _check(p, a):
             p.error("train-mlp --impls: eager must come first (the others are compared with it)")
         if a.reps < 1:
             p.error(f"train-mlp --reps must be >= 1, got {a.reps}")
+    elif a.command == "loss":
+        a.vocabs = known(_names(a.vocabs), LOSS_VOCABS, "vocabulary")
+        a.tokens = _ints(a.tokens)
+        a.impls = known(_names(a.impls), dict.fromkeys(LOSS_IMPLS), "implementation")
+        if not a.impls or a.impls[0] != "eager":
+            p.error("loss --impls: eager must come first (the others are compared with it)")
+        if a.reps < 1 or any(t < 1 for t in a.tokens):
+            p.error("loss: --reps and each token count must be >= 1")
     elif a.command == "train":
         a.batches = _ints(a.batches)
         a.variants = known(_names(a.variants), dict.fromkeys(TRAIN_VARIANTS), "variant")

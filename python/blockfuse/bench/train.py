@@ -6,7 +6,9 @@ loss) of a Llama-3-8B-shaped model with fewer layers, bf16, random weights and t
              RMSNorm, SwiGLU, rotary, fused linear cross-entropy), when importable
   compile    the model's forward through torch.compile
   patched    blockfuse.patch_model(model): fused gated MLPs and norms (attention through SDPA)
-  patched-attention  the same with attention=True: blockfuse's attention and its backward (the
+  patched-loss  the same with loss=True: the language-model loss by blockfuse.loss.linear_cross_entropy
+             (loss and gradients chunk by chunk, never the [tokens, vocabulary] logits)
+  patched-attention  patched with attention=True: blockfuse's attention and its backward (the
              "blockfuse" attention backend), the comparison the attention-backward issue asks for
   patched-compile  patch_model(model), then the forward through torch.compile: blockfuse's ops
              (each with a fake and a C++ autograd) inside the graph inductor fuses the rest of
@@ -48,9 +50,10 @@ def variant(name, base):
         patch.patch_model(m)
         m.forward = torch.compile(m.forward)
         return m
-    if name in ("patched", "patched-attention"):
+    if name in ("patched", "patched-loss", "patched-attention"):
         from .. import patch
-        patch.patch_model(m, attention=name == "patched-attention")  # in place (it returns what it replaced)
+        # in place (it returns what it replaced)
+        patch.patch_model(m, attention=name == "patched-attention", loss=name == "patched-loss")
         return m
     raise ValueError(f"train: unknown variant '{name}'")
 
