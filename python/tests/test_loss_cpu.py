@@ -164,3 +164,13 @@ def test_patched_loss_with_tied_embeddings():
     out.loss.backward()
     want.loss.backward()
     assert rel(model.lm_head.weight.grad, ref.lm_head.weight.grad) < 1e-4
+
+
+def test_default_chunk_rows():
+    """The default chunk: 1 GiB of logits in the dtype on the kernel path (one chunk at 4096 Llama-3
+    tokens), 256 MiB of fp32 on the torch path; never more rows than there are, never fewer than 1."""
+    assert bloss._chunk_rows(16384, 128256, 2, True) == (1 << 30) // (2 * 128256) == 4185
+    assert bloss._chunk_rows(4096, 128256, 2, True) == 4096
+    assert bloss._chunk_rows(16384, 128256, 2, False) == (256 << 20) // (4 * 128256) == 523
+    assert bloss._chunk_rows(3, 128256, 2, False) == 3
+    assert bloss._chunk_rows(100, 1 << 40, 2, True) == 1

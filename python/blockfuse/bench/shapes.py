@@ -28,5 +28,5 @@ DECODE_GEMM_SHAPES = {"qkv405": (2304, 16384), "gateup405": (13312, 16384), "dow
                       "gateup8b": (28672, 4096), "down8b": (4096, 14336)}
 
 # `bench loss`: implementations, and (K, V) of the vocabularies' loss heads.
-LOSS_IMPLS = ("eager", "compile", "liger", "blockfuse")
+LOSS_IMPLS = ("eager", "compile", "liger", "blockfuse", "blockfuse-small-chunks")
 LOSS_VOCABS = {"llama3": (4096, 128256), "llama2": (4096, 32000), "qwen2-7b": (3584, 152064)}
