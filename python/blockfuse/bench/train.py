@@ -8,6 +8,7 @@ loss) of a Llama-3-8B-shaped model with fewer layers, bf16, random weights and t
   patched    blockfuse.patch_model(model): fused gated MLPs and norms (attention through SDPA)
   patched-loss  the same with loss=True: the language-model loss by blockfuse.loss.linear_cross_entropy
              (loss and gradients chunk by chunk, never the [tokens, vocabulary] logits)
+  patched-all  patched with loss=True and rope=True: the rotary embedding by blockfuse.ops.rope too
   patched-attention  patched with attention=True: blockfuse's attention and its backward (the
              "blockfuse" attention backend), the comparison the attention-backward issue asks for
   patched-compile  patch_model(model), then the forward through torch.compile: blockfuse's ops
@@ -50,10 +51,11 @@ def variant(name, base):
         patch.patch_model(m)
         m.forward = torch.compile(m.forward)
         return m
-    if name in ("patched", "patched-loss", "patched-attention"):
+    if name in ("patched", "patched-loss", "patched-all", "patched-attention"):
         from .. import patch
         # in place (it returns what it replaced)
-        patch.patch_model(m, attention=name == "patched-attention", loss=name == "patched-loss")
+        patch.patch_model(m, attention=name == "patched-attention", loss=name in ("patched-loss", "patched-all"),
+                          rope=name == "patched-all")
         return m
     raise ValueError(f"train: unknown variant '{name}'")
 
