@@ -21,10 +21,17 @@ the original function. Activation checkpointing re-runs the attention with the s
 """
 import torch
 
-from ._common import LOADED, has_op, resolve
+from ._common import LOADED, has_op, require_op, resolve
 
-_ROPE = resolve("rope")
 _HAS_OP = has_op("rope")
+
+
+def _rope_missing(*args, **kwargs):
+    require_op("rope")
+
+
+# The op, or (a library built before it existed, or none loaded) a stand-in saying why not.
+_ROPE = resolve("rope") if _HAS_OP else _rope_missing
 _HEAD_DIMS = (64, 128, 256)
 _MARK = "_blockfuse_rope"
 
