@@ -19,7 +19,10 @@ from blockfuse import patch, rope as brope  # noqa: E402
 from hf_models import tiny_model  # noqa: E402
 
 
-def test_patch_hooks_marks_and_falls_back_on_cpu():
+def test_patch_hooks_marks_and_falls_back_on_cpu(monkeypatch):
+    seen = []
+    applies = brope.applies
+    monkeypatch.setattr(brope, "applies", lambda *a, **k: seen.append(1) or applies(*a, **k))
     model = tiny_model("llama")
     ref = copy.deepcopy(model)
     other = copy.deepcopy(model)  # an unpatched model of the same family in the same process
@@ -33,8 +36,12 @@ def test_patch_hooks_marks_and_falls_back_on_cpu():
     assert getattr(cos, brope._MARK, False) and getattr(sin, brope._MARK, False)
     cos2, _ = other.model.rotary_emb(torch.randn(2, 11, 64), torch.arange(11)[None].expand(2, -1))
     assert not getattr(cos2, brope._MARK, False)  # only the patched model's tables are marked
+    seen.clear()
     assert torch.equal(model(input_ids=ids).logits, want)  # CPU: the original function ran
+    assert len(seen) == 2  # the dispatcher saw the marked tables of both layers (and declined: CPU)
+    seen.clear()
     assert torch.equal(other(input_ids=ids).logits, want)
+    assert not seen  # unmarked tables go straight to the original
     # Patching again neither re-wraps the function nor hooks twice.
     fn = mod.apply_rotary_pos_emb
     assert patch.patch_model(model, mlp=False, norm=False, rope=True) == []
