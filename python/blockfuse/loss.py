@@ -135,10 +135,11 @@ def _is_one(grad_out):
     One host read; never inside torch.compile or a CUDA-graph capture, where the scaling stays."""
     if grad_out.numel() != 1:
         return False
-    compiler = getattr(torch, "compiler", None)
-    if compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling():
+    try:
+        from ._common import in_graph_or_compile
+    except Exception:  # noqa: BLE001 — no compiled library: scale as usual
         return False
-    if grad_out.is_cuda and torch.cuda.is_current_stream_capturing():
+    if in_graph_or_compile():
         return False
     return bool(grad_out.detach().reshape(()).item() == 1.0)
 
