@@ -202,6 +202,22 @@ def peak_activation_bytes(fn, x):
     return peak
 
 
+class VersusEager:
+    """The speed-up and memory columns of the training benchmarks: each point's "eager" row (the
+    first) sets the baseline, every row's cells are printed against it."""
+
+    def __init__(self):
+        self.ms = self.peak = None
+
+    def cells(self, name, ms, peak, ms_digits=2):
+        """"ms | speed-up | MiB | memory ratio" for implementation `name` (its time, peak bytes)."""
+        if name == "eager":
+            self.ms, self.peak = ms, peak
+        speed = f"{self.ms / ms:.2f}x" if self.ms else "-"
+        mem = f"{peak / self.peak:.2f}x" if self.peak else "-"
+        return f"{ms:.{ms_digits}f} ms | {speed} | {peak / 2**20:.0f} MiB | {mem}"
+
+
 def optional_peer(label, load):
     """load() for a peer implementation that may be missing (quack, Liger, FlashAttention-4:
     ../shared/peers stages them), or None with the reason printed to stderr: the rest of a benchmark

@@ -19,7 +19,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from .common import cuda_ms, meta, ready, rel
+from .common import VersusEager, cuda_ms, meta, peak_activation_bytes, ready, rel
 from .shapes import LOSS_VOCABS
 TOLERANCE = 0.02
 
@@ -41,13 +41,13 @@ def build(name):
             return f"Liger not importable: {e!r}"
         lce = LigerFusedLinearCrossEntropyLoss(ignore_index=-100)
         return lambda h, w, labels: lce(w, h, labels)
-    if name == "blockfuse":
-        from ..loss import linear_cross_entropy
-        return lambda h, w, labels: linear_cross_entropy(h, w, labels)
-    if name == "blockfuse-small-chunks":
-        from ..loss import linear_cross_entropy
-        return lambda h, w, labels: linear_cross_entropy(h, w, labels,
-                                                         chunk_rows=max(1, (256 << 20) // (4 * w.shape[0])))
+    if name in ("blockfuse", "blockfuse-small-chunks"):
+        from ..loss import _chunk_rows, linear_cross_entropy
+        if name == "blockfuse":
+            return lambda h, w, labels: linear_cross_entropy(h, w, labels)
+        # The torch path's 256 MiB of fp32 (the kernel path's default before the larger chunks).
+        return lambda h, w, labels: linear_cross_entropy(h, w, labels, chunk_rows=_chunk_rows(
+            h.shape[0], w.shape[0], h.element_size(), kernel=False))
     raise ValueError(f"loss: unknown implementation '{name}'")
 
 
@@ -56,16 +56,6 @@ def step(fn, h, w, labels):
     loss = fn(h, w, labels)
     loss.backward()
     return loss
-
-
-def peak_bytes(fn, h, w, labels):
-    h.grad = w.grad = None
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    step(fn, h, w, labels)
-    torch.cuda.synchronize()
-    return torch.cuda.max_memory_allocated() - base
 
 
 def measure(args):
@@ -80,7 +70,7 @@ def measure(args):
             labels[::17] = -100
             ref = step(_eager, h, w, labels).detach()
             ref_dh = h.grad.detach().clone()
-            base_ms = base_peak = None
+            vs = VersusEager()
             for name in args.impls:
                 fn = build(name)
                 row = {"vocab": vocab_name, "K": k, "V": v, "tokens": m, "impl": name}
@@ -98,13 +88,9 @@ def measure(args):
                     rows.append(row)
                     continue
                 ms = cuda_ms(lambda: step(fn, h, w, labels), args.reps)
-                peak = peak_bytes(fn, h, w, labels)
-                if name == "eager":
-                    base_ms, base_peak = ms, peak
+                peak = peak_activation_bytes(lambda _: step(fn, h, w, labels), None)
                 row.update(ms=ms, peak_bytes=peak)
-                speed = f"{base_ms / ms:.2f}x" if base_ms else "-"
-                mem = f"{peak / base_peak:.2f}x" if base_peak else "-"
-                print(f"| {vocab_name} | {m} | {name} | {ms:.2f} ms | {speed} | {peak / 2**20:.0f} MiB | {mem} |", flush=True)
+                print(f"| {vocab_name} | {m} | {name} | {vs.cells(name, ms, peak)} |", flush=True)
                 rows.append(row)
                 torch._dynamo.reset()
             h = labels = ref = ref_dh = None

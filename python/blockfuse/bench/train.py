@@ -24,7 +24,7 @@ import sys
 
 import torch
 
-from .common import cuda_ms, meta, ready
+from .common import VersusEager, cuda_ms, meta, peak_activation_bytes, ready
 from .model import build_fp32
 from .shapes import TRAIN_VARIANTS
 
@@ -68,17 +68,6 @@ def step(model, ids):
     return loss
 
 
-def peak_bytes(model, ids):
-    for p in model.parameters():
-        p.grad = None
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    step(model, ids)
-    torch.cuda.synchronize()
-    return torch.cuda.max_memory_allocated() - base
-
-
 def measure(args):
     rows, status = [], 0
     m32 = build_fp32("llama3-8b", args.layers)
@@ -88,7 +77,7 @@ def measure(args):
     for batch in args.batches:
         ids = torch.randint(0, base.config.vocab_size, (batch, args.seq), device="cuda",
                             generator=torch.Generator(device="cuda").manual_seed(batch))
-        ref_loss, base_ms, base_peak = None, None, None
+        ref_loss, vs = None, VersusEager()
         for name in args.variants:
             m = variant(name, base)
             row = {"layers": args.layers, "batch": batch, "seq": args.seq, "variant": name}
@@ -108,13 +97,9 @@ def measure(args):
                 rows.append(row)
                 continue
             ms = cuda_ms(lambda: step(m, ids), args.reps)
-            peak = peak_bytes(m, ids)
-            if name == "eager":
-                base_ms, base_peak = ms, peak
+            peak = peak_activation_bytes(lambda _: step(m, ids), None)
             row.update(ms=ms, peak_bytes=peak)
-            speed = f"{base_ms / ms:.2f}x" if base_ms else "-"
-            mem = f"{peak / base_peak:.2f}x" if base_peak else "-"
-            print(f"| {batch} x {args.seq} | {name} | {ms:.1f} ms | {speed} | {peak / 2**20:.0f} MiB | {mem} |", flush=True)
+            print(f"| {batch} x {args.seq} | {name} | {vs.cells(name, ms, peak, ms_digits=1)} |", flush=True)
             rows.append(row)
             for p in m.parameters():
                 p.grad = None
