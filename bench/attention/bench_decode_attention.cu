@@ -226,8 +226,7 @@ class DecodeAttentionBench final : public BenchCommand {
       r.set("kv_bytes", kv_bytes).set("median_us", t.us()).set("min_us", t.min_us()).set("gbs", gbs);
       if (b.copy_gbs() > 0) r.set("fraction_of_copy", gbs / b.copy_gbs()).set("copy_gbs", b.copy_gbs());
       r.set("calls_per_graph", std::max(calls_, sets)).set("cache_rotation_sets", sets).set("reps", b.reps()).set("warmup", b.warmup());
-      r.set("verified", ok).set("max_abs_diff", check.max_abs).set("rel_l2", check.rel_l2).set("checked_elements", check.count);
-      if (!ok) r.set("verify_error", check.what);
+      r.verification(ok, check).set("checked_elements", check.count);
     }
   }
 };

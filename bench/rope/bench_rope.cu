@@ -105,8 +105,7 @@ class RopeBench final : public BenchCommand {
     r.set("seqlen", S).set("heads", H).set("head_dim", D).set("dtype", "bf16").set("bytes", int64_t(bytes));
     r.set("us", t.us()).set("gbs", gbs).set("same_size_copy_us", tc.us()).set("frac_of_same_size_copy", gbs / cgbs);
     r.set("rotation_sets", sets).set("timing", "cuda events, rotated inputs");
-    r.set("verified", ok).set("rel_l2", check.rel_l2).set("max_abs_diff", check.max_abs);
-    if (!ok) r.set("verify_error", check.what);
+    r.verification(ok, check);
   }
 };
 
