@@ -2,11 +2,9 @@
 //
 // Two launches per call: the row kernel (backward_sm80.cuh; the register or the loop shape of
 // config.h: rmsnorm_backward_config) writes dh and, when dweight is wanted, one fp32 partial row of
-// dweight per CTA (on sm_90, the register kernel: per cluster of K CTAs) into the workspace; the
-// reduction kernel adds those rows in a fixed order. The CTA count is config.h's
-// rmsnorm_backward_ctas(M), a pure function of M, and K rmsnorm_backward_cluster(C): the workspace
-// size and every summation order are the same on every call (for a given device), so the results are
-// bitwise reproducible.
+// dweight per CTA into the workspace; the reduction kernel adds those rows in a fixed order. The CTA
+// count is config.h's rmsnorm_backward_ctas(M), a pure function of M: the workspace size and every
+// summation order are the same on every call and device, so the results are bitwise reproducible.
 // Read: params.h (RmsNormBackwardParams), config.h (the backward section), backward_sm80.cuh,
 // validate.cpp (check_rmsnorm_backward_args), reference.cpp (add_rmsnorm_backward).
 #include <algorithm>
@@ -32,52 +30,27 @@ using add_rmsnorm_detail::rmsnorm_bwd_loop;
 using add_rmsnorm_detail::rmsnorm_bwd_regs;
 using add_rmsnorm_detail::rmsnorm_bwd_regs_smem;
 
-template <class T, int V, bool kDw, int kCluster>
+template <class T, int V, bool kDw>
 void launch_regs(const RmsNormBackwardParams& p, dim3 grid, dim3 block, cudaStream_t stream) {
-  auto kernel = rmsnorm_bwd_regs<T, V, kDw, kCluster>;
+  auto kernel = rmsnorm_bwd_regs<T, V, kDw>;
   // Opted in once per device for the largest call (512 threads with d_residual_out).
   static detail::PerDeviceCache<bool> once;
   detail::opt_in_dynamic_smem_once(once, kernel, rmsnorm_bwd_regs_smem(V, 512, true));
   const int smem = rmsnorm_bwd_regs_smem(V, static_cast<int>(block.x), p.dres != nullptr);
-  detail::launch_kernel(kernel, grid, block, static_cast<size_t>(smem), stream,
-                        dim3(static_cast<unsigned>(kCluster), 1, 1), false, p);
+  detail::launch_kernel(kernel, grid, block, static_cast<size_t>(smem), stream, dim3(1, 1, 1), false, p);
 }
 
-template <class T, int V, bool kDw>
-void launch_regs_clustered(const RmsNormBackwardParams& p, int cluster, dim3 grid, dim3 block, cudaStream_t stream) {
-  if constexpr (kDw) {
-    switch (cluster) {
-      case 8: return launch_regs<T, V, true, 8>(p, grid, block, stream);
-      case 4: return launch_regs<T, V, true, 4>(p, grid, block, stream);
-      case 2: return launch_regs<T, V, true, 2>(p, grid, block, stream);
-      default: break;
-    }
-  }
-  launch_regs<T, V, kDw, 1>(p, grid, block, stream);
-}
-
-// Whether the device runs the clustered register kernel: sm_90+ with code compiled for it loaded
-// (common/launch.h: sm90_code_loaded; a build for sm_80 only runs there through PTX, where the
-// cluster body is a trap). Cached per device.
-bool cluster_partials_available() {
-  static detail::PerDeviceCache<bool> cache;
-  return detail::sm90_code_loaded(cache, reinterpret_cast<const void*>(rmsnorm_bwd_regs<__nv_bfloat16, 1, true, 8>));
-}
-
-// The row kernel; returns how many partial rows it wrote (C, or C / K for clusters of K).
 template <class T, bool kDw>
-int64_t launch_rows(const RmsNormBackwardParams& p, int64_t ctas, cudaStream_t stream) {
+void launch_rows(const RmsNormBackwardParams& p, int64_t ctas, cudaStream_t stream) {
   const detail::AddRmsNormConfig cfg = detail::rmsnorm_backward_config(p.h / 8);
   const dim3 grid(static_cast<unsigned>(ctas)), block(static_cast<unsigned>(cfg.threads));
   const dim3 no_cluster(1, 1, 1);
-  const int cluster = kDw && cfg.v != 0 && cluster_partials_available() ? detail::rmsnorm_backward_cluster(ctas) : 1;
   switch (cfg.v) {
-    case 1: launch_regs_clustered<T, 1, kDw>(p, cluster, grid, block, stream); break;
-    case 2: launch_regs_clustered<T, 2, kDw>(p, cluster, grid, block, stream); break;
+    case 1: launch_regs<T, 1, kDw>(p, grid, block, stream); break;
+    case 2: launch_regs<T, 2, kDw>(p, grid, block, stream); break;
     default: detail::launch_kernel(rmsnorm_bwd_loop<T, kDw>, grid, block, 0, stream, no_cluster, false, p); break;
   }
   BF_CHECK_LAUNCH();
-  return ctas / cluster;
 }
 
 template <class T>
@@ -87,12 +60,11 @@ void launch(const RmsNormBackwardParams& p, cudaStream_t stream) {
     launch_rows<T, false>(p, ctas, stream);
     return;
   }
-  const int64_t partial_rows = launch_rows<T, true>(p, ctas, stream);
+  launch_rows<T, true>(p, ctas, stream);
   constexpr int kCols = detail::kRmsNormBwdReduceCols;
   const unsigned blocks = static_cast<unsigned>((p.h + kCols - 1) / kCols);
   detail::launch_kernel(rmsnorm_bwd_dweight<T>, dim3(blocks), dim3(kCols * detail::kRmsNormBwdReduceGroups), 0, stream,
-                        dim3(1, 1, 1), false, static_cast<const float*>(p.partials), partial_rows, p.h,
-                        static_cast<T*>(p.dweight));
+                        dim3(1, 1, 1), false, static_cast<const float*>(p.partials), ctas, p.h, static_cast<T*>(p.dweight));
   BF_CHECK_LAUNCH();
 }
 

@@ -10,11 +10,7 @@
 //   rmsnorm_bwd_loop     H > 8192: the row does not fit; the second pass re-reads dy and h (mostly
 //                        from L2) and the dweight partials accumulate in the workspace row of the
 //                        CTA (each element read and written by the one thread that owns it).
-//                        On sm_90 it may run as clusters of K CTAs (kCluster, config.h's
-//                        rmsnorm_backward_cluster): the cluster's CTAs put their accumulators in
-//                        their shared memory and each adds a slice of columns over the K CTAs in rank
-//                        order (distributed shared memory), so one partial row per cluster is stored.
-//   rmsnorm_bwd_dweight  adds the [C / K, H] fp32 partials column by column in a fixed order and rounds.
+//   rmsnorm_bwd_dweight  adds the [C, H] fp32 partials column by column in a fixed order and rounds.
 //
 // Numerics: rstd = rsqrtf(Σh²/H + eps) recomputed from the dtype h; m = rstd · Σ(g·h) / H (the
 // mean of g·h̃); dh = rstd · (g − h·rstd · m) (+ d_residual_out) in fp32, one rounding; the dweight
@@ -29,7 +25,6 @@
 
 #include "add_rmsnorm/config.h"
 #include "add_rmsnorm/params.h"
-#include "common/cluster.cuh"
 #include "common/cp_async.cuh"
 #include "common/reduce.cuh"
 #include "common/vec.cuh"
@@ -82,54 +77,7 @@ __device__ __forceinline__ const uint4* bwd_row(const void* base, int64_t row, i
   return reinterpret_cast<const uint4*>(static_cast<const T*>(base) + row * ld);
 }
 
-// The register kernel's partial row on sm_90 with clusters of kCluster CTAs: every thread puts its
-// chunks' accumulators at their columns in its CTA's shared memory `buf` (H floats, over the
-// row-stream slots, which are free once every copy has landed), one cluster barrier, then CTA rank r
-// adds float4 columns r·T + t, r·T + t + K·T, ... over ranks 0..K-1 in order and stores them into the
-// cluster's partial row; a second cluster barrier keeps every CTA's shared memory alive until its
-// peers have read it.
-template <int V, int kCluster>
-__device__ __forceinline__ void cluster_partial_row(const float (&acc)[V][8], float* buf, float* partials, int h) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  namespace cg = cooperative_groups;
-  const int tid = threadIdx.x, nt = blockDim.x, nchunks = h >> 3;
-  __syncthreads();  // every thread's copies have landed (each waited for its own): the slots are free
-#pragma unroll
-  for (int i = 0; i < V; ++i)
-    if (tid + i * nt < nchunks) {
-      float4* dst = reinterpret_cast<float4*>(buf + (tid + i * nt) * 8);
-      dst[0] = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
-      dst[1] = make_float4(acc[i][4], acc[i][5], acc[i][6], acc[i][7]);
-    }
-  detail::cluster_arrive();
-  detail::cluster_wait();
-  cg::cluster_group cluster = cg::this_cluster();
-  const int rank = int(cluster.block_rank());
-  const float4* src[kCluster];
-#pragma unroll
-  for (int k = 0; k < kCluster; ++k) src[k] = reinterpret_cast<const float4*>(cluster.map_shared_rank(buf, k));
-  float4* out = reinterpret_cast<float4*>(partials + int64_t(blockIdx.x / kCluster) * h);
-  for (int q = rank * nt + tid; q < (h >> 2); q += kCluster * nt) {
-    float4 a = src[0][q];
-#pragma unroll
-    for (int k = 1; k < kCluster; ++k) {
-      const float4 b = src[k][q];
-      a.x += b.x;
-      a.y += b.y;
-      a.z += b.z;
-      a.w += b.w;
-    }
-    out[q] = a;
-  }
-  detail::cluster_arrive();
-  detail::cluster_wait();
-#else
-  __trap();  // the launcher clusters only where the sm_90 code is loaded
-#endif
-}
-
 // Register path. kDw: dweight wanted (the accumulators and the partials store exist only then).
-// kCluster > 1 (sm_90, kDw): clusters of that many CTAs store one partial row (cluster_partial_row).
 // The CTA's rows stream through shared memory by cp.async, kRmsNormBwdStages rows ahead: each
 // thread copies its own chunks of dy, h (and d_residual_out) into its own slots and reads back only
 // those, so no barrier orders the copies, and the bytes in flight hold no registers. A slot is
@@ -137,9 +85,8 @@ __device__ __forceinline__ void cluster_partial_row(const float (&acc)[V][8], fl
 // new copies.
 // Every group is committed, empty or not, so wait_group<kRmsNormBwdStages - 1> always leaves the
 // current row's copies complete.
-template <class T, int V, bool kDw, int kCluster>
+template <class T, int V, bool kDw>
 __global__ void __launch_bounds__(512) rmsnorm_bwd_regs(const RmsNormBackwardParams p) {
-  static_assert(kCluster == 1 || kDw, "clusters only reduce dweight partials");
   constexpr int kStages = detail::kRmsNormBwdStages;
   __shared__ float red[2][32];
   extern __shared__ __align__(16) uint4 slots[];  // [kStages][sources][V][blockDim.x]
@@ -207,9 +154,7 @@ __global__ void __launch_bounds__(512) rmsnorm_bwd_regs(const RmsNormBackwardPar
       }
   }
   detail::cp_async_wait<0>();  // no copy outlives the CTA (the last groups are empty, but closed)
-  if constexpr (kCluster > 1) {
-    cluster_partial_row<V, kCluster>(acc, reinterpret_cast<float*>(slots), p.partials, p.h);
-  } else if constexpr (kDw) {
+  if constexpr (kDw) {
     float* pr = p.partials + int64_t(blockIdx.x) * p.h;
 #pragma unroll
     for (int i = 0; i < V; ++i)

@@ -66,22 +66,6 @@ TEST(RmsNormBackwardConfig, CtaCountIsPureAndBounded) {
   EXPECT_EQ(rmsnorm_backward_ctas(2048), detail::rmsnorm_backward_ctas(2048));
 }
 
-TEST(RmsNormBackwardConfig, ClusterDividesTheCtaCount) {
-  EXPECT_EQ(detail::rmsnorm_backward_cluster(0), 1);
-  EXPECT_EQ(detail::rmsnorm_backward_cluster(1), 1);
-  EXPECT_EQ(detail::rmsnorm_backward_cluster(6), 2);
-  EXPECT_EQ(detail::rmsnorm_backward_cluster(12), 4);
-  EXPECT_EQ(detail::rmsnorm_backward_cluster(264), 8);  // 2048 rows: 33 partial rows instead of 264
-  EXPECT_EQ(detail::rmsnorm_backward_cluster(375), 1);
-  for (int64_t rows = 1; rows <= 40000; rows += rows < 600 ? 1 : 97) {
-    const int64_t c = detail::rmsnorm_backward_ctas(rows);
-    const int k = detail::rmsnorm_backward_cluster(c);
-    ASSERT_TRUE(k == 1 || k == 2 || k == 4 || k == 8) << rows;
-    ASSERT_LE(k, detail::kRmsNormBwdMaxCluster) << rows;
-    ASSERT_EQ(c % k, 0) << rows;  // whole clusters: every CTA in one
-  }
-}
-
 TEST(RmsNormBackwardConfig, WorkspaceBytes) {
   EXPECT_EQ(rmsnorm_backward_workspace_bytes(0, 4096), 0u);
   EXPECT_EQ(rmsnorm_backward_workspace_bytes(1, 4096), 4096u * 4);
