@@ -190,8 +190,12 @@ def copy_gbs():
     return 2 * n / (time_cuda(lambda _: dst.copy_(src), [None], 3, 0.2)[0] * 1e6)
 
 
-def peak_activation_bytes(fn, x):
-    """Peak bytes allocated during one call fn(x) beyond what was allocated before it."""
+def peak_activation_bytes(fn, x, grads=()):
+    """Peak bytes allocated during one call fn(x) beyond what was allocated before it. The .grad of
+    each tensor in `grads` is dropped first, so that a training step's gradients (which fn allocates
+    afresh) count in its peak rather than in the baseline."""
+    for t in grads:
+        t.grad = None
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()

@@ -97,7 +97,7 @@ def measure(args):
                 rows.append(row)
                 continue
             ms = cuda_ms(lambda: step(m, ids), args.reps)
-            peak = peak_activation_bytes(lambda _: step(m, ids), None)
+            peak = peak_activation_bytes(lambda _: step(m, ids), None, grads=list(m.parameters()))
             row.update(ms=ms, peak_bytes=peak)
             print(f"| {batch} x {args.seq} | {name} | {vs.cells(name, ms, peak, ms_digits=1)} |", flush=True)
             rows.append(row)

@@ -111,7 +111,7 @@ def measure(args):
                     rows.append(row)
                     continue
                 ms = cuda_ms(lambda: step(fn, x, dy, params), args.reps)
-                peak = peak_activation_bytes(lambda _: step(fn, x, dy, params), None)
+                peak = peak_activation_bytes(lambda _: step(fn, x, dy, params), None, grads=(x, *params))
                 row.update(ms=ms, peak_bytes=peak)
                 print(f"| {label} | {m} | {name} | {vs.cells(name, ms, peak)} |", flush=True)
                 rows.append(row)
