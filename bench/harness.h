@@ -208,6 +208,13 @@ class Bench {
       j_[key] = v;
       return *this;
     }
+    // The point's verification: verified (b.verify's answer), rel_l2, max_abs_diff, and
+    // verify_error when it failed.
+    Row& verification(bool ok, const Check& c) {
+      set("verified", ok).set("rel_l2", c.rel_l2).set("max_abs_diff", c.max_abs);
+      if (!ok) set("verify_error", c.what);
+      return *this;
+    }
     Json& json() { return j_; }
 
    private:

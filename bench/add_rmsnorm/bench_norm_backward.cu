@@ -138,8 +138,7 @@ class NormBackwardBench final : public BenchCommand {
     r.set("ctas", rmsnorm_backward_ctas(M)).set("rotation_sets", sets).set("timing", "cuda events, rotated inputs");
     r.set("same_size_copy_us", tc.us()).set("same_size_copy_gbs", cgbs).set("frac_of_same_size_copy", gbs / cgbs);
     if (b.copy_gbs() > 0) r.set("frac_of_copy", gbs / b.copy_gbs());
-    r.set("verified", ok).set("rel_l2", check.rel_l2).set("max_abs_diff", check.max_abs);
-    if (!ok) r.set("verify_error", check.what);
+    r.verification(ok, check);
   }
 };
 

@@ -296,8 +296,7 @@ class AttentionBench final : public BenchCommand {
             r.set("heads_kv", hkv).set("causal", causal != 0).set("kernel", kernel).set("deterministic", det != 0);
             r.set("median_us", t.us()).set("min_us", t.min_us()).set("tflops", tflops);
             if (ceiling > 0) r.set("fraction_of_cublas", tflops / ceiling);
-            r.set("verified", ok).set("rel_l2", check.rel_l2).set("max_abs_diff", check.max_abs);
-            if (!ok) r.set("verify_error", check.what);
+            r.verification(ok, check);
           }
         }
   }

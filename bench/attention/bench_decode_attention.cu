@@ -48,14 +48,14 @@ class DecodeAttentionBench final : public BenchCommand {
   std::vector<int64_t> batches_ = {1, 8, 32, 128}, seqlens_ = {1024, 8192, 32768, 131072}, hkvs_ = {8, 1},
                        pages_ = {0, 16, 64}, splits_ = {0};
   int hq_ = 32, d_ = 128, sq_ = 1, calls_ = 20;
-  std::string dtype_ = "bf16";
+  std::string dtype_ = "bf16", page_order_ = "shuffled";
 
   Defaults defaults() const override { return {30, 20, 5}; }
 
   void options(Options& o) override {
     o.about("GB/s of blockfuse::decode_attention (one decode step against a KV cache): K + V bytes read per second, "
             "as a fraction of the device copy bandwidth measured in this run. Full sequences (cache_seqlens = S); "
-            "paged caches with shuffled block tables. Per-call median of --calls calls captured in one CUDA graph, "
+            "paged caches with shuffled block tables (or in order: --page-order). Per-call median of --calls calls captured in one CUDA graph, "
             "caches rotated past L2. Each point is verified against the fp64 CPU reference on two (sequence, KV "
             "head) pairs before it is timed.");
     o.ints("--batch", batches_, 1, 4096, "batch sizes B", std::vector<int64_t>{1, 32});
@@ -69,6 +69,10 @@ class DecodeAttentionBench final : public BenchCommand {
     o.integer("--sq", sq_, 1, int(kDecodeAttentionMaxSeqlenQ), "query tokens per sequence (speculative decoding: > 1, causal)");
     o.integer("--calls", calls_, 1, 1000, "calls per captured graph");
     o.choice("--dtype", dtype_, {"bf16", "fp16"}, "element type");
+    o.choice("--page-order", page_order_, {"shuffled", "sequential"},
+             "a paged cache's block table: pages at random indices (a serving engine's), or in order (page i of "
+             "sequence b at b · max_blocks + i: the contiguous cache's addresses, to separate the paging's "
+             "arithmetic from the scattered addresses' cost)");
   }
 
   void run(Bench& b) override {
@@ -146,7 +150,8 @@ class DecodeAttentionBench final : public BenchCommand {
 
   void point(Bench& b, DType dt, int64_t B, int64_t S, int64_t hkv, int64_t page) {
     const cudaStream_t stream = b.stream();
-    const std::string cache_s = page ? "page" + std::to_string(page) : "contig";
+    const bool sequential = page_order_ == "sequential";
+    const std::string cache_s = page ? "page" + std::to_string(page) + (sequential ? "seq" : "") : "contig";
     const std::string where = "B " + std::to_string(B) + " S " + std::to_string(S) + " Hkv " + std::to_string(hkv) + " " + cache_s;
     const int64_t max_blocks = page ? (S + page - 1) / page : 0;
     const int64_t rows_per_seq = page ? max_blocks * page : S;
@@ -171,13 +176,14 @@ class DecodeAttentionBench final : public BenchCommand {
     const std::vector<int32_t> lens_host(static_cast<size_t>(B), static_cast<int32_t>(S));
     DeviceBuffer<int32_t> lens(static_cast<size_t>(B));
     BENCH_CUDA(cudaMemcpy(lens.data(), lens_host.data(), lens.bytes(), cudaMemcpyHostToDevice));
-    // A shuffled block table: page i of sequence b at a random index of the B · max_blocks pages.
+    // A shuffled block table: page i of sequence b at a random index of the B · max_blocks pages
+    // (--page-order sequential: at index b · max_blocks + i).
     std::vector<int32_t> table_host;
     DeviceBuffer<int32_t> table;
     if (page) {
       table_host.resize(size_t(B * max_blocks));
       std::iota(table_host.begin(), table_host.end(), 0);
-      std::shuffle(table_host.begin(), table_host.end(), std::mt19937_64(uint64_t(B * S + page)));
+      if (!sequential) std::shuffle(table_host.begin(), table_host.end(), std::mt19937_64(uint64_t(B * S + page)));
       table = DeviceBuffer<int32_t>(table_host.size());
       BENCH_CUDA(cudaMemcpy(table.data(), table_host.data(), table.bytes(), cudaMemcpyHostToDevice));
     }
@@ -215,12 +221,12 @@ class DecodeAttentionBench final : public BenchCommand {
                       fmt(gbs, 0), b.pct_of_copy(gbs), ok ? "ok (" + fmt(check.max_abs, 4) + ")" : "FAILED"});
       r.set("batch", B).set("seqlen", S).set("seqlen_q", sq_).set("heads_q", hq_).set("heads_kv", hkv).set("head_dim", d_);
       r.set("dtype", dtype_).set("cache", page ? "paged" : "contiguous").set("page_size", page);
+      if (page) r.set("page_order", page_order_);
       r.set("num_splits", used).set("heuristic_splits", splits == 0).set("causal", p.causal);
       r.set("kv_bytes", kv_bytes).set("median_us", t.us()).set("min_us", t.min_us()).set("gbs", gbs);
       if (b.copy_gbs() > 0) r.set("fraction_of_copy", gbs / b.copy_gbs()).set("copy_gbs", b.copy_gbs());
       r.set("calls_per_graph", std::max(calls_, sets)).set("cache_rotation_sets", sets).set("reps", b.reps()).set("warmup", b.warmup());
-      r.set("verified", ok).set("max_abs_diff", check.max_abs).set("rel_l2", check.rel_l2).set("checked_elements", check.count);
-      if (!ok) r.set("verify_error", check.what);
+      r.verification(ok, check).set("checked_elements", check.count);
     }
   }
 };

@@ -107,8 +107,7 @@ class CrossEntropyBench final : public BenchCommand {
     r.set("same_size_copy_us", tc.us()).set("frac_of_same_size_copy", gbs / cgbs).set("rotation_sets", sets);
     r.set("timing", "cuda events, rotated inputs (the gradient overwrites them: later calls see gradients, "
                     "the same traffic)");
-    r.set("verified", ok).set("rel_l2", check.rel_l2).set("max_abs_diff", check.max_abs);
-    if (!ok) r.set("verify_error", check.what);
+    r.verification(ok, check);
   }
 };
 

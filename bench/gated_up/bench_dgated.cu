@@ -148,8 +148,7 @@ class DGatedBench final : public BenchCommand {
     r.set("gemm_tflops", flops / (tg.median_ms * 1e9)).set("fused_over_unfused", tu.median_ms / tf.median_ms);
     r.set("rotation_sets", sets).set("timing", "cuda events, rotated inputs");
     r.set("baseline", "cublasGemmEx CUBLAS_COMPUTE_32F bf16 out, then swiglu_backward (interleaved, with h)");
-    r.set("verified", ok).set("rel_l2", check.rel_l2).set("max_abs_diff", check.max_abs);
-    if (!ok) r.set("verify_error", check.what);
+    r.verification(ok, check);
   }
 };
 

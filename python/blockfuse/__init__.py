@@ -11,6 +11,7 @@ Submodules:
              (attention also holds the Hugging Face attention backend "blockfuse")
   nn         GatedMLP, SparseGatedMLP
   loss       linear_cross_entropy (the language-model loss without the logits), the CausalLM patch
+  rope       rope (Hugging Face's rotary embedding in one pass) and its patch
   patch      patch_model (a Hugging Face decoder, in place)
   kvcache    the KV-cache analysis (torch-free)
   bench      the PyTorch-side benchmarks: `python -m blockfuse.bench --help`
@@ -22,7 +23,7 @@ import importlib
 __version__ = "0.1.0"
 
 _LAZY_MODULES = ("ops", "nn", "patch", "loss", "kvcache", "bench", "attention", "decode_attention", "gated_up", "gated_up_fp8", "fused_mlp",
-                 "add_rmsnorm", "swiglu", "decode_gemm")
+                 "add_rmsnorm", "swiglu", "decode_gemm", "rope")
 _LAZY_NAMES = {"patch_model": "patch", "GatedMLP": "nn", "SparseGatedMLP": "nn", "linear_cross_entropy": "loss"}
 
 

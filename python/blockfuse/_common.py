@@ -71,6 +71,15 @@ def set_programmatic_dependent_launch(enabled):
     return _SET_PDL(bool(enabled))
 
 
+def in_graph_or_compile():
+    """Whether the current call is traced by torch.compile or captured into a CUDA graph: where a host
+    read-back (`.item()`, `.tolist()`) is not allowed, so the callers take their device-only path."""
+    compiler = getattr(torch, "compiler", None)
+    if compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling():
+        return True
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
 # ---- activations (plain torch) -------------------------------------------------------------------
 
 def activation(g, name):

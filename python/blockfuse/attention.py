@@ -48,7 +48,7 @@ import weakref
 
 import torch
 
-from ._common import FUSED_DTYPES as _DTYPES, has_op, require_op
+from ._common import FUSED_DTYPES as _DTYPES, has_op, in_graph_or_compile as _in_graph_or_compile, require_op
 
 SUPPORTED_HEAD_DIMS = (64, 128, 256)
 
@@ -535,15 +535,6 @@ def _decode_step(query, key, value, attention_mask, scaling, causal, window_left
         return None
     return _decode(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), lengths, max_k, scaling,
                    causal, window_left, window_right, softcap)
-
-
-def _in_graph_or_compile():
-    """Whether the call is traced by torch.compile or captured in a CUDA graph: the padded path below
-    reads lengths back to the host, which neither allows."""
-    compiler = getattr(torch, "compiler", None)
-    if compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling():
-        return True
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
 def _fused_padded(query, key, value, attention_mask, scaling, causal, window_left, window_right, softcap):

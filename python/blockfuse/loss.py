@@ -9,7 +9,15 @@ peak. linear_cross_entropy computes the loss and both gradients chunk by chunk i
 design of Liger's fused linear cross-entropy): per chunk of rows the logits (bf16), their log-sum-exp
 and loss, the gradient softmax − onehot scaled by the reduction, then grad_h = g · W and
 grad_W += gᵀ · h; the backward only scales the saved gradients by the incoming one. At most one
-chunk's logits exist at a time (chunk_rows: about 256 MiB of fp32 by default).
+chunk's logits exist at a time (chunk_rows: by default 1 GiB of logits in the model's dtype on the
+kernel path, 256 MiB of fp32 on the torch path, which makes several fp32 temporaries of a chunk).
+
+The chunk's size trades memory for speed through grad_W: every chunk after the first adds its
+gᵀ · h into grad_W, reading and writing the whole [V, K] weight gradient (2 GiB of traffic at
+Llama-3's 128256 x 4096 in bf16) and running a GEMM of only chunk_rows rows. At 256 MiB of fp32
+(523 Llama-3 rows) a 4096-token step took 8 chunks and its grad_W GEMMs 8.6 ms, where one GEMM
+of 4096 rows would take an estimated 5.5 ms (H100 profile, docs/cross_entropy.md); 1 GiB of bf16 logits is 4185 rows: one chunk
+at 4096 tokens, four at 16384.
 
 On CUDA in bf16/fp16 (V % 8 == 0) each chunk's loss and gradient are one kernel,
 blockfuse::cross_entropy_fwd_bwd_ (include/blockfuse/cross_entropy.h: the row's online max and sum,
@@ -27,12 +35,16 @@ import types
 import torch
 from torch import nn
 
-# 256 MiB of fp32 logits per chunk (1 GiB would be the whole of 2048 Llama-3 tokens).
-_CHUNK_BYTES = 256 << 20
+# Logits per chunk: 1 GiB in the model's dtype where the kernel makes the chunk's loss and gradient
+# in place (4185 Llama-3 rows in bf16), 256 MiB of fp32 where torch ops do (their fp32 copies and
+# temporaries are several times the chunk).
+_CHUNK_BYTES_KERNEL = 1 << 30
+_CHUNK_BYTES_TORCH = 256 << 20
 
 
-def _chunk_rows(rows, vocab):
-    return max(1, min(rows, _CHUNK_BYTES // (4 * max(vocab, 1))))
+def _chunk_rows(rows, vocab, element_size, kernel):
+    budget, size = (_CHUNK_BYTES_KERNEL, element_size) if kernel else (_CHUNK_BYTES_TORCH, 4)
+    return max(1, min(rows, budget // (size * max(vocab, 1))))
 
 
 def _kernel(hidden, vocab):
@@ -101,9 +113,35 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         grad_h, grad_w = ctx.saved_tensors
+        if getattr(ctx, "handed_over", False):
+            raise RuntimeError("blockfuse.linear_cross_entropy: a second backward through the same loss "
+                               "(retain_graph) after a first with gradient 1, which handed its weight gradient "
+                               "to autograd as it was; pass the first backward a gradient tensor other than 1, or "
+                               "compute the loss again")
         dh = grad_h * grad_out.to(grad_h.dtype) if grad_h is not None else None
+        if grad_w is not None and _is_one(grad_out):
+            # loss.backward(): the forward's weight gradient as it is (Liger's shortcut); autograd may
+            # make it the weight's .grad, so a second backward could see it changed: refused above.
+            ctx.handed_over = True
+            return dh, grad_w, None, None, None, None
         dw = grad_w * grad_out.to(grad_w.dtype) if grad_w is not None else None
         return dh, dw, None, None, None, None
+
+
+def _is_one(grad_out):
+    """Whether the loss's incoming gradient is exactly 1 (what loss.backward() passes), so the saved
+    gradients need no scaling: the multiply by a 0-d device tensor is a strided pass over grad_W ([V, K]:
+    1 GiB in bf16 at Llama-3's 128256 x 4096; about 1.4 ms of the step on an H100: docs/cross_entropy.md).
+    One host read; never inside torch.compile or a CUDA-graph capture, where the scaling stays."""
+    if grad_out.numel() != 1:
+        return False
+    try:
+        from ._common import in_graph_or_compile
+    except Exception:  # noqa: BLE001 — no compiled library: scale as usual
+        return False
+    if in_graph_or_compile():
+        return False
+    return bool(grad_out.detach().reshape(()).item() == 1.0)
 
 
 def linear_cross_entropy(hidden, weight, labels, ignore_index=-100, reduction="mean", num_items_in_batch=None,
@@ -113,7 +151,8 @@ def linear_cross_entropy(hidden, weight, labels, ignore_index=-100, reduction="m
     hidden [..., K], weight [V, K] (an nn.Linear's, no bias), labels [...] (int64; ignore_index rows
     are skipped). reduction "mean" (over the rows not ignored, or num_items_in_batch when given: Hugging
     Face's gradient-accumulation convention) or "sum". Returns a 0-d fp32 tensor; hidden and weight
-    get gradients (either may be frozen). chunk_rows: rows per chunk (default: 256 MiB of fp32 logits).
+    get gradients (either may be frozen). chunk_rows: rows per chunk (default: 1 GiB of logits in the
+    dtype on the kernel path, 256 MiB of fp32 on the torch path; fewer rows: less memory, slower).
     """
     if reduction not in ("mean", "sum"):
         raise ValueError(f"blockfuse.linear_cross_entropy: reduction {reduction!r}; required: 'mean' or 'sum'")
@@ -136,7 +175,10 @@ def linear_cross_entropy(hidden, weight, labels, ignore_index=-100, reduction="m
         denom = num_items_in_batch
     else:  # the rows not ignored, on the device (no host read-back); at least 1, as a sum over none is 0
         denom = (lbl != ignore_index).sum().clamp_min(1)
-    rows = chunk_rows if chunk_rows is not None else _chunk_rows(h2.shape[0], weight.shape[0])
+    if chunk_rows is not None:
+        rows = chunk_rows
+    else:
+        rows = _chunk_rows(h2.shape[0], weight.shape[0], h2.element_size(), _kernel(h2, weight.shape[0]) is not None)
     if rows < 1:
         raise ValueError(f"blockfuse.linear_cross_entropy: chunk_rows = {rows}; required: >= 1")
     return _LinearCrossEntropy.apply(h2, weight, lbl, ignore_index, denom, rows)

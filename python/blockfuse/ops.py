@@ -10,6 +10,7 @@
     out = blockfuse.ops.attention(q, k, v, causal=True)           # FlashAttention-style forward
     out = blockfuse.ops.decode_attention(q, k_cache, v_cache, cache_seqlens)   # 1..16 queries vs a KV cache
     y = blockfuse.ops.fused_mlp(x, w_gate_up, w_down_t)           # the whole decode MLP, one launch
+    q_embed = blockfuse.ops.rope(q, cos, sin)                     # HF's rotary embedding, one pass
 
 Every op is a torch.library operator (schemas and CUDA kernels in C++, python/csrc; the fake
 implementations in the family modules), so it traces under torch.compile(fullgraph=True) without a
@@ -17,7 +18,7 @@ graph break; outputs come from the caching allocator and the work goes on the cu
 every op can be captured in a CUDA graph. The wrappers call the registered op directly: all argument
 checks are in C++ (no Python on the hot path), and every argument error is a ValueError whose message
 names the op and the argument (blockfuse::Error's message, unchanged). gated_up and gated_mlp have a
-backward (in C++); rmsnorm, add_rmsnorm, swiglu, attention and attention_varlen have one through their
+backward (in C++); rmsnorm, add_rmsnorm, swiglu, rope, attention and attention_varlen have one through their
 backward kernels (registered with torch.library.register_autograd); the other ops are inference-only
 (a backward through them raises).
 
@@ -35,6 +36,7 @@ the module that holds them with its fake implementations —
                             ops rmsnorm_backward / add_rmsnorm_backward and references
     blockfuse.swiglu        swiglu, swiglu_fp8, swiglu_backward and references
     blockfuse.decode_gemm   decode_gemm, decode_gemm_reserve, decode_gemm_reference
+    blockfuse.rope          rope (and the Hugging Face patch behind patch_model(rope=True))
 
 — and what they share (blockfuse._common): the activations, the FP8 e4m3 rule (fp8_quantize_reference,
 fp8_dequantize), available() / load_error() and set_programmatic_dependent_launch.
@@ -54,6 +56,7 @@ from .gated_up import (deinterleave_gate_up, deinterleave_to_stacked, gated_mlp,
                        gated_up_reference, interleave_gate_up, interleave_stacked)
 from .gated_up_fp8 import gated_up_fp8, gated_up_fp8_dynamic, gated_up_fp8_reference
 from .loss import linear_cross_entropy
+from .rope import rope
 from .swiglu import swiglu, swiglu_backward, swiglu_backward_reference, swiglu_fp8, swiglu_reference
 
 __all__ = [
@@ -67,5 +70,5 @@ __all__ = [
     "neuron_block_router", "router_reference", "deinterleave_gate_up", "deinterleave_to_stacked", "gated_mlp", "gated_up",
     "gated_up_backward", "gated_up_reference", "interleave_gate_up", "interleave_stacked", "gated_up_fp8",
     "gated_up_fp8_dynamic", "gated_up_fp8_reference", "swiglu", "swiglu_backward",
-    "swiglu_backward_reference", "swiglu_fp8", "swiglu_reference", "linear_cross_entropy",
+    "swiglu_backward_reference", "swiglu_fp8", "swiglu_reference", "linear_cross_entropy", "rope",
 ]

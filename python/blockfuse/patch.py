@@ -22,6 +22,9 @@ norm=True  every decoder layer (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma-2, Ge
 attention  attention=True: model.set_attn_implementation("blockfuse") (blockfuse.attention's backend).
 loss       loss=True: a *ForCausalLM's training loss by blockfuse.loss.linear_cross_entropy (the loss and
            its gradients chunk by chunk, never the [tokens, vocabulary] logits).
+rope       rope=True: the model's rotary embedding (apply_rotary_pos_emb of q and k) by blockfuse.ops.rope,
+           forward and backward in one pass each (blockfuse.rope: how a module-level function is
+           patched for one model only).
 
 Everything is checked before anything changes: an MLP that cannot be converted, a decoder layer
 whose forward is not the one this module knows (it reads the class's source: only the statements
@@ -231,7 +234,7 @@ def unpatch_layer(layer):
         del layer._blockfuse_spec
 
 
-def patch_model(model, mlp=True, norm=True, attention=False, classes=bnn.HF_MLP_CLASSES, loss=False):
+def patch_model(model, mlp=True, norm=True, attention=False, classes=bnn.HF_MLP_CLASSES, loss=False, rope=False):
     """Patches `model` in place (see the module docstring); returns [(qualified name, original
     module)] for every module changed, in model order: each replaced MLP with the original module
     (the list keeps its weights alive: drop it to free them), and each decoder layer whose norms are
@@ -247,6 +250,11 @@ def patch_model(model, mlp=True, norm=True, attention=False, classes=bnn.HF_MLP_
     labels are given under a recorded gradient; otherwise the original forward runs). The list then
     holds ("", model); blockfuse.loss.unpatch_loss undoes it.
 
+    rope=True sends the model's rotary embedding through blockfuse.ops.rope (blockfuse.rope.patch_rope:
+    the tables its *RotaryEmbedding module returns are marked, and the modeling file's
+    apply_rotary_pos_emb takes the fused op for marked tables only). The list then holds each
+    hooked rotary module; blockfuse.rope.unpatch_rope undoes it.
+
     Raises (before changing anything) ValueError for anything it cannot handle, and ValueError when
     nothing in the model matched."""
     attn_backend = None
@@ -256,21 +264,26 @@ def patch_model(model, mlp=True, norm=True, attention=False, classes=bnn.HF_MLP_
             raise ValueError("blockfuse.patch_model: attention=True needs a transformers model and transformers "
                              ">= 4.48 (AttentionInterface); required: a PreTrainedModel with set_attn_implementation")
         attn_backend = battn.HF_NAME
-    if not (mlp or norm or attention or loss):
-        raise ValueError("blockfuse.patch_model: mlp=False, norm=False, attention=False and loss=False: nothing "
-                         "to do")
+    if not (mlp or norm or attention or loss or rope):
+        raise ValueError("blockfuse.patch_model: mlp=False, norm=False, attention=False, loss=False and rope=False: "
+                         "nothing to do")
     if loss:
         from . import loss as bloss
         why = bloss.loss_head_spec(model)
         if why is not None:
             raise ValueError(f"blockfuse.patch_model(loss=True): {why}")
+    if rope:
+        from . import rope as brope
+        why = brope.rope_spec(model)
+        if why is not None:
+            raise ValueError(f"blockfuse.patch_model(rope=True): {why}")
     layers = []
     if norm:
         for name, m in model.named_modules():
             if type(m).__name__ in DECODER_LAYERS and "_blockfuse_spec" not in m.__dict__:
                 layers.append((name, m, plan_layer(name, m)))
     mlps = bnn.convert_mlps(model, classes) if mlp else []
-    if not layers and not mlps and attn_backend is None and not loss:
+    if not layers and not mlps and attn_backend is None and not loss and not rope:
         kinds = (["MLPs " + ", ".join(classes)] if mlp else []) + (
             ["decoder layers " + ", ".join(DECODER_LAYERS)] if norm else [])
         raise ValueError(f"blockfuse.patch_model: nothing in {type(model).__name__} matched ({'; '.join(kinds)}), "
@@ -291,6 +304,8 @@ def patch_model(model, mlp=True, norm=True, attention=False, classes=bnn.HF_MLP_
     if loss:
         bloss.patch_loss(model)
         changed.append(("", model))
+    if rope:
+        changed.extend(brope.patch_rope(model))
     order = {n: i for i, (n, _) in enumerate(model.named_modules(remove_duplicate=False))}
     changed.sort(key=lambda e: order.get(e[0], -1))
     return changed

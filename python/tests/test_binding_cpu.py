@@ -14,7 +14,7 @@ OPS = ("gated_up", "interleave_gate_up", "interleave_stacked", "deinterleave_gat
        "rmsnorm", "add_rmsnorm", "add_rmsnorm_", "rmsnorm_fp8", "add_rmsnorm_fp8", "swiglu", "swiglu_fp8",
        "decode_gemm", "decode_gemm_reserve", "attention", "attention_varlen", "fused_mlp", "fused_mlp_sparse",
        "neuron_block_router", "fused_mlp_reserve", "gated_up_fp8", "gated_up_fp8_dynamic", "cross_entropy_fwd_bwd_",
-       "gated_mlp_dgated_")
+       "gated_mlp_dgated_", "rope")
 NO_FAKE = ("decode_gemm_reserve", "fused_mlp_reserve")  # return host ints: nothing to trace
 
 
@@ -53,6 +53,7 @@ CPU_CALLS = [
     (lambda: torch.ops.blockfuse.cross_entropy_fwd_bwd_(bf16(2, 64), torch.zeros(2, dtype=torch.long)),
      "cross_entropy_fwd_bwd_", "logits"),
     (lambda: torch.ops.blockfuse.gated_mlp_dgated_(bf16(2, 64), bf16(64, 32), bf16(2, 64)), "gated_mlp_dgated_", "dy"),
+    (lambda: ops.rope(bf16(1, 4, 3, 64), bf16(1, 3, 64), bf16(1, 3, 64)), "rope", "x"),
 ]
 
 

@@ -164,3 +164,33 @@ def test_patched_loss_with_tied_embeddings():
     out.loss.backward()
     want.loss.backward()
     assert rel(model.lm_head.weight.grad, ref.lm_head.weight.grad) < 1e-4
+
+
+def test_default_chunk_rows():
+    """The default chunk: 1 GiB of logits in the dtype on the kernel path (one chunk at 4096 Llama-3
+    tokens), 256 MiB of fp32 on the torch path; never more rows than there are, never fewer than 1."""
+    assert bloss._chunk_rows(16384, 128256, 2, True) == (1 << 30) // (2 * 128256) == 4185
+    assert bloss._chunk_rows(4096, 128256, 2, True) == 4096
+    assert bloss._chunk_rows(16384, 128256, 2, False) == (256 << 20) // (4 * 128256) == 523
+    assert bloss._chunk_rows(3, 128256, 2, False) == 3
+    assert bloss._chunk_rows(100, 1 << 40, 2, True) == 1
+
+
+def test_gradient_one_hands_over_the_weight_gradient_once():
+    """loss.backward() (gradient 1) returns the forward's weight gradient unscaled: the same values as
+    a scaled backward by 1.0 through a second loss; a second backward through the same graph after it
+    is refused with an error naming the function, not answered with a gradient that may have changed."""
+    torch.manual_seed(3)
+    h = torch.randn(9, 16, requires_grad=True)
+    w = torch.randn(40, 16, requires_grad=True)
+    lbl = torch.randint(0, 40, (9,))
+    bloss.linear_cross_entropy(h, w, lbl, chunk_rows=4).backward()
+    g_one, h_one = w.grad.clone(), h.grad.clone()
+    w.grad = h.grad = None
+    bloss.linear_cross_entropy(h, w, lbl, chunk_rows=4).backward(torch.tensor(1.0) * 1.5)
+    assert torch.allclose(w.grad, g_one * 1.5, rtol=1e-5, atol=1e-6)
+    assert torch.allclose(h.grad, h_one * 1.5, rtol=1e-5, atol=1e-6)
+    loss = bloss.linear_cross_entropy(h, w, lbl, chunk_rows=4)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="linear_cross_entropy"):
+        loss.backward()

@@ -25,7 +25,4 @@ bool check_rmsnorm_backward_args(const char* fn, const char* h_name, const char*
                                  const Matrix& dh, const Matrix& dweight, const void* workspace,
                                  size_t workspace_bytes, const RmsNormOptions& opt);
 
-// An empty view (data == nullptr, rows == 0): an absent residual or residual_out.
-inline bool absent(const ConstMatrix& m) { return m.data == nullptr && m.rows == 0; }
-
 }  // namespace blockfuse::detail

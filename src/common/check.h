@@ -63,6 +63,10 @@ std::string cat(const T&... parts) {
   return s;
 }
 
+// An empty view (data == nullptr, rows == 0): an optional argument left out (a residual, an output
+// not wanted).
+inline bool absent(const ConstMatrix& m) { return m.data == nullptr && m.rows == 0; }
+
 // Shape/stride sanity for any matrix view: rows, cols >= 0, ld >= max(cols, 1), data non-null
 // unless the matrix is empty.
 void check_matrix_shape(const char* fn, const char* arg, const ConstMatrix& m);

@@ -16,12 +16,11 @@ namespace blockfuse {
 
 namespace {
 
+using detail::absent;
 using detail::cat;
 using detail::throw_arg;
 
 constexpr const char* kFn = "gated_mlp_dgated";
-
-bool absent(const ConstMatrix& m) { return m.data == nullptr && m.rows == 0; }
 
 // Everything but the device checks; returns false when there is nothing to launch (M == 0).
 bool check_shapes(const ConstMatrix& dy, const ConstMatrix& w_down, const ConstMatrix& z, const Matrix& dz,

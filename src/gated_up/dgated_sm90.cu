@@ -3,8 +3,9 @@
 // types) as a stock CUTLASS 3.x warp-specialised kernel, with DGatedEpilogue
 // (dgated_epilogue_sm90.cuh) in place of CUTLASS's epilogue: dz and h from the forward's z, dh never
 // stored. One tile configuration: 128 x 128 x 64, a 2 x 1 cluster (w_down's tile multicast to the
-// M-neighbour), ping-pong, so one warpgroup's epilogue (its z loads) runs under the other's
-// mainloop. Not yet tuned: docs/gated_up.md#training-backward-where-it-stands-and-the-plan.
+// M-neighbour), ping-pong, so one warpgroup's epilogue runs under the other's mainloop, with z
+// brought into shared memory by the producer warpgroup's epilogue warp while the tile's mainloop
+// runs. Not yet tuned: docs/gated_up.md#training-backward-where-it-stands-and-the-plan.
 #include <cute/tensor.hpp>
 
 #include "cutlass/cutlass.h"

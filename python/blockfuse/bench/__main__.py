@@ -162,6 +162,12 @@ def parser():
     return p
 
 
+def _eager_first(p, option, names):
+    """The training benchmarks print every implementation against eager's row: it must come first."""
+    if not names or names[0] != "eager":
+        p.error(f"{option}: eager must come first (the others are compared with it)")
+
+
 def _check(p, a):
     """Turns the comma-separated options into lists and validates them (p.error exits with status 2)."""
     def known(names, table, what):
@@ -194,23 +200,20 @@ def _check(p, a):
         a.shapes = known(_names(a.shapes), MLP_SHAPES, "shape")
         a.tokens = _ints(a.tokens)
         a.impls = known(_names(a.impls), dict.fromkeys(TRAIN_MLP_IMPLS), "implementation")
-        if not a.impls or a.impls[0] != "eager":
-            p.error("train-mlp --impls: eager must come first (the others are compared with it)")
+        _eager_first(p, "train-mlp --impls", a.impls)
         if a.reps < 1:
             p.error(f"train-mlp --reps must be >= 1, got {a.reps}")
     elif a.command == "loss":
         a.vocabs = known(_names(a.vocabs), LOSS_VOCABS, "vocabulary")
         a.tokens = _ints(a.tokens)
         a.impls = known(_names(a.impls), dict.fromkeys(LOSS_IMPLS), "implementation")
-        if not a.impls or a.impls[0] != "eager":
-            p.error("loss --impls: eager must come first (the others are compared with it)")
+        _eager_first(p, "loss --impls", a.impls)
         if a.reps < 1 or any(t < 1 for t in a.tokens):
             p.error("loss: --reps and each token count must be >= 1")
     elif a.command == "train":
         a.batches = _ints(a.batches)
         a.variants = known(_names(a.variants), dict.fromkeys(TRAIN_VARIANTS), "variant")
-        if not a.variants or a.variants[0] != "eager":
-            p.error("train --variants: eager must come first (the others are compared with it)")
+        _eager_first(p, "train --variants", a.variants)
         if a.layers < 1 or a.seq < 2 or a.reps < 1 or any(b < 1 for b in a.batches):
             p.error("train: --layers, --reps and each batch must be >= 1, --seq >= 2")
     elif a.command == "decode-attention":

@@ -190,8 +190,12 @@ def copy_gbs():
     return 2 * n / (time_cuda(lambda _: dst.copy_(src), [None], 3, 0.2)[0] * 1e6)
 
 
-def peak_activation_bytes(fn, x):
-    """Peak bytes allocated during one call fn(x) beyond what was allocated before it."""
+def peak_activation_bytes(fn, x, grads=()):
+    """Peak bytes allocated during one call fn(x) beyond what was allocated before it. The .grad of
+    each tensor in `grads` is dropped first, so that a training step's gradients (which fn allocates
+    afresh) count in its peak rather than in the baseline."""
+    for t in grads:
+        t.grad = None
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
@@ -200,6 +204,22 @@ def peak_activation_bytes(fn, x):
     peak = torch.cuda.max_memory_allocated() - base
     del out
     return peak
+
+
+class VersusEager:
+    """The speed-up and memory columns of the training benchmarks: each point's "eager" row (the
+    first) sets the baseline, every row's cells are printed against it."""
+
+    def __init__(self):
+        self.ms = self.peak = None
+
+    def cells(self, name, ms, peak, ms_digits=2):
+        """"ms | speed-up | MiB | memory ratio" for implementation `name` (its time, peak bytes)."""
+        if name == "eager":
+            self.ms, self.peak = ms, peak
+        speed = f"{self.ms / ms:.2f}x" if self.ms else "-"
+        mem = f"{peak / self.peak:.2f}x" if self.peak else "-"
+        return f"{ms:.{ms_digits}f} ms | {speed} | {peak / 2**20:.0f} MiB | {mem}"
 
 
 def optional_peer(label, load):

@@ -6,6 +6,8 @@ cross_entropy(hidden · Wᵀ, labels), forward + backward (gradients of hidden a
   compile    the same through torch.compile (static shapes)
   liger      Liger's LigerFusedLinearCrossEntropyLoss (chunked, Triton), when importable
   blockfuse  blockfuse.linear_cross_entropy (chunked; each chunk's loss and gradient one kernel)
+  blockfuse-small-chunks  the same with 256 MiB of fp32-sized logits a chunk (the default before
+             2026-11-27: less memory, grad_W accumulated over more chunks)
 
 Per point: the median ms of forward + backward (the .grad of hidden and W cleared before every step)
 and the peak memory the step allocates beyond its inputs and weights. Every implementation's loss
@@ -17,7 +19,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from .common import cuda_ms, meta, ready, rel
+from .common import VersusEager, cuda_ms, meta, peak_activation_bytes, ready, rel
 from .shapes import LOSS_VOCABS
 TOLERANCE = 0.02
 
@@ -39,9 +41,13 @@ def build(name):
             return f"Liger not importable: {e!r}"
         lce = LigerFusedLinearCrossEntropyLoss(ignore_index=-100)
         return lambda h, w, labels: lce(w, h, labels)
-    if name == "blockfuse":
-        from ..loss import linear_cross_entropy
-        return lambda h, w, labels: linear_cross_entropy(h, w, labels)
+    if name in ("blockfuse", "blockfuse-small-chunks"):
+        from ..loss import _chunk_rows, linear_cross_entropy
+        if name == "blockfuse":
+            return lambda h, w, labels: linear_cross_entropy(h, w, labels)
+        # The torch path's 256 MiB of fp32 (the kernel path's default before the larger chunks).
+        return lambda h, w, labels: linear_cross_entropy(h, w, labels, chunk_rows=_chunk_rows(
+            h.shape[0], w.shape[0], h.element_size(), kernel=False))
     raise ValueError(f"loss: unknown implementation '{name}'")
 
 
@@ -50,16 +56,6 @@ def step(fn, h, w, labels):
     loss = fn(h, w, labels)
     loss.backward()
     return loss
-
-
-def peak_bytes(fn, h, w, labels):
-    h.grad = w.grad = None
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    step(fn, h, w, labels)
-    torch.cuda.synchronize()
-    return torch.cuda.max_memory_allocated() - base
 
 
 def measure(args):
@@ -74,7 +70,7 @@ def measure(args):
             labels[::17] = -100
             ref = step(_eager, h, w, labels).detach()
             ref_dh = h.grad.detach().clone()
-            base_ms = base_peak = None
+            vs = VersusEager()
             for name in args.impls:
                 fn = build(name)
                 row = {"vocab": vocab_name, "K": k, "V": v, "tokens": m, "impl": name}
@@ -92,13 +88,9 @@ def measure(args):
                     rows.append(row)
                     continue
                 ms = cuda_ms(lambda: step(fn, h, w, labels), args.reps)
-                peak = peak_bytes(fn, h, w, labels)
-                if name == "eager":
-                    base_ms, base_peak = ms, peak
+                peak = peak_activation_bytes(lambda _: step(fn, h, w, labels), None, grads=(h, w))
                 row.update(ms=ms, peak_bytes=peak)
-                speed = f"{base_ms / ms:.2f}x" if base_ms else "-"
-                mem = f"{peak / base_peak:.2f}x" if base_peak else "-"
-                print(f"| {vocab_name} | {m} | {name} | {ms:.2f} ms | {speed} | {peak / 2**20:.0f} MiB | {mem} |", flush=True)
+                print(f"| {vocab_name} | {m} | {name} | {vs.cells(name, ms, peak)} |", flush=True)
                 rows.append(row)
                 torch._dynamo.reset()
             h = labels = ref = ref_dh = None

@@ -13,7 +13,8 @@ GATED_UP_TOKENS = (512, 1024, 2048, 4096, 8192, 16384)
 # fused-mlp, gated-up-fp8, sparse-prefill: name -> (label, hidden K, intermediate U)
 # The implementations `train-mlp` compares, eager first (the others are relative to it).
 TRAIN_MLP_IMPLS = ("eager", "compile", "liger", "quack", "quack-recompute", "blockfuse", "blockfuse-recompute")
-TRAIN_VARIANTS = ("eager", "liger", "compile", "patched", "patched-loss", "patched-attention", "patched-compile")
+TRAIN_VARIANTS = ("eager", "liger", "compile", "patched", "patched-loss", "patched-all", "patched-attention",
+                  "patched-compile")
 
 MLP_SHAPES = {"8b": ("Llama-3 8B", 4096, 14336), "70b": ("Llama-3 70B", 8192, 28672)}
 
@@ -28,5 +29,5 @@ DECODE_GEMM_SHAPES = {"qkv405": (2304, 16384), "gateup405": (13312, 16384), "dow
                       "gateup8b": (28672, 4096), "down8b": (4096, 14336)}
 
 # `bench loss`: implementations, and (K, V) of the vocabularies' loss heads.
-LOSS_IMPLS = ("eager", "compile", "liger", "blockfuse")
+LOSS_IMPLS = ("eager", "compile", "liger", "blockfuse", "blockfuse-small-chunks")
 LOSS_VOCABS = {"llama3": (4096, 128256), "llama2": (4096, 32000), "qwen2-7b": (3584, 152064)}

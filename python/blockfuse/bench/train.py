@@ -8,6 +8,7 @@ loss) of a Llama-3-8B-shaped model with fewer layers, bf16, random weights and t
   patched    blockfuse.patch_model(model): fused gated MLPs and norms (attention through SDPA)
   patched-loss  the same with loss=True: the language-model loss by blockfuse.loss.linear_cross_entropy
              (loss and gradients chunk by chunk, never the [tokens, vocabulary] logits)
+  patched-all  patched with loss=True and rope=True: the rotary embedding by blockfuse.ops.rope too
   patched-attention  patched with attention=True: blockfuse's attention and its backward (the
              "blockfuse" attention backend), the comparison the attention-backward issue asks for
   patched-compile  patch_model(model), then the forward through torch.compile: blockfuse's ops
@@ -23,7 +24,7 @@ import sys
 
 import torch
 
-from .common import cuda_ms, meta, ready
+from .common import VersusEager, cuda_ms, meta, peak_activation_bytes, ready
 from .model import build_fp32
 from .shapes import TRAIN_VARIANTS
 
@@ -50,10 +51,11 @@ def variant(name, base):
         patch.patch_model(m)
         m.forward = torch.compile(m.forward)
         return m
-    if name in ("patched", "patched-loss", "patched-attention"):
+    if name in ("patched", "patched-loss", "patched-all", "patched-attention"):
         from .. import patch
         # in place (it returns what it replaced)
-        patch.patch_model(m, attention=name == "patched-attention", loss=name == "patched-loss")
+        patch.patch_model(m, attention=name == "patched-attention", loss=name in ("patched-loss", "patched-all"),
+                          rope=name == "patched-all")
         return m
     raise ValueError(f"train: unknown variant '{name}'")
 
@@ -66,17 +68,6 @@ def step(model, ids):
     return loss
 
 
-def peak_bytes(model, ids):
-    for p in model.parameters():
-        p.grad = None
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    step(model, ids)
-    torch.cuda.synchronize()
-    return torch.cuda.max_memory_allocated() - base
-
-
 def measure(args):
     rows, status = [], 0
     m32 = build_fp32("llama3-8b", args.layers)
@@ -86,7 +77,7 @@ def measure(args):
     for batch in args.batches:
         ids = torch.randint(0, base.config.vocab_size, (batch, args.seq), device="cuda",
                             generator=torch.Generator(device="cuda").manual_seed(batch))
-        ref_loss, base_ms, base_peak = None, None, None
+        ref_loss, vs = None, VersusEager()
         for name in args.variants:
             m = variant(name, base)
             row = {"layers": args.layers, "batch": batch, "seq": args.seq, "variant": name}
@@ -106,13 +97,9 @@ def measure(args):
                 rows.append(row)
                 continue
             ms = cuda_ms(lambda: step(m, ids), args.reps)
-            peak = peak_bytes(m, ids)
-            if name == "eager":
-                base_ms, base_peak = ms, peak
+            peak = peak_activation_bytes(lambda _: step(m, ids), None, grads=list(m.parameters()))
             row.update(ms=ms, peak_bytes=peak)
-            speed = f"{base_ms / ms:.2f}x" if base_ms else "-"
-            mem = f"{peak / base_peak:.2f}x" if base_peak else "-"
-            print(f"| {batch} x {args.seq} | {name} | {ms:.1f} ms | {speed} | {peak / 2**20:.0f} MiB | {mem} |", flush=True)
+            print(f"| {batch} x {args.seq} | {name} | {vs.cells(name, ms, peak, ms_digits=1)} |", flush=True)
             rows.append(row)
             for p in m.parameters():
                 p.grad = None

@@ -24,7 +24,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from .common import cuda_ms, meta, ready, rel
+from .common import VersusEager, cuda_ms, meta, peak_activation_bytes, ready, rel
 from .shapes import MLP_SHAPES
 TOLERANCE = 0.02
 
@@ -79,22 +79,6 @@ def step(fn, x, dy, params):
     return y
 
 
-def peak_bytes(fn, x, dy, params):
-    """Bytes one step allocates at its peak beyond what was allocated before it."""
-    x.grad = None
-    for p in params:
-        p.grad = None
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    y = fn(x)
-    y.backward(dy)
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - base
-    del y
-    return peak
-
-
 def measure(args):
     rows, status = [], 0
     for shape in args.shapes:
@@ -108,7 +92,7 @@ def measure(args):
             dy = torch.randn(m, k, device="cuda", generator=gen).to(torch.bfloat16)
             ref_y = step(lambda t: _eager(t, wg, wu, wd), x, dy, [wg, wu, wd]).detach()
             ref_dx = x.grad.detach().clone()
-            base_ms = None
+            vs = VersusEager()
             for name in args.impls:
                 built = build(name, wg, wu, wd)
                 row = {"shape": shape, "model": label, "K": k, "U": u, "tokens": m, "impl": name}
@@ -127,13 +111,9 @@ def measure(args):
                     rows.append(row)
                     continue
                 ms = cuda_ms(lambda: step(fn, x, dy, params), args.reps)
-                peak = peak_bytes(fn, x, dy, params)
-                if name == "eager":
-                    base_ms, base_peak = ms, peak
+                peak = peak_activation_bytes(lambda _: step(fn, x, dy, params), None, grads=(x, *params))
                 row.update(ms=ms, peak_bytes=peak)
-                speed = f"{base_ms / ms:.2f}x" if base_ms else "-"
-                mem = f"{peak / base_peak:.2f}x" if base_peak else "-"
-                print(f"| {label} | {m} | {name} | {ms:.2f} ms | {speed} | {peak / 2**20:.0f} MiB | {mem} |", flush=True)
+                print(f"| {label} | {m} | {name} | {vs.cells(name, ms, peak)} |", flush=True)
                 rows.append(row)
                 torch._dynamo.reset()
             x = dy = ref_y = ref_dx = None  # freed before the next point's tensors
