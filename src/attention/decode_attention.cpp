@@ -65,6 +65,10 @@ Shape validate(const char* fn, const AttnConstTensor& q, const AttnConstTensor& 
   check_like(fn, "k_cache", k, "q", q, !paged, false, false);
   check_like(fn, "v_cache", v, "k_cache", k, true, true, true);
   check_like(fn, "out", out, "q", q, true, true, true);
+  // The split kernel's key offsets are 32 x 32 -> 64-bit products of a key index and the row stride.
+  for (const auto* c : {&k, &v})
+    if (c->seq_stride >= (int64_t(1) << 31))
+      throw_arg(fn, c == &k ? "k_cache" : "v_cache", cat("has seq_stride = ", c->seq_stride), "seq_stride < 2^31 elements");
   if (q.heads % k.heads != 0)
     throw_arg(fn, "k_cache", cat("has heads = ", k.heads, " with q.heads = ", q.heads), "q.heads % k_cache.heads == 0");
   if (k.seqlen < 1)

@@ -97,6 +97,17 @@ struct Params {
   int window_left, window_right;  // kWindowUnbounded for unbounded
 };
 
+// The cache layouts the split kernel is instantiated for: contiguous; paged with power-of-two pages
+// of at least a tile (kBlockN keys: a tile lies in one page, one table entry per tile); with smaller
+// power-of-two pages (shift and mask per key); with any page size (division per key).
+enum KvLayout : int { kContiguous = 0, kPagedPow2 = 1, kPagedAny = 2, kPagedTile = 3 };
+
+inline int kv_layout(const Params& p) {
+  if (p.block_table == nullptr) return kContiguous;
+  if (p.page_shift < 0) return kPagedAny;
+  return p.page_size >= kBlockN ? kPagedTile : kPagedPow2;
+}
+
 // The append step of decode_attention_with_kvcache: rotary embedding of q and k_new, q's rotated
 // copy into q_out, k_new / v_new into the cache at cache_seqlens[b] + t.
 struct AppendParams {

@@ -412,6 +412,10 @@ INSTANTIATE_TEST_SUITE_P(
         Case(7, 1, 32, 8, 128, kMixed).paged(16), Case(7, 1, 32, 8, 128, kMixed).paged(64, 3).splits(3),
         Case(7, 1, 32, 8, 128, kMixed).paged(48).splits(5),  // a page size that is no power of two
         Case(4, 1, 32, 8, 128, {65, 1, 4097, 1000}).paged(256).splits(128),
+        // Each of the split kernel's paged layouts: pages of one key and of eight (shift and mask
+        // per key), of 128 keys (a whole tile per page) with D 64, whose 16 keys a pass span pages of 8.
+        Case(3, 1, 16, 4, 64, {37, 1, 300}).paged(1).splits(3), Case(3, 1, 16, 4, 64, {37, 1, 300}).paged(8),
+        Case(3, 1, 16, 4, 64, {129, 0, 1000}).paged(128).splits(3), Case(2, 1, 8, 4, 256, {70, 300}).paged(8),
         Case(3, 1, 32, 32, 128, {65, 1000, 4097}).fp16(),                // MHA
         Case(3, 2, 16, 8, 64, {0, 64, 1000}).paged(16).splits(3),        // GQA 2, D 64
         Case(2, 1, 28, 4, 128, {1000, 4097}).paged(64),                  // Qwen 28/4 (GQA 7)
