@@ -103,14 +103,16 @@ struct RotaryParams {
 };
 
 // The splits decode_attention picks: a pure function of the batch, KV heads, rows per KV head
-// (Sq · Hq/Hkv), head dim, the longest key range and the SM count (src/attention/decode_params.h,
-// tested on the CPU), at most 65535 / heads_kv (the grid's y dimension). Throws blockfuse::Error for an unsupported head dim or non-positive sizes.
+// (Sq · Hq/Hkv), head dim, the longest key range, the SM count and the cache's layout (page_size 0:
+// contiguous; else the page size: pages below 64 keys or of no power of two aim at two CTAs per SM)
+// (src/attention/decode_params.h, tested on the CPU), at most 65535 / heads_kv (the grid's y
+// dimension). Throws blockfuse::Error for an unsupported head dim, non-positive sizes or a negative page size.
 int decode_attention_num_splits(int64_t batch, int64_t heads_kv, int64_t rows_per_kv_head, int64_t head_dim,
-                                int64_t seqlen_k, int sm_count);
+                                int64_t seqlen_k, int sm_count, int64_t page_size = 0);
 
 // Workspace bytes one call needs: the splits' fp32 partial outputs and LSEs (num_splits > 1) and,
 // for decode_attention_with_kvcache, the rotated q. num_splits as in the params (0: the heuristic's
-// choice on the current device); max_seqlen_k is the key range the call's split choice sees:
+// choice on the current device, the larger of its contiguous and paged counts); max_seqlen_k is the key range the call's split choice sees:
 // params.max_seqlen_k when it is set, else the cache's capacity (S_max, or max_blocks · page_size).
 // 16-byte aligned, needs no zeroing; a larger workspace is always fine.
 size_t decode_attention_workspace_size(int64_t batch, int64_t seqlen_q, int64_t heads_q, int64_t heads_kv,

@@ -68,6 +68,18 @@ inline int num_splits(int64_t units, int64_t tiles, int sm_count) {
   return static_cast<int>(max_s);
 }
 
+// Paged caches whose pages are smaller than a tile, or no power of two, cost the split kernel a
+// table entry and a shift and mask (or a division) per key; at one CTA per SM its time follows its
+// instruction count, so these layouts aim at two CTAs per SM (page 16, H100, B 1 / 8: 0.89-0.91x of
+// contiguous at one CTA per SM, 0.92-0.95x with 32 splits; docs/attention.md, "Paged, the
+// instruction stream"). page_size 0: contiguous.
+inline bool small_pages(int64_t page_size) {
+  return page_size > 0 && (page_size < kBlockN || (page_size & (page_size - 1)) != 0);
+}
+inline int num_splits(int64_t units, int64_t tiles, int sm_count, int64_t page_size) {
+  return num_splits(units, tiles, small_pages(page_size) ? 2 * sm_count : sm_count);
+}
+
 // What the kernels are launched with. Offsets and strides in elements.
 struct Params {
   const void* q;  // [B, Sq, Hq, D] (the rotated copy in the workspace with a kv-cache append)

@@ -50,6 +50,28 @@ TEST(DecodeAttentionHeuristic, MeasuredChoices) {
   EXPECT_EQ(decode_attention_num_splits(1, 1, 32, 128, 131072, 132), 122);
 }
 
+TEST(DecodeAttentionHeuristic, SmallPagesAimAtTwoCtasPerSm) {
+  // Pages below a tile (or of no power of two): the count for twice the SMs; pages of a tile or
+  // more: the contiguous count.
+  for (int64_t page : {1, 8, 16, 32, 48, 96}) {
+    EXPECT_EQ(decode_attention_num_splits(1, 8, 4, 128, 32768, 132, page), 32) << page;      // 256 CTAs (measured)
+    EXPECT_EQ(decode_attention_num_splits(8, 8, 4, 128, 32768, 132, page), 4) << page;       // 256
+    EXPECT_EQ(decode_attention_num_splits(128, 8, 4, 128, 32768, 132, page), 1) << page;     // full
+    EXPECT_EQ(decode_attention_num_splits(1, 8, 4, 128, 32768, 132, page),
+              attn::decode::num_splits(8, 512, 264)) << page;
+  }
+  for (int64_t page : {0, 64, 128, 256, 4096}) {
+    EXPECT_EQ(decode_attention_num_splits(1, 8, 4, 128, 32768, 132, page), 16) << page;
+    EXPECT_EQ(decode_attention_num_splits(8, 8, 4, 128, 32768, 132, page), 2) << page;
+  }
+  EXPECT_TRUE(attn::decode::small_pages(16));
+  EXPECT_TRUE(attn::decode::small_pages(48));
+  EXPECT_TRUE(attn::decode::small_pages(96));
+  EXPECT_FALSE(attn::decode::small_pages(0));
+  EXPECT_FALSE(attn::decode::small_pages(64));
+  expect_arg_error([] { decode_attention_num_splits(1, 8, 4, 128, 1000, 132, -16); }, "page_size");
+}
+
 TEST(DecodeAttentionHeuristic, OneSplitWhenTheGridIsFull) {
   for (int sm : {1, 78, 108, 132, 144})
     for (int64_t b : {1, 4, 17, 128, 1024})
