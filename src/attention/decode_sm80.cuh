@@ -154,9 +154,9 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const __grid_con
     if constexpr (kLayout == kPagedTile) {
       const unsigned blk = static_cast<unsigned>(page[0]);
       page_ok = blk < static_cast<unsigned>(p.num_blocks);
-      const int row0 = (tile * kBlockN) & page_mask;
-      k_tile = static_cast<int64_t>(static_cast<uint64_t>(blk) * static_cast<uint64_t>(p.k_block_stride)) + int64_t(row0) * k_rs;
-      v_tile = static_cast<int64_t>(static_cast<uint64_t>(blk) * static_cast<uint64_t>(p.v_block_stride)) + int64_t(row0) * v_rs;
+      const int page_row0 = (tile * kBlockN) & page_mask;
+      k_tile = static_cast<int64_t>(static_cast<uint64_t>(blk) * static_cast<uint64_t>(p.k_block_stride)) + int64_t(page_row0) * k_rs;
+      v_tile = static_cast<int64_t>(static_cast<uint64_t>(blk) * static_cast<uint64_t>(p.v_block_stride)) + int64_t(page_row0) * v_rs;
     }
 #pragma unroll
     for (int i = 0; i < Tr::kPasses; ++i) {
