@@ -29,6 +29,7 @@
 
 #include "attention/decode_reference.h"
 #include "blockfuse/decode_attention.h"
+#include "common/device.h"
 #include "common/host_float.h"
 #include "harness.h"
 #include "testing/device_buffer.h"
@@ -191,7 +192,8 @@ class DecodeAttentionBench final : public BenchCommand {
     auto cache_view = [&](const uint16_t* base) { return make_attn_tensor(static_cast<const void*>(base), dt, cache_batch, cache_rows, hkv, d_); };
     const AttnConstTensor qv = make_attn_tensor(static_cast<const void*>(q.data()), dt, B, sq_, hq_, d_);
     const AttnTensor ov = make_attn_tensor(static_cast<void*>(out.data()), dt, B, sq_, hq_, d_);
-    const int heuristic = decode_attention_num_splits(B, hkv, sq_ * (hq_ / hkv), d_, rows_per_seq, b.device().sms);
+    const int heuristic = decode_attention_num_splits(B, hkv, sq_ * (hq_ / hkv), d_, rows_per_seq, b.device().sms, page,
+                                                      detail::current_device_spec().smem_per_sm);
 
     for (int64_t splits : splits_) {
       DecodeAttentionParams p;

@@ -103,14 +103,18 @@ struct RotaryParams {
 };
 
 // The splits decode_attention picks: a pure function of the batch, KV heads, rows per KV head
-// (Sq · Hq/Hkv), head dim, the longest key range and the SM count (src/attention/decode_params.h,
-// tested on the CPU), at most 65535 / heads_kv (the grid's y dimension). Throws blockfuse::Error for an unsupported head dim or non-positive sizes.
+// (Sq · Hq/Hkv), head dim, the longest key range, the SM count, the cache's layout (page_size 0:
+// contiguous; else the page size) and the shared memory of one SM (smem_per_sm, bytes; 0: unknown):
+// pages below 64 keys or of no power of two aim at two CTAs per SM where two fit
+// (src/attention/decode_params.h, tested on the CPU), at most 65535 / heads_kv (the grid's y
+// dimension). decode_attention passes the current device's values. Throws blockfuse::Error for an
+// unsupported head dim, non-positive sizes, a negative page size or smem_per_sm.
 int decode_attention_num_splits(int64_t batch, int64_t heads_kv, int64_t rows_per_kv_head, int64_t head_dim,
-                                int64_t seqlen_k, int sm_count);
+                                int64_t seqlen_k, int sm_count, int64_t page_size = 0, int64_t smem_per_sm = 0);
 
 // Workspace bytes one call needs: the splits' fp32 partial outputs and LSEs (num_splits > 1) and,
 // for decode_attention_with_kvcache, the rotated q. num_splits as in the params (0: the heuristic's
-// choice on the current device); max_seqlen_k is the key range the call's split choice sees:
+// choice on the current device, the larger of its contiguous and paged counts); max_seqlen_k is the key range the call's split choice sees:
 // params.max_seqlen_k when it is set, else the cache's capacity (S_max, or max_blocks · page_size).
 // 16-byte aligned, needs no zeroing; a larger workspace is always fine.
 size_t decode_attention_workspace_size(int64_t batch, int64_t seqlen_q, int64_t heads_q, int64_t heads_kv,
@@ -119,7 +123,7 @@ size_t decode_attention_workspace_size(int64_t batch, int64_t seqlen_q, int64_t 
 
 // out = attention(q, cache). lse: nullptr or fp32 [B, Hq, Sq] contiguous. Batch 0 launches nothing. Validates every argument
 // before anything is launched (blockfuse::Error naming it): dtypes, D, shapes (k_cache and v_cache
-// alike, Hq % Hkv == 0, out like q, 1 <= Sq <= 16), strides as the forward's, block_table and its
+// alike, Hq % Hkv == 0, out like q, 1 <= Sq <= 16), strides as the forward's (and k/v seq_stride < 2^31), block_table and its
 // sizes, cache_seqlens non-null and 4-byte aligned, window/soft-cap/scale values, num_splits, the
 // workspace size, overlaps of out with the inputs, device pointers of the current device.
 void decode_attention(AttnConstTensor q, AttnConstTensor k_cache, AttnConstTensor v_cache,

@@ -153,7 +153,9 @@ inline AddRmsNormConfig rmsnorm_backward_config(int nchunks) {
 // CTA up to kRmsNormBwdMinCtas rows (decode-sized calls: every row starts at once), then about
 // kRmsNormBwdRowsPerCta rows per CTA, capped at kRmsNormBwdMaxCtas. The partials cost C · H · 8 bytes
 // (fp32, written then read) against >= 3 · M · H · 2 for dy, h and dh: 2048 rows (264 CTAs) 17 %,
-// 32768 rows (1024 CTAs) 4 %. A model, not yet a measurement (docs/add_rmsnorm.md#backward).
+// 32768 rows (1024 CTAs) 4 %. Measured on the H100 (docs/add_rmsnorm.md, the prefetch's table):
+// 74-79 % of copy at 2048 rows, 89-95 % at 32768, where the partials' share is the gap's likeliest
+// part at few rows.
 constexpr int64_t kRmsNormBwdMinCtas = 264;     // 2 per SM of an H100 (132 SMs)
 constexpr int64_t kRmsNormBwdRowsPerCta = 8;
 constexpr int64_t kRmsNormBwdMaxCtas = 1024;
@@ -165,8 +167,10 @@ inline int64_t rmsnorm_backward_ctas(int64_t rows) {
 
 // The dweight reduction kernel: blocks of kRmsNormBwdReduceCols columns x kRmsNormBwdReduceGroups
 // groups; group k adds partial rows k, k + G, k + 2G, ... in that order, then thread group 0 adds the
-// G sums in order 0..G-1 (fixed: independent of the device and of the timing).
+// G sums in order 0..G-1 (fixed: independent of the device and of the timing). 32 groups (1024
+// threads a block) over 8: +1-3 points of copy from 8192 rows, equal at 2048 (H100, one call beside
+// the 8-group kernel: docs/add_rmsnorm.md, "dweight in 32 groups").
 constexpr int kRmsNormBwdReduceCols = 32;
-constexpr int kRmsNormBwdReduceGroups = 8;
+constexpr int kRmsNormBwdReduceGroups = 32;
 
 }  // namespace blockfuse::detail

@@ -45,6 +45,7 @@ void check_like(const char* fn, const char* arg, const AttnConstTensor& t, const
 struct Shape {
   int64_t capacity;   // keys one sequence can hold
   int64_t max_keys;   // the heuristic's key range
+  int64_t page_size;  // the heuristic's layout: 0 contiguous, else the page size
   int m_frags, m_blocks, splits;
 };
 
@@ -65,6 +66,10 @@ Shape validate(const char* fn, const AttnConstTensor& q, const AttnConstTensor& 
   check_like(fn, "k_cache", k, "q", q, !paged, false, false);
   check_like(fn, "v_cache", v, "k_cache", k, true, true, true);
   check_like(fn, "out", out, "q", q, true, true, true);
+  // The split kernel's key offsets are 32 x 32 -> 64-bit products of a key index and the row stride.
+  for (const auto* c : {&k, &v})
+    if (c->seqlen > 1 && c->seq_stride >= (int64_t(1) << 31))
+      throw_arg(fn, c == &k ? "k_cache" : "v_cache", cat("has seq_stride = ", c->seq_stride), "seq_stride < 2^31 elements");
   if (q.heads % k.heads != 0)
     throw_arg(fn, "k_cache", cat("has heads = ", k.heads, " with q.heads = ", q.heads), "q.heads % k_cache.heads == 0");
   if (k.seqlen < 1)
@@ -166,6 +171,7 @@ Shape validate(const char* fn, const AttnConstTensor& q, const AttnConstTensor& 
   Shape s{};
   s.capacity = capacity;
   s.max_keys = prm.max_seqlen_k > 0 ? std::min(prm.max_seqlen_k, capacity) : capacity;
+  s.page_size = paged ? k.seqlen : 0;
   const int64_t rows = q.seqlen * (q.heads / k.heads);
   s.m_frags = dec::m_frags_for(rows, static_cast<int>(q.head_dim));
   s.m_blocks = static_cast<int>((rows + 16 * s.m_frags - 1) / (16 * s.m_frags));
@@ -224,7 +230,8 @@ dec::Params make_params(const AttnConstTensor& q, const AttnConstTensor& k, cons
 int resolve_splits(const AttnConstTensor& q, const AttnConstTensor& k, const Shape& s, int requested) {
   if (requested > 0) return requested;
   const int sm = detail::current_device_spec().sm_count;
-  return decode_attention_num_splits(q.batch, k.heads, q.seqlen * (q.heads / k.heads), q.head_dim, s.max_keys, sm);
+  return decode_attention_num_splits(q.batch, k.heads, q.seqlen * (q.heads / k.heads), q.head_dim, s.max_keys, sm,
+                                     s.page_size, detail::current_device_spec().smem_per_sm);
 }
 
 void launch(const dec::Params& p, const dec::AppendParams* append, DType dtype, int64_t head_dim, const Shape& s,
@@ -259,7 +266,7 @@ void carve(dec::Params& p, void* ws, int64_t rows_total, int64_t head_dim, void*
 }  // namespace
 
 int decode_attention_num_splits(int64_t batch, int64_t heads_kv, int64_t rows_per_kv_head, int64_t head_dim,
-                                int64_t seqlen_k, int sm_count) {
+                                int64_t seqlen_k, int sm_count, int64_t page_size, int64_t smem_per_sm) {
   constexpr const char* fn = "decode_attention_num_splits";
   if (head_dim != 64 && head_dim != 128 && head_dim != 256) throw_arg(fn, "head_dim", cat("is ", head_dim), "64, 128 or 256");
   if (batch < 1) throw_arg(fn, "batch", cat("is ", batch), ">= 1");
@@ -267,9 +274,12 @@ int decode_attention_num_splits(int64_t batch, int64_t heads_kv, int64_t rows_pe
   if (rows_per_kv_head < 1) throw_arg(fn, "rows_per_kv_head", cat("is ", rows_per_kv_head), ">= 1");
   if (seqlen_k < 0) throw_arg(fn, "seqlen_k", cat("is ", seqlen_k), ">= 0");
   if (sm_count < 1) throw_arg(fn, "sm_count", cat("is ", sm_count), ">= 1");
+  if (page_size < 0) throw_arg(fn, "page_size", cat("is ", page_size), "0 (a contiguous cache) or the page size >= 1");
+  if (smem_per_sm < 0) throw_arg(fn, "smem_per_sm", cat("is ", smem_per_sm), "0 (unknown) or the bytes of one SM");
   const int mf = dec::m_frags_for(rows_per_kv_head, static_cast<int>(head_dim));
   const int64_t m_blocks = (rows_per_kv_head + 16 * mf - 1) / (16 * mf);
-  const int s = dec::num_splits(batch * heads_kv * m_blocks, (seqlen_k + dec::kBlockN - 1) / dec::kBlockN, sm_count);
+  const int s = dec::num_splits(batch * heads_kv * m_blocks, (seqlen_k + dec::kBlockN - 1) / dec::kBlockN, sm_count, page_size,
+                                dec::ctas_per_sm(smem_per_sm, dec::smem_bytes(static_cast<int>(head_dim), mf)));
   return static_cast<int>(std::min<int64_t>(s, 65535 / heads_kv));  // grid y
 }
 
@@ -283,9 +293,16 @@ size_t decode_attention_workspace_size(int64_t batch, int64_t seqlen_q, int64_t 
   if (num_splits < 0 || num_splits > kDecodeAttentionMaxSplits)
     throw_arg(fn, "num_splits", cat("is ", num_splits), cat("0 (heuristic) or 1..", kDecodeAttentionMaxSplits));
   if (batch == 0) return 0;
-  const int splits = num_splits > 0 ? num_splits
-                                    : decode_attention_num_splits(batch, heads_kv, seqlen_q * (heads_q / heads_kv), head_dim,
-                                                                  max_seqlen_k, detail::current_device_spec().sm_count);
+  // The heuristic's count for either kind of cache (the layout is not an argument here): the larger.
+  auto heuristic = [&](const detail::DeviceSpec& dev, int64_t page_size) {
+    return decode_attention_num_splits(batch, heads_kv, seqlen_q * (heads_q / heads_kv), head_dim, max_seqlen_k,
+                                       dev.sm_count, page_size, dev.smem_per_sm);
+  };
+  int splits = num_splits;
+  if (splits == 0) {  // only then is the device asked
+    const detail::DeviceSpec dev = detail::current_device_spec();
+    splits = std::max(heuristic(dev, 0), heuristic(dev, 1));
+  }
   return dec::workspace_bytes(batch * seqlen_q * heads_q, head_dim, splits, with_kvcache);
 }
 

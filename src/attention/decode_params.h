@@ -68,6 +68,25 @@ inline int num_splits(int64_t units, int64_t tiles, int sm_count) {
   return static_cast<int>(max_s);
 }
 
+// Paged caches whose pages are smaller than a tile, or no power of two, cost the split kernel a
+// table entry and a shift and mask (or a division) per key; at one CTA per SM its time follows its
+// instruction count, so these layouts aim at two CTAs per SM where two fit (page 16, D 128, H100,
+// B 1 / 8: 0.89-0.91x of contiguous at one CTA per SM, 0.92-0.95x with 32 splits; docs/attention.md,
+// "Paged, the instruction stream"). page_size 0: contiguous. (The page-size test mirrors kv_layout's:
+// test_decode_attention_heuristic.cpp checks they agree.)
+inline bool small_pages(int64_t page_size) {
+  return page_size > 0 && (page_size < kBlockN || (page_size & (page_size - 1)) != 0);
+}
+// CTAs of `smem` bytes one SM of `smem_per_sm` bytes holds (1 KB reserved per CTA); 0 bytes
+// (unknown): one.
+inline int64_t ctas_per_sm(int64_t smem_per_sm, int smem) {
+  const int64_t n = smem_per_sm / (int64_t(smem) + 1024);
+  return n > 1 ? n : 1;
+}
+inline int num_splits(int64_t units, int64_t tiles, int sm_count, int64_t page_size, int64_t ctas_per_sm) {
+  return num_splits(units, tiles, small_pages(page_size) && ctas_per_sm >= 2 ? 2 * sm_count : sm_count);
+}
+
 // What the kernels are launched with. Offsets and strides in elements.
 struct Params {
   const void* q;  // [B, Sq, Hq, D] (the rotated copy in the workspace with a kv-cache append)
@@ -96,6 +115,17 @@ struct Params {
   float scale_log2, softcap_mul;  // as the forward's Params (softcap_mul 0: off)
   int window_left, window_right;  // kWindowUnbounded for unbounded
 };
+
+// The cache layouts the split kernel is instantiated for: contiguous; paged with power-of-two pages
+// of at least a tile (kBlockN keys: a tile lies in one page, one table entry per tile); with smaller
+// power-of-two pages (shift and mask per key); with any page size (division per key).
+enum KvLayout : int { kContiguous = 0, kPagedPow2 = 1, kPagedAny = 2, kPagedTile = 3 };
+
+inline int kv_layout(const Params& p) {
+  if (p.block_table == nullptr) return kContiguous;
+  if (p.page_shift < 0) return kPagedAny;
+  return p.page_size >= kBlockN ? kPagedTile : kPagedPow2;
+}
 
 // The append step of decode_attention_with_kvcache: rotary embedding of q and k_new, q's rotated
 // copy into q_out, k_new / v_new into the cache at cache_seqlens[b] + t.

@@ -67,9 +67,11 @@ __device__ __forceinline__ int attended_length(const Params& p, int b) {
   return (len < 0 || len > p.capacity - p.new_tokens) ? -1 : len + p.new_tokens;
 }
 
-// kPaged: the cache is paged (p.block_table); a template parameter so that the contiguous path
-// carries no page arithmetic.
-template <class T, int D, int MF, bool kPaged>
+// kLayout: the cache's layout (KvLayout), a template parameter so that each path carries only its
+// own address arithmetic: with one warp per scheduler (a CTA per SM at small batch) the kernel's time
+// is its instruction stream's, and the paged path's page division, 64-bit products and checks had
+// made it half again as long as the contiguous one (docs/attention.md, Decode).
+template <class T, int D, int MF, int kLayout>
 __global__ void __launch_bounds__(kThreads) decode_split_kernel(const __grid_constant__ Params p) {
   using Tr = Traits<T, D, MF>;
   using Mma = blockfuse::decode::MmaType<T>;
@@ -121,17 +123,24 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const __grid_con
   const int chunk = tid % Tr::kChunks, key_in_pass = tid / Tr::kChunks;
   const T* const k_base = static_cast<const T*>(p.k) + hk * p.k_head_stride + chunk * 8;
   const T* const v_base = static_cast<const T*>(p.v) + hk * p.v_head_stride + chunk * 8;
+  constexpr bool kPaged = kLayout != kContiguous;
   const int32_t* const table = kPaged ? p.block_table + b * p.block_table_stride : nullptr;
   const int64_t k_seq = int64_t(b) * p.k_block_stride, v_seq = int64_t(b) * p.v_block_stride;  // contiguous
+  // Row strides below 2^31 (the launcher checks): key · stride is one 32 x 32 -> 64-bit multiply-add.
+  const int k_rs = static_cast<int>(p.k_row_stride), v_rs = static_cast<int>(p.v_row_stride);
+  const int page_mask = p.page_size - 1;  // kPagedPow2
   // Page of each of this thread's keys in the next tile to load, read one tile ahead so the
   // block-table lookup's latency is not in front of the copies.
   int page[Tr::kPasses];
   auto lookup = [&](int tile) {
-    if constexpr (kPaged) {
+    if constexpr (kLayout == kPagedTile) {  // a page holds the whole tile: one entry
+      const int j0 = tile * kBlockN;
+      page[0] = (j0 + kBlockN > key_lo && j0 < key_hi) ? __ldg(table + (j0 >> p.page_shift)) : 0;
+    } else if constexpr (kPaged) {
 #pragma unroll
       for (int i = 0; i < Tr::kPasses; ++i) {
         const int j = tile * kBlockN + key_in_pass + i * Tr::kKeysPerPass;
-        const int idx = p.page_shift >= 0 ? j >> p.page_shift : j / p.page_size;
+        const int idx = kLayout == kPagedPow2 ? j >> p.page_shift : j / p.page_size;
         page[i] = (j >= key_lo && j < key_hi) ? __ldg(table + idx) : 0;
       }
     }
@@ -139,21 +148,36 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const __grid_con
   auto load_tile = [&](int tile, int stage) {
     T* const sk = s_kv + stage * 2 * Tr::kTileElems;
     T* const sv = sk + Tr::kTileElems;
+    // kPagedTile: the tile's page and first row once; a key's offset is then one multiply-add.
+    int64_t k_tile = 0, v_tile = 0;
+    bool page_ok = true;
+    if constexpr (kLayout == kPagedTile) {
+      const unsigned blk = static_cast<unsigned>(page[0]);
+      page_ok = blk < static_cast<unsigned>(p.num_blocks);
+      const int page_row0 = (tile * kBlockN) & page_mask;
+      k_tile = static_cast<int64_t>(static_cast<uint64_t>(blk) * static_cast<uint64_t>(p.k_block_stride)) + int64_t(page_row0) * k_rs;
+      v_tile = static_cast<int64_t>(static_cast<uint64_t>(blk) * static_cast<uint64_t>(p.v_block_stride)) + int64_t(page_row0) * v_rs;
+    }
 #pragma unroll
     for (int i = 0; i < Tr::kPasses; ++i) {
       const int r = key_in_pass + i * Tr::kKeysPerPass;
       const int j = tile * kBlockN + r;
       bool ok = j >= key_lo && j < key_hi;
       int64_t kb, vb;
-      if constexpr (kPaged) {
-        const int blk = page[i];
-        const int row = p.page_shift >= 0 ? j & (p.page_size - 1) : j % p.page_size;
-        if (ok && (blk < 0 || blk >= p.num_blocks)) bad = true, ok = false;
-        kb = int64_t(blk) * p.k_block_stride + int64_t(row) * p.k_row_stride;
-        vb = int64_t(blk) * p.v_block_stride + int64_t(row) * p.v_row_stride;
+      if constexpr (kLayout == kPagedTile) {
+        if (ok && !page_ok) bad = true, ok = false;
+        kb = k_tile + int64_t(r) * k_rs;
+        vb = v_tile + int64_t(r) * v_rs;
+      } else if constexpr (kPaged) {
+        // One unsigned compare: a negative index is a large one.
+        const unsigned blk = static_cast<unsigned>(page[i]);
+        const int row = kLayout == kPagedPow2 ? j & page_mask : j % p.page_size;
+        if (ok && blk >= static_cast<unsigned>(p.num_blocks)) bad = true, ok = false;
+        kb = static_cast<int64_t>(static_cast<uint64_t>(blk) * static_cast<uint64_t>(p.k_block_stride)) + int64_t(row) * k_rs;
+        vb = static_cast<int64_t>(static_cast<uint64_t>(blk) * static_cast<uint64_t>(p.v_block_stride)) + int64_t(row) * v_rs;
       } else {
-        kb = k_seq + int64_t(j) * p.k_row_stride;
-        vb = v_seq + int64_t(j) * p.v_row_stride;
+        kb = k_seq + int64_t(j) * k_rs;
+        vb = v_seq + int64_t(j) * v_rs;
       }
       // A key outside the range is zero-filled from a valid address (the source is not read).
       cp_async16_zfill(sk + Tr::swz(r, chunk), k_base + (ok ? kb : 0), ok);

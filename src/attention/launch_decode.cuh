@@ -9,10 +9,10 @@
 
 namespace blockfuse::attn::decode {
 
-template <class T, int D, int MF, bool kPaged>
+template <class T, int D, int MF, int kLayout>
 void launch_split(const Params& p, int m_blocks, cudaStream_t stream) {
   using Tr = Traits<T, D, MF>;
-  auto kernel = decode_split_kernel<T, D, MF, kPaged>;
+  auto kernel = decode_split_kernel<T, D, MF, kLayout>;
   static blockfuse::detail::PerDeviceCache<bool> once;
   blockfuse::detail::opt_in_dynamic_smem_once(once, kernel, Tr::kSmemBytes);
   const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(p.heads_kv * p.num_splits),
@@ -23,10 +23,12 @@ void launch_split(const Params& p, int m_blocks, cudaStream_t stream) {
 
 template <class T, int D, int MF>
 void launch_split(const Params& p, int m_blocks, cudaStream_t stream) {
-  if (p.block_table)
-    launch_split<T, D, MF, true>(p, m_blocks, stream);
-  else
-    launch_split<T, D, MF, false>(p, m_blocks, stream);
+  switch (kv_layout(p)) {
+    case kPagedTile: launch_split<T, D, MF, kPagedTile>(p, m_blocks, stream); break;
+    case kPagedPow2: launch_split<T, D, MF, kPagedPow2>(p, m_blocks, stream); break;
+    case kPagedAny: launch_split<T, D, MF, kPagedAny>(p, m_blocks, stream); break;
+    default: launch_split<T, D, MF, kContiguous>(p, m_blocks, stream);
+  }
 }
 
 template <class T, int D>

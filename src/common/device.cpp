@@ -26,6 +26,7 @@ DeviceSpec device_spec(int device) {
     BF_CUDA_CHECK(cudaDeviceGetAttribute(&s.max_smem_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     BF_CUDA_CHECK(cudaDeviceGetAttribute(&s.cc_major, cudaDevAttrComputeCapabilityMajor, dev));
     BF_CUDA_CHECK(cudaDeviceGetAttribute(&s.cc_minor, cudaDevAttrComputeCapabilityMinor, dev));
+    BF_CUDA_CHECK(cudaDeviceGetAttribute(&s.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
     // Only a heuristic's input (fused_mlp's block width): a device that does not report these
     // leaves 0 ("unknown") rather than failing the call.
     int mem_khz = 0, bus_bits = 0;

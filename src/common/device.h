@@ -15,6 +15,8 @@ struct DeviceSpec {
   int cc_major, cc_minor;
   // Peak DRAM bandwidth, GB/s (memory clock x 2 x bus width); 0 where the device does not report it.
   double dram_gbps = 0;
+  // Shared memory of one multiprocessor, bytes (how many CTAs of a size fit); 0 where unknown.
+  int smem_per_sm = 0;
 };
 
 // The current CUDA device (cudaGetDevice; throws blockfuse::Error on failure).

@@ -37,7 +37,7 @@ int sm90_cheapest_tile_config(const Sm90TileConfigRow* table, int rows, const Ga
   double best_cost = 0;
   for (int c = 0; c < rows; ++c) {
     const Sm90TileConfigRow& r = table[c];
-    if (r.stream_k) continue;  // opt-in: needs the caller's workspace (tile_configs_sm90.h, row 3)
+    if (r.stream_k || r.opt_in) continue;  // stream-K needs the caller's workspace (row 3); opt-in rows are unmeasured
     const long long tiles = sm90_num_tiles(m, u, r);
     const long long waves = (tiles + sms - 1) / sms;
     const double rate = p.k <= 4096 ? r.rel_rate : r.rel_rate_large_k;
@@ -64,7 +64,7 @@ int sm90_measured_tile_config(const Sm90MeasuredPoint* table, int n, int sms, co
   }
   if (lo == nullptr || hi == nullptr || lo->row != hi->row) return -1;
   const int row = lo->row;
-  if (rows == nullptr || row < 0 || row >= n_rows || rows[row].stream_k) return -1;
+  if (rows == nullptr || row < 0 || row >= n_rows || rows[row].stream_k || rows[row].opt_in) return -1;
   return row;
 }
 

@@ -26,6 +26,12 @@
 //      with one (choose_gated_up_sm90_tile_config(p, dev, true): gated_up with a large enough
 //      workspace, gated_up_workspace_size with the options) it is taken at kSm90StreamKPoints, the
 //      grid points where it beat rows 0-2 by >= 2 % median (heuristic_sm90.cpp).
+//   4  cooperative 256x128, cluster 1x2: the shape cuBLAS's kernel takes at Llama-3 8B x 1024 tokens
+//      (nvjet 256x128, 1x2): the same operand bytes per flop as row 0 with the activation tile
+//      multicast along N instead of the weight tile along M, so a different L2 footprint (ncu: row 0
+//      reads 1.5x cuBLAS's DRAM bytes at the large points; docs/gated_up.md#tuning, "Where the
+//      targets are missed"). Unmeasured: opt-in (options.tile_config = 4) until a sweep places it,
+//      so neither the cost model nor kSm90Measured returns it.
 // No cluster-less rows: without the multicast the tiles are L2-bound, e.g. 128x128 at 250-330
 // TFLOP/s for 405B (docs/gated_up.md#tuning lists what was measured and dropped).
 #pragma once
@@ -42,6 +48,7 @@ struct Sm90TileConfigRow {
   float rel_rate;            // heuristic: sustained rate of a full wave relative to row 0, K <= 4096
   float rel_rate_large_k;    //            the same for K > 4096 (more L2 traffic per tile)
   bool stream_k = false;     // CUTLASS's StreamKScheduler (needs a workspace) instead of the persistent one
+  bool opt_in = false;       // only when asked for (options.tile_config): not yet placed by a measurement
 };
 
 inline constexpr Sm90TileConfigRow kSm90TileConfigs[] = {
@@ -50,6 +57,7 @@ inline constexpr Sm90TileConfigRow kSm90TileConfigs[] = {
     {128, 128, 64, 2, 1, true, 0.95f, 0.80f},   // 1: 512-token chunks at small K
     {128, 128, 64, 1, 2, true, 0.90f, 0.75f},   // 2: one M tile (<= 128 tokens)
     {128, 256, 64, 2, 1, false, 1.00f, 1.00f, true},  // 3: row 0, stream-K (opt-in: needs a workspace)
+    {256, 128, 64, 1, 2, false, 1.00f, 1.00f, false, true},  // 4: cuBLAS's 256x128 1x2 (opt-in: unmeasured)
 };
 inline constexpr int kNumSm90TileConfigs = sizeof(kSm90TileConfigs) / sizeof(kSm90TileConfigs[0]);
 

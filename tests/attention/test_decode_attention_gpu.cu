@@ -2,7 +2,7 @@
 // reference (src/attention/decode_reference.h): Sq 1, 2, 5, 16; D 64 / 128 / 256; GQA ratios 1, 2,
 // 4, 7 (Qwen 28/4), 8 and 32 (MQA); lengths 0, 1, 63, 64, 65, 1000, 4097 mixed in one batch;
 // contiguous caches ([B, S, Hkv, D], and [B, Hkv, S, D] passed by its strides) and paged ones (pages
-// 16, 48, 64, 256, shuffled block tables, padded table rows); num_splits 1, 3, 128 and the
+// 1, 8, 16, 32, 48, 64, 96, 128, 256: every KvLayout; shuffled block tables, padded table rows); num_splits 1, 3, 128 and the
 // heuristic; causal with Sq > 1 (rows without keys when L < Sq), sliding windows, soft-cap, a custom
 // scale; bf16 and fp16; q / k_new / v_new as views of one fused QKV buffer and a padded out.
 //
@@ -13,7 +13,7 @@
 // written slots, and that no other slot of either cache changed. CUDA graphs: replays after the
 // lengths changed on the device, and a captured decode step replayed as a decode loop (lengths
 // advanced between replays). The device guard: a length past the capacity or a page index out of
-// range gives NaN rows (out and LSE) for that sequence only and writes none of its new keys
+// range (past the pool, or negative) gives NaN rows (out and LSE) for that sequence only and writes none of its new keys
 // (a bad page only where every row block reads it: the header promises NaN for the blocks that do).
 #include <gtest/gtest.h>
 
@@ -87,6 +87,7 @@ struct Case {
   Case& no_rotary() { return append = true, rotary = false, *this; }
   Case& guard(int64_t seq, int64_t page = -1) { return bad_seq = seq, bad_page = page, *this; }
   Case& guard_negative(int64_t seq) { return bad_seq = seq, bad_page = -3, *this; }  // length -5
+  Case& guard_negative_page(int64_t seq) { return bad_seq = seq, bad_page = -4, *this; }  // last used entry -1
   Case& all_pages() { return whole_table = true, *this; }
   Case& leftpad(std::vector<int32_t> p) { return pads = std::move(p), *this; }
 };
@@ -108,7 +109,7 @@ std::string case_name(const Case& c) {
   if (c.append)
     n += !c.rotary ? "_append" : std::string(c.interleaved ? "_gptj" : "_neox") + (c.rot_fp32 ? "_f32" : "_dt") +
                                      (c.rotary_dim ? "_R" + std::to_string(c.rotary_dim) : "");
-  if (c.bad_seq >= 0) n += c.bad_page == -1 ? "_badlen" : c.bad_page == -3 ? "_neglen" : "_badpage";
+  if (c.bad_seq >= 0) n += c.bad_page == -1 ? "_badlen" : c.bad_page == -3 ? "_neglen" : c.bad_page == -4 ? "_negpage" : "_badpage";
   if (!c.pads.empty()) n += "_leftpad";
   return n + "_" + dtype_name(c.dt);
 }
@@ -245,8 +246,8 @@ void make_problem(Problem& pr, const Case& c, uint64_t seed) {
       pr.lens[size_t(c.bad_seq)] = -5;
     } else {
       const int64_t used = (c.lens[size_t(c.bad_seq)] + pr.new_tokens() + c.page_size - 1) / c.page_size;
-      const int64_t at = c.bad_page == -2 ? used - 1 : c.bad_page;
-      pr.table[size_t(c.bad_seq * pr.table_stride + at)] = int32_t(pr.num_blocks + 7);
+      const int64_t at = c.bad_page <= -2 ? used - 1 : c.bad_page;
+      pr.table[size_t(c.bad_seq * pr.table_stride + at)] = c.bad_page == -4 ? -1 : int32_t(pr.num_blocks + 7);
     }
   }
 
@@ -412,6 +413,12 @@ INSTANTIATE_TEST_SUITE_P(
         Case(7, 1, 32, 8, 128, kMixed).paged(16), Case(7, 1, 32, 8, 128, kMixed).paged(64, 3).splits(3),
         Case(7, 1, 32, 8, 128, kMixed).paged(48).splits(5),  // a page size that is no power of two
         Case(4, 1, 32, 8, 128, {65, 1, 4097, 1000}).paged(256).splits(128),
+        // Each of the split kernel's paged layouts (KvLayout): pages of 1, 8 and 32 keys (a shift and
+        // a mask per key; at D 64 a pass's 16 keys span two pages of 8), of 128 keys (a tile per
+        // page), of 96 (no power of two, a division per key, more than a tile).
+        Case(3, 1, 16, 4, 64, {37, 1, 300}).paged(1).splits(3), Case(3, 1, 16, 4, 64, {37, 1, 300}).paged(8),
+        Case(3, 1, 16, 4, 64, {129, 0, 1000}).paged(128).splits(3), Case(2, 1, 8, 4, 256, {70, 300}).paged(8),
+        Case(3, 1, 32, 8, 128, {33, 200, 1000}).paged(32), Case(3, 1, 32, 8, 128, {95, 97, 1000}).paged(96).splits(3),
         Case(3, 1, 32, 32, 128, {65, 1000, 4097}).fp16(),                // MHA
         Case(3, 2, 16, 8, 64, {0, 64, 1000}).paged(16).splits(3),        // GQA 2, D 64
         Case(2, 1, 28, 4, 128, {1000, 4097}).paged(64),                  // Qwen 28/4 (GQA 7)
@@ -469,7 +476,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Case(3, 1, 32, 8, 128, {100, 500, 900}).paged(16).guard_negative(2),
                       Case(3, 2, 32, 8, 128, {100, 500, 900}).with_kvcache().guard_negative(0),
                       Case(3, 2, 32, 8, 128, {100, 500, 900}).paged(64).with_kvcache().guard(0),
-                      Case(3, 2, 32, 8, 128, {100, 500, 900}).paged(64).with_kvcache().guard(1, -2)),
+                      Case(3, 2, 32, 8, 128, {100, 500, 900}).paged(64).with_kvcache().guard(1, -2),
+                      // A negative index (the unsigned compare), and a bad page on a tile-per-page cache.
+                      Case(3, 1, 32, 8, 128, {100, 500, 900}).paged(16).guard_negative_page(1),
+                      Case(3, 1, 32, 8, 128, {100, 500, 900}).paged(128).splits(3).guard_negative_page(2),
+                      Case(3, 1, 32, 8, 128, {100, 500, 900}).paged(256).guard(1, -2)),
     [](const ::testing::TestParamInfo<Case>& i) { return case_name(i.param); });
 
 // Left padding (cache_leftpad): keys before P_b are neither visible nor read (NaN there and, paged,
@@ -481,6 +492,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case(4, 1, 32, 8, 128, {4097, 1000, 65, 7}).leftpad({130, 37, 64, 5}).paged(16).splits(3),
                       Case(3, 4, 28, 4, 128, {1000, 63, 9}).leftpad({17, 60, 0}).causal().window(100),
                       Case(2, 1, 32, 1, 64, {3000, 50}).leftpad({2049, 1}).paged(64).fp16(),
+                      // A tile per page with the padding inside a page and off the tile grid.
+                      Case(3, 1, 32, 8, 128, {4097, 1000, 700}).leftpad({300, 37, 699}).paged(256).splits(3),
                       Case(2, 1, 32, 8, 128, {4097, 300}).leftpad({1000, 0}).splits(128),
                       Case(3, 1, 32, 8, 128, {100, 500, 900}).leftpad({0, 501, 0}),
                       Case(3, 1, 32, 8, 128, {100, 500, 900}).leftpad({-1, 0, 0}).paged(16)),
@@ -566,7 +579,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, DecodeAttentionSanitizer,
                          ::testing::Values(Case(3, 1, 8, 2, 128, {0, 65, 130}).paged(48).splits(3),
                                            Case(2, 5, 8, 1, 64, {3, 100}).causal().with_kvcache(true, 32).paged(16),
                                            Case(2, 2, 4, 2, 256, {70, 1}).window(20).splits(2).guard(0),
-                                           Case(2, 2, 8, 2, 128, {70, 130}).leftpad({5, 64}).paged(16).causal()),
+                                           Case(2, 2, 8, 2, 128, {70, 130}).leftpad({5, 64}).paged(16).causal(),
+                                           Case(2, 1, 8, 2, 128, {130, 300}).leftpad({70, 0}).paged(128).splits(2),
+                                           Case(2, 1, 8, 2, 64, {9, 40}).paged(1).guard_negative_page(1)),
                          [](const ::testing::TestParamInfo<Case>& i) { return case_name(i.param); });
 
 }  // namespace

@@ -1,5 +1,6 @@
 // The decode attention split heuristic (decode_attention_num_splits, a pure function of the batch,
-// KV heads, rows per KV head, head dim, key range and SM count) and the workspace size, on the CPU.
+// KV heads, rows per KV head, head dim, key range, SM count, page size and shared memory per SM) and
+// the workspace size, on the CPU.
 // The contract checked: one split where batch · Hkv · row blocks already fills the SMs; many splits
 // at batch 1 with a long cache; never fewer than two 64-key tiles per split nor more than 128
 // splits; the chosen count
@@ -48,6 +49,49 @@ TEST(DecodeAttentionHeuristic, MeasuredChoices) {
   // smallest count within 95 % of 64's fill), not the 122 of a long cache.
   EXPECT_EQ(decode_attention_num_splits(1, 1, 32, 128, 8192, 132), 61);
   EXPECT_EQ(decode_attention_num_splits(1, 1, 32, 128, 131072, 132), 122);
+}
+
+TEST(DecodeAttentionHeuristic, SmallPagesAimAtTwoCtasPerSm) {
+  constexpr int64_t kH100Smem = 233472, kA100Smem = 167936;  // cudaDevAttrMaxSharedMemoryPerMultiprocessor
+  // Pages below a tile (or of no power of two) where two CTAs fit (D 64 / 128 on the H100): the
+  // count for twice the SMs; pages of a tile or more, or one CTA per SM: the contiguous count.
+  for (int64_t page : {1, 8, 16, 32, 48, 96}) {
+    EXPECT_EQ(decode_attention_num_splits(1, 8, 4, 128, 32768, 132, page, kH100Smem), 32) << page;   // 256 CTAs (measured)
+    EXPECT_EQ(decode_attention_num_splits(8, 8, 4, 128, 32768, 132, page, kH100Smem), 4) << page;    // 256
+    EXPECT_EQ(decode_attention_num_splits(128, 8, 4, 128, 32768, 132, page, kH100Smem), 1) << page;  // full
+    EXPECT_EQ(decode_attention_num_splits(1, 8, 4, 64, 32768, 132, page, kH100Smem), attn::decode::num_splits(8, 512, 264)) << page;
+    // D 256 (136 KB a CTA), the A100's 164 KB, or an unknown size: one CTA per SM, no doubling.
+    EXPECT_EQ(decode_attention_num_splits(1, 8, 4, 256, 32768, 132, page, kH100Smem), attn::decode::num_splits(8, 512, 132)) << page;
+    EXPECT_EQ(decode_attention_num_splits(1, 8, 4, 128, 32768, 108, page, kA100Smem), attn::decode::num_splits(8, 512, 108)) << page;
+    EXPECT_EQ(decode_attention_num_splits(1, 8, 4, 128, 32768, 132, page), 16) << page;
+  }
+  for (int64_t page : {0, 64, 128, 256, 4096}) {
+    EXPECT_EQ(decode_attention_num_splits(1, 8, 4, 128, 32768, 132, page, kH100Smem), 16) << page;
+    EXPECT_EQ(decode_attention_num_splits(8, 8, 4, 128, 32768, 132, page, kH100Smem), 2) << page;
+  }
+  EXPECT_EQ(attn::decode::ctas_per_sm(kH100Smem, attn::decode::smem_bytes(128, 1)), 2);
+  EXPECT_EQ(attn::decode::ctas_per_sm(kH100Smem, attn::decode::smem_bytes(256, 1)), 1);
+  EXPECT_EQ(attn::decode::ctas_per_sm(kA100Smem, attn::decode::smem_bytes(128, 1)), 1);
+  EXPECT_EQ(attn::decode::ctas_per_sm(0, attn::decode::smem_bytes(64, 4)), 1);
+  // small_pages and the kernel's layout choice (kv_layout) agree on every page size.
+  for (int64_t page = 1; page <= 1024; ++page) {
+    attn::decode::Params p{};
+    static const int32_t table = 0;
+    p.block_table = &table;
+    p.page_size = int(page);
+    p.page_shift = -1;
+    for (int sh = 0; sh < 31; ++sh)
+      if ((int64_t(1) << sh) == page) p.page_shift = sh;
+    const int layout = attn::decode::kv_layout(p);
+    EXPECT_EQ(attn::decode::small_pages(page), layout == attn::decode::kPagedPow2 || layout == attn::decode::kPagedAny) << page;
+  }
+  EXPECT_TRUE(attn::decode::small_pages(16));
+  EXPECT_TRUE(attn::decode::small_pages(48));
+  EXPECT_TRUE(attn::decode::small_pages(96));
+  EXPECT_FALSE(attn::decode::small_pages(0));
+  EXPECT_FALSE(attn::decode::small_pages(64));
+  expect_arg_error([] { decode_attention_num_splits(1, 8, 4, 128, 1000, 132, -16); }, "page_size");
+  expect_arg_error([] { decode_attention_num_splits(1, 8, 4, 128, 1000, 132, 16, -1); }, "smem_per_sm");
 }
 
 TEST(DecodeAttentionHeuristic, OneSplitWhenTheGridIsFull) {

@@ -135,6 +135,8 @@ TEST(DecodeAttentionValidation, StridesAndAlignment) {
     expect_error([](Call& c) { c.q.seq_stride = 100; }, "q", "seq_stride % 8 == 0", append);
     expect_error([](Call& c) { c.k.head_stride = 64; }, "k_cache", "head_stride >= head_dim", append);
     expect_error([](Call& c) { c.v.batch_stride = 12; }, "v_cache", "batch_stride % 8 == 0", append);
+    expect_error([](Call& c) { c.k.seq_stride = int64_t(1) << 31; }, "k_cache", "seq_stride < 2^31", append);
+    expect_error([](Call& c) { c.v.seq_stride = int64_t(1) << 32; }, "v_cache", "seq_stride < 2^31", append);
     expect_error([](Call& c) { c.q.data = offset(c.q.data, 8); }, "q", "16-byte aligned", append);
     expect_error([](Call& c) { c.k.data = offset(c.k.data, 2); }, "k_cache", "16-byte aligned", append);
     expect_error([](Call& c) { c.lse = offset(c.lse, 2); }, "lse", "4-byte aligned", append);

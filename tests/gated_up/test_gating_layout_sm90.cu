@@ -161,7 +161,8 @@ TEST(GatingLayoutSm90, Config0) { check_config<cute::bfloat16_t, 0>(); check_con
 TEST(GatingLayoutSm90, Config1) { check_config<cute::bfloat16_t, 1>(); check_config<cute::half_t, 1>(); }
 TEST(GatingLayoutSm90, Config2) { check_config<cute::bfloat16_t, 2>(); check_config<cute::half_t, 2>(); }
 TEST(GatingLayoutSm90, Config3StreamK) { check_config<cute::bfloat16_t, 3>(); check_config<cute::half_t, 3>(); }
-static_assert(kNumSm90TileConfigs == 4, "add a test for the new tile config");
+TEST(GatingLayoutSm90, Config4Coop256x128) { check_config<cute::bfloat16_t, 4>(); check_config<cute::half_t, 4>(); }
+static_assert(kNumSm90TileConfigs == 5, "add a test for the new tile config");
 
 // The FP8 kernel: e4m3 operands (wgmma k32), bf16 or e4m3 outputs.
 TEST(GatingLayoutSm90, Fp8Config0) {

@@ -126,6 +126,8 @@ TEST(HeuristicSm90, InvariantsOverASweep) {
         ASSERT_LT(c, kNumSm90TileConfigs);
         ASSERT_EQ(c, choose_gated_up_sm90_tile_config(p, dev)) << "not pure";
         ASSERT_FALSE(kSm90TileConfigs[c].stream_k) << "stream-K rows are opt-in (they need a workspace)";
+        ASSERT_FALSE(kSm90TileConfigs[c].opt_in) << "unmeasured rows are opt-in";
+        ASSERT_FALSE(kSm90TileConfigs[choose_gated_up_sm90_tile_config(p, dev, true)].opt_in);
       }
     }
   }
@@ -136,12 +138,13 @@ TEST(HeuristicSm90, InvariantsOverASweep) {
 
 // The measured-table lookup (sm90_measured_tile_config) on a table made here: a measured M gives its
 // row, between two measured Ms their row if they agree and the model otherwise, outside the range,
-// another shape or another SM count the model; stream-K and out-of-table rows are never returned.
+// another shape or another SM count the model; stream-K, opt-in and out-of-table rows are never returned.
 TEST(HeuristicSm90, MeasuredTableLookup) {
   const Sm90MeasuredPoint t[] = {
       {4096, 14336, 512, kPingpong}, {4096, 14336, 1024, kLarge}, {4096, 14336, 4096, kLarge},
       {4096, 14336, 16384, 3 /* stream-K */}, {4096, 14336, 65536, 3},
       {8192, 28672, 128, kOneMTile}, {8192, 28672, 1024, kOneMTile}, {8192, 28672, 2048, 99 /* not a row */},
+      {5120, 13824, 1024, 4 /* opt-in row */},
   };
   const int n = int(sizeof(t) / sizeof(t[0]));
   auto at = [&](int64_t m, int64_t k, int64_t u, const DeviceSpec& dev = kH100) {
@@ -160,6 +163,8 @@ TEST(HeuristicSm90, MeasuredTableLookup) {
   EXPECT_EQ(at(512, 4096, 14336, kH100Pcie), -1); // another SM count
   EXPECT_EQ(at(500, 8192, 28672), kOneMTile);
   EXPECT_EQ(at(2048, 8192, 28672), -1);           // not a row of kSm90TileConfigs
+  ASSERT_TRUE(kSm90TileConfigs[4].opt_in);
+  EXPECT_EQ(at(1024, 5120, 13824), -1);           // an opt-in (unmeasured) row: the model
   EXPECT_EQ(sm90_measured_tile_config(nullptr, 0, 132, kSm90TileConfigs, kNumSm90TileConfigs, {512, 4096, 14336}, kH100), -1);
   // Rows are checked against the table given: row 2 exists in the 16-bit table, not in a 2-row one.
   EXPECT_EQ(sm90_measured_tile_config(t, n, 132, kSm90TileConfigs, 2, {500, 8192, 28672}, kH100), -1);
@@ -322,7 +327,8 @@ TEST(HeuristicSm90, WithWorkspaceElsewhereIsTheChoiceWithout) {
 TEST(HeuristicSm90, TableIsWhatTheKernelSupports) {
   for (const Sm90TileConfigRow& r : kSm90TileConfigs) {
     EXPECT_EQ(r.bm % 64, 0) << "wgmma M atoms are 64 rows";
-    EXPECT_TRUE(r.bm == 128 || (r.pingpong && r.bm == 64)) << "cooperative tiles have 2 x 64 rows";
+    EXPECT_TRUE(r.bm == 128 || r.bm == 256 || (r.pingpong && r.bm == 64))
+        << "cooperative tiles: two warpgroups of 64 or 128 rows (the gating layout of each row: test_gating_layout_sm90.cu)";
     EXPECT_EQ((r.bn / 2) % 64, 0) << "the epilogue stores 64-column panels";
     EXPECT_LE(r.bn, 256) << "wgmma N <= 256";
     EXPECT_EQ(r.bk, 64) << "one 128-byte swizzle atom of 16-bit K";
