@@ -222,23 +222,9 @@ __global__ void __launch_bounds__(detail::kRmsNormBwdReduceCols * detail::kRmsNo
   __shared__ float sums[kGroups][kCols + 1];
   const int lane = threadIdx.x % kCols, group = threadIdx.x / kCols;
   const int col = blockIdx.x * kCols + lane;
-  // A group's rows are loaded kRmsNormBwdReduceBatch at a time before they are added (in the same
-  // order as one at a time; a missing row adds +0, which leaves the sum's bits as they are): the loads
-  // are independent, so a batch costs one DRAM round trip instead of one per row.
-  constexpr int kBatch = detail::kRmsNormBwdReduceBatch;
   float a = 0.0f;
-  if (col < h) {
-    for (int64_t k0 = group; k0 < ctas; k0 += int64_t(kBatch) * kGroups) {
-      float v[kBatch];
-#pragma unroll
-      for (int i = 0; i < kBatch; ++i) {
-        const int64_t k = k0 + int64_t(i) * kGroups;
-        v[i] = k < ctas ? partials[k * h + col] : 0.0f;
-      }
-#pragma unroll
-      for (int i = 0; i < kBatch; ++i) a += v[i];
-    }
-  }
+  if (col < h)
+    for (int64_t k = group; k < ctas; k += kGroups) a += partials[k * h + col];
   sums[group][lane] = a;
   __syncthreads();
   if (group == 0 && col < h) {

@@ -172,8 +172,5 @@ inline int64_t rmsnorm_backward_ctas(int64_t rows) {
 // the 8-group kernel: docs/add_rmsnorm.md, "dweight in 32 groups").
 constexpr int kRmsNormBwdReduceCols = 32;
 constexpr int kRmsNormBwdReduceGroups = 32;
-// Partial rows a thread loads before adding them: kRmsNormBwdMaxCtas / kRmsNormBwdReduceGroups, so one
-// batch covers every group's rows at every row count.
-constexpr int kRmsNormBwdReduceBatch = 32;
 
 }  // namespace blockfuse::detail
