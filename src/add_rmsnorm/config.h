@@ -153,11 +153,11 @@ inline AddRmsNormConfig rmsnorm_backward_config(int nchunks) {
 // CTA up to kRmsNormBwdMinCtas rows (decode-sized calls: every row starts at once), then about
 // kRmsNormBwdRowsPerCta rows per CTA, capped at kRmsNormBwdMaxCtas. The partials cost C · H · 8 bytes
 // (fp32, written then read) against >= 3 · M · H · 2 for dy, h and dh: 2048 rows (264 CTAs) 17 %,
-// 32768 rows (1024 CTAs) 4 %. Measured on the H100 (docs/add_rmsnorm.md, the prefetch's table):
-// 74-79 % of copy at 2048 rows, 89-95 % at 32768, where the partials' share is the gap's likeliest
-// part at few rows.
+// 8192 rows 4 % (264 CTAs), 32768 rows (1024 CTAs) 4 %. 32 rows per CTA over 8 (H100, one call, the
+// kernel unchanged; docs/add_rmsnorm.md, "CTA count"): +4-8 points of copy at 4096 and 8192 rows,
+// equal at 2048 and 32768, where the count is the same.
 constexpr int64_t kRmsNormBwdMinCtas = 264;     // 2 per SM of an H100 (132 SMs)
-constexpr int64_t kRmsNormBwdRowsPerCta = 8;
+constexpr int64_t kRmsNormBwdRowsPerCta = 32;
 constexpr int64_t kRmsNormBwdMaxCtas = 1024;
 inline int64_t rmsnorm_backward_ctas(int64_t rows) {
   if (rows <= kRmsNormBwdMinCtas) return std::max<int64_t>(rows, 0);

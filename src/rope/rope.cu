@@ -147,7 +147,7 @@ void rope(AttnConstTensor x, AttnTensor out, const RopeTables& tables, bool back
     detail::throw_arg(kFn, "x", detail::cat("has ", p.rows, " rows (batch · seqlen · heads) of head_dim ", x.head_dim),
                       "rows · head_dim / 16 < 2^31 (the kernel's 32-bit indices)");
   // Grid-stride over 16 CTAs of 256 threads per SM (enough bytes in flight to saturate the DRAM).
-  const int sms = detail::device_spec(detail::current_device()).sm_count;
+  const int sms = detail::current_device_spec().sm_count;
   const int64_t blocks = std::min<int64_t>((total + 255) / 256, int64_t(sms) * 16);
   if (x.dtype == DType::kBF16)
     detail::launch_kernel(rope_kernel<__nv_bfloat16>, dim3(unsigned(blocks)), dim3(256), 0, stream, dim3(1, 1, 1),

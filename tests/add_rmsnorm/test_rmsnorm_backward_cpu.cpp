@@ -53,7 +53,11 @@ TEST(RmsNormBackwardConfig, CtaCountIsPureAndBounded) {
   EXPECT_EQ(detail::rmsnorm_backward_ctas(264), 264);
   EXPECT_EQ(detail::rmsnorm_backward_ctas(265), 264);
   EXPECT_EQ(detail::rmsnorm_backward_ctas(2048), 264);
-  EXPECT_EQ(detail::rmsnorm_backward_ctas(4096), 512);
+  EXPECT_EQ(detail::rmsnorm_backward_ctas(4096), 264);
+  EXPECT_EQ(detail::rmsnorm_backward_ctas(8448), 264);
+  EXPECT_EQ(detail::rmsnorm_backward_ctas(8449), 265);
+  EXPECT_EQ(detail::rmsnorm_backward_ctas(16384), 512);
+  EXPECT_EQ(detail::rmsnorm_backward_ctas(32768), 1024);
   EXPECT_EQ(detail::rmsnorm_backward_ctas(int64_t{1} << 40), detail::kRmsNormBwdMaxCtas);
   int64_t prev = 0;
   for (int64_t rows = 1; rows <= 20000; rows += rows < 600 ? 1 : 97) {

@@ -166,6 +166,16 @@ TEST_P(RmsNormBackwardGpu, Shapes) {
   c.rows = 300;  // more rows than CTAs: the loop kernel's partials accumulate over rows
   c.h = 16392;
   run_case(c);
+  // Many partial rows for the dweight reduction: 20000 rows -> 625 CTAs (groups of 19-20 rows in one
+  // batch of loads), 40000 -> 1024 (the cap); a width that is no multiple of its 32 columns.
+  for (int64_t rows : {20000, 40000}) {
+    Case d;
+    d.dt = GetParam();
+    d.rows = rows;
+    d.h = 72;
+    d.add = rows == 40000;
+    run_case(d);
+  }
 }
 
 TEST_P(RmsNormBackwardGpu, GemmaResidualGradAndStrides) {
