@@ -105,7 +105,8 @@ struct RotaryParams {
 // The splits decode_attention picks: a pure function of the batch, KV heads, rows per KV head
 // (Sq · Hq/Hkv), head dim, the longest key range, the SM count, the cache's layout (page_size 0:
 // contiguous; else the page size) and the shared memory of one SM (smem_per_sm, bytes; 0: unknown):
-// pages below 64 keys or of no power of two aim at two CTAs per SM where two fit
+// 17-32 rows per KV head run as two 16-row CTAs while the K + V read (bf16 / fp16) is at most
+// 32 MiB; pages below 64 keys or of no power of two aim at two CTAs per SM where two fit
 // (src/attention/decode_params.h, tested on the CPU), at most 65535 / heads_kv (the grid's y
 // dimension). decode_attention passes the current device's values. Throws blockfuse::Error for an
 // unsupported head dim, non-positive sizes, a negative page size or smem_per_sm.

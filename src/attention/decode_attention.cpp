@@ -173,7 +173,8 @@ Shape validate(const char* fn, const AttnConstTensor& q, const AttnConstTensor& 
   s.max_keys = prm.max_seqlen_k > 0 ? std::min(prm.max_seqlen_k, capacity) : capacity;
   s.page_size = paged ? k.seqlen : 0;
   const int64_t rows = q.seqlen * (q.heads / k.heads);
-  s.m_frags = dec::m_frags_for(rows, static_cast<int>(q.head_dim));
+  s.m_frags = dec::m_frags_for(rows, static_cast<int>(q.head_dim),
+                               dec::cache_read_bytes(q.batch, k.heads, s.max_keys, q.head_dim));
   s.m_blocks = static_cast<int>((rows + 16 * s.m_frags - 1) / (16 * s.m_frags));
   s.splits = prm.num_splits;
   return s;
@@ -276,7 +277,8 @@ int decode_attention_num_splits(int64_t batch, int64_t heads_kv, int64_t rows_pe
   if (sm_count < 1) throw_arg(fn, "sm_count", cat("is ", sm_count), ">= 1");
   if (page_size < 0) throw_arg(fn, "page_size", cat("is ", page_size), "0 (a contiguous cache) or the page size >= 1");
   if (smem_per_sm < 0) throw_arg(fn, "smem_per_sm", cat("is ", smem_per_sm), "0 (unknown) or the bytes of one SM");
-  const int mf = dec::m_frags_for(rows_per_kv_head, static_cast<int>(head_dim));
+  const int mf = dec::m_frags_for(rows_per_kv_head, static_cast<int>(head_dim),
+                                  dec::cache_read_bytes(batch, heads_kv, seqlen_k, head_dim));
   const int64_t m_blocks = (rows_per_kv_head + 16 * mf - 1) / (16 * mf);
   const int s = dec::num_splits(batch * heads_kv * m_blocks, (seqlen_k + dec::kBlockN - 1) / dec::kBlockN, sm_count, page_size,
                                 dec::ctas_per_sm(smem_per_sm, dec::smem_bytes(static_cast<int>(head_dim), mf)));

@@ -40,6 +40,20 @@ constexpr int m_frags_for(int64_t rows, int head_dim) {
   const int64_t f = (rows + 15) / 16;
   return f >= max_m_frags(head_dim) ? max_m_frags(head_dim) : (f == 3 ? 4 : static_cast<int>(f));
 }
+// K + V bytes one call reads (bf16 / fp16 caches) for `keys` keys of every sequence.
+constexpr int64_t cache_read_bytes(int64_t batch, int64_t heads_kv, int64_t keys, int64_t head_dim) {
+  return batch * heads_kv * keys * head_dim * 2 * 2;
+}
+// Up to this K + V read, 17-32 rows per KV head (MQA's 32 query heads) go as two 16-row CTAs rather
+// than one of 32: a split CTA's time follows its instruction stream, which 16 rows halve, and the
+// second CTA's read of the same keys hits L2. Measured on the H100 (50 MB L2; docs/attention.md#decode,
+// "Row blocks for MQA"): 1.21-1.35x at B 1 from S 1k to 32k, 1.06-1.35x at B 8 to S 8k, 1.14x at
+// B 32 S 1k; from 64 MiB, where the second read misses L2, 0.77-0.98x.
+inline constexpr int64_t kRowBlocksMaxCacheBytes = int64_t(32) << 20;
+constexpr int m_frags_for(int64_t rows, int head_dim, int64_t cache_bytes) {
+  const int f = m_frags_for(rows, head_dim);
+  return f == 2 && cache_bytes <= kRowBlocksMaxCacheBytes ? 1 : f;
+}
 
 // Splits of the key range for `units` CTAs per split (batch · Hkv · row blocks) over `tiles`
 // 64-key tiles on `sm_count` SMs: the smallest count whose grid fills the SMs, one CTA each, at

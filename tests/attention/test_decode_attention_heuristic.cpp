@@ -20,9 +20,10 @@ namespace {
 
 using testing::expect_arg_error;
 
-// Row blocks of one KV head: rows in 16-row fragments, at most 256 / D fragments per CTA.
-int64_t m_blocks(int64_t rows, int64_t d) {
-  const int64_t mf = attn::decode::m_frags_for(rows, int(d));
+// Row blocks of one KV head: rows in 16-row fragments, at most 256 / D fragments per CTA (17-32
+// rows as two 16-row blocks while the call's K + V read stays within 32 MiB).
+int64_t m_blocks(int64_t rows, int64_t d, int64_t b, int64_t hkv, int64_t s) {
+  const int64_t mf = attn::decode::m_frags_for(rows, int(d), attn::decode::cache_read_bytes(b, hkv, s, d));
   return (rows + 16 * mf - 1) / (16 * mf);
 }
 
@@ -45,8 +46,9 @@ TEST(DecodeAttentionHeuristic, MeasuredChoices) {
   EXPECT_EQ(decode_attention_num_splits(1, 8, 4, 128, 64, 132), 1);
   EXPECT_EQ(decode_attention_num_splits(1, 8, 4, 128, 192, 132), 1);
   EXPECT_EQ(decode_attention_num_splits(1, 8, 4, 128, 193, 132), 2);
-  // MQA at batch 1 (one CTA per split): S = 8192 (128 tiles) takes at most 64 splits (61: the
-  // smallest count within 95 % of 64's fill), not the 122 of a long cache.
+  // MQA at batch 1: S = 8192 (128 tiles, 8 MiB of K + V: two 16-row CTAs per split) takes 61
+  // splits (122 CTAs: the smallest count within 95 % of 64's fill); S = 131072 (one 32-row CTA per
+  // split) 122.
   EXPECT_EQ(decode_attention_num_splits(1, 1, 32, 128, 8192, 132), 61);
   EXPECT_EQ(decode_attention_num_splits(1, 1, 32, 128, 131072, 132), 122);
 }
@@ -101,7 +103,7 @@ TEST(DecodeAttentionHeuristic, OneSplitWhenTheGridIsFull) {
         for (int64_t rows : {1, 4, 28, 64, 256})
           for (int64_t d : {64, 128, 256}) {
             const int n = decode_attention_num_splits(b, hkv, rows, d, 131072, sm);
-            if (b * hkv * m_blocks(rows, d) >= sm) EXPECT_EQ(n, 1) << b << " " << hkv << " " << rows << " " << d << " " << sm;
+            if (b * hkv * m_blocks(rows, d, b, hkv, 131072) >= sm) EXPECT_EQ(n, 1) << b << " " << hkv << " " << rows << " " << d << " " << sm;
           }
 }
 
@@ -134,7 +136,7 @@ TEST(DecodeAttentionHeuristic, BoundsAndFillRule) {
               EXPECT_LE(n, kDecodeAttentionMaxSplits);
               const int64_t cap = std::max<int64_t>(1, tiles / attn::decode::kMinTilesPerSplit);
               EXPECT_LE(n, cap) << "a split of fewer than two 64-key tiles";
-              const int64_t units = b * hkv * m_blocks(rows, d);
+              const int64_t units = b * hkv * m_blocks(rows, d, b, hkv, s);
               if (n == 1) continue;
               // Split only where one split leaves SMs idle; the fill within 95 % of the best, and no
               // smaller count gets there.
@@ -174,6 +176,20 @@ TEST(DecodeAttentionHeuristic, RowFragments) {
   EXPECT_EQ(m_frags_for(512, 128), 2);
   EXPECT_EQ(m_frags_for(512, 256), 1);
   EXPECT_EQ(m_frags_for(512, 64), 4);
+  // 17-32 rows (MQA's 32 query heads): two 16-row CTAs while K + V fit in 32 MiB, then one of 32.
+  using attn::decode::cache_read_bytes;
+  EXPECT_EQ(cache_read_bytes(1, 1, 32768, 128), int64_t(16) << 20);
+  EXPECT_EQ(m_frags_for(32, 128, cache_read_bytes(1, 1, 32768, 128)), 1);   // measured 1.21x
+  EXPECT_EQ(m_frags_for(32, 128, cache_read_bytes(8, 1, 8192, 128)), 1);    // 32 MiB: 1.06x
+  EXPECT_EQ(m_frags_for(32, 128, cache_read_bytes(8, 1, 8193, 128)), 2);
+  EXPECT_EQ(m_frags_for(32, 128, cache_read_bytes(1, 1, 131072, 128)), 2);  // 64 MiB: 0.98x
+  EXPECT_EQ(m_frags_for(17, 64, cache_read_bytes(1, 1, 1024, 64)), 1);
+  EXPECT_EQ(m_frags_for(16, 128, 0), 1);
+  EXPECT_EQ(m_frags_for(40, 64, 0), 4);  // only the two-fragment case splits
+  EXPECT_EQ(m_frags_for(512, 256, 0), 1);
+  // The heuristic counts the row blocks: MQA at B 1, S 8k has two per KV head (122 CTAs).
+  EXPECT_EQ(decode_attention_num_splits(1, 1, 32, 128, 8192, 132), 61);
+  EXPECT_EQ(decode_attention_num_splits(2, 1, 32, 128, 8192, 132), 32);
 }
 
 TEST(DecodeAttentionHeuristic, BadArguments) {
