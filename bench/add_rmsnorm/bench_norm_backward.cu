@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "add_rmsnorm/params.h"
 #include "add_rmsnorm/reference.h"
 #include "blockfuse/add_rmsnorm.h"
 #include "common/host_float.h"
@@ -30,6 +31,7 @@ class NormBackwardBench final : public BenchCommand {
   std::vector<std::string> kinds_ = {"rmsnorm", "add_rmsnorm"};
   std::string dtype_ = "bf16";
   bool gemma_ = false;
+  bool two_kernels_ = false;
 
   Defaults defaults() const override { return {50, 20, 5}; }
 
@@ -43,6 +45,9 @@ class NormBackwardBench final : public BenchCommand {
             "rmsnorm: dy, x -> dx, dweight; add_rmsnorm: dy and d_residual_out, h -> dh, dweight");
     o.choice("--dtype", dtype_, {"bf16", "fp16"}, "element type");
     o.flag("--gemma", gemma_, "Gemma's (1 + w) weight");
+    o.flag("--two-kernels", two_kernels_,
+           "add the dweight partials in the second kernel everywhere (not inside the row kernel after a grid-wide "
+           "barrier where every CTA is resident: H <= 4096)");
   }
 
   void run(Bench& b) override {
@@ -51,7 +56,8 @@ class NormBackwardBench final : public BenchCommand {
             "; median of " + std::to_string(b.reps()) +
             "; bytes = read dy, h (, d_residual_out) + write dh (+ weight, dweight)");
     if (b.copy_gbs() > 0) b.title("device copy this run: " + fmt(b.copy_gbs(), 0) + " GB/s (read + write)");
-    b.columns({"kind", "H", "M", "us", "GB/s", "%copy", "%same-size copy", "verified"});
+    detail::set_rmsnorm_backward_fused_reduce(!two_kernels_);
+    b.columns({"kind", "H", "M", "dweight sum", "us", "GB/s", "%copy", "%same-size copy", "verified"});
     b.info()["copy_ceiling_gbs"] = b.copy_gbs();
     b.info()["dtype"] = dtype_;
     for (const std::string& kind : kinds_)
@@ -131,11 +137,13 @@ class NormBackwardBench final : public BenchCommand {
     const double bytes = double(io_bytes + 2 * 2 * H);  // + the weight read and dweight written
     const Timing tc = b.time_copy(size_t(bytes / 2), sets, method);
     const double gbs = bytes / (t.median_ms * 1e6), cgbs = double(2 * size_t(bytes / 2)) / (tc.median_ms * 1e6);
-    auto r = b.row({add ? "add_rmsnorm" : "rmsnorm", std::to_string(H), std::to_string(M), fmt(t.us(), 2), fmt(gbs, 0),
+    const bool fused = detail::rmsnorm_backward_fused_reduce_applies(M, H, add);
+    auto r = b.row({add ? "add_rmsnorm" : "rmsnorm", std::to_string(H), std::to_string(M), fused ? "in-kernel" : "2nd kernel",
+                    fmt(t.us(), 2), fmt(gbs, 0),
                     b.pct_of_copy(gbs), fmt(100 * gbs / cgbs, 1), ok ? "ok" : "FAILED"});
     r.set("kind", add ? "add_rmsnorm" : "rmsnorm").set("H", H).set("M", M).set("dtype", dtype_).set("gemma", gemma_);
     r.set("bytes", int64_t(bytes)).set("us", t.us()).set("min_us", t.min_us()).set("gbs", gbs);
-    r.set("ctas", rmsnorm_backward_ctas(M)).set("rotation_sets", sets).set("timing", "cuda events, rotated inputs");
+    r.set("fused_reduction", fused).set("ctas", rmsnorm_backward_ctas(M)).set("rotation_sets", sets).set("timing", "cuda events, rotated inputs");
     r.set("same_size_copy_us", tc.us()).set("same_size_copy_gbs", cgbs).set("frac_of_same_size_copy", gbs / cgbs);
     if (b.copy_gbs() > 0) r.set("frac_of_copy", gbs / b.copy_gbs());
     r.verification(ok, check);

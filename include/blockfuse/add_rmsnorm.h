@@ -84,10 +84,12 @@ void add_rmsnorm_fp8(ConstMatrix x, ConstMatrix residual, ConstMatrix weight, Ma
 // All in fp32 from the dtype inputs (rstd recomputed from h, never saved), one rounding per output.
 //
 // One kernel per call computes dh and, per CTA, fp32 partial sums of dweight over the rows that CTA
-// handled ([rmsnorm_backward_ctas(M), H] in the caller's workspace); a second kernel adds the
-// partials in a fixed order (CTA 0, 1, 2, ...) and rounds once. The number of CTAs and every
-// summation order depend only on (M, H), so the result is bitwise the same on every call (for a
-// given build and device: the compiler's and the device's math may differ elsewhere).
+// handled ([rmsnorm_backward_ctas(M), H] in the caller's workspace); the partials are then added in
+// a fixed order and rounded once: by the same kernel after a grid-wide barrier where H <= 4096 and
+// all its CTAs fit on the device at once (a cooperative launch: one launch per call), else by a
+// second kernel. The number of CTAs and every summation order depend only on (M, H), so the result
+// is bitwise the same on every call and either way (for a given build and device: the compiler's
+// and the device's math may differ elsewhere). Both forms can be captured into a CUDA graph.
 //
 // Arguments ([M, H] row-major views, row stride ld in elements, of device memory on the current
 // device; dtype bf16 or fp16, all equal):

@@ -494,13 +494,14 @@ def _unmasked_mask(query, key, kwargs, causal, window_left):
     return vis[:, None]
 
 
-# Where SDPA measured faster than the decode kernel, so that the backend never sends a decode step
-# through a slower kernel than transformers' SDPA path would use (its flash backend: first in torch's
-# default priority, cuDNN last): query groups of 16 or more per KV head (MQA-like) over caches of at
-# most 2048 slots at batch <= 32. Measured on the H100, GB/s of the decode kernel over SDPA flash's:
-# Hq 32, Hkv 1, S 1024: 0.75 (B 1), 0.78-0.79 (B 8), 0.86 (B 32), 1.09 (B 128); from S 8192 the
-# decode kernel is as fast or faster (results/decode_attention.json and the 2026-11-27 re-run,
-# docs/attention.md#decode). Pure: tests/test_decode_attention_cpu.py.
+# Where SDPA measured as fast as or faster than the decode kernel, so that the backend never sends a
+# decode step through a slower kernel than transformers' SDPA path would use (its flash backend:
+# first in torch's default priority, cuDNN last): query groups of 16 or more per KV head (MQA-like)
+# over caches of at most 2048 slots at batch <= 32. Measured on the H100, GB/s of the decode kernel
+# over SDPA flash's at Hq 32, Hkv 1, S 1024: 1.02 (B 1), 1.03 (B 8), 0.97 (B 32), 1.08 (B 128) with
+# MQA's 16-row CTAs (0.75 / 0.78 / 0.86 / 1.09 before them); from S 8192 the decode kernel is as fast
+# or faster (results/decode_attention.json, docs/attention.md#decode). Pure:
+# tests/test_decode_attention_cpu.py.
 SDPA_DECODE_MIN_GROUP, SDPA_DECODE_MAX_KEYS, SDPA_DECODE_MAX_BATCH = 16, 2048, 32
 
 

@@ -11,6 +11,11 @@
 //                        from L2) and the dweight partials accumulate in the workspace row of the
 //                        CTA (each element read and written by the one thread that owns it).
 //   rmsnorm_bwd_dweight  adds the [C, H] fp32 partials column by column in a fixed order and rounds.
+//   rmsnorm_bwd_regs<..., kFused = true>  (H <= 4096, every CTA resident: a cooperative launch) the
+//                        same row kernel, which then waits at a grid-wide barrier and adds the
+//                        partials itself (dweight_columns, the reduction kernel's order), so one
+//                        launch and no second kernel's ramp (2048 rows: about a quarter of the call;
+//                        docs/add_rmsnorm.md#backward).
 //
 // Numerics: rstd = rsqrtf(Σh²/H + eps) recomputed from the dtype h; m = rstd · Σ(g·h) / H (the
 // mean of g·h̃); dh = rstd · (g − h·rstd · m) (+ d_residual_out) in fp32, one rounding; the dweight
@@ -20,6 +25,7 @@
 
 #include <cstdint>
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -77,6 +83,37 @@ __device__ __forceinline__ const uint4* bwd_row(const void* base, int64_t row, i
   return reinterpret_cast<const uint4*>(static_cast<const T*>(base) + row * ld);
 }
 
+__device__ __forceinline__ void store_scalar(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void store_scalar(__half* p, float v) { *p = __float2half_rn(v); }
+
+// dweight[c0 .. c0 + cols) from the [ctas, H] fp32 partials, by `nthreads` threads (tid) in a fixed
+// order: group g of kRmsNormBwdReduceGroups adds partial rows g, g + G, ... of a column, then the G
+// group sums are added in order 0..G-1. Which thread takes which (column, group) pair does not
+// change a sum, so the reduction kernel and the fused row kernel give the same bits. cols <=
+// kRmsNormBwdReduceCols; `sums` is shared; ends with a barrier (sums reusable).
+template <class T>
+__device__ __forceinline__ void dweight_columns(const float* partials, int64_t ctas, int h, T* dweight, int c0, int cols,
+                                                float (*sums)[detail::kRmsNormBwdReduceCols + 1], int tid, int nthreads) {
+  constexpr int kGroups = detail::kRmsNormBwdReduceGroups;
+  for (int pair = tid; pair < cols * kGroups; pair += nthreads) {
+    const int lane = pair % cols, group = pair / cols;
+    const int col = c0 + lane;
+    float a = 0.0f;
+    if (col < h)
+      for (int64_t k = group; k < ctas; k += kGroups) a += __ldcg(partials + k * h + col);
+    sums[group][lane] = a;
+  }
+  __syncthreads();
+  for (int lane = tid; lane < cols; lane += nthreads)
+    if (c0 + lane < h) {
+      float t = 0.0f;
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) t += sums[g][lane];
+      store_scalar(dweight + c0 + lane, t);
+    }
+  __syncthreads();
+}
+
 // Register path. kDw: dweight wanted (the accumulators and the partials store exist only then).
 // The CTA's rows stream through shared memory by cp.async, kRmsNormBwdStages rows ahead: each
 // thread copies its own chunks of dy, h (and d_residual_out) into its own slots and reads back only
@@ -85,8 +122,12 @@ __device__ __forceinline__ const uint4* bwd_row(const void* base, int64_t row, i
 // new copies.
 // Every group is committed, empty or not, so wait_group<kRmsNormBwdStages - 1> always leaves the
 // current row's copies complete.
-template <class T, int V, bool kDw>
-__global__ void __launch_bounds__(512) rmsnorm_bwd_regs(const RmsNormBackwardParams p) {
+// kFused (V = 1 only; launched cooperatively, all CTAs resident, two per SM at 512 threads, hence
+// the 64-register bound): after its partial row, the CTA waits for every other CTA's at a grid-wide
+// barrier, then adds blockDim / G columns at a time, column blocks strided over the CTAs.
+template <class T, int V, bool kDw, bool kFused = false>
+__global__ void __launch_bounds__(512, kFused ? 2 : 1) rmsnorm_bwd_regs(const RmsNormBackwardParams p) {
+  static_assert(!kFused || (kDw && V == 1), "the fused reduction is built for the one-chunk rows with dweight");
   constexpr int kStages = detail::kRmsNormBwdStages;
   __shared__ float red[2][32];
   extern __shared__ __align__(16) uint4 slots[];  // [kStages][sources][V][blockDim.x]
@@ -164,6 +205,14 @@ __global__ void __launch_bounds__(512) rmsnorm_bwd_regs(const RmsNormBackwardPar
         dst[1] = make_float4(acc[i][4], acc[i][5], acc[i][6], acc[i][7]);
       }
   }
+  if constexpr (kFused) {
+    __shared__ float sums[detail::kRmsNormBwdReduceGroups][detail::kRmsNormBwdReduceCols + 1];
+    __threadfence();
+    cooperative_groups::this_grid().sync();
+    const int cols = nt / detail::kRmsNormBwdReduceGroups > 0 ? nt / detail::kRmsNormBwdReduceGroups : 1;
+    for (int c0 = blockIdx.x * cols; c0 < p.h; c0 += gridDim.x * cols)
+      dweight_columns<T>(p.partials, gridDim.x, p.h, static_cast<T*>(p.dweight), c0, cols, sums, tid, nt);
+  }
 }
 
 // Dynamic shared memory of rmsnorm_bwd_regs: kRmsNormBwdStages rows of `sources` tensors (dy, h and
@@ -210,29 +259,14 @@ __global__ void __launch_bounds__(512) rmsnorm_bwd_loop(const RmsNormBackwardPar
   }
 }
 
-__device__ __forceinline__ void store_scalar(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
-__device__ __forceinline__ void store_scalar(__half* p, float v) { *p = __float2half_rn(v); }
-
-// dweight[col] = Σ_k partials[k, col] over the C partial rows, in a fixed order: group g of
-// kRmsNormBwdReduceGroups adds rows g, g + G, ...; then the G group sums in order 0..G-1.
+// dweight[col] = Σ_k partials[k, col] over the C partial rows, in dweight_columns' fixed order, one
+// block of kRmsNormBwdReduceCols columns x kRmsNormBwdReduceGroups groups (a thread a pair) per CTA.
 template <class T>
 __global__ void __launch_bounds__(detail::kRmsNormBwdReduceCols * detail::kRmsNormBwdReduceGroups)
     rmsnorm_bwd_dweight(const float* __restrict__ partials, int64_t ctas, int h, T* __restrict__ dweight) {
-  constexpr int kCols = detail::kRmsNormBwdReduceCols, kGroups = detail::kRmsNormBwdReduceGroups;
-  __shared__ float sums[kGroups][kCols + 1];
-  const int lane = threadIdx.x % kCols, group = threadIdx.x / kCols;
-  const int col = blockIdx.x * kCols + lane;
-  float a = 0.0f;
-  if (col < h)
-    for (int64_t k = group; k < ctas; k += kGroups) a += partials[k * h + col];
-  sums[group][lane] = a;
-  __syncthreads();
-  if (group == 0 && col < h) {
-    float t = 0.0f;
-#pragma unroll
-    for (int g = 0; g < kGroups; ++g) t += sums[g][lane];
-    store_scalar(dweight + col, t);
-  }
+  constexpr int kCols = detail::kRmsNormBwdReduceCols;
+  __shared__ float sums[detail::kRmsNormBwdReduceGroups][kCols + 1];
+  dweight_columns<T>(partials, ctas, h, dweight, blockIdx.x * kCols, kCols, sums, threadIdx.x, blockDim.x);
 }
 
 }  // namespace blockfuse::add_rmsnorm_detail

@@ -50,4 +50,14 @@ struct RmsNormBackwardParams {
   bool gemma;
 };
 
+namespace detail {
+// Whether a backward call of `rows` x `h` with dweight (and d_residual_out when `dres`) adds the
+// dweight partials inside its row kernel after a grid-wide barrier (backward.cu: H <= 4096, every CTA
+// resident on the current device, cooperative launches supported) rather than in a second kernel.
+// Either way the bits are the same.
+bool rmsnorm_backward_fused_reduce_applies(int64_t rows, int64_t h, bool dres);
+// For tests: forbid (false) or allow (true, the default) the fused reduction in this process.
+void set_rmsnorm_backward_fused_reduce(bool allowed);
+}  // namespace detail
+
 }  // namespace blockfuse

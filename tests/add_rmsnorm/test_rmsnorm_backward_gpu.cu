@@ -6,7 +6,9 @@
 //   - dweight within 2 roundings plus 1e-5 · M (an fp32 sum over M rows in the CTAs' order);
 //   - determinism: the same call twice gives bitwise equal dh and dweight;
 //   - in place (dh over dy, dh over d_residual_out), a frozen weight (no dweight), dweight only,
-//     M = 0 (dweight zeroed).
+//     M = 0 (dweight zeroed);
+//   - the fused reduction (one cooperative launch, where every CTA is resident) gives the two-kernel
+//     path's bits, directly and replayed from a CUDA graph.
 // Shapes: rows 1, 7, 2048; H = 8, 4104 (v2 x 288 threads, a masked tail), 8192 (the widest register
 // row), 8200 and 16392 (the loop kernel); both dtypes, Gemma's 1 + w, with and without
 // d_residual_out, strided views. Outputs are poisoned (NaN) before each launch. Each test skips,
@@ -18,10 +20,12 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime_api.h>
 
+#include "add_rmsnorm/params.h"
 #include "add_rmsnorm/reference.h"
 #include "blockfuse/add_rmsnorm.h"
 #include "testing/gtest/gtest_util.h"
@@ -232,6 +236,83 @@ TEST_P(RmsNormBackwardGpu, ZeroRowsZeroDweight) {
   CUDA_OK(cudaDeviceSynchronize());
   d_dw.to_host(dw);
   for (int64_t i = 0; i < 64; ++i) EXPECT_EQ(dw.at(0, i), 0.0f) << i;
+}
+
+// One add_rmsnorm_backward call of rows x h (with d_residual_out and dweight) on `stream`, optionally
+// captured into a CUDA graph and replayed twice; returns dh's and dweight's bits.
+struct Bits {
+  std::vector<uint16_t> dh, dw;
+};
+Bits call_bits(DType dt, int64_t rows, int64_t h, uint64_t seed, bool fused_allowed, bool graph) {
+  std::mt19937_64 rng(seed);
+  HostMatrix dy(dt, rows, h), hm(dt, rows, h), dr(dt, rows, h), w(dt, 1, h);
+  dy.fill_uniform(rng, -2.f, 2.f);
+  hm.fill_uniform(rng, -2.f, 2.f);
+  dr.fill_uniform(rng, -1.f, 1.f);
+  w.fill_uniform(rng, -2.f, 2.f);
+  HostMatrix dh(dt, rows, h), dw(dt, 1, h);
+  dh.poison();
+  dw.poison();
+  testing::DeviceMatrix d_dy(dy), d_h(hm), d_dr(dr), d_w(w), d_dh(dh), d_dw(dw);
+  const size_t ws_bytes = rmsnorm_backward_workspace_bytes(rows, h);
+  testing::DeviceBuffer<unsigned char> ws(ws_bytes);
+  cudaStream_t stream;
+  EXPECT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  detail::set_rmsnorm_backward_fused_reduce(fused_allowed);
+  auto call = [&] {
+    add_rmsnorm_backward(d_dy.cview(dy), d_dr.cview(dr), d_h.cview(hm), d_w.cview(w), d_dh.view(dh), d_dw.view(dw),
+                         ws.data(), ws_bytes, {}, stream);
+  };
+  if (graph) {
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    EXPECT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    call();
+    EXPECT_EQ(cudaStreamEndCapture(stream, &g), cudaSuccess);
+    EXPECT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
+    for (int rep = 0; rep < 2; ++rep) EXPECT_EQ(cudaGraphLaunch(ge, stream), cudaSuccess);
+    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    EXPECT_EQ(cudaGraphExecDestroy(ge), cudaSuccess);
+    EXPECT_EQ(cudaGraphDestroy(g), cudaSuccess);
+  } else {
+    call();
+  }
+  detail::set_rmsnorm_backward_fused_reduce(true);
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);  // (EXPECT: ASSERT returns void)
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  d_dh.to_host(dh);
+  d_dw.to_host(dw);
+  for (uint16_t b : dw.bits) EXPECT_NE(b, 0xABCD) << "a dweight element left unwritten";
+  return {dh.bits, dw.bits};
+}
+
+// The fused reduction (row kernel + grid-wide barrier, one cooperative launch) adds the partials in
+// the reduction kernel's order: the same bits as the two-kernel path, directly and replayed from a
+// CUDA graph. Small calls (every CTA resident on any GPU) take it; v = 2 rows (H > 4096) never do.
+TEST_P(RmsNormBackwardGpu, FusedReductionMatchesTheTwoKernels) {
+  SKIP_WITHOUT_GPU();
+  const DType dt = GetParam();
+  EXPECT_TRUE(detail::rmsnorm_backward_fused_reduce_applies(7, 1000, true));
+  EXPECT_TRUE(detail::rmsnorm_backward_fused_reduce_applies(33, 4096, false));
+  EXPECT_FALSE(detail::rmsnorm_backward_fused_reduce_applies(7, 4104, true));    // v = 2
+  EXPECT_FALSE(detail::rmsnorm_backward_fused_reduce_applies(7, 16392, true));   // the loop kernel
+  EXPECT_FALSE(detail::rmsnorm_backward_fused_reduce_applies(0, 4096, true));
+  detail::set_rmsnorm_backward_fused_reduce(false);
+  EXPECT_FALSE(detail::rmsnorm_backward_fused_reduce_applies(7, 1000, true));
+  detail::set_rmsnorm_backward_fused_reduce(true);
+  for (auto [rows, h] : {std::pair<int64_t, int64_t>{7, 1000}, {2048, 4096}, {8448, 4096}, {20000, 72}, {300, 24}}) {
+    const uint64_t seed = testing::fresh_seed();
+    SCOPED_TRACE(std::string(dtype_name(dt)) + " rows=" + std::to_string(rows) + " H=" + std::to_string(h) + " fused " +
+                 (detail::rmsnorm_backward_fused_reduce_applies(rows, h, true) ? "applies" : "does not apply") + "; " +
+                 testing::seed_note(seed));
+    const Bits two = call_bits(dt, rows, h, seed, false, false);
+    const Bits fused = call_bits(dt, rows, h, seed, true, false);
+    const Bits replay = call_bits(dt, rows, h, seed, true, true);
+    EXPECT_EQ(fused.dh, two.dh) << "dh";
+    EXPECT_EQ(fused.dw, two.dw) << "dweight: the fused reduction's order differs";
+    EXPECT_EQ(replay.dh, two.dh) << "dh from the graph replay";
+    EXPECT_EQ(replay.dw, two.dw) << "dweight from the graph replay";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(BothDtypes, RmsNormBackwardGpu, ::testing::Values(DType::kBF16, DType::kFP16),
