@@ -77,7 +77,7 @@ Check verify_rows(ConstMatrix x, ConstMatrix w_inter, ConstMatrix h, Activation 
 std::string tile_string(int cfg, bool sm90 = false) {
   if (sm90) {
     const Sm90TileConfigRow& r = kSm90TileConfigs[cfg];
-    return "sm90 " + std::to_string(r.bm) + "x" + std::to_string(r.bn) + "x" + std::to_string(r.bk) + (r.pingpong ? " pingpong" : " coop") +
+    return "sm90 " + std::to_string(r.bm) + "x" + std::to_string(r.bn) + "x" + std::to_string(r.bk) + (r.pingpong ? " pingpong" : r.split_n ? " coopN" : " coop") +
            " c" + std::to_string(r.cluster_m) + "x" + std::to_string(r.cluster_n);
   }
   const GatedUpTileConfig t = gated_up_tile_config(cfg);

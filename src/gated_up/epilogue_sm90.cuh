@@ -63,14 +63,16 @@ class GatedEpilogue : public NoLoadEpilogueBase {
   static constexpr bool kFp8Out = sizeof(Element) == 1;
   // Output panels of up to 128 bytes per row: one 128-byte swizzle atom (64 16-bit or 128 e4m3
   // elements) is the widest box a SWIZZLE_128B TMA can move, so the tile goes out as BH/kPanel TMA
-  // stores. A 64-byte-wide tile (BH = 64 e4m3 outputs) is one 64-byte-swizzled panel.
-  static constexpr int kPanelBytes = BH * int(sizeof(Element)) < 128 ? BH * int(sizeof(Element)) : 128;
+  // stores. A row width that is not a multiple of 128 bytes goes out in 64-byte-swizzled panels:
+  // BH = 64 e4m3 outputs (one panel), BH = 96 16-bit outputs (the 192-wide tiles: three panels).
+  static constexpr int kRowBytes = BH * int(sizeof(Element));
+  static constexpr int kPanelBytes = kRowBytes % 128 == 0 ? 128 : 64;
   static constexpr int kPanel = kPanelBytes / int(sizeof(Element));  // elements per panel row
   static constexpr int kPanels = BH / kPanel;
   static constexpr int kChunk = 16 / int(sizeof(Element));            // elements per 16-byte chunk
   static constexpr int kPhases = kPanelBytes / 16;                     // swizzle XOR range: 8 or 4
   static_assert(sizeof(Element) == 2 || sizeof(Element) == 1, "16-bit or e4m3 outputs");
-  static_assert(kPanelBytes == 128 || kPanelBytes == 64, "a 128- or 64-byte swizzle panel");
+  static_assert(kRowBytes % 64 == 0, "a 128- or 64-byte swizzle panel");
   static_assert(BH % kPanel == 0, "BN/2 must be a multiple of the panel width");
   static_assert(BM % 8 == 0 && BM <= 256, "a TMA box has at most 256 rows");
   using SwizzleAtom = std::conditional_t<kPanelBytes == 128, GMMA::Layout_K_SW128_Atom<Element>,
@@ -165,7 +167,9 @@ class GatedEpilogue : public NoLoadEpilogueBase {
   // staging_offset(m0 + dm, (n0 + dn) / 2) - (m0·kPanel + n0/2) for a thread whose first
   // accumulator is at (m0, n0), given dm % 8 == 0, dn % 8 == 0, n0 even and < 8 (see store()):
   // then j0 = n0/2 < 4 and dj = dn/2 is a multiple of 4, so j0 + dj % kChunk stays inside dj's
-  // chunk, and the row phase of m0 + dm is that of m0. `phase` is row_phase(base, m0).
+  // chunk, and the row phase of m0 + dm is that of m0. `phase` is row_phase(base, m0). (A thread of
+  // the second warpgroup of an N-split tile starts at column n0 + BN/2: store() passes its n0 % 8
+  // and adds the warpgroup's column offset to every dn.)
   CUTLASS_HOST_DEVICE static constexpr int staging_delta(int dm, int dn, int phase) {
     const int dj = dn / 2;
     return (dj / kPanel) * (BM * kPanel) + dm * kPanel + ((((dj % kPanel) / kChunk) ^ phase) * kChunk) + dj % kChunk;
@@ -182,13 +186,15 @@ class GatedEpilogue : public NoLoadEpilogueBase {
 
   // h = act(gate) · up for every accumulator pair (flat indices i = up, i + 1 = gate; the pair
   // mode is the fastest of the fragment), written to the staging tile.
-  template <int Act, class AccTensor, class CoordTensor>
+  // kNOff: the column offset of the thread's warpgroup in an N-split tile (0 otherwise); n0 is the
+  // thread's first accumulator column, kNOff + an even number < 8.
+  template <int Act, int kNOff, class AccTensor, class CoordTensor>
   CUTLASS_DEVICE static void gate_pairs(AccTensor const& acc, CoordTensor const& coord, Element* thread_base, int m0,
                                         int n0, int phase, float inv_out) {
     CUTE_UNROLL
     for (int i = 0; i < size(acc); i += 2) {
       const int dm = get<0>(coord(i)) - m0;  // compile-time after unrolling
-      const int dn = get<1>(coord(i)) - n0;
+      const int dn = get<1>(coord(i)) - n0 + kNOff;
       const float up = acc(i);        // even column 2j:   up_j
       const float gate = acc(i + 1);  // odd column 2j+1:  gate_j
       thread_base[staging_delta(dm, dn, phase)] =
@@ -293,26 +299,37 @@ class GatedEpilogue : public NoLoadEpilogueBase {
                   "the coordinate partition must match the accumulators, pairs first");
     const int m0 = get<0>(tC(0));
     const int n0 = get<1>(tC(0));
+    // In an N-split tile the second warpgroup's columns start at kWgCols (a multiple of 8); its
+    // addressing is the first one's with that offset in every compile-time dn (staging_delta).
+    constexpr int kWgCols = BN / kSplitN<TiledMma>;
+    static_assert(kWgCols % 8 == 0, "a warpgroup's columns start on an 8-column atom");
+    [[maybe_unused]] const bool second_wg = kSplitN<TiledMma> == 2 && n0 >= kWgCols;
     // The swizzle XORs address bits [4, 4 + log2 kPhases) with bits [7, 7 + log2 kPhases) of the
     // *absolute* shared address, in TMA as in CuTe's swizzle pointers. The buffer is declared
     // 1024-byte aligned, so the row phase is row_phase_aligned(m0) (m0 % 8 for 128-byte rows);
     // taking it from the address keeps this right even if the dynamic shared-memory base were only
     // 128-byte aligned.
     const int phase = row_phase(cute::cast_smem_ptr_to_uint(storage.smem_h.data()), m0);
-    Element* thread_base = storage.smem_h.data() + m0 * kPanel + n0 / 2;
+    Element* thread_base = storage.smem_h.data() + m0 * kPanel + (n0 % 8) / 2;
     float inv_out = 1.0f;
     if constexpr (kFp8Out) inv_out = reciprocal_newton(__ldg(params_.out_scale));
     if constexpr (kDequant) {
+      static_assert(kSplitN<TiledMma> == 1, "the FP8 rows stack their warpgroups along M");
       const int m_base = int(get<0>(tile_coord_mnkl)) * BM, n_base = int(get<1>(tile_coord_mnkl)) * BN;
       if (params_.act == 0)
         gate_pairs_dequant<0>(accumulators, tC, thread_base, m0, n0, phase, inv_out, m_base, n_base);
       else
         gate_pairs_dequant<1>(accumulators, tC, thread_base, m0, n0, phase, inv_out, m_base, n_base);
+    } else if (second_wg) {
+      if (params_.act == 0)
+        gate_pairs<0, kWgCols>(accumulators, tC, thread_base, m0, n0, phase, inv_out);
+      else
+        gate_pairs<1, kWgCols>(accumulators, tC, thread_base, m0, n0, phase, inv_out);
     } else {
       if (params_.act == 0)
-        gate_pairs<0>(accumulators, tC, thread_base, m0, n0, phase, inv_out);
+        gate_pairs<0, 0>(accumulators, tC, thread_base, m0, n0, phase, inv_out);
       else
-        gate_pairs<1>(accumulators, tC, thread_base, m0, n0, phase, inv_out);
+        gate_pairs<1, 0>(accumulators, tC, thread_base, m0, n0, phase, inv_out);
     }
 
     // 3. Generic-proxy writes must be made visible to the async proxy (TMA) by each writer, then

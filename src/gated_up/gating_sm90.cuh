@@ -17,6 +17,10 @@ constexpr bool accumulator_pairs_are_adjacent_columns() {
   return int(size<1, 0>(CL{})) == 2 && int(stride<1, 0>(CL{})) == int(size<0>(AtomMNK{}));
 }
 
+// Warpgroups side by side along N in the TiledMma (2 in the N-split cooperative rows, else 1).
+template <class TiledMma>
+inline constexpr int kSplitN = int(size<2>(typename TiledMma::ThrLayoutVMNK{}));
+
 // The activations, call-free. The shared ones (activation.cuh) use IEEE division, whose slow path
 // is a subroutine call; any call in a wgmma kernel makes ptxas serialise *every* wgmma of the
 // kernel (warning C7510), mainloop included. Here both gates are written as g·sigmoid(z) with

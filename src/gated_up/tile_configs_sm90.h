@@ -32,6 +32,15 @@
 //      reads 1.5x cuBLAS's DRAM bytes at the large points; docs/gated_up.md#tuning, "Where the
 //      targets are missed"). Unmeasured: opt-in (options.tile_config = 4) until a sweep places it,
 //      so neither the cost model nor kSm90Measured returns it.
+//   5  cooperative 192x192 with the two consumer warpgroups side by side along N (each 192 x 96:
+//      three m64n96 wgmma atoms down M), cluster 1x2: the tile cuBLAS takes at Llama-3 70B x 16384
+//      tokens (nvjet 192x192 1x2 "coopB"), which reads 11 % fewer operand bytes per flop than row 0
+//      and 1.5x fewer DRAM bytes there (ncu, docs/gated_up.md#tuning). 96 gated columns a tile go out
+//      as three 64-byte panels; 3 stages fit beside the 36 KB staging tile (cuBLAS keeps 4).
+//      Measured beside row 0 (H100, two runs, docs/gated_up.md#tuning): ahead only at 8B x 4096
+//      (704-708 against 672-702 TFLOP/s, 0.90x cuBLAS) and even at 405B x 4096-16384; 3-14 % behind
+//      elsewhere. Opt-in: the heuristic never takes it. (The same tile with a 2x1 cluster lost
+//      everywhere, up to 16 %, and was dropped.)
 // No cluster-less rows: without the multicast the tiles are L2-bound, e.g. 128x128 at 250-330
 // TFLOP/s for 405B (docs/gated_up.md#tuning lists what was measured and dropped).
 #pragma once
@@ -49,6 +58,7 @@ struct Sm90TileConfigRow {
   float rel_rate_large_k;    //            the same for K > 4096 (more L2 traffic per tile)
   bool stream_k = false;     // CUTLASS's StreamKScheduler (needs a workspace) instead of the persistent one
   bool opt_in = false;       // only when asked for (options.tile_config): not yet placed by a measurement
+  bool split_n = false;      // cooperative only: the two consumer warpgroups split the tile along N, not M
 };
 
 inline constexpr Sm90TileConfigRow kSm90TileConfigs[] = {
@@ -58,6 +68,7 @@ inline constexpr Sm90TileConfigRow kSm90TileConfigs[] = {
     {128, 128, 64, 1, 2, true, 0.90f, 0.75f},   // 2: one M tile (<= 128 tokens)
     {128, 256, 64, 2, 1, false, 1.00f, 1.00f, true},  // 3: row 0, stream-K (opt-in: needs a workspace)
     {256, 128, 64, 1, 2, false, 1.00f, 1.00f, false, true},  // 4: cuBLAS's 256x128 1x2 (opt-in: unmeasured)
+    {192, 192, 64, 1, 2, false, 1.00f, 1.00f, false, true, true},  // 5: cuBLAS's 192x192 1x2, N-split (opt-in)
 };
 inline constexpr int kNumSm90TileConfigs = sizeof(kSm90TileConfigs) / sizeof(kSm90TileConfigs[0]);
 

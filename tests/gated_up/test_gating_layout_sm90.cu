@@ -6,9 +6,11 @@
 //   1. each accumulator pair (flat i, i+1), i even, covers columns (n, n+1) of one row with n even,
 //      i.e. (up_j, gate_j) of the interleaved weight, j = n/2;
 //   2. the premises of the epilogue's cheap addressing: the thread's first accumulator is at
-//      (m0, n0) with n0 even and < 8, and every accumulator's offset (dm, dn) from it has
-//      dm % 8 == 0 and dn % 8 == 0;
-//   3. the offset the kernel stores to, m0·kPanel + n0/2 + staging_delta(dm, dn, phase(m0)),
+//      (m0, n0) with n0 even and n0 % 8 < 8 above its warpgroup's first column (0, or BN/2 for
+//      the second warpgroup of an N-split row), and every accumulator's offset (dm, dn) from it
+//      has dm % 8 == 0 and dn % 8 == 0;
+//   3. the offset the kernel stores to, m0·kPanel + (n0 % 8)/2 + staging_delta(dm, dn + the
+//      warpgroup's first column, phase(m0)),
 //      equals staging_offset(m, j) and equals CuTe's SmemLayoutH(m, j) — the swizzled layout the
 //      TMA store descriptor is built from (evaluated through a 1024-byte-aligned buffer, as the
 //      hardware swizzles absolute shared-memory addresses);
@@ -38,6 +40,9 @@ void check_kernel(const Sm90TileConfigRow& row) {
   constexpr int BM = Epi::BM, BN = Epi::BN, BH = Epi::BH;
   const int threads = int(size(TiledMma{}));
   ASSERT_EQ(threads, row.pingpong ? 128 : 256) << "config " << I;
+  constexpr int kSplitN = sm90::kSplitN<TiledMma>;
+  ASSERT_EQ(kSplitN, row.split_n ? 2 : 1) << "config " << I;
+  constexpr int kWgCols = BN / kSplitN;
   ASSERT_EQ(BM, row.bm);
   ASSERT_EQ(BN, row.bn);
 
@@ -74,7 +79,10 @@ void check_kernel(const Sm90TileConfigRow& row) {
     Tensor acc = partition_fragment_C(mma, Shape<Int<BM>, Int<BN>>{});
     ASSERT_EQ(int(size(tC)), int(size(acc)));
     const int m0 = get<0>(tC(0)), n0 = get<1>(tC(0));
-    ASSERT_TRUE(n0 % 2 == 0 && n0 >= 0 && n0 < 8) << "config " << I << " thread " << t << ": n0 = " << n0;
+    // The warpgroup's first column, as the kernel tells it (store(): n0 >= kWgCols).
+    const int wg_col = kSplitN == 2 && n0 >= kWgCols ? kWgCols : 0;
+    ASSERT_EQ(wg_col, (t / 128) % kSplitN * kWgCols) << "config " << I << " thread " << t;
+    ASSERT_TRUE(n0 % 2 == 0 && n0 >= wg_col && n0 < wg_col + 8) << "config " << I << " thread " << t << ": n0 = " << n0;
     // As the kernel computes it: from the buffer's address (aligned here, so row_phase_aligned(m0):
     // m0 % 8 for 128-byte panel rows).
     const int phase = Epi::row_phase(uint32_t(reinterpret_cast<uintptr_t>(buf)), m0);
@@ -89,7 +97,7 @@ void check_kernel(const Sm90TileConfigRow& row) {
       const int dm = m - m0, dn = n - n0;
       ASSERT_EQ(dm % 8, 0) << "config " << I << " thread " << t << " value " << i;
       ASSERT_EQ(dn % 8, 0) << "config " << I << " thread " << t << " value " << i;
-      const int kernel_offset = m0 * Epi::kPanel + n0 / 2 + Epi::staging_delta(dm, dn, phase);
+      const int kernel_offset = m0 * Epi::kPanel + (n0 % 8) / 2 + Epi::staging_delta(dm, dn + wg_col, phase);
       ASSERT_EQ(kernel_offset, cute_offset(m, n / 2)) << "config " << I << " thread " << t << " value " << i;
       ++accumulated[m * BN + n];
       ++accumulated[m * BN + n + 1];
@@ -162,7 +170,11 @@ TEST(GatingLayoutSm90, Config1) { check_config<cute::bfloat16_t, 1>(); check_con
 TEST(GatingLayoutSm90, Config2) { check_config<cute::bfloat16_t, 2>(); check_config<cute::half_t, 2>(); }
 TEST(GatingLayoutSm90, Config3StreamK) { check_config<cute::bfloat16_t, 3>(); check_config<cute::half_t, 3>(); }
 TEST(GatingLayoutSm90, Config4Coop256x128) { check_config<cute::bfloat16_t, 4>(); check_config<cute::half_t, 4>(); }
-static_assert(kNumSm90TileConfigs == 5, "add a test for the new tile config");
+TEST(GatingLayoutSm90, Config5Coop192x192SplitN) { check_config<cute::bfloat16_t, 5>(); check_config<cute::half_t, 5>(); }
+static_assert(kNumSm90TileConfigs == 6, "add a test for the new tile config");
+static_assert(sm90::Sm90KernelFor<cute::bfloat16_t, 5>::Epilogue::kPanelBytes == 64 &&
+                  sm90::Sm90KernelFor<cute::bfloat16_t, 5>::Epilogue::kPanels == 3,
+              "the 192-wide tile's 96 gated columns go out as three 64-byte panels");
 
 // The FP8 kernel: e4m3 operands (wgmma k32), bf16 or e4m3 outputs.
 TEST(GatingLayoutSm90, Fp8Config0) {

@@ -327,9 +327,11 @@ TEST(HeuristicSm90, WithWorkspaceElsewhereIsTheChoiceWithout) {
 TEST(HeuristicSm90, TableIsWhatTheKernelSupports) {
   for (const Sm90TileConfigRow& r : kSm90TileConfigs) {
     EXPECT_EQ(r.bm % 64, 0) << "wgmma M atoms are 64 rows";
-    EXPECT_TRUE(r.bm == 128 || r.bm == 256 || (r.pingpong && r.bm == 64))
-        << "cooperative tiles: two warpgroups of 64 or 128 rows (the gating layout of each row: test_gating_layout_sm90.cu)";
-    EXPECT_EQ((r.bn / 2) % 64, 0) << "the epilogue stores 64-column panels";
+    EXPECT_TRUE(r.bm == 128 || r.bm == 256 || (r.pingpong && r.bm == 64) || r.split_n)
+        << "cooperative tiles: two warpgroups of 64 or 128 rows, or side by side along N (the gating layout of "
+           "each row: test_gating_layout_sm90.cu)";
+    EXPECT_FALSE(r.split_n && r.pingpong) << "the N split is a cooperative layout";
+    EXPECT_EQ((r.bn / 2) % 32, 0) << "the epilogue stores 64- or 128-byte panels of 16-bit outputs";
     EXPECT_LE(r.bn, 256) << "wgmma N <= 256";
     EXPECT_EQ(r.bk, 64) << "one 128-byte swizzle atom of 16-bit K";
     EXPECT_GE(r.cluster_m * r.cluster_n, 1);
