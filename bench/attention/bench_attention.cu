@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/params.h"
 #include "blockfuse/attention.h"
 #include "harness.h"
 #include "testing/attention_reference.h"
@@ -83,7 +84,7 @@ class AttentionBench final : public BenchCommand {
     o.ints("--causal", causals_, 0, 1, "0 = full, 1 = causal");
     o.integer("--b", batch_, 1, 1 << 16, "batch");
     o.integer("--hq", hq_, 1, 1 << 16, "query heads");
-    o.flag("--all-configs", all_configs_, "time every compiled tile configuration, not only the heuristic's");
+    o.flag("--all-configs", all_configs_, "time every compiled tile configuration (sm80) and both sm90 tiles at D = 64 (sm90_block_m 128, 192), not only the heuristic's");
     o.flag("--varlen", varlen_,
            "pass the B sequences as one packed varlen batch (cu_seqlens 0, S, 2S, ...): the same work and "
            "result, through the varlen path");
@@ -162,11 +163,13 @@ class AttentionBench final : public BenchCommand {
               pv.max_seqlen_q = pv.max_seqlen_k = s;
               pv.host_cu_seqlens_q = pv.host_cu_seqlens_k = cu_host.data();
             }
-            const int n_cfg = !sm90 && all_configs_ ? attention_num_configs(d) : 1;
+            // sm80: the compiled configs; sm90: its tiles (AttentionParams::sm90_block_m; two at D = 64).
+            const int n_cfg = !all_configs_ ? 1 : sm90 ? (d == 64 ? 2 : 1) : attention_num_configs(d);
             for (int ci = 0; ci < n_cfg; ++ci) {
               const AttentionConfig cfg = attention_config(d, ci);
-              // The sm90 kernel has one tile (128 x 128, two consumer warpgroups) and no config overload.
-              const std::string tile = (sm90 ? std::string("sm90 128x") + (d == 256 ? "64" : "128")
+              if (sm90) p.sm90_block_m = pv.sm90_block_m = all_configs_ ? (ci == 0 ? 128 : 192) : 0;
+              const int bm90 = attn::sm90_block_m(d, p.sm90_block_m, s);
+              const std::string tile = (sm90 ? "sm90 " + std::to_string(bm90) + "x" + std::to_string(attn::sm90_block_n(d, bm90))
                                              : std::to_string(cfg.block_m) + "x" + std::to_string(cfg.block_n) + "w" +
                                                    std::to_string(cfg.warps)) +
                                        (varlen_ ? " varlen" : "");

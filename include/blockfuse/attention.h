@@ -106,6 +106,10 @@ struct AttentionParams {
   const int32_t* host_cu_seqlens_k = nullptr;
 
   AttentionKernel kernel = AttentionKernel::kAuto;
+  // The sm90a forward kernel's query rows per tile: 0 = the heuristic's (attn::sm90_block_m), 128
+  // (two consumer warpgroups), or 192 at head_dim 64 (three). For tuning and benchmarks; the sm80
+  // kernel and the backward ignore it. Anything else is an error.
+  int sm90_block_m = 0;
 
   // attention_backward only. true: dQ in a kernel of its own, the same bits on every call. false:
   // dQ accumulated with fp32 atomics inside the dK/dV kernel (FlashAttention-2's: five S²·D products

@@ -105,6 +105,9 @@ Validated validate_host(const AttnConstTensor& q, const AttnConstTensor& k, cons
   if (prm.causal && prm.window_right > 0)
     throw_arg(kFn, "window_right", cat("is ", prm.window_right, " with causal = true"),
               "window_right == 0 or -1 when causal (causal means no key to the right of the diagonal)");
+  if (!attn::sm90_block_m_valid(prm.sm90_block_m, q.head_dim))
+    throw_arg(kFn, "sm90_block_m", cat("is ", prm.sm90_block_m, " at head_dim ", q.head_dim),
+              "0 (the heuristic's), 128, or 192 at head_dim 64");
 
   Validated r{varlen, q.batch, q.seqlen, k.seqlen};
   if (varlen) {
@@ -229,19 +232,19 @@ void check_smem(const AttentionConfig& c, int64_t head_dim) {
 }
 
 #if defined(BLOCKFUSE_HAS_SM90)
-int sm90_smem_bytes(int64_t head_dim) {
-  return head_dim == 64 ? attn::sm90::smem_bytes_d64()
-                        : head_dim == 128 ? attn::sm90::smem_bytes_d128() : attn::sm90::smem_bytes_d256();
+int sm90_smem_bytes(int64_t head_dim, int block_m) {
+  if (head_dim == 64) return block_m == 192 ? attn::sm90::smem_bytes_d64_m192() : attn::sm90::smem_bytes_d64();
+  return head_dim == 128 ? attn::sm90::smem_bytes_d128() : attn::sm90::smem_bytes_d256();
 }
 #endif
 
 // Whether kAuto runs the sm90a kernel here (attn::auto_uses_sm90 on this build and device).
-bool auto_picks_sm90(const AttnConstTensor& q, const detail::DeviceSpec& dev) {
+bool auto_picks_sm90(const AttnConstTensor& q, int block_m, const detail::DeviceSpec& dev) {
 #if defined(BLOCKFUSE_HAS_SM90)
-  const int need = attn::sm90_supports(q.head_dim) ? sm90_smem_bytes(q.head_dim) : 0;
+  const int need = attn::sm90_supports(q.head_dim) ? sm90_smem_bytes(q.head_dim, block_m) : 0;
   return attn::auto_uses_sm90(true, dev.cc_major, dev.cc_minor, q.head_dim, need, dev.max_smem_per_block);
 #else
-  (void)q, (void)dev;
+  (void)q, (void)block_m, (void)dev;
   return false;
 #endif
 }
@@ -255,13 +258,16 @@ void run_sm90(const AttnConstTensor& q, const AttnConstTensor& k, const AttnCons
   if (!(dev.cc_major == 9 && dev.cc_minor == 0))
     throw_arg(kFn, "params.kernel", cat("= kSm90 on a device of compute capability ", dev.cc_major, ".", dev.cc_minor),
               "compute capability 9.0 (Hopper) for kSm90; kAuto or kSm80 elsewhere");
-  const int need = sm90_smem_bytes(q.head_dim);
+  const int block_m = attn::sm90_block_m(q.head_dim, prm.sm90_block_m, val.seqlen_q);
+  const int need = sm90_smem_bytes(q.head_dim, block_m);
   if (need > dev.max_smem_per_block)
     throw Error(cat("blockfuse::attention: the sm90a kernel needs ", need, " bytes of shared memory; the current device allows ",
                     dev.max_smem_per_block, " per block"));
   const attn::Params p = make_params(q, k, v, out, lse, prm, val);
   const bool bf16 = q.dtype == DType::kBF16;
-  if (q.head_dim == 64)
+  if (q.head_dim == 64 && block_m == 192)
+    bf16 ? attn::sm90::launch_d64_m192_bf16(p, stream) : attn::sm90::launch_d64_m192_fp16(p, stream);
+  else if (q.head_dim == 64)
     bf16 ? attn::sm90::launch_d64_bf16(p, stream) : attn::sm90::launch_d64_fp16(p, stream);
   else if (q.head_dim == 128)
     bf16 ? attn::sm90::launch_d128_bf16(p, stream) : attn::sm90::launch_d128_fp16(p, stream);
@@ -315,7 +321,8 @@ void attention(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnTens
   // batched calls) has no TMA view: the sm80 kernel writes its defined result (out 0, LSE −inf).
   const bool sm90_can = !(val.varlen && k.seqlen == 0);
   if (sm90_can && (params.kernel == AttentionKernel::kSm90 ||
-                   (params.kernel == AttentionKernel::kAuto && auto_picks_sm90(q, spec)))) {
+                   (params.kernel == AttentionKernel::kAuto &&
+                    auto_picks_sm90(q, attn::sm90_block_m(q.head_dim, params.sm90_block_m, val.seqlen_q), spec)))) {
     run_sm90(q, k, v, out, lse, params, val, spec, stream);
     return;
   }

@@ -5,12 +5,12 @@
 //   mainloop_sm90.cuh   the TMA producer, the wgmma consumers and the softmax between the GEMMs;
 //   epilogue_sm90.cuh   O and LSE out.
 //
-// A CTA of 384 threads (one per SM: the shared memory allows no more) walks the tiles blockIdx.x,
-// + gridDim.x, ...: 128 query rows of one (batch, head). The grid is persistent (one CTA per SM)
-// where every tile does the same work and one CTA per tile under a causal mask or a window
-// (attn::sm90_grid_ctas in params.h). Warpgroup 0 is the producer, warpgroups 1 and 2 the
-// consumers, 64 query rows each. `setmaxnreg` gives the producer 24 registers and each consumer
-// thread 240.
+// A CTA of 384 or 512 threads (one per SM: the shared memory allows no more) walks the tiles
+// blockIdx.x, + gridDim.x, ...: 128 or 192 query rows of one (batch, head). The grid is persistent
+// (one CTA per SM) where every tile does the same work and one CTA per tile under a causal mask or
+// a window (attn::sm90_grid_ctas in params.h). Warpgroup 0 is the producer, warpgroups 1 to
+// kConsumerWgs (2 or 3) the consumers, 64 query rows each. `setmaxnreg` gives the producer 24
+// registers and each consumer thread 240 (two consumers) or 160 (three).
 //
 // P stays in registers. In the m64nN F32 accumulator layout (GMMA::CLayout_64xN,
 // ((4,8,4),(2,2,N/8)) : ((128,1,16),(64,8,512)) in m + 64·n) a thread holds, per 8-column block b,
@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   // ---- consumers ----
   cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
-  const int wg = warp_group - 1;  // 0 or 1: this warpgroup's 64-row slice
+  const int wg = warp_group - 1;  // 0 .. kConsumerWgs - 1: this warpgroup's 64-row slice
   const int t = threadIdx.x % 128;
   const int lane = threadIdx.x % 32;
 

@@ -69,7 +69,8 @@ struct EpilogueSm90 {
       }
     } else if (t == 0) {
       Tensor mO = p.tma_o.get_tma_tensor(make_shape(p.rows_q, D{}, p.heads_q, p.batch));
-      Tensor gO = local_tile(mO(_, _, tl.head, tl.b), Shape<WgM, D>{}, make_coord(2 * m_block + wg, _0{}));
+      Tensor gO = local_tile(mO(_, _, tl.head, tl.b), Shape<WgM, D>{},
+                             make_coord(Traits::kConsumerWgs * m_block + wg, _0{}));
       auto tma_o = p.tma_o.get_slice(_0{});
       copy(p.tma_o, tma_o.partition_S(sOw), tma_o.partition_D(gO));
       tma_store_arrive();

@@ -51,9 +51,21 @@ template <class Element>
 using TraitsD128 = Sm90Traits<Element, 128, 128, 2>;
 template <class Element>
 using TraitsD64 = Sm90Traits<Element, 64, 128, 3>;
+// D = 64, 192 x 96 tiles: three consumer warpgroups, four K and four V stages (Q, O, K, V: 144 KB).
+// 96 keys, not 128: a consumer has 160 registers beside two others, and at 128 keys (S 64, P 32
+// and O 32 registers a thread) ptxas spilled 108 bytes; at 96 none.
+template <class Element>
+using TraitsD64M192 = Sm90Traits<Element, 64, 96, 4, true, 3>;
 // D = 256: 128 x 64 tiles (the O accumulator alone is 128 registers a thread), two K and two V
 // stages, O staged through Q's buffer (Q, K, V: 192 KB; a separate O would need 256 KB).
 template <class Element>
 using TraitsD256 = Sm90Traits<Element, 256, 64, 2, false>;
+// The tiles sm90_block_n (params.h) reports for benchmarks and tests.
+static_assert(TraitsD64<cutlass::bfloat16_t>::kBlockN == sm90_block_n(64, 128) &&
+                  TraitsD64M192<cutlass::bfloat16_t>::kBlockN == sm90_block_n(64, 192) &&
+                  TraitsD64M192<cutlass::bfloat16_t>::kBlockM == 192 &&
+                  TraitsD128<cutlass::bfloat16_t>::kBlockN == sm90_block_n(128, 128) &&
+                  TraitsD256<cutlass::bfloat16_t>::kBlockN == sm90_block_n(256, 128),
+              "sm90_block_n must name the compiled tiles");
 
 }  // namespace blockfuse::attn::sm90

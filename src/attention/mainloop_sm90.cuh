@@ -1,21 +1,21 @@
 // Internal: the mainloop of the sm90a attention kernel (attention_sm90.cuh): the TMA producer, the
 // wgmma consumers and the online softmax between the two GEMMs.
 //
-// Producer (one elected thread of warpgroup 0): loads Q (two 64-row TMA boxes on one transaction
+// Producer (one elected thread of warpgroup 0): loads Q (one 64-row TMA box a consumer, on one transaction
 // barrier, once the consumers have released the previous tile's Q) and then K[n], V[n] for n from
 // the last visible key block down, each into its own ring of kStages shared-memory stages (two
 // mbarrier pipelines, so that a consumer waits for exactly the operand it is about to read); it
 // runs ahead into the next tile while the consumers finish.
 //
-// Consumers (warpgroups 1 and 2): each owns 64 query rows (one m64 wgmma atom) and per key block
+// Consumers (warpgroups 1 to kConsumerWgs): each owns 64 query rows (one m64 wgmma atom) and per key block
 // issues S = Q·Kᵀ (wgmma, both operands in shared memory), applies the soft-cap and the mask,
 // updates the online softmax (softmax.cuh, shared with the sm80 kernel), converts P to 16 bits in
 // registers and issues O += P·V (wgmma, A = P from registers, B = Vᵀ read MN-major straight from
 // V's stage, so no transposing copy). Overlap (FlashAttention-3's design): inside a warpgroup, step
 // n issues S[n] = Q·K[n]ᵀ and O += P[n+1]·V[n+1] together and runs the softmax of S[n] while the
-// P·V runs (the O rescale it implies waits until no P·V is in flight); between the two warpgroups,
-// named barriers make them take turns issuing GEMMs (ping-pong), so one's softmax hides under the
-// other's GEMMs. A K or V stage is released only after the wgmma that read it has retired (a stage
+// P·V runs (the O rescale it implies waits until no P·V is in flight); between the warpgroups,
+// named barriers make them take turns issuing GEMMs (ping-pong, or round robin with three), so one's
+// softmax hides under the others' GEMMs. A K or V stage is released only after the wgmma that read it has retired (a stage
 // released earlier could be overwritten by TMA under a live wgmma).
 //
 // Every function here is force-inlined: a call left in the kernel makes ptxas serialise every wgmma
@@ -34,9 +34,10 @@ namespace blockfuse::attn::sm90 {
 
 using namespace cute;
 
-// Named barriers of the consumer warpgroups. 0 and 1: the epilogue's per-warpgroup barriers.
-inline constexpr uint32_t kSchedBarrier = 2;  // 2 + wg: the ping-pong turns (below)
-inline constexpr uint32_t kZeroBarrier = 4;   // both consumers, after zeroing a varlen tail's V rows
+// Named barriers of the consumer warpgroups (CUTLASS's user ids: 0-7). 0-2: the epilogue's
+// per-warpgroup barriers (wg).
+inline constexpr uint32_t kSchedBarrier = 3;  // 3 + wg: the turns of the GEMM issue (below)
+inline constexpr uint32_t kZeroBarrier = 6;   // every consumer, after zeroing a varlen tail's V rows
 
 template <class Traits>
 struct MainloopSm90 {
@@ -93,7 +94,7 @@ struct MainloopSm90 {
       QBarrier::arrive_and_expect_tx(&smem.q_full, Traits::kQBytes);
       CUTE_UNROLL
       for (int s = 0; s < Traits::kConsumerWgs; ++s)
-        copy(p.tma_q.with(smem.q_full), tQgQ(_, _, _, 2 * tl.m_block + s), tQsQ(_, _, _, s));
+        copy(p.tma_q.with(smem.q_full), tQgQ(_, _, _, Traits::kConsumerWgs * tl.m_block + s), tQsQ(_, _, _, s));
       for (int n = tl.n_max - 1; n >= tl.n_min; --n) {
         pipe_k.producer_acquire(st_k);
         copy(p.tma_k.with(*pipe_k.producer_get_barrier(st_k)), tKgK(_, _, _, n), tKsK(_, _, _, st_k.index()));
@@ -135,16 +136,20 @@ struct MainloopSm90 {
     warpgroup_fence_operand(acc_o);
   }
 
-  // Ping-pong between the two consumer warpgroups: a warpgroup issues its GEMMs only after the
-  // other has issued its own, so one's softmax runs under the other's GEMMs. Named barriers
-  // kSchedBarrier + wg (256 threads: this warpgroup's sync, the other's arrive); warpgroup 0 opens
-  // its own once, at the start (sched_open). Both warpgroups run the same tiles and steps, so the
-  // turns alternate across tiles; warpgroup 1's last arrival is never waited for.
+  // Turns between the consumer warpgroups (ping-pong with two, round robin with three): a
+  // warpgroup issues its GEMMs only after the previous one has issued its own, so one's softmax
+  // runs under the others' GEMMs. Named barriers kSchedBarrier + wg (256 threads: this warpgroup's
+  // sync, the previous one's arrive); warpgroup 0 opens its own once, at the start (sched_open).
+  // Every warpgroup runs the same tiles and steps, so the turns keep their order across tiles; the
+  // last warpgroup's last arrival is never waited for.
+  static constexpr int kWgs = Traits::kConsumerWgs;
   CUTE_DEVICE static void sched_open(int wg) {
     if (wg == 0) cutlass::arch::NamedBarrier::arrive(256, kSchedBarrier);
   }
   CUTE_DEVICE static void sched_wait(int wg) { cutlass::arch::NamedBarrier::arrive_and_wait(256, kSchedBarrier + wg); }
-  CUTE_DEVICE static void sched_pass(int wg) { cutlass::arch::NamedBarrier::arrive(256, kSchedBarrier + (1 - wg)); }
+  CUTE_DEVICE static void sched_pass(int wg) {
+    cutlass::arch::NamedBarrier::arrive(256, kSchedBarrier + (wg + 1 == kWgs ? 0 : wg + 1));
+  }
 
   // One tile of one consumer warpgroup: O (acc_o) and the softmax statistics over the tile's
   // visible key blocks, from the last to the first. The caller holds the fragments (made once, the
@@ -174,19 +179,19 @@ struct MainloopSm90 {
     // Varlen: when a sequence's length is not a multiple of kBlockN, its rightmost key box holds the
     // next sequence's first rows. Their P is 0, but 0 · NaN is NaN in the P·V, so a NaN/Inf in a
     // neighbour's V would leak into this sequence: those V rows are zeroed first (K's need nothing,
-    // the mask overwrites their scores). Each consumer warpgroup zeroes half, then both meet.
+    // the mask overwrites their scores). The consumer warpgroups share the rows, then all meet.
     if (varlen && n_max > n_min) {
       const int valid = tl.len_k - (n_max - 1) * kBlockN;
       if (valid < kBlockN && tl.offset_k + tl.len_k < p.rows_k) {
         constexpr int kChunks = Traits::kHeadDim / 8;  // 16-byte chunks a row (contiguous under SW128)
         Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutV{});
         pipe_v.consumer_wait(st_v);
-        for (int i = wg * 128 + t; i < (kBlockN - valid) * kChunks; i += 256) {
+        for (int i = wg * 128 + t; i < (kBlockN - valid) * kChunks; i += 128 * kWgs) {
           const int r = valid + i / kChunks, c = (i % kChunks) * 8;
           *reinterpret_cast<uint4*>(raw_pointer_cast(&sV(r, c, st_v.index()))) = make_uint4(0, 0, 0, 0);
         }
         cutlass::arch::fence_view_async_shared();  // generic-proxy writes seen by the wgmma
-        cutlass::arch::NamedBarrier::arrive_and_wait(256, kZeroBarrier);
+        cutlass::arch::NamedBarrier::arrive_and_wait(128 * kWgs, kZeroBarrier);
       }
     }
     if (n_max > n_min) {

@@ -44,6 +44,30 @@ inline bool auto_uses_sm90(bool built, int cc_major, int cc_minor, int64_t head_
   return built && cc_major == 9 && cc_minor == 0 && sm90_supports(head_dim) && smem_needed <= smem_limit;
 }
 
+// The sm90a forward kernel's query rows per tile (AttentionParams::sm90_block_m; 0 asks for this
+// choice): 128 (two consumer warpgroups of 64 rows), except at D = 64 from 2048 query rows, where
+// three warpgroups (192 rows, 96 keys a step) load each K and V block for 1.5x the rows, as
+// FlashAttention-3 does. H100, B 2, Hq 32, Hkv 32 / 8, causal and not, 192 / 128 rows in one
+// process (docs/attention.md#tuning, "Three consumer warpgroups at D = 64"): S 16384 1.06-1.09x,
+// S 4096 1.06-1.07x non-causal and 1.01-1.03x causal, S 1024 0.89-1.02x (a 192-row tile there is
+// a sixth of padding and there are fewer tiles than at 128); 2048 lies between the measured points.
+// seqlen_q: the batch's query length (varlen: the maximum). Host-only, a pure function
+// (tests/attention/test_attention_heuristic.cpp).
+inline constexpr int64_t kSm90Rows192FromSeqlen = 2048;
+inline int sm90_block_m(int64_t head_dim, int requested, int64_t seqlen_q) {
+  if (requested != 0) return requested;
+  return head_dim == 64 && seqlen_q >= kSm90Rows192FromSeqlen ? 192 : 128;
+}
+// The keys per main-loop step of the sm90a forward tile with block_m query rows (the traits in
+// launch_sm90.cuh, static_asserted there).
+constexpr int sm90_block_n(int64_t head_dim, int block_m) {
+  return head_dim == 256 ? 64 : (block_m == 192 ? 96 : 128);
+}
+// What AttentionParams::sm90_block_m may be.
+inline bool sm90_block_m_valid(int requested, int64_t head_dim) {
+  return requested == 0 || requested == 128 || (requested == 192 && head_dim == 64);
+}
+
 // Window bounds as Params stores them: "unbounded" is a value beyond every row.
 constexpr int kWindowUnbounded = 1 << 30;
 

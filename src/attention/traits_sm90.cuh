@@ -83,23 +83,29 @@ QkvTmaViews<kHeadDim, Element> qkv_tma_views(const Params& a) {
                                   a.v_head_stride, a.v_batch_stride)};
 }
 
-// The kernel's compile-time configuration for one (dtype, head dim, key block, stages).
-// kStageO: O is staged in its own buffer (the producer may load the next tile's Q while the O store
-// still reads it); false: in Q's buffer, which the next Q waits for (D = 256, where a separate O
-// buffer does not fit beside two K and two V stages).
-template <class Element_, int kHeadDim_, int kBlockN_, int kStages_, bool kStageO_ = true>
+// The kernel's compile-time configuration for one (dtype, head dim, key block, stages, consumer
+// warpgroups). kStageO: O is staged in its own buffer (the producer may load the next tile's Q
+// while the O store still reads it); false: in Q's buffer, which the next Q waits for (D = 256,
+// where a separate O buffer does not fit beside two K and two V stages). kConsumerWgs: 2 (128 query
+// rows a tile) or 3 (192 rows: D = 64, where a key block carries half the work of D = 128 and a
+// third warpgroup spreads each K and V load over 1.5x the rows, as FlashAttention-3 does).
+template <class Element_, int kHeadDim_, int kBlockN_, int kStages_, bool kStageO_ = true, int kConsumerWgs_ = 2>
 struct Sm90Traits {
   using Element = Element_;  // cutlass::bfloat16_t or cutlass::half_t
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = 128;                   // two consumer warpgroups of 64 rows
-  static constexpr int kRowsPerWg = 64;
+  static constexpr int kConsumerWgs = kConsumerWgs_;
+  static constexpr int kRowsPerWg = 64;                 // one m64 wgmma atom per consumer warpgroup
+  static constexpr int kBlockM = kRowsPerWg * kConsumerWgs;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
   static constexpr bool kStageO = kStageO_;
-  static constexpr int kConsumerWgs = 2;
   static constexpr int kThreads = 128 * (1 + kConsumerWgs);
+  // setmaxnreg: the producer keeps 24 registers and the consumers share the rest of the 64 K
+  // register file (2 x 240 or 3 x 160, each with 24 · 128 for the producer, <= 65536).
   static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = 240;
+  static constexpr int kConsumerRegs = kConsumerWgs == 2 ? 240 : 160;
+  static_assert(kConsumerWgs == 2 || kConsumerWgs == 3, "two or three consumer warpgroups");
+  static_assert(128 * (kProducerRegs + kConsumerWgs * kConsumerRegs) <= 65536, "the register file");
   static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0, "whole SW128 atoms and k16 slices");
 
   using D = Int<kHeadDim>;
@@ -165,7 +171,7 @@ struct Sm90Params : Params {
   typename Traits::TmaKV tma_v;
   typename Traits::TmaO tma_o;
   int rows_q = 0, rows_k = 0;  // rows of the TMA views: seqlen (batched) or total (varlen)
-  int m_blocks = 0;            // ceil(seqlen_q / 128)
+  int m_blocks = 0;            // ceil(seqlen_q / kBlockM)
   int64_t num_tiles = 0;       // m_blocks · heads_q · batch
 };
 

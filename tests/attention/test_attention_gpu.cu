@@ -43,6 +43,7 @@ struct Case {
   bool fused = false;  // q, k, v as views of one [B, S, (Hq + 2 Hkv) D] buffer (requires sq == sk)
   float scale = 0;
   AttentionKernel kernel = AttentionKernel::kAuto;
+  int block_m = 0;  // AttentionParams::sm90_block_m (0: the heuristic's)
 };
 
 bool sm90_runnable() { return testing::attention_sm90_runnable(); }
@@ -106,6 +107,7 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   if (c.scale > 0) n += "_scale" + decimal(c.scale);
   if (c.fused) n += "_fused";
   if (c.kernel != AttentionKernel::kAuto) n += std::string("_") + kernel_name(c.kernel);
+  if (c.block_m != 0) n += "_m" + std::to_string(c.block_m);
   return n + "_" + dtype_name(c.dt);
 }
 
@@ -147,6 +149,7 @@ void make_problem(Problem& pr, const Case& c, uint64_t seed) {
   pr.p.softcap = c.softcap;
   pr.p.softmax_scale = c.scale;
   pr.p.kernel = c.kernel;
+  pr.p.sm90_block_m = c.block_m;
 }
 
 void poison(Problem& pr) {
@@ -289,7 +292,7 @@ TEST(AttentionGpuReference, MatchesCpuReference) {
 // Varlen: q lengths 5, 0, 1, 130, 7, 1 and k lengths 9, 4, 1, 130, 0, 200 (an empty sequence, a
 // query without keys, length-1 sequences), causal and not, GQA 2; a NaN in a V row that only a
 // neighbouring sequence's key box covers.
-void run_varlen(bool causal, DType dt, int64_t D, AttentionKernel kernel = AttentionKernel::kAuto) {
+void run_varlen(bool causal, DType dt, int64_t D, AttentionKernel kernel = AttentionKernel::kAuto, int block_m = 0) {
   BF_SKIP_WITHOUT_GPU("attention (varlen)");
   BF_SKIP_WITHOUT_SM90(kernel);
   const uint64_t seed = testing::fresh_seed();
@@ -301,6 +304,7 @@ void run_varlen(bool causal, DType dt, int64_t D, AttentionKernel kernel = Atten
   Case c{1, tq, tk, hq, hkv, D, causal};
   c.dt = dt;
   c.kernel = kernel;
+  c.block_m = block_m;
   Problem pr;
   make_problem(pr, c, seed);
   // A NaN in V at the first key of sequence 1 (no queries, so no output reads it legitimately), row 9
@@ -451,6 +455,12 @@ Case sm90(Case c) {
   c.kernel = kSm90;
   return c;
 }
+// The sm90a kernel with block_m query rows a tile (D = 64: 128, two consumer warpgroups, or 192, three).
+Case sm90(Case c, int block_m) {
+  c.kernel = kSm90;
+  c.block_m = block_m;
+  return c;
+}
 
 // Tails of Sq and Sk around the 128-row and 128-key tiles (1, 63/64/65, 127/128/129), Sq != Sk both
 // ways, GQA 1, 2, 4, 8 and MQA, both dtypes, fused QKV, a custom scale; causal (rows without keys
@@ -474,6 +484,12 @@ INSTANTIATE_TEST_SUITE_P(
                       sm90(Case{1, 200, 200, 4, 2, 128, true, -1, -1, 2.0f}),
                       sm90(Case{1, 150, 190, 4, 1, 64, false, 20, 5, 3.0f, DType::kFP16}),
                       sm90(Case{2, 127, 300, 4, 4, 64}), sm90(Case{1, 65, 65, 2, 2, 64, false, -1, -1, 0, DType::kFP16, true}),
+                      // D = 64 on both tiles: 192 x 96 (three consumer warpgroups) and 128 x 128; tails
+                      // around 192 rows and 96 keys, causal (rows without keys), window + cap, GQA, MQA
+                      sm90(Case{1, 1, 1, 1, 1, 64}, 192), sm90(Case{1, 191, 193, 4, 2, 64}, 192),
+                      sm90(Case{2, 193, 97, 4, 1, 64, true}, 192), sm90(Case{1, 97, 385, 8, 8, 64, true}, 192),
+                      sm90(Case{1, 300, 300, 4, 2, 64, false, 40, 7, 5.0f, DType::kFP16}, 192),
+                      sm90(Case{1, 191, 193, 4, 2, 64}, 128), sm90(Case{2, 193, 97, 4, 1, 64, true}, 128),
                       // D = 256 (128 x 64 tiles, O staged through Q's buffer)
                       sm90(Case{1, 1, 1, 1, 1, 256}), sm90(Case{1, 65, 129, 4, 2, 256}),
                       sm90(Case{2, 127, 300, 4, 4, 256, true}), sm90(Case{1, 300, 127, 4, 2, 256, true}),
@@ -492,6 +508,7 @@ INSTANTIATE_TEST_SUITE_P(
                       sm90(Case{1, 4096, 4096, 4, 2, 128, false, -1, -1, 0, DType::kBF16, true}),  // fused QKV
                       sm90(Case{1, 1000, 4097, 8, 8, 128, true}),                                   // causal chunk
                       sm90(Case{1, 4097, 4097, 4, 1, 64, true, -1, -1, 0, DType::kFP16}),
+                      sm90(Case{2, 1000, 4097, 8, 2, 64}, 192), sm90(Case{1, 4097, 4097, 4, 1, 64, true}, 128),
                       sm90(Case{1, 4097, 4097, 2, 2, 128, false, 1024, 0, 30.0f}),                  // window + cap
                       sm90(Case{1, 1000, 1000, 8, 4, 256, true, -1, -1, 50.0f}),                    // Gemma-2 9B-like
                       sm90(Case{2, 1000, 1000, 80, 8, 256})),  // 2 x 8 x 80 tiles: CTAs walk several
@@ -544,6 +561,8 @@ TEST(AttentionGpuSm90, AgreesWithSm80) {
 // stored by predicated vector stores (the sequences above: empty, key-less and length-1 ones).
 TEST(AttentionGpuSm90, VarlenCausalBf16D128) { run_varlen(true, DType::kBF16, 128, kSm90); }
 TEST(AttentionGpuSm90, VarlenNonCausalFp16D64) { run_varlen(false, DType::kFP16, 64, kSm90); }
+TEST(AttentionGpuSm90, VarlenCausalBf16D64Rows192) { run_varlen(true, DType::kBF16, 64, kSm90, 192); }
+TEST(AttentionGpuSm90, VarlenNonCausalBf16D64Rows128) { run_varlen(false, DType::kBF16, 64, kSm90, 128); }
 TEST(AttentionGpuSm90, VarlenCausalBf16D256) { run_varlen(true, DType::kBF16, 256, kSm90); }
 TEST(AttentionSanitizerSm90Varlen, Small) { run_varlen(true, DType::kBF16, 128, kSm90); }
 
@@ -555,6 +574,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionSanitizerSm90,
                          ::testing::Values(sm90(Case{1, 70, 45, 2, 1, 128, true, 20, -1}),
                                            // 320 tiles: more than SMs, so each persistent CTA runs several
                                            sm90(Case{2, 130, 70, 80, 8, 64}),
+                                           sm90(Case{2, 130, 70, 80, 8, 64}, 128),  // the other D = 64 tile
                                            sm90(Case{2, 130, 70, 80, 8, 256}),  // O through Q's buffer, persistent
                                            sm90(Case{1, 33, 100, 2, 2, 64, false, -1, -1, 2.0f}),
                                            sm90(Case{1, 65, 65, 2, 2, 128, false, -1, -1, 0, DType::kFP16, true})),

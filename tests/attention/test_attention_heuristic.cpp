@@ -51,6 +51,29 @@ TEST(AttentionHeuristic, AutoUsesSm90OnlyWhereItRuns) {
   EXPECT_FALSE(attn::sm90_supports(96));
 }
 
+// The sm90a tile: 192 query rows (three consumer warpgroups, 96 keys a step) at D = 64 from 2048
+// query rows (measured ahead at 4096 and 16384, behind at 1024), 128 rows elsewhere; a request
+// wins; what a request may be.
+TEST(AttentionHeuristic, Sm90BlockM) {
+  for (int64_t s : {1, 1000, 1024, 2047, 2048, 4096, 16384}) {
+    EXPECT_EQ(attn::sm90_block_m(64, 0, s), s >= 2048 ? 192 : 128) << s;
+    EXPECT_EQ(attn::sm90_block_m(128, 0, s), 128);
+    EXPECT_EQ(attn::sm90_block_m(256, 0, s), 128);
+    EXPECT_EQ(attn::sm90_block_m(64, 128, s), 128);
+    EXPECT_EQ(attn::sm90_block_m(64, 192, s), 192);
+  }
+  EXPECT_EQ(attn::sm90_block_n(64, 192), 96);
+  EXPECT_EQ(attn::sm90_block_n(64, 128), 128);
+  EXPECT_EQ(attn::sm90_block_n(128, 128), 128);
+  EXPECT_EQ(attn::sm90_block_n(256, 128), 64);
+  EXPECT_TRUE(attn::sm90_block_m_valid(0, 128));
+  EXPECT_TRUE(attn::sm90_block_m_valid(128, 256));
+  EXPECT_TRUE(attn::sm90_block_m_valid(192, 64));
+  EXPECT_FALSE(attn::sm90_block_m_valid(192, 128));
+  EXPECT_FALSE(attn::sm90_block_m_valid(64, 64));
+  EXPECT_FALSE(attn::sm90_block_m_valid(256, 64));
+}
+
 // The sm90a grid: persistent (at most one CTA per SM) for uniform tiles, one CTA per tile under a band.
 TEST(AttentionHeuristic, Sm90GridIsPersistentOnlyForUniformTiles) {
   EXPECT_EQ(attn::sm90_grid_ctas(8192, 132, false), 132);

@@ -88,6 +88,9 @@ TEST(AttentionArgs, MaskAndScalars) {
   { Call c = valid(); c.p.window_right = -5; expect_arg_error(c, "window_right", "-1"); }
   { Call c = valid(); c.p.softcap = -1.0f; expect_arg_error(c, "softcap", "> 0"); }
   { Call c = valid(); c.p.softmax_scale = 1.0f / 0.0f; expect_arg_error(c, "softmax_scale", "finite"); }
+  { Call c = valid(); c.p.sm90_block_m = 100; expect_arg_error(c, "sm90_block_m", "0 (the heuristic's), 128"); }
+  { Call c = valid(); c.p.sm90_block_m = -1; expect_arg_error(c, "sm90_block_m", "192 at head_dim 64"); }
+  { Call c = valid(); c.p.sm90_block_m = 192; expect_arg_error(c, "sm90_block_m", "192 at head_dim 64"); }  // D = 128
   { Call c = valid(); c.use_config = true; c.cfg = AttentionConfig{96, 64, 4}; expect_arg_error(c, "config", "attention_config"); }
 }
 
