@@ -45,15 +45,15 @@ inline bool auto_uses_sm90(bool built, int cc_major, int cc_minor, int64_t head_
 }
 
 // The sm90a forward kernel's query rows per tile (AttentionParams::sm90_block_m; 0 asks for this
-// choice): 128 (two consumer warpgroups of 64 rows), except at D = 64 from 2048 query rows, where
+// choice): 128 (two consumer warpgroups of 64 rows), except at D = 64 from 4096 query rows, where
 // three warpgroups (192 rows, 96 keys a step) load each K and V block for 1.5x the rows, as
 // FlashAttention-3 does. H100, B 2, Hq 32, Hkv 32 / 8, causal and not, 192 / 128 rows in one
 // process (docs/attention.md#tuning, "Three consumer warpgroups at D = 64"): S 16384 1.06-1.09x,
-// S 4096 1.06-1.07x non-causal and 1.01-1.03x causal, S 1024 0.89-1.02x (a 192-row tile there is
-// a sixth of padding and there are fewer tiles than at 128); 2048 lies between the measured points.
+// S 4096 1.06-1.07x non-causal and 1.01-1.03x causal; S 2048 0.95x non-causal, 1.00x causal; S 1024
+// 0.89-1.02x (a 192-row tile there is a sixth padding, and there are fewer tiles than at 128).
 // seqlen_q: the batch's query length (varlen: the maximum). Host-only, a pure function
 // (tests/attention/test_attention_heuristic.cpp).
-inline constexpr int64_t kSm90Rows192FromSeqlen = 2048;
+inline constexpr int64_t kSm90Rows192FromSeqlen = 4096;
 inline int sm90_block_m(int64_t head_dim, int requested, int64_t seqlen_q) {
   if (requested != 0) return requested;
   return head_dim == 64 && seqlen_q >= kSm90Rows192FromSeqlen ? 192 : 128;

@@ -51,12 +51,12 @@ TEST(AttentionHeuristic, AutoUsesSm90OnlyWhereItRuns) {
   EXPECT_FALSE(attn::sm90_supports(96));
 }
 
-// The sm90a tile: 192 query rows (three consumer warpgroups, 96 keys a step) at D = 64 from 2048
-// query rows (measured ahead at 4096 and 16384, behind at 1024), 128 rows elsewhere; a request
-// wins; what a request may be.
+// The sm90a tile: 192 query rows (three consumer warpgroups, 96 keys a step) at D = 64 from 4096
+// query rows (measured ahead at 4096 and 16384, behind or even at 1024 and 2048), 128 rows
+// elsewhere; a request wins; what a request may be.
 TEST(AttentionHeuristic, Sm90BlockM) {
-  for (int64_t s : {1, 1000, 1024, 2047, 2048, 4096, 16384}) {
-    EXPECT_EQ(attn::sm90_block_m(64, 0, s), s >= 2048 ? 192 : 128) << s;
+  for (int64_t s : {1, 1000, 1024, 2048, 4095, 4096, 16384}) {
+    EXPECT_EQ(attn::sm90_block_m(64, 0, s), s >= 4096 ? 192 : 128) << s;
     EXPECT_EQ(attn::sm90_block_m(128, 0, s), 128);
     EXPECT_EQ(attn::sm90_block_m(256, 0, s), 128);
     EXPECT_EQ(attn::sm90_block_m(64, 128, s), 128);
