@@ -51,11 +51,12 @@ template <class Element>
 using TraitsD128 = Sm90Traits<Element, 128, 128, 2>;
 template <class Element>
 using TraitsD64 = Sm90Traits<Element, 64, 128, 3>;
-// D = 64, 192 x 96 tiles: three consumer warpgroups, four K and four V stages (Q, O, K, V: 144 KB).
-// 96 keys, not 128: a consumer has 160 registers beside two others, and at 128 keys (S 64, P 32
-// and O 32 registers a thread) ptxas spilled 108 bytes; at 96 none.
+// D = 64, 192 x 128 tiles: three consumer warpgroups, four K and four V stages (Q, O, K, V: 176 KB).
+// A consumer has 160 registers beside two others; with the masked key blocks peeled out of the main
+// loop (mainloop_sm90.cuh) ptxas keeps 128 keys a step (S 64, P 32 and O 32 registers a thread)
+// with spills only in the masked edge loops and one 8-byte reload a step in the main one.
 template <class Element>
-using TraitsD64M192 = Sm90Traits<Element, 64, 96, 4, true, 3>;
+using TraitsD64M192 = Sm90Traits<Element, 64, 128, 4, true, 3>;
 // D = 256: 128 x 64 tiles (the O accumulator alone is 128 registers a thread), two K and two V
 // stages, O staged through Q's buffer (Q, K, V: 192 KB; a separate O would need 256 KB).
 template <class Element>

@@ -211,7 +211,12 @@ struct MainloopSm90 {
       }
       // Step n: S[n] = Q·K[n]ᵀ and O += P[n+1]·V[n+1] in flight together; the softmax of S[n]
       // overlaps the P·V; O is rescaled (by the factor of block n+1) only while no P·V runs.
-      for (int n = n_max - 2; n >= n_min; --n) {
+      // kMasked: the block may hold invisible (row, key) pairs. The masked blocks are the rightmost
+      // (the key tail, the causal diagonal) and the leftmost (a window's left edge), so under
+      // Traits::kPeelMasked the walk is three loops and the middle one, almost every block, carries
+      // no mask code: its registers (row bounds, the apply's temporaries) are what let 192-row tiles
+      // keep 128 keys a step at 160 registers a thread (FlashAttention-3's structure).
+      auto step = [&](int n, auto kMasked) {
         Tensor acc_s = partition_fragment_C(mma_qk, Shape<WgM, BN>{});
         pipe_k.consumer_wait(st_k);
         sched_wait(wg);
@@ -224,12 +229,24 @@ struct MainloopSm90 {
         pipe_k.consumer_release(st_k);
         ++st_k;
         Tensor s = make_tensor(acc_s.data(), acc_rowcol_sm90(acc_s.layout()));
-        modify(s, n);
+        if constexpr (decltype(kMasked)::value)
+          modify(s, n);
+        else if (softcap.enabled())
+          softcap.apply(s);
         softmax.template update_scores<false>(s, p.scale_log2, factor);
         warpgroup_wait<0>();
         pipe_v.consumer_release(st_v);  // the wgmma that read V[n+1] has retired
         ++st_v;
         convert_fragment_into(acc_s, rP);
+      };
+      if constexpr (Traits::kPeelMasked) {
+        auto needs_mask = [&](int n) { return mask.template block_needs_mask<kBlockM, kBlockN>(m_block, n); };
+        int n = n_max - 2;
+        for (; n >= n_min && needs_mask(n); --n) step(n, cute::true_type{});
+        for (; n >= n_min && !needs_mask(n); --n) step(n, cute::false_type{});
+        for (; n >= n_min; --n) step(n, cute::true_type{});
+      } else {
+        for (int n = n_max - 2; n >= n_min; --n) step(n, cute::true_type{});
       }
       // The last P·V.
       softmax.rescale(acc_o_rc, factor);

@@ -46,7 +46,7 @@ inline bool auto_uses_sm90(bool built, int cc_major, int cc_minor, int64_t head_
 
 // The sm90a forward kernel's query rows per tile (AttentionParams::sm90_block_m; 0 asks for this
 // choice): 128 (two consumer warpgroups of 64 rows), except at D = 64 from 4096 query rows, where
-// three warpgroups (192 rows, 96 keys a step) load each K and V block for 1.5x the rows, as
+// three warpgroups (192 rows, 128 keys a step) load each K and V block for 1.5x the rows, as
 // FlashAttention-3 does. H100, B 2, Hq 32, Hkv 32 / 8, causal and not, 192 / 128 rows in one
 // process (docs/attention.md#tuning, "Three consumer warpgroups at D = 64"): S 16384 1.06-1.09x,
 // S 4096 1.06-1.07x non-causal and 1.01-1.03x causal; S 2048 0.95x non-causal, 1.00x causal; S 1024
@@ -61,7 +61,7 @@ inline int sm90_block_m(int64_t head_dim, int requested, int64_t seqlen_q) {
 // The keys per main-loop step of the sm90a forward tile with block_m query rows (the traits in
 // launch_sm90.cuh, static_asserted there).
 constexpr int sm90_block_n(int64_t head_dim, int block_m) {
-  return head_dim == 256 ? 64 : (block_m == 192 ? 96 : 128);
+  return head_dim == 256 ? 64 : 128;
 }
 // What AttentionParams::sm90_block_m may be.
 inline bool sm90_block_m_valid(int requested, int64_t head_dim) {

@@ -104,6 +104,11 @@ struct Sm90Traits {
   // register file (2 x 240 or 3 x 160, each with 24 · 128 for the producer, <= 65536).
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = kConsumerWgs == 2 ? 240 : 160;
+  // The main loop walks the masked key blocks in their own loops (mainloop_sm90.cuh) where the
+  // consumers have 160 registers: the mask code's registers are what would spill at 192 x 128. At
+  // two warpgroups (240 registers) the one loop measured 2-3 % faster at D = 64 and even at D = 128 /
+  // 256 (docs/attention.md#tuning, "Peeled masked blocks").
+  static constexpr bool kPeelMasked = kConsumerWgs == 3;
   static_assert(kConsumerWgs == 2 || kConsumerWgs == 3, "two or three consumer warpgroups");
   static_assert(128 * (kProducerRegs + kConsumerWgs * kConsumerRegs) <= 65536, "the register file");
   static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0, "whole SW128 atoms and k16 slices");

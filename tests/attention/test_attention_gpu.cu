@@ -484,9 +484,10 @@ INSTANTIATE_TEST_SUITE_P(
                       sm90(Case{1, 200, 200, 4, 2, 128, true, -1, -1, 2.0f}),
                       sm90(Case{1, 150, 190, 4, 1, 64, false, 20, 5, 3.0f, DType::kFP16}),
                       sm90(Case{2, 127, 300, 4, 4, 64}), sm90(Case{1, 65, 65, 2, 2, 64, false, -1, -1, 0, DType::kFP16, true}),
-                      // D = 64 on both tiles: 192 x 96 (three consumer warpgroups) and 128 x 128; tails
-                      // around 192 rows and 96 keys, causal (rows without keys), window + cap, GQA, MQA
+                      // D = 64 on both tiles: 192 x 128 (three consumer warpgroups) and 128 x 128; tails
+                      // around 192 rows and 96 / 128 keys, causal (rows without keys), window + cap, GQA, MQA
                       sm90(Case{1, 1, 1, 1, 1, 64}, 192), sm90(Case{1, 191, 193, 4, 2, 64}, 192),
+                      sm90(Case{1, 129, 257, 4, 2, 64, true}, 192), sm90(Case{1, 385, 127, 4, 1, 64}, 192),
                       sm90(Case{2, 193, 97, 4, 1, 64, true}, 192), sm90(Case{1, 97, 385, 8, 8, 64, true}, 192),
                       sm90(Case{1, 300, 300, 4, 2, 64, false, 40, 7, 5.0f, DType::kFP16}, 192),
                       sm90(Case{1, 191, 193, 4, 2, 64}, 128), sm90(Case{2, 193, 97, 4, 1, 64, true}, 128),

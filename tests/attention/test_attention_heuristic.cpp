@@ -51,7 +51,7 @@ TEST(AttentionHeuristic, AutoUsesSm90OnlyWhereItRuns) {
   EXPECT_FALSE(attn::sm90_supports(96));
 }
 
-// The sm90a tile: 192 query rows (three consumer warpgroups, 96 keys a step) at D = 64 from 4096
+// The sm90a tile: 192 query rows (three consumer warpgroups, 128 keys a step) at D = 64 from 4096
 // query rows (measured ahead at 4096 and 16384, behind or even at 1024 and 2048), 128 rows
 // elsewhere; a request wins; what a request may be.
 TEST(AttentionHeuristic, Sm90BlockM) {
@@ -62,7 +62,7 @@ TEST(AttentionHeuristic, Sm90BlockM) {
     EXPECT_EQ(attn::sm90_block_m(64, 128, s), 128);
     EXPECT_EQ(attn::sm90_block_m(64, 192, s), 192);
   }
-  EXPECT_EQ(attn::sm90_block_n(64, 192), 96);
+  EXPECT_EQ(attn::sm90_block_n(64, 192), 128);
   EXPECT_EQ(attn::sm90_block_n(64, 128), 128);
   EXPECT_EQ(attn::sm90_block_n(128, 128), 128);
   EXPECT_EQ(attn::sm90_block_n(256, 128), 64);
