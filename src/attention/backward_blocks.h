@@ -7,12 +7,6 @@
 
 #include "attention/params.h"
 
-#if defined(__CUDACC__)
-#define BLOCKFUSE_ATTN_HD __host__ __device__ __forceinline__
-#else
-#define BLOCKFUSE_ATTN_HD inline
-#endif
-
 namespace blockfuse::attn {
 
 // Key j is visible to query row i iff lo(i) <= j < hi(i) with shift = len_k − len_q (bottom-right):

@@ -37,8 +37,10 @@ void launch(const Params& a, cudaStream_t stream) {
   p.m_blocks = m_blocks;
   p.num_tiles = num_tiles;
   // Persistent (one CTA per SM: the shared memory allows no more) unless a band makes the tiles
-  // uneven (sm90_grid_ctas).
+  // uneven (sm90_grid_ctas); then one CTA per tile, longest first within L2 sections (lpt_tile).
   const bool banded = a.window_left < kWindowUnbounded || a.window_right < kWindowUnbounded;
+  if (banded)
+    p.lpt_section = sm90_lpt_section(a.seqlen_k, D, int(sizeof(Element)), a.group, a.heads_q * a.batch);
   const int sms = detail::current_device_spec().sm_count;
   const dim3 grid(static_cast<unsigned>(sm90_grid_ctas(num_tiles, sms, banded)), 1, 1);
   detail::launch_with_cluster(kernel, grid, dim3(Traits::kThreads, 1, 1), kSmem, stream, dim3(1, 1, 1), p);

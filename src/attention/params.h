@@ -8,6 +8,13 @@
 
 #include "blockfuse/attention.h"
 
+// Pure functions the kernels share with their CPU tests (the tile order, the backward's blocks).
+#if defined(__CUDACC__)
+#define BLOCKFUSE_ATTN_HD __host__ __device__ __forceinline__
+#else
+#define BLOCKFUSE_ATTN_HD inline
+#endif
+
 namespace blockfuse::attn {
 
 // One compiled (head_dim, block_m, block_n, warps) instantiation of the sm80 kernel.
@@ -48,12 +55,12 @@ inline bool auto_uses_sm90(bool built, int cc_major, int cc_minor, int64_t head_
 // choice): 128 (two consumer warpgroups of 64 rows), except at D = 64 from 4096 query rows, where
 // three warpgroups (192 rows, 128 keys a step) load each K and V block for 1.5x the rows, as
 // FlashAttention-3 does. H100, B 2, Hq 32, Hkv 32 / 8, causal and not, 192 / 128 rows in one
-// process (docs/attention.md#tuning, "Three consumer warpgroups at D = 64"): S 16384 1.06-1.09x,
-// S 4096 1.06-1.07x non-causal and 1.01-1.03x causal; S 2048 0.95x non-causal, 1.00x causal; S 1024
-// 0.89-1.02x (a 192-row tile there is a sixth padding, and there are fewer tiles than at 128).
-// seqlen_q: the batch's query length (varlen: the maximum). Host-only, a pure function
-// (tests/attention/test_attention_heuristic.cpp).
-inline constexpr int64_t kSm90Rows192FromSeqlen = 4096;
+// call (docs/attention.md#tuning, "Peeled masked blocks: 192 x 128 at D = 64"): S 16384
+// 1.11-1.17x non-causal and 1.10-1.12x causal, S 4096 1.12-1.13x and 1.03-1.04x, S 2048
+// 1.00-1.08x and 1.00-1.03x; S 1024 1.00-1.01x non-causal but 0.85-0.94x causal (a 192-row tile
+// there is a sixth padding, and there are fewer tiles than at 128). seqlen_q: the batch's query length
+// (varlen: the maximum). Host-only, a pure function (tests/attention/test_attention_heuristic.cpp).
+inline constexpr int64_t kSm90Rows192FromSeqlen = 2048;
 inline int sm90_block_m(int64_t head_dim, int requested, int64_t seqlen_q) {
   if (requested != 0) return requested;
   return head_dim == 64 && seqlen_q >= kSm90Rows192FromSeqlen ? 192 : 128;
@@ -81,6 +88,39 @@ inline int64_t sm90_grid_ctas(int64_t num_tiles, int sm_count, bool banded) {
   constexpr int64_t kMaxGridX = (int64_t(1) << 31) - 1;
   if (banded && num_tiles <= kMaxGridX) return num_tiles;
   return num_tiles < sm_count ? num_tiles : sm_count;
+}
+
+// The order of the sm90a kernel's tiles under a band, where each tile is its own CTA and the
+// hardware's block scheduler hands them out in blockIdx order: FlashAttention-3's longest-first
+// order over L2 sections. The (head, batch) pairs (hb = b · heads_q + head) are cut into sections of
+// `section` pairs; within a section the longest query blocks (the last m_block, causal) of every pair
+// come first, then the next-longest, and so on, so the long tiles of a section start together and the
+// short ones fill the tail, while the section's K and V stay in L2 (sm90_lpt_section). The last
+// section may be narrower. Tile t of m_blocks · hb_total: its m_block and hb.
+struct TileCoord {
+  int m_block, hb;
+};
+BLOCKFUSE_ATTN_HD TileCoord lpt_tile(int64_t t, int m_blocks, int hb_total, int section) {
+  const int64_t per_section = int64_t(section) * m_blocks;
+  const int major = int(t / per_section);
+  const int first = major * section;
+  const int width = hb_total - first < section ? hb_total - first : section;
+  const int r = int(t - major * per_section);
+  return {m_blocks - 1 - r / width, first + r % width};
+}
+
+// The section of lpt_tile, in (head, batch) pairs: FlashAttention-3's rule, as many KV heads as
+// have their K and V in 32 MB of L2 (rounded down to a power of two, at least one), times the query
+// heads sharing each (group), at most hb_total. Host-only, a pure function
+// (tests/attention/test_attention_heuristic.cpp).
+inline int sm90_lpt_section(int64_t seqlen_k, int64_t head_dim, int elem_bytes, int group, int hb_total) {
+  constexpr int64_t kL2Bytes = int64_t(32) << 20;
+  const int64_t kv_head_bytes = 2 * seqlen_k * head_dim * elem_bytes;  // K and V
+  int64_t fit = kv_head_bytes > 0 ? kL2Bytes / kv_head_bytes : 1;
+  int64_t pow2 = 1;
+  while (pow2 * 2 <= fit) pow2 *= 2;
+  const int64_t section = pow2 * group;
+  return int(section < hb_total ? section : hb_total);
 }
 
 // What the kernels are launched with, one struct from the launcher to both kernels. Offsets are in

@@ -1,9 +1,10 @@
 // Internal: the tile scheduler of the sm90a attention kernel: which tiles a CTA computes and, for
 // each, its sequence, mask and key-block range.
 //
-// CTA i computes tiles i, i + gridDim.x, ... (the grid: sm90_grid_ctas in params.h). A tile is
-// (m_block, head, b), m fastest and reversed: the CTAs running together share one head's K and V in
-// L2, and under a causal mask the longest query blocks start first. The producer and the consumers
+// CTA i computes tiles i, i + gridDim.x, ... (the grid: sm90_grid_ctas in params.h). Persistent
+// (no band): a tile is (m_block, head, b), m fastest and reversed, so the CTAs running together
+// share one head's K and V in L2. Under a band (one CTA per tile, p.lpt_section > 0): lpt_tile's
+// order, the longest query blocks of an L2-sized section of heads first. The producer and the consumers
 // derive a tile's sequence, mask and key-block range from the same call, so they agree. Varlen:
 // sequence b is rows [cu[b], cu[b+1]) of the packed tensors; a tile past its sequence's end is
 // skipped by both. (The sm80 kernel is not persistent: one block per tile, the hardware's block
@@ -15,6 +16,7 @@
 #include <cute/config.hpp>
 
 #include "attention/mask.cuh"
+#include "attention/params.h"
 
 namespace blockfuse::attn::sm90 {
 
@@ -30,8 +32,16 @@ struct TileScheduler {
   bool varlen;
 
   CUTE_DEVICE Tile tile_at(int64_t t) const {
-    const int m_block = p.m_blocks - 1 - int(t % p.m_blocks);
-    const int64_t hb = t / p.m_blocks;
+    int m_block;
+    int64_t hb;
+    if (p.lpt_section > 0) {
+      const TileCoord c = lpt_tile(t, p.m_blocks, p.heads_q * p.batch, p.lpt_section);
+      m_block = c.m_block;
+      hb = c.hb;
+    } else {
+      m_block = p.m_blocks - 1 - int(t % p.m_blocks);
+      hb = t / p.m_blocks;
+    }
     const int head = int(hb % p.heads_q), b = int(hb / p.heads_q);
     int offset_q = 0, offset_k = 0, len_q = p.seqlen_q, len_k = p.seqlen_k;
     if (varlen) {

@@ -178,6 +178,7 @@ struct Sm90Params : Params {
   int rows_q = 0, rows_k = 0;  // rows of the TMA views: seqlen (batched) or total (varlen)
   int m_blocks = 0;            // ceil(seqlen_q / kBlockM)
   int64_t num_tiles = 0;       // m_blocks · heads_q · batch
+  int lpt_section = 0;         // > 0: tiles in lpt_tile's order (params.h); 0: m fastest
 };
 
 }  // namespace blockfuse::attn::sm90

@@ -1,4 +1,6 @@
 // The attention tile heuristic and configuration table (pure functions, no GPU).
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "attention/params.h"
@@ -51,12 +53,12 @@ TEST(AttentionHeuristic, AutoUsesSm90OnlyWhereItRuns) {
   EXPECT_FALSE(attn::sm90_supports(96));
 }
 
-// The sm90a tile: 192 query rows (three consumer warpgroups, 128 keys a step) at D = 64 from 4096
-// query rows (measured ahead at 4096 and 16384, behind or even at 1024 and 2048), 128 rows
-// elsewhere; a request wins; what a request may be.
+// The sm90a tile: 192 query rows (three consumer warpgroups, 128 keys a step) at D = 64 from 2048
+// query rows (measured ahead or even from 2048, behind causal at 1024), 128 rows elsewhere; a
+// request wins; what a request may be.
 TEST(AttentionHeuristic, Sm90BlockM) {
-  for (int64_t s : {1, 1000, 1024, 2048, 4095, 4096, 16384}) {
-    EXPECT_EQ(attn::sm90_block_m(64, 0, s), s >= 4096 ? 192 : 128) << s;
+  for (int64_t s : {1, 1000, 1024, 2047, 2048, 4096, 16384}) {
+    EXPECT_EQ(attn::sm90_block_m(64, 0, s), s >= 2048 ? 192 : 128) << s;
     EXPECT_EQ(attn::sm90_block_m(128, 0, s), 128);
     EXPECT_EQ(attn::sm90_block_m(256, 0, s), 128);
     EXPECT_EQ(attn::sm90_block_m(64, 128, s), 128);
@@ -80,6 +82,53 @@ TEST(AttentionHeuristic, Sm90GridIsPersistentOnlyForUniformTiles) {
   EXPECT_EQ(attn::sm90_grid_ctas(100, 132, false), 100);
   EXPECT_EQ(attn::sm90_grid_ctas(8192, 132, true), 8192);
   EXPECT_EQ(attn::sm90_grid_ctas(int64_t(1) << 40, 132, true), 132);  // beyond grid.x: persistent
+}
+
+// The banded grid's tile order: every tile once; within a section of (head, batch) pairs the query
+// blocks come longest first (m_block descending), each m_block across the section's pairs before
+// the next; sections in order, the last one narrower where the pairs do not divide.
+TEST(AttentionHeuristic, LptTileOrderIsABijectionLongestFirstPerSection) {
+  struct Case {
+    int m_blocks, hb_total, section;
+  };
+  for (const Case c : {Case{22, 64, 32}, Case{22, 64, 64}, Case{7, 10, 4}, Case{1, 5, 2}, Case{3, 1, 1},
+                       Case{128, 96, 8}, Case{5, 6, 6}}) {
+    const int64_t n = int64_t(c.m_blocks) * c.hb_total;
+    std::vector<int> seen(n, 0);
+    int last_m = c.m_blocks, last_section = 0;
+    for (int64_t t = 0; t < n; ++t) {
+      const attn::TileCoord tc = attn::lpt_tile(t, c.m_blocks, c.hb_total, c.section);
+      ASSERT_GE(tc.m_block, 0) << t;
+      ASSERT_LT(tc.m_block, c.m_blocks) << t;
+      ASSERT_GE(tc.hb, 0) << t;
+      ASSERT_LT(tc.hb, c.hb_total) << t;
+      ++seen[int64_t(tc.hb) * c.m_blocks + tc.m_block];
+      const int section = tc.hb / c.section;
+      ASSERT_GE(section, last_section) << "sections in order, t " << t;
+      if (section != last_section) last_m = c.m_blocks;
+      ASSERT_LE(tc.m_block, last_m) << "longest first within a section, t " << t;
+      last_m = tc.m_block;
+      last_section = section;
+    }
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(seen[i], 1) << "tile " << i << " of " << c.m_blocks << "x" << c.hb_total;
+  }
+  // The first tiles of a section are its pairs' last (longest, causal) query blocks.
+  EXPECT_EQ(attn::lpt_tile(0, 22, 64, 32).m_block, 21);
+  EXPECT_EQ(attn::lpt_tile(31, 22, 64, 32).hb, 31);
+  EXPECT_EQ(attn::lpt_tile(32, 22, 64, 32).m_block, 20);
+  EXPECT_EQ(attn::lpt_tile(22 * 32, 22, 64, 32).hb, 32);
+}
+
+// Sections: the power of two of KV heads whose K and V fit in 32 MB, times the group, at most all pairs.
+TEST(AttentionHeuristic, LptSectionFitsL2) {
+  EXPECT_EQ(attn::sm90_lpt_section(4096, 64, 2, 1, 64), 32);     // 1 MB a head
+  EXPECT_EQ(attn::sm90_lpt_section(4096, 64, 2, 4, 64), 64);     // 128 capped at the 64 pairs
+  EXPECT_EQ(attn::sm90_lpt_section(16384, 64, 2, 1, 64), 8);     // 4 MB
+  EXPECT_EQ(attn::sm90_lpt_section(4096, 128, 2, 1, 64), 16);    // 2 MB
+  EXPECT_EQ(attn::sm90_lpt_section(3000, 128, 2, 1, 64), 16);    // 1.46 MB: 21 heads, rounded down
+  EXPECT_EQ(attn::sm90_lpt_section(1 << 20, 256, 2, 2, 64), 2);  // 1 GB a head: one KV head
+  EXPECT_EQ(attn::sm90_lpt_section(0, 64, 2, 1, 64), 1);
+  EXPECT_EQ(attn::sm90_lpt_section(1024, 64, 2, 8, 4), 4);
 }
 
 TEST(AttentionHeuristic, RejectsUnsupportedInput) {
