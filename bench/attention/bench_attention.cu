@@ -84,7 +84,7 @@ class AttentionBench final : public BenchCommand {
     o.ints("--causal", causals_, 0, 1, "0 = full, 1 = causal");
     o.integer("--b", batch_, 1, 1 << 16, "batch");
     o.integer("--hq", hq_, 1, 1 << 16, "query heads");
-    o.flag("--all-configs", all_configs_, "time every compiled tile configuration (sm80) and both sm90 tiles at D = 64 (sm90_block_m 128, 192), not only the heuristic's");
+    o.flag("--all-configs", all_configs_, "time every compiled tile configuration (sm80) and both sm90 tiles at D = 64 (sm90_block_m 128, 192), not only the heuristic's; causal sm90 points also with a tile counter (AttentionParams::sm90_tile_counter: a persistent grid taking tiles from it, 'dyn')");
     o.flag("--varlen", varlen_,
            "pass the B sequences as one packed varlen batch (cu_seqlens 0, S, 2S, ...): the same work and "
            "result, through the varlen path");
@@ -144,6 +144,8 @@ class AttentionBench final : public BenchCommand {
           DeviceBuffer<int32_t> cu(cu_host.size());
           if (varlen_)
             BENCH_CUDA(cudaMemcpy(cu.data(), cu_host.data(), cu.bytes(), cudaMemcpyHostToDevice));
+          DeviceBuffer<int32_t> counter(2);  // AttentionParams::sm90_tile_counter for the 'dyn' points
+          BENCH_CUDA(cudaMemset(counter.data(), 0, counter.bytes()));
           for (int64_t causal : causals_)
             for (const char* kernel : {"sm80", "sm90"}) {
             if (kernel_ != "both" && kernel_ != kernel) continue;
@@ -164,15 +166,20 @@ class AttentionBench final : public BenchCommand {
               pv.host_cu_seqlens_q = pv.host_cu_seqlens_k = cu_host.data();
             }
             // sm80: the compiled configs; sm90: its tiles (AttentionParams::sm90_block_m; two at D = 64).
-            const int n_cfg = !all_configs_ ? 1 : sm90 ? (d == 64 ? 2 : 1) : attention_num_configs(d);
+            // Causal sm90 points under --all-configs run each tile twice: the hardware's one CTA per
+            // tile, then a persistent grid with a tile counter (zeroed once; the kernel leaves it zeroed).
+            const int n_tiles = !all_configs_ ? 1 : sm90 ? (d == 64 ? 2 : 1) : attention_num_configs(d);
+            const int n_cfg = n_tiles * (sm90 && all_configs_ && causal ? 2 : 1);
             for (int ci = 0; ci < n_cfg; ++ci) {
-              const AttentionConfig cfg = attention_config(d, ci);
-              if (sm90) p.sm90_block_m = pv.sm90_block_m = all_configs_ ? (ci == 0 ? 128 : 192) : 0;
+              const bool dyn = ci >= n_tiles;
+              const AttentionConfig cfg = attention_config(d, ci % n_tiles);
+              if (sm90) p.sm90_block_m = pv.sm90_block_m = all_configs_ ? (ci % n_tiles == 0 ? 128 : 192) : 0;
+              p.sm90_tile_counter = pv.sm90_tile_counter = dyn ? counter.data() : nullptr;
               const int bm90 = attn::sm90_block_m(d, p.sm90_block_m, s);
               const std::string tile = (sm90 ? "sm90 " + std::to_string(bm90) + "x" + std::to_string(attn::sm90_block_n(d, bm90))
                                              : std::to_string(cfg.block_m) + "x" + std::to_string(cfg.block_n) + "w" +
                                                    std::to_string(cfg.warps)) +
-                                       (varlen_ ? " varlen" : "");
+                                       (dyn ? " dyn" : "") + (varlen_ ? " varlen" : "");
               auto call = [&] {
                 if (varlen_ && sm90)
                   attention(qp, kp, vp, outp, lse.data(), pv, stream);

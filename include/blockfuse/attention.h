@@ -110,6 +110,13 @@ struct AttentionParams {
   // (two consumer warpgroups), or 192 at head_dim 64 (three). For tuning and benchmarks; the sm80
   // kernel and the backward ignore it. Anything else is an error.
   int sm90_block_m = 0;
+  // Optional: two int32 in device memory, zero before the first call that gets them. With them the
+  // sm90a forward runs causal and windowed shapes on a persistent grid whose CTAs take their next
+  // tile, longest first, from this counter (the hardware's one CTA per tile otherwise), and the last
+  // CTA sets both back to zero, so the same pair serves the next call on the stream. Calls that may
+  // run at the same time (other streams, a graph replayed beside eager calls) need pairs of their own.
+  // Ignored by the sm80 kernel, the backward and shapes without a band. 4-byte aligned.
+  int32_t* sm90_tile_counter = nullptr;
 
   // attention_backward only. true: dQ in a kernel of its own, the same bits on every call. false:
   // dQ accumulated with fp32 atomics inside the dK/dV kernel (FlashAttention-2's: five S²·D products

@@ -93,6 +93,9 @@ Validated validate_host(const AttnConstTensor& q, const AttnConstTensor& k, cons
   if (q.heads % k.heads != 0)
     throw_arg(kFn, "k", cat("has heads = ", k.heads, " with q.heads = ", q.heads),
               "q.heads % k.heads == 0 (grouped-query attention)");
+  if (reinterpret_cast<std::uintptr_t>(prm.sm90_tile_counter) % 4 != 0)
+    throw_arg(kFn, "sm90_tile_counter", cat("pointer ", static_cast<const void*>(prm.sm90_tile_counter), " is not 4-byte aligned"),
+              "null or two 4-byte aligned int32 in device memory");
   if (reinterpret_cast<std::uintptr_t>(lse) % 4 != 0)
     throw_arg(kFn, "lse", cat("pointer ", static_cast<const void*>(lse), " is not 4-byte aligned"), "a 4-byte aligned fp32 buffer");
 
@@ -169,6 +172,7 @@ void check_devices(const AttnConstTensor& q, const AttnConstTensor& k, const Att
   if (v.seqlen > 0) detail::check_device_pointer(kFn, "v", v.data);
   detail::check_device_pointer(kFn, "out", out.data);
   if (lse) detail::check_device_pointer(kFn, "lse", lse);
+  if (prm.sm90_tile_counter) detail::check_device_pointer(kFn, "sm90_tile_counter", prm.sm90_tile_counter);
   if (varlen) {
     detail::check_device_pointer(kFn, "cu_seqlens_q", prm.cu_seqlens_q);
     detail::check_device_pointer(kFn, "cu_seqlens_k", prm.cu_seqlens_k);
@@ -183,6 +187,7 @@ attn::Params make_params(const AttnConstTensor& q, const AttnConstTensor& k, con
   p.v = v.data;
   p.out = out.data;
   p.lse = lse;
+  p.tile_counter = prm.sm90_tile_counter;
   p.q_batch_stride = q.batch_stride, p.q_row_stride = q.seq_stride, p.q_head_stride = q.head_stride;
   p.k_batch_stride = k.batch_stride, p.k_row_stride = k.seq_stride, p.k_head_stride = k.head_stride;
   p.v_batch_stride = v.batch_stride, p.v_row_stride = v.seq_stride, p.v_head_stride = v.head_stride;

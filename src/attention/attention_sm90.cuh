@@ -78,6 +78,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (threadIdx.x == 0) {
     QBarrier::init(&smem.q_full, 1);
     QEmptyBarrier::init(&smem.q_empty, 128 * Traits::kConsumerWgs);
+    for (int s = 0; s < 2; ++s) {
+      cutlass::arch::ClusterBarrier::init(&smem.tile_full[s], 1);
+      cutlass::arch::ClusterBarrier::init(&smem.tile_empty[s], 128 * Traits::kConsumerWgs + 1);  // + the loader
+    }
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
@@ -86,6 +90,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // ---- producer ----
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if (warp_in_group == 0 && threadIdx.x == 0) Mainloop::load(p, smem, pipe_k, pipe_v, sched, varlen);
+    if (threadIdx.x == 32 && sched.dynamic()) sched.schedule(smem);  // the dynamic walk's scheduler
     return;
   }
 
@@ -121,7 +126,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Mainloop::sched_open(wg);
 
   int iter = 0;  // as the producer's
-  for (int64_t tile = sched.first(); tile < sched.end(); tile += sched.stride()) {
+  for (int k = 0;; ++k) {
+    const int64_t tile = sched.tile_of_step(smem, k);
+    if (tile < 0 || tile >= sched.end()) break;
     const Tile tl = sched.tile_at(tile);
     if (sched.tile_is_empty(tl)) continue;
     const int row0 = tl.m_block * kBlockM + wg * Traits::kRowsPerWg + warp_in_group * 16 + lane / 4;

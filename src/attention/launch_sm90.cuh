@@ -39,10 +39,13 @@ void launch(const Params& a, cudaStream_t stream) {
   // Persistent (one CTA per SM: the shared memory allows no more) unless a band makes the tiles
   // uneven (sm90_grid_ctas); then one CTA per tile, longest first within L2 sections (lpt_tile).
   const bool banded = a.window_left < kWindowUnbounded || a.window_right < kWindowUnbounded;
+  // With a tile counter a banded shape runs persistent too, its CTAs taking tiles from the counter.
+  const bool dynamic = banded && a.tile_counter != nullptr;
+  if (!dynamic) p.tile_counter = nullptr;
   if (banded)
     p.lpt_section = sm90_lpt_section(a.seqlen_k, D, int(sizeof(Element)), a.group, a.heads_q * a.batch);
   const int sms = detail::current_device_spec().sm_count;
-  const dim3 grid(static_cast<unsigned>(sm90_grid_ctas(num_tiles, sms, banded)), 1, 1);
+  const dim3 grid(static_cast<unsigned>(sm90_grid_ctas(num_tiles, sms, banded && !dynamic)), 1, 1);
   detail::launch_with_cluster(kernel, grid, dim3(Traits::kThreads, 1, 1), kSmem, stream, dim3(1, 1, 1), p);
   BF_CHECK_LAUNCH();
 }

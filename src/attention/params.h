@@ -146,6 +146,7 @@ struct Params {
   float softcap_mul;   // with a soft-cap: softmax_scale / softcap (tanh argument); 0: off
   int window_left;     // clamped: -1 -> unbounded is stored as a value beyond every row
   int window_right;
+  int32_t* tile_counter;  // AttentionParams::sm90_tile_counter: [0] next tile - gridDim.x, [1] CTAs done
 };
 
 }  // namespace blockfuse::attn

@@ -15,6 +15,8 @@
 
 #include <cute/config.hpp>
 
+#include "cutlass/arch/barrier.h"
+
 #include "attention/mask.cuh"
 #include "attention/params.h"
 
@@ -57,10 +59,55 @@ struct TileScheduler {
   }
   CUTE_DEVICE static bool tile_is_empty(const Tile& tl) { return tl.m_block * kBlockM >= tl.len_q; }
 
-  // The walk: the first tile of this CTA, the end, the stride.
+  // The walk. Static: tiles first(), + stride(), ... below end(). Dynamic (p.tile_counter, banded
+  // shapes on a persistent grid): the first tile is blockIdx.x and a scheduler thread (lane 0 of the
+  // producer warpgroup's second warp, otherwise idle) takes each next one from the counter, so a CTA
+  // that finishes early takes the next-longest tile. It hands each index to the loading thread and
+  // the consumers through a two-slot ring in shared memory (publish / take: one full and one empty
+  // barrier a slot), -1 once the tiles have run out. (In the loading thread itself the atomic's
+  // registers spilled at 24 a thread.)
   CUTE_DEVICE static int64_t first() { return blockIdx.x; }
   CUTE_DEVICE int64_t end() const { return p.num_tiles; }
   CUTE_DEVICE static int64_t stride() { return gridDim.x; }
+  CUTE_DEVICE bool dynamic() const { return p.tile_counter != nullptr; }
+  // The k-th tile of this CTA's walk (-1 or >= end(): none), for the loading thread and the consumers.
+  template <class Storage>
+  CUTE_DEVICE int64_t tile_of_step(Storage& smem, int k) const {
+    return dynamic() ? take(smem, k) : first() + int64_t(k) * stride();
+  }
+  // The scheduler thread's whole job. At the end the last CTA sets the counter back to zero (every
+  // CTA's scheduler has taken its last index by then, so no add can follow).
+  template <class Storage>
+  CUTE_DEVICE void schedule(Storage& smem) const {
+    int64_t t = first();
+    for (int k = 0;; ++k) {
+      publish(smem, k, t < end() ? t : -1);
+      if (t >= end()) break;
+      t = int64_t(atomicAdd(p.tile_counter, 1)) + gridDim.x;
+    }
+    __threadfence();
+    if (atomicAdd(p.tile_counter + 1, 1) == int(gridDim.x) - 1) {
+      atomicExch(p.tile_counter, 0);
+      atomicExch(p.tile_counter + 1, 0);
+    }
+  }
+  template <class Storage>
+  CUTE_DEVICE static void publish(Storage& smem, int k, int64_t tile) {
+    using Barrier = cutlass::arch::ClusterBarrier;
+    const int s = k & 1, j = k >> 1;
+    if (j > 0) Barrier::wait(&smem.tile_empty[s], (j - 1) & 1);
+    smem.tile_slot[s] = tile;
+    Barrier::arrive(&smem.tile_full[s]);  // release: the slot's write is seen by a waiter
+  }
+  template <class Storage>
+  CUTE_DEVICE static int64_t take(Storage& smem, int k) {
+    using Barrier = cutlass::arch::ClusterBarrier;
+    const int s = k & 1, j = k >> 1;
+    Barrier::wait(&smem.tile_full[s], j & 1);
+    const int64_t tile = smem.tile_slot[s];
+    Barrier::arrive(&smem.tile_empty[s]);
+    return tile;
+  }
 };
 
 }  // namespace blockfuse::attn::sm90

@@ -149,6 +149,10 @@ struct Sm90Traits {
     typename PipelineV::SharedStorage pipe_v;
     uint64_t q_full;   // ClusterTransactionBarrier::ValueType: Q of the current tile landed
     uint64_t q_empty;  // ClusterBarrier::ValueType: both consumer warpgroups are done reading Q
+    // The dynamic walk (tile_scheduler.cuh): the tile the producer took, two slots in turn.
+    int64_t tile_slot[2];
+    uint64_t tile_full[2];   // ClusterBarrier: the producer wrote the slot
+    uint64_t tile_empty[2];  // ClusterBarrier: every consumer thread read it
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "Hopper allows 227 KB of shared memory per block");

@@ -44,6 +44,7 @@ struct Case {
   float scale = 0;
   AttentionKernel kernel = AttentionKernel::kAuto;
   int block_m = 0;  // AttentionParams::sm90_block_m (0: the heuristic's)
+  bool counter = false;  // AttentionParams::sm90_tile_counter (banded shapes: the dynamic persistent walk)
 };
 
 bool sm90_runnable() { return testing::attention_sm90_runnable(); }
@@ -67,6 +68,7 @@ struct Problem {
   Case c;
   DeviceBuffer<uint16_t> qb, kb, vb, ob;
   DeviceBuffer<float> lseb;
+  DeviceBuffer<int32_t> counter;  // two int32 when c.counter
   std::vector<uint16_t> hq, hk, hv;
   AttnConstTensor q, k, v;
   AttnTensor out;
@@ -108,6 +110,7 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   if (c.fused) n += "_fused";
   if (c.kernel != AttentionKernel::kAuto) n += std::string("_") + kernel_name(c.kernel);
   if (c.block_m != 0) n += "_m" + std::to_string(c.block_m);
+  if (c.counter) n += "_dyn";
   return n + "_" + dtype_name(c.dt);
 }
 
@@ -150,6 +153,11 @@ void make_problem(Problem& pr, const Case& c, uint64_t seed) {
   pr.p.softmax_scale = c.scale;
   pr.p.kernel = c.kernel;
   pr.p.sm90_block_m = c.block_m;
+  if (c.counter) {
+    pr.counter = DeviceBuffer<int32_t>(2);
+    BF_CUDA_OK(cudaMemset(pr.counter.data(), 0, pr.counter.bytes()));
+    pr.p.sm90_tile_counter = pr.counter.data();
+  }
 }
 
 void poison(Problem& pr) {
@@ -292,7 +300,8 @@ TEST(AttentionGpuReference, MatchesCpuReference) {
 // Varlen: q lengths 5, 0, 1, 130, 7, 1 and k lengths 9, 4, 1, 130, 0, 200 (an empty sequence, a
 // query without keys, length-1 sequences), causal and not, GQA 2; a NaN in a V row that only a
 // neighbouring sequence's key box covers.
-void run_varlen(bool causal, DType dt, int64_t D, AttentionKernel kernel = AttentionKernel::kAuto, int block_m = 0) {
+void run_varlen(bool causal, DType dt, int64_t D, AttentionKernel kernel = AttentionKernel::kAuto, int block_m = 0,
+                bool counter = false) {
   BF_SKIP_WITHOUT_GPU("attention (varlen)");
   BF_SKIP_WITHOUT_SM90(kernel);
   const uint64_t seed = testing::fresh_seed();
@@ -305,6 +314,7 @@ void run_varlen(bool causal, DType dt, int64_t D, AttentionKernel kernel = Atten
   c.dt = dt;
   c.kernel = kernel;
   c.block_m = block_m;
+  c.counter = counter;
   Problem pr;
   make_problem(pr, c, seed);
   // A NaN in V at the first key of sequence 1 (no queries, so no output reads it legitimately), row 9
@@ -461,6 +471,12 @@ Case sm90(Case c, int block_m) {
   c.block_m = block_m;
   return c;
 }
+// The sm90a kernel with a tile counter: banded shapes on a persistent grid taking tiles from it.
+Case sm90_dyn(Case c, int block_m = 0) {
+  c = sm90(c, block_m);
+  c.counter = true;
+  return c;
+}
 
 // Tails of Sq and Sk around the 128-row and 128-key tiles (1, 63/64/65, 127/128/129), Sq != Sk both
 // ways, GQA 1, 2, 4, 8 and MQA, both dtypes, fused QKV, a custom scale; causal (rows without keys
@@ -491,6 +507,13 @@ INSTANTIATE_TEST_SUITE_P(
                       sm90(Case{2, 193, 97, 4, 1, 64, true}, 192), sm90(Case{1, 97, 385, 8, 8, 64, true}, 192),
                       sm90(Case{1, 300, 300, 4, 2, 64, false, 40, 7, 5.0f, DType::kFP16}, 192),
                       sm90(Case{1, 191, 193, 4, 2, 64}, 128), sm90(Case{2, 193, 97, 4, 1, 64, true}, 128),
+                      // The dynamic walk (a tile counter): causal both ways, windows, soft-cap, every tile,
+                      // fewer tiles than SMs and more (B 2 x Hq 16 x 3-4 blocks), a shape without a band
+                      sm90_dyn(Case{1, 1, 1, 1, 1, 128, true}), sm90_dyn(Case{1, 300, 127, 4, 4, 128, true}),
+                      sm90_dyn(Case{2, 400, 500, 16, 4, 128, true}), sm90_dyn(Case{1, 257, 257, 4, 2, 128, false, 32, 16}),
+                      sm90_dyn(Case{2, 500, 400, 16, 8, 64, true, -1, -1, 0, DType::kFP16}, 192),
+                      sm90_dyn(Case{2, 385, 385, 16, 2, 64, true}, 128), sm90_dyn(Case{1, 200, 200, 8, 4, 256, true, -1, -1, 50.0f}),
+                      sm90_dyn(Case{1, 129, 129, 4, 2, 128}),
                       // D = 256 (128 x 64 tiles, O staged through Q's buffer)
                       sm90(Case{1, 1, 1, 1, 1, 256}), sm90(Case{1, 65, 129, 4, 2, 256}),
                       sm90(Case{2, 127, 300, 4, 4, 256, true}), sm90(Case{1, 300, 127, 4, 2, 256, true}),
@@ -510,6 +533,8 @@ INSTANTIATE_TEST_SUITE_P(
                       sm90(Case{1, 1000, 4097, 8, 8, 128, true}),                                   // causal chunk
                       sm90(Case{1, 4097, 4097, 4, 1, 64, true, -1, -1, 0, DType::kFP16}),
                       sm90(Case{2, 1000, 4097, 8, 2, 64}, 192), sm90(Case{1, 4097, 4097, 4, 1, 64, true}, 128),
+                      sm90_dyn(Case{2, 1000, 1000, 32, 8, 128, true}), sm90_dyn(Case{2, 2000, 2000, 16, 4, 64, true}, 192),
+                      sm90_dyn(Case{1, 4097, 4097, 2, 2, 128, false, 1024, 0, 30.0f}),
                       sm90(Case{1, 4097, 4097, 2, 2, 128, false, 1024, 0, 30.0f}),                  // window + cap
                       sm90(Case{1, 1000, 1000, 8, 4, 256, true, -1, -1, 50.0f}),                    // Gemma-2 9B-like
                       sm90(Case{2, 1000, 1000, 80, 8, 256})),  // 2 x 8 x 80 tiles: CTAs walk several
@@ -565,6 +590,30 @@ TEST(AttentionGpuSm90, VarlenNonCausalFp16D64) { run_varlen(false, DType::kFP16,
 TEST(AttentionGpuSm90, VarlenCausalBf16D64Rows192) { run_varlen(true, DType::kBF16, 64, kSm90, 192); }
 TEST(AttentionGpuSm90, VarlenNonCausalBf16D64Rows128) { run_varlen(false, DType::kBF16, 64, kSm90, 128); }
 TEST(AttentionGpuSm90, VarlenCausalBf16D256) { run_varlen(true, DType::kBF16, 256, kSm90); }
+TEST(AttentionGpuSm90, VarlenCausalBf16D128TileCounter) { run_varlen(true, DType::kBF16, 128, kSm90, 0, true); }
+
+// The kernel leaves the counter at zero, so one pair serves call after call: three calls in a row
+// on one counter, each checked, and the pair read back as zeros.
+TEST(AttentionGpuSm90, TileCounterIsLeftZeroAndServesTheNextCall) {
+  BF_SKIP_WITHOUT_GPU("attention");
+  BF_SKIP_WITHOUT_SM90(kSm90);
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
+  Problem pr;
+  make_problem(pr, sm90_dyn(Case{2, 700, 700, 16, 4, 128, true}), seed);
+  std::vector<float> ro, rl;
+  reference(pr, true, ro, rl);
+  for (int call = 0; call < 3; ++call) {
+    poison(pr);
+    attention(pr.q, pr.k, pr.v, pr.out, pr.lseb.data(), pr.p);
+    BF_CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_EQ(check(pr, ro, rl), 0) << "call " << call;
+    int32_t c[2] = {-1, -1};
+    BF_CUDA_OK(cudaMemcpy(c, pr.counter.data(), sizeof c, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(c[0], 0) << "call " << call;
+    EXPECT_EQ(c[1], 0) << "call " << call;
+  }
+}
 TEST(AttentionSanitizerSm90Varlen, Small) { run_varlen(true, DType::kBF16, 128, kSm90); }
 
 // The compute-sanitizer set for the sm90a kernel (scripts/sanitize runs '*Sanitizer*'), one case with

@@ -78,6 +78,7 @@ TEST(AttentionArgs, StridesAndAlignment) {
   { Call c = valid(); c.v.batch_stride = 12; expect_arg_error(c, "v", "batch_stride % 8 == 0"); }
   { Call c = valid(); c.q.data = static_cast<char*>(fake(1)) + 8; expect_arg_error(c, "q", "16-byte aligned"); }
   { Call c = valid(); c.lse = reinterpret_cast<float*>(static_cast<char*>(fake(3)) + 2); expect_arg_error(c, "lse", "4-byte aligned"); }
+  { Call c = valid(); c.p.sm90_tile_counter = reinterpret_cast<int32_t*>(static_cast<char*>(fake(4)) + 2); expect_arg_error(c, "sm90_tile_counter", "4-byte aligned"); }
   { Call c = valid(); c.out.data = const_cast<void*>(c.q.data); expect_arg_error(c, "out", "must not overlap"); }
   { Call c = valid(); c.lse = static_cast<float*>(c.out.data); expect_arg_error(c, "lse", "must not overlap"); }
 }
