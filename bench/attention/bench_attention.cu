@@ -84,7 +84,7 @@ class AttentionBench final : public BenchCommand {
     o.ints("--causal", causals_, 0, 1, "0 = full, 1 = causal");
     o.integer("--b", batch_, 1, 1 << 16, "batch");
     o.integer("--hq", hq_, 1, 1 << 16, "query heads");
-    o.flag("--all-configs", all_configs_, "time every compiled tile configuration (sm80) and both sm90 tiles at D = 64 (sm90_block_m 128, 192), not only the heuristic's; causal sm90 points also with a tile counter (AttentionParams::sm90_tile_counter: a persistent grid taking tiles from it, 'dyn')");
+    o.flag("--all-configs", all_configs_, "time every compiled tile configuration (sm80) and both sm90 tiles at D = 64 (sm90_block_m 128, 192), not only the heuristic's; causal sm90 points both per tile and with a tile counter (AttentionParams::sm90_schedule kPerTile / kDynamic: a persistent grid taking tiles from the counter, 'dyn')");
     o.flag("--varlen", varlen_,
            "pass the B sequences as one packed varlen batch (cu_seqlens 0, S, 2S, ...): the same work and "
            "result, through the varlen path");
@@ -174,12 +174,15 @@ class AttentionBench final : public BenchCommand {
               const bool dyn = ci >= n_tiles;
               const AttentionConfig cfg = attention_config(d, ci % n_tiles);
               if (sm90) p.sm90_block_m = pv.sm90_block_m = all_configs_ ? (ci % n_tiles == 0 ? 128 : 192) : 0;
-              p.sm90_tile_counter = pv.sm90_tile_counter = dyn ? counter.data() : nullptr;
-              const int bm90 = attn::sm90_block_m(d, p.sm90_block_m, s);
+              // Without --all-configs the library's default as the torch op calls it: a counter, kAuto.
+              p.sm90_tile_counter = pv.sm90_tile_counter = dyn || !all_configs_ ? counter.data() : nullptr;
+              if (all_configs_) p.sm90_schedule = pv.sm90_schedule = dyn ? Sm90Schedule::kDynamic : Sm90Schedule::kPerTile;
+              const bool walk = sm90 && causal && (all_configs_ ? dyn : attn::sm90_dynamic_walk(0, d, s));
+              const int bm90 = attn::sm90_block_m(d, p.sm90_block_m, s, walk);
               const std::string tile = (sm90 ? "sm90 " + std::to_string(bm90) + "x" + std::to_string(attn::sm90_block_n(d, bm90))
                                              : std::to_string(cfg.block_m) + "x" + std::to_string(cfg.block_n) + "w" +
                                                    std::to_string(cfg.warps)) +
-                                       (dyn ? " dyn" : "") + (varlen_ ? " varlen" : "");
+                                       (walk ? " dyn" : "") + (varlen_ ? " varlen" : "");
               auto call = [&] {
                 if (varlen_ && sm90)
                   attention(qp, kp, vp, outp, lse.data(), pv, stream);

@@ -71,6 +71,9 @@ inline AttnTensor make_attn_tensor(void* data, DType dtype, int64_t batch, int64
 enum class IndexType : int { kInt32 = 0, kInt64 = 1 };
 
 // Which forward kernel runs.
+// AttentionParams::sm90_schedule.
+enum class Sm90Schedule : int { kAuto = 0, kPerTile = 1, kDynamic = 2 };
+
 enum class AttentionKernel : int {
   kAuto = 0,  // the sm90a kernel where it runs (a build with it, compute capability 9.0), else the
               // sm80 kernel
@@ -111,12 +114,18 @@ struct AttentionParams {
   // kernel and the backward ignore it. Anything else is an error.
   int sm90_block_m = 0;
   // Optional: two int32 in device memory, zero before the first call that gets them. With them the
-  // sm90a forward runs causal and windowed shapes on a persistent grid whose CTAs take their next
-  // tile, longest first, from this counter (the hardware's one CTA per tile otherwise), and the last
-  // CTA sets both back to zero, so the same pair serves the next call on the stream. Calls that may
-  // run at the same time (other streams, a graph replayed beside eager calls) need pairs of their own.
-  // Ignored by the sm80 kernel, the backward and shapes without a band. 4-byte aligned.
+  // sm90a forward may run a causal or windowed shape on a persistent grid whose CTAs take their next
+  // tile, longest first, from this counter, instead of the hardware's one CTA per tile (sm90_schedule
+  // says when), and the last CTA sets both back to zero, so the same pair serves the next call on the
+  // stream. Calls that may run at the same time (other streams, a graph replayed beside eager calls)
+  // need pairs of their own. Ignored by the sm80 kernel, the backward and shapes without a band.
+  // 4-byte aligned.
   int32_t* sm90_tile_counter = nullptr;
+  // How the sm90a forward walks a banded shape's tiles. kAuto: from sm90_tile_counter where that
+  // measured faster (attn::sm90_dynamic_walk: head_dim <= 128 and query rows <= 4096), one CTA per
+  // tile otherwise or without a counter; kPerTile: one CTA per tile; kDynamic: from the counter,
+  // which must be given. For tuning and benchmarks; shapes without a band always run persistent.
+  Sm90Schedule sm90_schedule = Sm90Schedule::kAuto;
 
   // attention_backward only. true: dQ in a kernel of its own, the same bits on every call. false:
   // dQ accumulated with fp32 atomics inside the dK/dV kernel (FlashAttention-2's: five S²·D products

@@ -25,9 +25,14 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "binding.h"
@@ -47,6 +52,33 @@ blockfuse::AttentionParams scalar_params(std::optional<double> softmax_scale, bo
   return p;
 }
 
+// The sm90a forward's tile counter (AttentionParams::sm90_tile_counter; the launcher decides where
+// to walk it). Eager calls share one pair per device and stream, zeroed once on that stream: the
+// kernel leaves the pair at zero and calls on one stream run in order. A call captured into a CUDA
+// graph gets a pair of its own, zeroed by a node of the graph (as FlashAttention-3 allocates its
+// semaphore per call): a shared pair could be in use by eager calls on another stream while the graph
+// replays. `scratch` keeps that pair alive until the call is enqueued (the caching allocator orders
+// its reuse after the kernel).
+int32_t* tile_counter(const at::Tensor& q, at::Tensor& scratch) {
+  const auto stream = c10::cuda::getCurrentCUDAStream(q.device().index());
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream.stream(), &capturing) != cudaSuccess) {
+    (void)cudaGetLastError();  // no counter then: one CTA per tile; a real CUDA failure the launcher reports
+    return nullptr;
+  }
+  if (capturing != cudaStreamCaptureStatusNone) {
+    scratch = at::zeros({2}, q.options().dtype(at::kInt));
+    return scratch.data_ptr<int32_t>();
+  }
+  static std::mutex mu;
+  // Never destroyed, so nothing is freed after the CUDA context is gone at exit.
+  static auto* pairs = new std::map<std::pair<int, c10::StreamId>, at::Tensor>();
+  std::lock_guard<std::mutex> lock(mu);
+  at::Tensor& t = (*pairs)[{static_cast<int>(q.device().index()), stream.id()}];
+  if (!t.defined()) t = at::zeros({2}, q.options().dtype(at::kInt));
+  return t.data_ptr<int32_t>();
+}
+
 std::tuple<at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                   std::optional<double> softmax_scale, bool causal,
                                                   int64_t window_left, int64_t window_right, double softcap,
@@ -61,7 +93,9 @@ std::tuple<at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at:
   at::Tensor lse = return_lse ? at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat))
                               : at::empty({0}, q.options().dtype(at::kFloat));
   const auto ov = out_view(out, false, fn);
-  const auto prm = scalar_params(softmax_scale, causal, window_left, window_right, softcap);
+  auto prm = scalar_params(softmax_scale, causal, window_left, window_right, softcap);
+  at::Tensor counter_scratch;
+  prm.sm90_tile_counter = tile_counter(q, counter_scratch);
   call_blockfuse([&] {
     blockfuse::attention(qv, kv, vv, ov, return_lse ? lse.data_ptr<float>() : nullptr, prm, current_stream(q));
   });
@@ -102,9 +136,11 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen_cuda(
   const auto qv = view_of(q, true, fn, "q");
   const auto kv = view_of(k, true, fn, "k");
   const auto vv = view_of(v, true, fn, "v");
-  const auto prm = varlen_params(fn, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                 scalar_params(softmax_scale, causal, window_left, window_right, softcap));
+  auto prm = varlen_params(fn, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           scalar_params(softmax_scale, causal, window_left, window_right, softcap));
   c10::cuda::CUDAGuard guard(q.device());
+  at::Tensor counter_scratch;
+  prm.sm90_tile_counter = tile_counter(q, counter_scratch);
   // Contiguous [Tq, Hq, D], zero-filled: rows past cu_seqlens_q[N] (padding) are never written by the
   // kernel and must not carry garbage (NaN bit patterns) into the next layer or its gradients.
   at::Tensor out = at::zeros(q.sizes(), q.options());

@@ -247,6 +247,42 @@ def test_cuda_graph_capture_and_replay():
     assert torch.equal(out, want) and torch.equal(lse, want_lse)
 
 
+def test_captured_call_walks_tiles_like_eager():
+    """Causal D 64 at 2048 rows: eager calls walk the tiles from the stream's shared counter (128-row
+    tiles), a captured call from a pair of its own; the same tiles either way, so the same bits."""
+    q, k, v = make(1, 2048, 2048, 8, 2, 64, torch.bfloat16, seed=33)
+    want = ops.attention(q, k, v, causal=True)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = ops.attention(q, k, v, causal=True)
+    for _ in range(2):
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, want)
+    check_out(want, sdpa_reference(q, k, v, causal=True), torch.bfloat16)
+
+
+def test_causal_calls_on_two_streams_at_once():
+    """Each stream has its own tile counter: causal calls racing on two streams stay exact."""
+    shapes = [(2, 1000, 1000, 8, 2, 128, 41), (1, 1500, 1500, 8, 8, 64, 42)]
+    inputs = [make(*s[:6], torch.bfloat16, seed=s[6]) for s in shapes]
+    want = [ops.attention(*x, causal=True) for x in inputs]
+    streams = [torch.cuda.Stream() for _ in inputs]
+    torch.cuda.synchronize()
+    outs = [[], []]
+    for _ in range(4):
+        for i, (x, st) in enumerate(zip(inputs, streams)):
+            with torch.cuda.stream(st):
+                outs[i].append(ops.attention(*x, causal=True))
+    torch.cuda.synchronize()
+    for i, x in enumerate(inputs):
+        for got in outs[i]:
+            assert torch.equal(got, want[i])
+        check_out(want[i], sdpa_reference(*x, causal=True), torch.bfloat16)
+
+
 # ---- Hugging Face backend ------------------------------------------------------------------------
 
 transformers = None

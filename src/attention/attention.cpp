@@ -111,6 +111,11 @@ Validated validate_host(const AttnConstTensor& q, const AttnConstTensor& k, cons
   if (!attn::sm90_block_m_valid(prm.sm90_block_m, q.head_dim))
     throw_arg(kFn, "sm90_block_m", cat("is ", prm.sm90_block_m, " at head_dim ", q.head_dim),
               "0 (the heuristic's), 128, or 192 at head_dim 64");
+  const int schedule = static_cast<int>(prm.sm90_schedule);
+  if (schedule < 0 || schedule > 2)
+    throw_arg(kFn, "sm90_schedule", cat("is ", schedule), "Sm90Schedule::kAuto, kPerTile or kDynamic");
+  if (prm.sm90_schedule == Sm90Schedule::kDynamic && prm.sm90_tile_counter == nullptr)
+    throw_arg(kFn, "sm90_schedule", "is kDynamic without a sm90_tile_counter", "a tile counter with kDynamic");
 
   Validated r{varlen, q.batch, q.seqlen, k.seqlen};
   if (varlen) {
@@ -179,6 +184,17 @@ void check_devices(const AttnConstTensor& q, const AttnConstTensor& k, const Att
   }
 }
 
+// Whether the sm90a forward takes this call's tiles from prm.sm90_tile_counter (a banded shape, a
+// counter, and attn::sm90_dynamic_walk's choice).
+bool sm90_walks_counter(const AttentionParams& prm, int64_t head_dim, int64_t seqlen_q) {
+  const bool banded = prm.causal || prm.window_left >= 0 || prm.window_right >= 0;
+  return banded && prm.sm90_tile_counter != nullptr &&
+         attn::sm90_dynamic_walk(static_cast<int>(prm.sm90_schedule), head_dim, seqlen_q);
+}
+int sm90_rows(const AttnConstTensor& q, const AttentionParams& prm, const Validated& val) {
+  return attn::sm90_block_m(q.head_dim, prm.sm90_block_m, val.seqlen_q, sm90_walks_counter(prm, q.head_dim, val.seqlen_q));
+}
+
 attn::Params make_params(const AttnConstTensor& q, const AttnConstTensor& k, const AttnConstTensor& v,
                              const AttnTensor& out, float* lse, const AttentionParams& prm, const Validated& val) {
   attn::Params p{};
@@ -187,7 +203,7 @@ attn::Params make_params(const AttnConstTensor& q, const AttnConstTensor& k, con
   p.v = v.data;
   p.out = out.data;
   p.lse = lse;
-  p.tile_counter = prm.sm90_tile_counter;
+  p.tile_counter = sm90_walks_counter(prm, q.head_dim, val.seqlen_q) ? prm.sm90_tile_counter : nullptr;
   p.q_batch_stride = q.batch_stride, p.q_row_stride = q.seq_stride, p.q_head_stride = q.head_stride;
   p.k_batch_stride = k.batch_stride, p.k_row_stride = k.seq_stride, p.k_head_stride = k.head_stride;
   p.v_batch_stride = v.batch_stride, p.v_row_stride = v.seq_stride, p.v_head_stride = v.head_stride;
@@ -263,7 +279,7 @@ void run_sm90(const AttnConstTensor& q, const AttnConstTensor& k, const AttnCons
   if (!(dev.cc_major == 9 && dev.cc_minor == 0))
     throw_arg(kFn, "params.kernel", cat("= kSm90 on a device of compute capability ", dev.cc_major, ".", dev.cc_minor),
               "compute capability 9.0 (Hopper) for kSm90; kAuto or kSm80 elsewhere");
-  const int block_m = attn::sm90_block_m(q.head_dim, prm.sm90_block_m, val.seqlen_q);
+  const int block_m = sm90_rows(q, prm, val);
   const int need = sm90_smem_bytes(q.head_dim, block_m);
   if (need > dev.max_smem_per_block)
     throw Error(cat("blockfuse::attention: the sm90a kernel needs ", need, " bytes of shared memory; the current device allows ",
@@ -327,7 +343,7 @@ void attention(AttnConstTensor q, AttnConstTensor k, AttnConstTensor v, AttnTens
   const bool sm90_can = !(val.varlen && k.seqlen == 0);
   if (sm90_can && (params.kernel == AttentionKernel::kSm90 ||
                    (params.kernel == AttentionKernel::kAuto &&
-                    auto_picks_sm90(q, attn::sm90_block_m(q.head_dim, params.sm90_block_m, val.seqlen_q), spec)))) {
+                    auto_picks_sm90(q, sm90_rows(q, params, val), spec)))) {
     run_sm90(q, k, v, out, lse, params, val, spec, stream);
     return;
   }

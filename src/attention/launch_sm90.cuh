@@ -39,7 +39,8 @@ void launch(const Params& a, cudaStream_t stream) {
   // Persistent (one CTA per SM: the shared memory allows no more) unless a band makes the tiles
   // uneven (sm90_grid_ctas); then one CTA per tile, longest first within L2 sections (lpt_tile).
   const bool banded = a.window_left < kWindowUnbounded || a.window_right < kWindowUnbounded;
-  // With a tile counter a banded shape runs persistent too, its CTAs taking tiles from the counter.
+  // Given a tile counter (the host passes one only where attn::sm90_dynamic_walk chose it), a banded
+  // shape runs persistent too, its CTAs taking tiles from the counter longest first.
   const bool dynamic = banded && a.tile_counter != nullptr;
   if (!dynamic) p.tile_counter = nullptr;
   if (banded)

@@ -52,18 +52,36 @@ inline bool auto_uses_sm90(bool built, int cc_major, int cc_minor, int64_t head_
 }
 
 // The sm90a forward kernel's query rows per tile (AttentionParams::sm90_block_m; 0 asks for this
-// choice): 128 (two consumer warpgroups of 64 rows), except at D = 64 from 4096 query rows, where
-// three warpgroups (192 rows, 128 keys a step) load each K and V block for 1.5x the rows, as
-// FlashAttention-3 does. H100, B 2, Hq 32, Hkv 32 / 8, causal and not, 192 / 128 rows in one
-// call (docs/attention.md#tuning, "Peeled masked blocks: 192 x 128 at D = 64"): S 16384
-// 1.11-1.17x non-causal and 1.10-1.12x causal, S 4096 1.12-1.13x and 1.03-1.04x, S 2048
-// 1.00-1.08x and 1.00-1.03x; S 1024 1.00-1.01x non-causal but 0.85-0.94x causal (a 192-row tile
-// there is a sixth padding, and there are fewer tiles than at 128). seqlen_q: the batch's query length
-// (varlen: the maximum). Host-only, a pure function (tests/attention/test_attention_heuristic.cpp).
+// choice): 128 (two consumer warpgroups of 64 rows), except at D = 64 from 2048 query rows (4096
+// when the tiles are walked from a counter, sm90_dynamic_walk), where three warpgroups (192 rows,
+// 128 keys a step) load each K and V block for 1.5x the rows, as FlashAttention-3 does. H100, B 2,
+// Hq 32, Hkv 32 / 8, causal and not, 192 / 128 rows in one call (docs/attention.md#tuning, "Peeled
+// masked blocks: 192 x 128 at D = 64"): S 16384 1.11-1.17x non-causal and 1.10-1.12x causal,
+// S 4096 1.12-1.13x and 1.03-1.04x, S 2048 1.00-1.08x and 1.00-1.03x; S 1024 1.00-1.01x
+// non-causal but 0.85-0.94x causal (a 192-row tile there is a sixth padding, and there are fewer
+// tiles than at 128). Walked from a counter, causal S 2048 runs 128 rows 1.03-1.06x faster than
+// 192 (results/attention.json sm90_dynamic_walk). seqlen_q: the batch's query length (varlen: the
+// maximum). Host-only, a pure function (tests/attention/test_attention_heuristic.cpp).
 inline constexpr int64_t kSm90Rows192FromSeqlen = 2048;
-inline int sm90_block_m(int64_t head_dim, int requested, int64_t seqlen_q) {
+inline constexpr int64_t kSm90Rows192FromSeqlenDynamic = 4096;
+inline int sm90_block_m(int64_t head_dim, int requested, int64_t seqlen_q, bool dynamic = false) {
   if (requested != 0) return requested;
-  return head_dim == 64 && seqlen_q >= kSm90Rows192FromSeqlen ? 192 : 128;
+  const int64_t from = dynamic ? kSm90Rows192FromSeqlenDynamic : kSm90Rows192FromSeqlen;
+  return head_dim == 64 && seqlen_q >= from ? 192 : 128;
+}
+// Whether the sm90a forward walks a banded (causal / windowed) shape's tiles from the caller's
+// counter (AttentionParams::sm90_tile_counter: a persistent grid, each CTA taking the next tile in
+// longest-first order) rather than one CTA per tile. schedule: AttentionParams::sm90_schedule as an
+// int (0 auto, 1 per tile, 2 dynamic). Auto: at head_dim <= 128 up to 4096 query rows, where the
+// hardware's dispatch of one-CTA tiles pays a prologue and epilogue per tile that the persistent CTA
+// overlaps with its next tile. H100, causal, B 2, Hq 32, Hkv 32 / 8, counter / per tile in one
+// call, two runs (results/attention.json sm90_dynamic_walk), S 1024-4096: D 64 1.01-1.19x,
+// D 128 Hkv 8 1.07-1.11x, Hkv 32 1.07-1.08x at 1024 and 0.98-1.00x at 2048-4096. Kept per tile:
+// S 16384 (0.95-1.02x) and D 256 (Hkv 32 0.86-0.92x, Hkv 8 0.98-1.04x).
+inline constexpr int64_t kSm90DynamicToSeqlen = 4096;
+inline bool sm90_dynamic_walk(int schedule, int64_t head_dim, int64_t seqlen_q) {
+  if (schedule != 0) return schedule == 2;
+  return head_dim <= 128 && seqlen_q <= kSm90DynamicToSeqlen;
 }
 // The keys per main-loop step of the sm90a forward tile with block_m query rows (the traits in
 // launch_sm90.cuh, static_asserted there).

@@ -157,6 +157,7 @@ void make_problem(Problem& pr, const Case& c, uint64_t seed) {
     pr.counter = DeviceBuffer<int32_t>(2);
     BF_CUDA_OK(cudaMemset(pr.counter.data(), 0, pr.counter.bytes()));
     pr.p.sm90_tile_counter = pr.counter.data();
+    pr.p.sm90_schedule = Sm90Schedule::kDynamic;  // every shape walks it (kAuto: TileCounterUnderAuto)
   }
 }
 
@@ -612,6 +613,30 @@ TEST(AttentionGpuSm90, TileCounterIsLeftZeroAndServesTheNextCall) {
     BF_CUDA_OK(cudaMemcpy(c, pr.counter.data(), sizeof c, cudaMemcpyDeviceToHost));
     EXPECT_EQ(c[0], 0) << "call " << call;
     EXPECT_EQ(c[1], 0) << "call " << call;
+  }
+}
+// kAuto with a counter: the heuristic walks it (D 64 / 128 causal, a window) or keeps one CTA per
+// tile (D 256, an unbanded shape); every choice exact, the counter left at zero.
+TEST(AttentionGpuSm90, TileCounterUnderAuto) {
+  BF_SKIP_WITHOUT_GPU("attention");
+  BF_SKIP_WITHOUT_SM90(kSm90);
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(testing::seed_note(seed));
+  for (const Case& c : {sm90_dyn(Case{2, 600, 600, 8, 2, 64, true}), sm90_dyn(Case{1, 300, 500, 4, 4, 128, false, 100, 20}),
+                        sm90_dyn(Case{1, 300, 300, 4, 2, 256, true}), sm90_dyn(Case{1, 200, 200, 4, 2, 128})}) {
+    Problem pr;
+    make_problem(pr, c, seed);
+    pr.p.sm90_schedule = Sm90Schedule::kAuto;
+    std::vector<float> ro, rl;
+    reference(pr, true, ro, rl);
+    poison(pr);
+    attention(pr.q, pr.k, pr.v, pr.out, pr.lseb.data(), pr.p);
+    BF_CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_EQ(check(pr, ro, rl), 0) << c.d;
+    int32_t n[2] = {-1, -1};
+    BF_CUDA_OK(cudaMemcpy(n, pr.counter.data(), sizeof n, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(n[0], 0);
+    EXPECT_EQ(n[1], 0);
   }
 }
 TEST(AttentionSanitizerSm90Varlen, Small) { run_varlen(true, DType::kBF16, 128, kSm90); }

@@ -63,6 +63,10 @@ TEST(AttentionHeuristic, Sm90BlockM) {
     EXPECT_EQ(attn::sm90_block_m(256, 0, s), 128);
     EXPECT_EQ(attn::sm90_block_m(64, 128, s), 128);
     EXPECT_EQ(attn::sm90_block_m(64, 192, s), 192);
+    // Walked from a counter, 192 rows only from 4096; an explicit request wins either way.
+    EXPECT_EQ(attn::sm90_block_m(64, 0, s, true), s >= 4096 ? 192 : 128) << s;
+    EXPECT_EQ(attn::sm90_block_m(128, 0, s, true), 128);
+    EXPECT_EQ(attn::sm90_block_m(64, 192, s, true), 192);
   }
   EXPECT_EQ(attn::sm90_block_n(64, 192), 128);
   EXPECT_EQ(attn::sm90_block_n(64, 128), 128);
@@ -135,6 +139,16 @@ TEST(AttentionHeuristic, RejectsUnsupportedInput) {
   testing::expect_arg_error([] { attention_heuristic(96, false, 9, 0); }, "head_dim", "64, 128 or 256");
   testing::expect_arg_error([] { attention_heuristic(128, false, 7, 5); }, "cc_major");
   testing::expect_arg_error([] { attention_config(128, 99); }, "index");
+}
+
+// Auto walks banded tiles from a counter at D <= 128 up to 4096 query rows; 1 and 2 force either.
+TEST(AttentionHeuristic, Sm90DynamicWalk) {
+  for (int64_t s : {1, 1024, 4096, 4097, 16384})
+    for (int64_t d : {64, 128, 256}) {
+      EXPECT_EQ(attn::sm90_dynamic_walk(0, d, s), d <= 128 && s <= 4096) << d << " " << s;
+      EXPECT_FALSE(attn::sm90_dynamic_walk(1, d, s));
+      EXPECT_TRUE(attn::sm90_dynamic_walk(2, d, s));
+    }
 }
 
 }  // namespace

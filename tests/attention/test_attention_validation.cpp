@@ -79,6 +79,8 @@ TEST(AttentionArgs, StridesAndAlignment) {
   { Call c = valid(); c.q.data = static_cast<char*>(fake(1)) + 8; expect_arg_error(c, "q", "16-byte aligned"); }
   { Call c = valid(); c.lse = reinterpret_cast<float*>(static_cast<char*>(fake(3)) + 2); expect_arg_error(c, "lse", "4-byte aligned"); }
   { Call c = valid(); c.p.sm90_tile_counter = reinterpret_cast<int32_t*>(static_cast<char*>(fake(4)) + 2); expect_arg_error(c, "sm90_tile_counter", "4-byte aligned"); }
+  { Call c = valid(); c.p.sm90_schedule = Sm90Schedule::kDynamic; expect_arg_error(c, "sm90_schedule", "a tile counter"); }
+  { Call c = valid(); c.p.sm90_schedule = static_cast<Sm90Schedule>(3); expect_arg_error(c, "sm90_schedule", "kAuto, kPerTile or kDynamic"); }
   { Call c = valid(); c.out.data = const_cast<void*>(c.q.data); expect_arg_error(c, "out", "must not overlap"); }
   { Call c = valid(); c.lse = static_cast<float*>(c.out.data); expect_arg_error(c, "lse", "must not overlap"); }
 }
