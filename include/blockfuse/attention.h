@@ -70,10 +70,10 @@ inline AttnTensor make_attn_tensor(void* data, DType dtype, int64_t batch, int64
 // can pass what it was given and get the library's error).
 enum class IndexType : int { kInt32 = 0, kInt64 = 1 };
 
-// Which forward kernel runs.
 // AttentionParams::sm90_schedule.
 enum class Sm90Schedule : int { kAuto = 0, kPerTile = 1, kDynamic = 2 };
 
+// Which forward kernel runs.
 enum class AttentionKernel : int {
   kAuto = 0,  // the sm90a kernel where it runs (a build with it, compute capability 9.0), else the
               // sm80 kernel
