@@ -81,6 +81,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     for (int s = 0; s < 2; ++s) {
       cutlass::arch::ClusterBarrier::init(&smem.tile_full[s], 1);
       cutlass::arch::ClusterBarrier::init(&smem.tile_empty[s], 128 * Traits::kConsumerWgs + 1);  // + the loader
+      cutlass::arch::ClusterBarrier::init(&smem.tile_taken[s], 1);
     }
     cutlass::arch::fence_barrier_init();
   }

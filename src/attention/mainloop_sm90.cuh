@@ -75,7 +75,7 @@ struct MainloopSm90 {
     PipeState st_v = cutlass::make_producer_start_state<PipelineV>();
     int iter = 0;  // tiles processed (skipped ones not counted): the Q barriers' phase
     for (int k = 0;; ++k) {
-      const int64_t t = sched.tile_of_step(smem, k);
+      const int64_t t = sched.tile_of_step(smem, k, /*loader=*/true);
       if (t < 0 || t >= sched.end()) break;
       const Tile tl = sched.tile_at(t);
       if (sched.tile_is_empty(tl)) continue;

@@ -64,16 +64,20 @@ struct TileScheduler {
   // producer warpgroup's second warp, otherwise idle) takes each next one from the counter, so a CTA
   // that finishes early takes the next-longest tile. It hands each index to the loading thread and
   // the consumers through a two-slot ring in shared memory (publish / take: one full and one empty
-  // barrier a slot), -1 once the tiles have run out. (In the loading thread itself the atomic's
-  // registers spilled at 24 a thread.)
+  // barrier a slot), -1 once the tiles have run out. It claims tile k + 1 only once the loading
+  // thread has taken tile k (`tile_taken`), so a CTA holds one tile ahead of its loads: claimed as
+  // soon as a slot frees, each CTA would hold two tiles ahead of its consumers, and the tiles in
+  // flight would span more heads than the L2 sections mean them to. (In the loading thread itself
+  // the atomic's registers spilled at 24 a thread.)
   CUTE_DEVICE static int64_t first() { return blockIdx.x; }
   CUTE_DEVICE int64_t end() const { return p.num_tiles; }
   CUTE_DEVICE static int64_t stride() { return gridDim.x; }
   CUTE_DEVICE bool dynamic() const { return p.tile_counter != nullptr; }
-  // The k-th tile of this CTA's walk (-1 or >= end(): none), for the loading thread and the consumers.
+  // The k-th tile of this CTA's walk (-1 or >= end(): none), for the loading thread (loader) and the
+  // consumers.
   template <class Storage>
-  CUTE_DEVICE int64_t tile_of_step(Storage& smem, int k) const {
-    return dynamic() ? take(smem, k) : first() + int64_t(k) * stride();
+  CUTE_DEVICE int64_t tile_of_step(Storage& smem, int k, bool loader = false) const {
+    return dynamic() ? take(smem, k, loader) : first() + int64_t(k) * stride();
   }
   // The scheduler thread's whole job. At the end the last CTA sets the counter back to zero (every
   // CTA's scheduler has taken its last index by then, so no add can follow).
@@ -83,6 +87,7 @@ struct TileScheduler {
     for (int k = 0;; ++k) {
       publish(smem, k, t < end() ? t : -1);
       if (t >= end()) break;
+      cutlass::arch::ClusterBarrier::wait(&smem.tile_taken[k & 1], (k >> 1) & 1);
       t = int64_t(atomicAdd(p.tile_counter, 1)) + gridDim.x;
     }
     __threadfence();
@@ -100,12 +105,13 @@ struct TileScheduler {
     Barrier::arrive(&smem.tile_full[s]);  // release: the slot's write is seen by a waiter
   }
   template <class Storage>
-  CUTE_DEVICE static int64_t take(Storage& smem, int k) {
+  CUTE_DEVICE static int64_t take(Storage& smem, int k, bool loader) {
     using Barrier = cutlass::arch::ClusterBarrier;
     const int s = k & 1, j = k >> 1;
     Barrier::wait(&smem.tile_full[s], j & 1);
     const int64_t tile = smem.tile_slot[s];
     Barrier::arrive(&smem.tile_empty[s]);
+    if (loader) Barrier::arrive(&smem.tile_taken[s]);
     return tile;
   }
 };

@@ -153,6 +153,7 @@ struct Sm90Traits {
     int64_t tile_slot[2];
     uint64_t tile_full[2];   // ClusterBarrier: the producer wrote the slot
     uint64_t tile_empty[2];  // ClusterBarrier: every consumer thread read it
+    uint64_t tile_taken[2];  // ClusterBarrier: the loading thread read it (the next claim waits for it)
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "Hopper allows 227 KB of shared memory per block");
