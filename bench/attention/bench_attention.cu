@@ -177,7 +177,7 @@ class AttentionBench final : public BenchCommand {
               // Without --all-configs the library's default as the torch op calls it: a counter, kAuto.
               p.sm90_tile_counter = pv.sm90_tile_counter = dyn || !all_configs_ ? counter.data() : nullptr;
               if (all_configs_) p.sm90_schedule = pv.sm90_schedule = dyn ? Sm90Schedule::kDynamic : Sm90Schedule::kPerTile;
-              const bool walk = sm90 && causal && (all_configs_ ? dyn : attn::sm90_dynamic_walk(Sm90Schedule::kAuto, d, s));
+              const bool walk = sm90 && causal && (all_configs_ ? dyn : attn::sm90_dynamic_walk(Sm90Schedule::kAuto, s));
               const int bm90 = attn::sm90_block_m(d, p.sm90_block_m, s, walk);
               const std::string tile = (sm90 ? "sm90 " + std::to_string(bm90) + "x" + std::to_string(attn::sm90_block_n(d, bm90))
                                              : std::to_string(cfg.block_m) + "x" + std::to_string(cfg.block_n) + "w" +

@@ -122,7 +122,7 @@ struct AttentionParams {
   // 4-byte aligned.
   int32_t* sm90_tile_counter = nullptr;
   // How the sm90a forward walks a banded shape's tiles. kAuto: from sm90_tile_counter where that
-  // measured faster (attn::sm90_dynamic_walk: head_dim <= 128 and query rows <= 4096), one CTA per
+  // measured faster (attn::sm90_dynamic_walk: up to 4096 query rows), one CTA per
   // tile otherwise or without a counter; kPerTile: one CTA per tile; kDynamic: from the counter,
   // which must be given. For tuning and benchmarks; shapes without a band always run persistent.
   Sm90Schedule sm90_schedule = Sm90Schedule::kAuto;

@@ -189,7 +189,7 @@ void check_devices(const AttnConstTensor& q, const AttnConstTensor& k, const Att
 bool sm90_walks_counter(const AttentionParams& prm, int64_t head_dim, int64_t seqlen_q) {
   const bool banded = prm.causal || prm.window_left >= 0 || prm.window_right >= 0;
   return banded && prm.sm90_tile_counter != nullptr &&
-         attn::sm90_dynamic_walk(prm.sm90_schedule, head_dim, seqlen_q);
+         attn::sm90_dynamic_walk(prm.sm90_schedule, seqlen_q);
 }
 int sm90_rows(const AttnConstTensor& q, const AttentionParams& prm, const Validated& val) {
   return attn::sm90_block_m(q.head_dim, prm.sm90_block_m, val.seqlen_q, sm90_walks_counter(prm, q.head_dim, val.seqlen_q));
