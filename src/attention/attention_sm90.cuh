@@ -137,9 +137,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     OnlineSoftmax<2> softmax;
     Mainloop::mma(p, smem, pipe_k, pipe_v, st_k, st_v, mma_qk, mma_pv, tSrQ, tSrK, tOrV, rP, tOrP, acc_o, acc_o_rc,
                   softmax, tl, softcap, varlen, iter, wg, t, row0, col_lane);
-    // Every wgmma that read Q has retired: the producer may load the next tile's Q, unless O is
-    // staged in Q's buffer: then the storing thread arrives once its store has read it (epilogue).
-    if (Traits::kStageO || t != 0) QEmptyBarrier::arrive(&smem.q_empty);
+    // With O staged apart, mma() released Q after the tile's last S wgmma. Otherwise O goes through
+    // Q's buffer: the storing thread arrives once its store has read it (epilogue), the others here.
+    if (!Traits::kStageO && t != 0) QEmptyBarrier::arrive(&smem.q_empty);
 
     Epilogue::store(p, smem, sOw, thr_pv, acc_o, acc_o_rc, softmax, tl, varlen, wg, t, lane, row0);
     ++iter;

@@ -172,6 +172,13 @@ struct MainloopSm90 {
         mask.apply(s, row0, n_block * kBlockN + col_lane, Traits::kRowsPerWg);
     };
 
+    // With O staged in its own buffer, Q is free once the tile's last S wgmma has retired: the
+    // producer then loads the next tile's Q under this tile's last softmax, P·V and epilogue
+    // (without it, the consumers waited for Q at each tile's start). Otherwise O goes through Q's
+    // buffer and the epilogue releases it.
+    auto release_q = [&] {
+      if constexpr (Traits::kStageO) QEmptyBarrier::arrive(&smem.q_empty);
+    };
     clear(acc_o);
     CUTE_UNROLL
     for (int i = 0; i < 2; ++i) softmax.row_max[i] = -INFINITY, softmax.row_sum[i] = 0.0f;
@@ -206,6 +213,7 @@ struct MainloopSm90 {
         warpgroup_wait<0>();
         pipe_k.consumer_release(st_k);  // the wgmma that read K[n] has retired
         ++st_k;
+        if (n_max - 1 == n_min) release_q();
         Tensor s = make_tensor(acc_s.data(), acc_rowcol_sm90(acc_s.layout()));
         modify(s, n_max - 1);
         softmax.template update_scores<true>(s, p.scale_log2, factor);
@@ -230,6 +238,7 @@ struct MainloopSm90 {
         warpgroup_wait<1>();
         pipe_k.consumer_release(st_k);
         ++st_k;
+        if (n == n_min) release_q();
         Tensor s = make_tensor(acc_s.data(), acc_rowcol_sm90(acc_s.layout()));
         if constexpr (decltype(kMasked)::value)
           modify(s, n);
@@ -257,6 +266,8 @@ struct MainloopSm90 {
       warpgroup_wait<0>();
       pipe_v.consumer_release(st_v);
       ++st_v;
+    } else {
+      release_q();  // no visible keys: Q was never read
     }
   }
 };
