@@ -186,13 +186,13 @@ void check_devices(const AttnConstTensor& q, const AttnConstTensor& k, const Att
 
 // Whether the sm90a forward takes this call's tiles from prm.sm90_tile_counter (a banded shape, a
 // counter, and attn::sm90_dynamic_walk's choice).
-bool sm90_walks_counter(const AttentionParams& prm, int64_t head_dim, int64_t seqlen_q) {
+bool sm90_walks_counter(const AttentionParams& prm, int64_t seqlen_q) {
   const bool banded = prm.causal || prm.window_left >= 0 || prm.window_right >= 0;
   return banded && prm.sm90_tile_counter != nullptr &&
          attn::sm90_dynamic_walk(prm.sm90_schedule, seqlen_q);
 }
 int sm90_rows(const AttnConstTensor& q, const AttentionParams& prm, const Validated& val) {
-  return attn::sm90_block_m(q.head_dim, prm.sm90_block_m, val.seqlen_q, sm90_walks_counter(prm, q.head_dim, val.seqlen_q));
+  return attn::sm90_block_m(q.head_dim, prm.sm90_block_m, val.seqlen_q, sm90_walks_counter(prm, val.seqlen_q));
 }
 
 attn::Params make_params(const AttnConstTensor& q, const AttnConstTensor& k, const AttnConstTensor& v,
@@ -203,7 +203,7 @@ attn::Params make_params(const AttnConstTensor& q, const AttnConstTensor& k, con
   p.v = v.data;
   p.out = out.data;
   p.lse = lse;
-  p.tile_counter = sm90_walks_counter(prm, q.head_dim, val.seqlen_q) ? prm.sm90_tile_counter : nullptr;
+  p.tile_counter = sm90_walks_counter(prm, val.seqlen_q) ? prm.sm90_tile_counter : nullptr;
   p.q_batch_stride = q.batch_stride, p.q_row_stride = q.seq_stride, p.q_head_stride = q.head_stride;
   p.k_batch_stride = k.batch_stride, p.k_row_stride = k.seq_stride, p.k_head_stride = k.head_stride;
   p.v_batch_stride = v.batch_stride, p.v_row_stride = v.seq_stride, p.v_head_stride = v.head_stride;

@@ -73,8 +73,9 @@ inline int sm90_block_m(int64_t head_dim, int requested, int64_t seqlen_q, bool 
 // counter (AttentionParams::sm90_tile_counter: a persistent grid, each CTA taking the next tile in
 // longest-first order) rather than one CTA per tile (AttentionParams::sm90_schedule). Auto: up to
 // 4096 query rows at every head dim, where the hardware's dispatch of one-CTA tiles pays a prologue
-// and epilogue per tile that the persistent CTA overlaps with its next tile. H100, causal, B 2, Hq 32, Hkv 32 / 8,
-// counter / per tile in one call, two runs (results/attention.json sm90_dynamic_walk_claim_late):
+// and epilogue per tile that the persistent CTA overlaps with its next tile. H100, causal, B 2,
+// Hq 32, Hkv 32 / 8, counter / per tile in one call, two runs (results/attention.json
+// sm90_dynamic_walk_claim_late):
 // S 1024-2048 D 64 1.09-1.14x, D 128 1.09-1.16x, D 256 1.01-1.16x; S 4096 D 64 1.07-1.08x, D 128
 // 1.04-1.06x, D 256 0.99 / 1.02x. Kept per tile: S 16384 (0.95-1.03x over the head dims).
 inline constexpr int64_t kSm90DynamicToSeqlen = 4096;
