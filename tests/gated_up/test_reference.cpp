@@ -102,7 +102,12 @@ void check_against_fp64(DType dt, Activation act, Shape s, float x_scale, std::m
         ADD_FAILURE() << "(" << m << ", " << j << "): rounded output " << out.at(m, j) << " is not round(" << got32 << ")";
     }
   testing::expect_close(st32, "f32 reference vs fp64 (NaN: unwritten)", 1e-4);
-  testing::expect_close(st, std::string(dtype_name(dt)) + " reference vs fp64 (NaN: unwritten)");
+  // The aggregate allows 1 % plus, per element, half a subnormal step: a product of small draws can
+  // land in fp16's subnormal range, where one rounding is absolute (M = K = U = 1 once drew |h| of
+  // 1.5e-6, whose rounding alone is 1.7 % of it).
+  const double subnormal_l2 =
+      st.sum_sq_ref > 0 ? std::sqrt(double(st.count)) * subnormal_half_step(dt) / std::sqrt(st.sum_sq_ref) : 0.0;
+  testing::expect_close(st, std::string(dtype_name(dt)) + " reference vs fp64 (NaN: unwritten)", 1e-2 + subnormal_l2);
   EXPECT_EQ(not_one_rounding, 0);
   for (int64_t m = 0; m < s.M; ++m) {
     for (int64_t c = s.U; c < out.ld; ++c) ASSERT_EQ(out.bits[size_t(m * out.ld + c)], 0xABCD) << "out padding written";
