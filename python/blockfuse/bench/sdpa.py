@@ -113,15 +113,19 @@ def run(args):
                                     row[f"blockfuse_over_{name}{how}"] = (row[f"blockfuse{how}_tflops"] /
                                                                          row[f"{name}{how}_tflops"])
                     rows.append(row)
+                    _write(args.json, rows)  # after every point: a run cut short keeps what it measured
                     print(f"D {d} S {s} Hkv {hkv} causal {int(causal)}: " + " ".join(
                         f"{n} {_fmt(row.get(n + '_tflops'))}" + (f" (graph {_fmt(row[n + '_graph_tflops'])})"
                                                                  if n + "_graph_tflops" in row else "")
                         for n in ("flash", "cudnn", "fa4", "blockfuse") if n + "_tflops" in row), flush=True)
-    out = dict(benchmark="sdpa_attention", device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=2)
     return 0
+
+
+def _write(path, rows):
+    if path:
+        out = dict(benchmark="sdpa_attention", device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows)
+        with open(path, "w") as f:
+            json.dump(out, f, indent=2)
 
 
 def _fmt(x):
