@@ -106,12 +106,14 @@ def parser():
                     help="time each implementation of a point N times in rotated order; report the median")
     mb.add_argument("--json")
 
-    s = sub.add_parser("sdpa", help="PyTorch SDPA's flash and cuDNN backends beside ops.attention "
-                                    "(the shapes of `blockfuse bench attention`)")
+    s = sub.add_parser("sdpa", help="PyTorch SDPA's flash and cuDNN backends and FlashAttention-4 (when "
+                                    "staged) beside ops.attention (the shapes of `blockfuse bench attention`)")
     s.add_argument("--s", default="512,1024,4096,16384", help="sequence lengths")
     s.add_argument("--d", default="128,64", help="head dims")
     s.add_argument("--hkv", default="32,8", help="KV heads (32 query heads)")
     s.add_argument("--reps", type=int, default=10)
+    s.add_argument("--graph-below", type=float, default=300.0, metavar="US",
+                   help="also time in a CUDA graph where an eager call measures under this many µs (0: never)")
     s.add_argument("--json")
 
     da = sub.add_parser("decode-attention", help="decode attention against a KV cache (contiguous, paged) vs SDPA "

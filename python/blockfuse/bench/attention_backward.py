@@ -151,7 +151,8 @@ def run(args):
                     cells = " ".join(f"{k[:-7]} {row[k]:.0f}" for k in row if k.endswith("_tflops") and row[k])
                     print(f"D {d} S {s} Hkv {hkv} causal {int(causal)}: TFLOP/s {cells}", flush=True)
                     torch.cuda.empty_cache()
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(dict(benchmark="attention_backward", **meta(), batch=B, heads_q=HQ, rows=rows), fh, indent=1)
+                    if args.json:  # after every point: a run cut short keeps what it measured
+                        with open(args.json, "w") as fh:
+                            json.dump(dict(benchmark="attention_backward", **meta(), batch=B, heads_q=HQ, rows=rows),
+                                      fh, indent=1)
     return 0

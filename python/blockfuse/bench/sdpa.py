@@ -1,9 +1,16 @@
 """`python -m blockfuse.bench sdpa`: PyTorch SDPA's flash (FlashAttention-2) and cuDNN backends on the
 shapes of `blockfuse bench attention` (the C++ benchmark), timed the same way (median of back-to-back
 calls, CUDA events), beside blockfuse's torch op (blockfuse.ops.attention, when the compiled ops are
-there) in the same process: the same-run comparison from PyTorch. blockfuse's output is checked
-against the flash backend's before it is timed (max |diff| reported; a difference above 0.05 stops
-the run with exit status 1).
+there) and FlashAttention-4 (flash_attn.cute.interface.flash_attn_func, when importable:
+../shared/peers stages it) in the same process: the same-run comparison from PyTorch. blockfuse's and
+FlashAttention-4's outputs are checked against the flash backend's before they are timed (max |diff|
+reported; a difference above 0.05 stops the run with exit status 1).
+
+Where a call measures under --graph-below µs (S = 1024 and below on an H100), back-to-back eager
+calls time the Python and dispatch path as much as the kernel (at D = 64, S = 1024 causal every
+implementation read 58-74 µs a call on an H100, twice the kernel's time), so each is also timed as replays of a CUDA graph of GRAPH_CALLS calls
+(`<name>_graph_tflops`, `blockfuse_over_<name>_graph`): the kernels' comparison, and what a model
+served in a graph sees.
 """
 import json
 import sys
@@ -12,16 +19,44 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .common import ready, time_events
+from .common import optional_peer, ready, time_events, time_graph
+
+MAX_ABS_DIFF = 0.05
 
 
-def time_ms(fn, reps, warmup=3):
-    """Median ms of fn() over reps calls, CUDA events around each (common.time_events)."""
-    return time_events(lambda _: fn(), 1, warmup, reps) * 1e-3
+def _fa4():
+    from flash_attn.cute.interface import flash_attn_func
+    return flash_attn_func
+
+
+def _first(out):
+    return out[0] if isinstance(out, tuple) else out
+
+
+def implementations(bf, fa4, q, k, v, causal):
+    """name -> fn() returning out; q, k, v are [B, H, S, D] views of [B, S, H, D] tensors (SDPA's
+    layout and output); blockfuse and FlashAttention-4 take and return the [B, S, H, D] views."""
+    gqa = k.shape[1] != q.shape[1]
+
+    def sdpa(backend):
+        def fn():
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+        return fn
+
+    qb, kb, vb = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    impls = {"flash": sdpa(SDPBackend.FLASH_ATTENTION), "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION)}
+    if bf is not None:
+        impls["blockfuse"] = lambda: bf.attention(qb, kb, vb, causal=causal)
+    if fa4 is not None:
+        # flash_attn_func returns (out, lse) or out, by version; GQA from the shapes
+        impls["fa4"] = lambda: _first(fa4(qb, kb, vb, causal=causal))
+    return impls
 
 
 def run(args):
-    """The `sdpa` subcommand: returns the exit status (1 when blockfuse's output is wrong)."""
+    """The `sdpa` subcommand: returns the exit status (1 when blockfuse's or FlashAttention-4's output
+    is wrong)."""
     status = ready(need_ops=False)
     if status:
         return status
@@ -30,6 +65,7 @@ def run(args):
     if not bf.available():
         print(f"blockfuse's torch binding is not available ({bf.load_error()}): timing SDPA only", file=sys.stderr)
         bf = None
+    fa4 = optional_peer("FlashAttention-4", _fa4)
     rows = []
     for d in map(int, args.d.split(",")):
         for s in map(int, args.s.split(",")):
@@ -41,36 +77,56 @@ def run(args):
                 for causal in (False, True):
                     flops = 4 * B * Hq * s * s * d * (0.5 if causal else 1.0)
                     row = dict(head_dim=d, seqlen=s, heads_kv=hkv, causal=causal)
-                    for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+                    want = None
+                    for name, fn in implementations(bf, fa4, q, k, v, causal).items():
                         try:
-                            with sdpa_kernel(backend):
-                                fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hkv != Hq)
-                                ms = time_ms(fn, args.reps)
-                            row[name + "_tflops"] = flops / (ms * 1e-3) / 1e12
-                        except Exception as e:  # a backend without support for the shape
+                            got = fn()
+                        except Exception as e:  # noqa: BLE001 — a backend without support for the shape
+                            if name == "blockfuse":
+                                raise
                             row[name + "_tflops"] = None
-                            row[name + "_error"] = str(e).splitlines()[0][:200]
-                    if bf is not None:
-                        qb, kb, vb = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, S, H, D] views
-                        got = bf.attention(qb, kb, vb, causal=causal)
-                        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                            want = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hkv != Hq)
-                        diff = (got.float() - want.transpose(1, 2).float()).abs().max().item()
-                        row["blockfuse_max_abs_diff_vs_flash"] = diff
-                        if not diff <= 0.05:
-                            print(f"blockfuse attention differs from SDPA flash by {diff} at D {d} S {s} Hkv {hkv} "
-                                  f"causal {causal}", file=sys.stderr)
-                            return 1
-                        ms = time_ms(lambda: bf.attention(qb, kb, vb, causal=causal), args.reps)
-                        row["blockfuse_tflops"] = flops / (ms * 1e-3) / 1e12
-                        for name in ("flash", "cudnn"):
-                            if row.get(name + "_tflops"):
-                                row[f"blockfuse_over_{name}"] = row["blockfuse_tflops"] / row[name + "_tflops"]
+                            row[name + "_error"] = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+                            continue
+                        if name == "flash":
+                            want = got
+                        elif want is not None and name in ("blockfuse", "fa4"):
+                            diff = (got.float() - want.transpose(1, 2).float()).abs().max().item()
+                            row[name + "_max_abs_diff_vs_flash"] = diff
+                            if not diff <= MAX_ABS_DIFF:
+                                print(f"{name} attention differs from SDPA flash by {diff} at D {d} S {s} Hkv {hkv} "
+                                      f"causal {causal}", file=sys.stderr)
+                                return 1
+                        del got
+                        us = time_events(lambda _: fn(), 1, 3, args.reps)
+                        row[name + "_tflops"] = flops / (us * 1e-6) / 1e12
+                        if us < args.graph_below:
+                            try:
+                                us = time_graph(lambda _: fn(), 3, args.reps)
+                                row[name + "_graph_tflops"] = flops / (us * 1e-6) / 1e12
+                            except Exception as e:  # noqa: BLE001 — a peer that cannot be captured: reported
+                                row[name + "_graph_error"] = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+                    del want
+                    if row.get("blockfuse_tflops"):
+                        for name in ("flash", "cudnn", "fa4"):
+                            for how in ("", "_graph"):
+                                if row.get(f"{name}{how}_tflops") and row.get(f"blockfuse{how}_tflops"):
+                                    row[f"blockfuse_over_{name}{how}"] = (row[f"blockfuse{how}_tflops"] /
+                                                                         row[f"{name}{how}_tflops"])
                     rows.append(row)
-                    print(f"D {d} S {s} Hkv {hkv} causal {int(causal)}: flash {row['flash_tflops']} "
-                          f"cudnn {row['cudnn_tflops']} blockfuse {row.get('blockfuse_tflops')}", flush=True)
-    out = dict(benchmark="sdpa_attention", device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=2)
+                    _write(args.json, rows)  # after every point: a run cut short keeps what it measured
+                    print(f"D {d} S {s} Hkv {hkv} causal {int(causal)}: " + " ".join(
+                        f"{n} {_fmt(row.get(n + '_tflops'))}" + (f" (graph {_fmt(row[n + '_graph_tflops'])})"
+                                                                 if n + "_graph_tflops" in row else "")
+                        for n in ("flash", "cudnn", "fa4", "blockfuse") if n + "_tflops" in row), flush=True)
     return 0
+
+
+def _write(path, rows):
+    if path:
+        out = dict(benchmark="sdpa_attention", device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows)
+        with open(path, "w") as f:
+            json.dump(out, f, indent=2)
+
+
+def _fmt(x):
+    return "-" if x is None else f"{x:.1f}"
