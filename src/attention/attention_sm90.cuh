@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Tensor tSrQ = thr_qk.make_fragment_A(thr_qk.partition_A(sQw));  // descriptors (MMA, 1, D/16)
   Tensor tSrK = thr_qk.make_fragment_B(thr_qk.partition_B(sK));   // (MMA, 1, D/16, stages)
   Tensor tOrV = thr_pv.make_fragment_B(thr_pv.partition_B(sVt));  // (MMA, 1, BN/16, stages)
-  Element* const o_base = Traits::kStageO ? smem.o.data() : smem.q.data();  // (unused without kStageO)
+  Element* const o_base = Traits::kStageO ? smem.o.data() : smem.q.data();
   Tensor sOw = make_tensor(make_smem_ptr(o_base + wg * cosize_v<typename Traits::SmemLayoutQSlice>),
                            typename Traits::SmemLayoutQSlice{});
   Tensor acc_o = partition_fragment_C(mma_pv, Shape<WgM, D>{});
@@ -137,8 +137,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     OnlineSoftmax<2> softmax;
     Mainloop::mma(p, smem, pipe_k, pipe_v, st_k, st_v, mma_qk, mma_pv, tSrQ, tSrK, tOrV, rP, tOrP, acc_o, acc_o_rc,
                   softmax, tl, softcap, varlen, iter, wg, t, row0, col_lane);
+    // With O staged apart, mma() released Q after the tile's last S wgmma. Otherwise O goes through
+    // Q's buffer: the storing thread arrives once its store has read it (epilogue), the others here.
+    if (!Traits::kStageO && t != 0) QEmptyBarrier::arrive(&smem.q_empty);
 
-    Epilogue::store(p, sOw, thr_pv, acc_o, acc_o_rc, softmax, tl, varlen, wg, t, lane, row0);
+    Epilogue::store(p, smem, sOw, thr_pv, acc_o, acc_o_rc, softmax, tl, varlen, wg, t, lane, row0);
     ++iter;
   }
   Epilogue::store_tail(t);

@@ -3,8 +3,7 @@
 // converted to 16 bits into the warpgroup's own 64-row O staging slice (swizzled as TMA expects;
 // the previous tile's store has read it by then), then one TMA store of the slice, which clips rows
 // >= seqlen_q and completes under the next tile's main loop (varlen: predicated 16-byte stores of
-// the sequence's rows instead). Without an O buffer (Traits::kStageO false: D = 256) O goes from
-// the registers straight to global memory. The row's LSE goes straight to global memory.
+// the sequence's rows instead). The row's LSE goes straight to global memory.
 //
 // The reciprocal and the logarithm are the approximate MUFU forms (OnlineSoftmax::finalize<true>):
 // a library call left in the kernel makes ptxas serialise every wgmma (warning C7510).
@@ -26,36 +25,17 @@ struct EpilogueSm90 {
   using D = typename Traits::D;
   using WgM = typename Traits::WgM;
   static constexpr int kBlockM = Traits::kBlockM;
+  using QEmptyBarrier = cutlass::arch::ClusterBarrier;
 
   // One tile of warpgroup wg (thread t of its 128, lane of its warp): finalises the softmax and
   // stores O (sOw: the warpgroup's staging slice; thr_pv: the P·V MMA's thread slice) and the LSE.
   template <class Params, class SmemO, class ThrPV, class AccO, class AccORC>
-  CUTE_DEVICE static void store(Params const& p, SmemO& sOw, ThrPV const& thr_pv, AccO& acc_o, AccORC& acc_o_rc,
-                                OnlineSoftmax<2>& softmax, const Tile& tl, bool varlen, int wg, int t, int lane,
-                                int row0) {
+  CUTE_DEVICE static void store(Params const& p, typename Traits::SharedStorage& smem, SmemO& sOw, ThrPV const& thr_pv,
+                                AccO& acc_o, AccORC& acc_o_rc, OnlineSoftmax<2>& softmax, const Tile& tl, bool varlen,
+                                int wg, int t, int lane, int row0) {
+    const int m_block = tl.m_block;
     float lse[2];
     softmax.template finalize<true>(acc_o_rc, p.scale_lse, lse);
-    if constexpr (Traits::kStageO) {
-      store_staged(p, sOw, thr_pv, acc_o, tl, varlen, wg, t);
-    } else {
-      store_direct(p, acc_o_rc, tl, varlen, row0, lane);
-    }
-    if (p.lse != nullptr && lane % 4 == 0) {
-      const int64_t lse_off =
-          int64_t(tl.b) * p.lse_batch_stride + int64_t(tl.head) * p.lse_head_stride + tl.offset_q;
-      CUTE_UNROLL
-      for (int mi = 0; mi < 2; ++mi) {
-        const int r = row0 + mi * 8;
-        if (r < tl.len_q) p.lse[lse_off + r] = lse[mi];
-      }
-    }
-  }
-
-  // O through the warpgroup's staging slice and one TMA store (varlen: 16-byte stores of the rows).
-  template <class Params, class SmemO, class ThrPV, class AccO>
-  CUTE_DEVICE static void store_staged(Params const& p, SmemO& sOw, ThrPV const& thr_pv, AccO& acc_o, const Tile& tl,
-                                       bool varlen, int wg, int t) {
-    const int m_block = tl.m_block;
 
     // O -> this warpgroup's O slice, once the previous tile's TMA store has read it (it had a
     // whole main loop to do so), then one TMA store, which clips rows >= seqlen_q.
@@ -83,6 +63,10 @@ struct EpilogueSm90 {
                        int64_t(tl.head) * p.o_head_stride + c;
         *reinterpret_cast<uint4*>(dst) = v;
       }
+      if (!Traits::kStageO) {  // O went through Q's buffer: release it once every thread has read it
+        cutlass::arch::NamedBarrier::arrive_and_wait(128, wg);
+        if (t == 0) QEmptyBarrier::arrive(&smem.q_empty);
+      }
     } else if (t == 0) {
       Tensor mO = p.tma_o.get_tma_tensor(make_shape(p.rows_q, D{}, p.heads_q, p.batch));
       Tensor gO = local_tile(mO(_, _, tl.head, tl.b), Shape<WgM, D>{},
@@ -90,28 +74,19 @@ struct EpilogueSm90 {
       auto tma_o = p.tma_o.get_slice(_0{});
       copy(p.tma_o, tma_o.partition_S(sOw), tma_o.partition_D(gO));
       tma_store_arrive();
+      if (!Traits::kStageO) {
+        tma_store_wait<0>();
+        QEmptyBarrier::arrive(&smem.q_empty);
+      }
     }
-  }
 
-  // O straight from the accumulator to global memory, two 16-bit columns a store (a quad of lanes
-  // writes a row's 16 contiguous bytes; the L2 merges a sector's two halves before DRAM), rows past
-  // the sequence not stored. No shared memory is involved, so Q's buffer is free for the next tile
-  // once the last S wgmma retires (mainloop_sm90.cuh).
-  template <class Params, class AccORC>
-  CUTE_DEVICE static void store_direct(Params const& p, AccORC const& acc_o_rc, const Tile& tl, bool varlen, int row0,
-                                       int lane) {
-    Element* const base = static_cast<Element*>(p.out) + (varlen ? int64_t(0) : int64_t(tl.b) * p.o_batch_stride) +
-                          int64_t(tl.head) * p.o_head_stride + (lane % 4) * 2;
-    CUTE_UNROLL
-    for (int i = 0; i < 2; ++i) {
-      const int r = row0 + 8 * i;
-      if (r >= tl.len_q) continue;
-      Element* const row = base + int64_t(tl.offset_q + r) * p.o_row_stride;
+    if (p.lse != nullptr && lane % 4 == 0) {
+      const int64_t lse_off =
+          int64_t(tl.b) * p.lse_batch_stride + int64_t(tl.head) * p.lse_head_stride + tl.offset_q;
       CUTE_UNROLL
-      for (int bb = 0; bb < Traits::kHeadDim / 8; ++bb) {
-        Element pair[2] = {Element(acc_o_rc(make_coord(i, 0), make_coord(0, bb))),
-                           Element(acc_o_rc(make_coord(i, 0), make_coord(1, bb)))};
-        *reinterpret_cast<uint32_t*>(row + bb * 8) = *reinterpret_cast<uint32_t*>(pair);
+      for (int mi = 0; mi < 2; ++mi) {
+        const int r = row0 + mi * 8;
+        if (r < tl.len_q) p.lse[lse_off + r] = lse[mi];
       }
     }
   }

@@ -172,11 +172,14 @@ struct MainloopSm90 {
         mask.apply(s, row0, n_block * kBlockN + col_lane, Traits::kRowsPerWg);
     };
 
-    // Q is free once the tile's last S wgmma has retired (the epilogue never stages O in it): the
+    // With O staged in its own buffer, Q is free once the tile's last S wgmma has retired: the
     // producer then loads the next tile's Q under this tile's last softmax, P·V and epilogue
     // (released after the last P·V, the consumers waited for Q at each tile's start: D 128 S 1024
-    // non-causal 1.04-1.16x with it, results/attention.json sm90_q_early).
-    auto release_q = [&] { QEmptyBarrier::arrive(&smem.q_empty); };
+    // non-causal 1.04-1.16x with it, results/attention.json sm90_q_early). Otherwise O goes through
+    // Q's buffer and the epilogue releases it.
+    auto release_q = [&] {
+      if constexpr (Traits::kStageO) QEmptyBarrier::arrive(&smem.q_empty);
+    };
     clear(acc_o);
     CUTE_UNROLL
     for (int i = 0; i < 2; ++i) softmax.row_max[i] = -INFINITY, softmax.row_sum[i] = 0.0f;

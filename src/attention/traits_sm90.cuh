@@ -84,9 +84,9 @@ QkvTmaViews<kHeadDim, Element> qkv_tma_views(const Params& a) {
 }
 
 // The kernel's compile-time configuration for one (dtype, head dim, key block, stages, consumer
-// warpgroups). kStageO: O is staged in its own buffer for one TMA store (which may still read it
-// while the producer loads the next tile's Q); false: O goes from the registers straight to global
-// memory (D = 256, where an O buffer does not fit beside two K and two V stages). kConsumerWgs: 2 (128 query
+// warpgroups). kStageO: O is staged in its own buffer (the producer may load the next tile's Q
+// while the O store still reads it); false: in Q's buffer, which the next Q waits for (D = 256,
+// where a separate O buffer does not fit beside two K and two V stages). kConsumerWgs: 2 (128 query
 // rows a tile) or 3 (192 rows: D = 64, where a key block carries half the work of D = 128 and a
 // third warpgroup spreads each K and V load over 1.5x the rows, as FlashAttention-3 does).
 template <class Element_, int kHeadDim_, int kBlockN_, int kStages_, bool kStageO_ = true, int kConsumerWgs_ = 2>
@@ -141,7 +141,7 @@ struct Sm90Traits {
 
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
-    // O staging, one slice per warpgroup (a placeholder without kStageO: O is stored from registers)
+    // O staging, one slice per warpgroup (a placeholder without kStageO: O then goes through Q's buffer)
     alignas(1024) cute::array_aligned<Element, kStageO ? cosize_v<SmemLayoutQ> : 8, 1024> o;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutK>, 1024> k;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutV>, 1024> v;

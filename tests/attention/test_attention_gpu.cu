@@ -515,7 +515,7 @@ INSTANTIATE_TEST_SUITE_P(
                       sm90_dyn(Case{2, 500, 400, 16, 8, 64, true, -1, -1, 0, DType::kFP16}, 192),
                       sm90_dyn(Case{2, 385, 385, 16, 2, 64, true}, 128), sm90_dyn(Case{1, 200, 200, 8, 4, 256, true, -1, -1, 50.0f}),
                       sm90_dyn(Case{1, 129, 129, 4, 2, 128}),
-                      // D = 256 (128 x 64 tiles, O stored from the registers)
+                      // D = 256 (128 x 64 tiles, O staged through Q's buffer)
                       sm90(Case{1, 1, 1, 1, 1, 256}), sm90(Case{1, 65, 129, 4, 2, 256}),
                       sm90(Case{2, 127, 300, 4, 4, 256, true}), sm90(Case{1, 300, 127, 4, 2, 256, true}),
                       sm90(Case{1, 200, 200, 8, 4, 256, true, -1, -1, 50.0f}),
