@@ -205,8 +205,37 @@ struct MainloopSm90 {
       }
     }
     if (n_max > n_min) {
-      {  // the first (rightmost) key block: S, softmax, P; its P·V is issued in the next step
-        Tensor acc_s = partition_fragment_C(mma_qk, Shape<WgM, BN>{});
+      // Where a key block's scores become P (Traits::kSoftmaxUnderPV): at the end of its step, or
+      // late, at the start of the next one, past the loop's back edge. In the step's basic block
+      // ptxas (13.0) hoists the wait for the P·V above the whole softmax (SASS: WARPGROUP.DEPBAR.LE
+      // gsb0, 0x0 before the first FMNMX), so only the late conversion runs the softmax under the P·V.
+      constexpr bool kLate = Traits::kSoftmaxUnderPV;
+      // Late, S lives across steps; otherwise each step makes its own (the SASS of the two-warpgroup
+      // kernels changes, and they slow down, with the fragment or the fences below shared).
+      Tensor acc_s_carried = partition_fragment_C(mma_qk, Shape<WgM, BN>{});
+      auto s_of_step = [](auto& carried, auto& local) -> auto& {
+        if constexpr (kLate)
+          return carried;
+        else
+          return local;
+      };
+      bool v_pending = false;  // late: a P·V, and the V stage it reads, in flight
+      // Late: wait for every wgmma, release the V stage the P·V read, convert S to P and rescale O
+      // (no P·V runs now, so the rescale leaves the GEMM turn, sched_wait .. sched_pass).
+      auto to_p = [&] {
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(acc_s_carried);
+        warpgroup_fence_operand(acc_o);
+        if (v_pending) {
+          pipe_v.consumer_release(st_v);  // the wgmma that read V[n+1] has retired
+          ++st_v;
+        }
+        convert_fragment_into(acc_s_carried, rP);
+        softmax.rescale(acc_o_rc, factor);
+      };
+      {  // the first (rightmost) key block: S and softmax; its P·V is issued in the next step
+        Tensor acc_s_local = partition_fragment_C(mma_qk, Shape<WgM, BN>{});
+        auto& acc_s = s_of_step(acc_s_carried, acc_s_local);
         pipe_k.consumer_wait(st_k);
         sched_wait(wg);
         issue_qk(mma_qk, tSrQ, tSrK, acc_s, st_k.index());
@@ -218,7 +247,7 @@ struct MainloopSm90 {
         Tensor s = make_tensor(acc_s.data(), acc_rowcol_sm90(acc_s.layout()));
         modify(s, n_max - 1);
         softmax.template update_scores<true>(s, p.scale_log2, factor);
-        convert_fragment_into(acc_s, rP);
+        if constexpr (!kLate) convert_fragment_into(acc_s, rP);
       }
       // Step n: S[n] = Q·K[n]ᵀ and O += P[n+1]·V[n+1] in flight together; the softmax of S[n]
       // overlaps the P·V; O is rescaled (by the factor of block n+1) only while no P·V runs.
@@ -228,15 +257,18 @@ struct MainloopSm90 {
       // no mask code: its registers (row bounds, the apply's temporaries) are what let 192-row tiles
       // keep 128 keys a step at 160 registers a thread (FlashAttention-3's structure).
       auto step = [&](int n, auto kMasked) {
-        Tensor acc_s = partition_fragment_C(mma_qk, Shape<WgM, BN>{});
+        if constexpr (kLate) to_p();
+        Tensor acc_s_local = partition_fragment_C(mma_qk, Shape<WgM, BN>{});
+        auto& acc_s = s_of_step(acc_s_carried, acc_s_local);
         pipe_k.consumer_wait(st_k);
         sched_wait(wg);
         issue_qk(mma_qk, tSrQ, tSrK, acc_s, st_k.index());
-        softmax.rescale(acc_o_rc, factor);
+        if constexpr (!kLate) softmax.rescale(acc_o_rc, factor);
         pipe_v.consumer_wait(st_v);
         issue_pv(mma_pv, tOrP, tOrV, acc_o, st_v.index());
         sched_pass(wg);
         warpgroup_wait<1>();
+        if constexpr (kLate) warpgroup_fence_operand(acc_s);
         pipe_k.consumer_release(st_k);
         ++st_k;
         if (n == n_min) release_q();
@@ -246,10 +278,14 @@ struct MainloopSm90 {
         else if (softcap.enabled())
           softcap.apply(s);
         softmax.template update_scores<false>(s, p.scale_log2, factor);
-        warpgroup_wait<0>();
-        pipe_v.consumer_release(st_v);  // the wgmma that read V[n+1] has retired
-        ++st_v;
-        convert_fragment_into(acc_s, rP);
+        if constexpr (kLate) {
+          v_pending = true;
+        } else {
+          warpgroup_wait<0>();
+          pipe_v.consumer_release(st_v);  // the wgmma that read V[n+1] has retired
+          ++st_v;
+          convert_fragment_into(acc_s, rP);
+        }
       };
       if constexpr (Traits::kPeelMasked) {
         auto needs_mask = [&](int n) { return mask.template block_needs_mask<kBlockM, kBlockN>(m_block, n); };
@@ -260,8 +296,11 @@ struct MainloopSm90 {
       } else {
         for (int n = n_max - 2; n >= n_min; --n) step(n, cute::true_type{});
       }
+      if constexpr (kLate)
+        to_p();
+      else
+        softmax.rescale(acc_o_rc, factor);
       // The last P·V.
-      softmax.rescale(acc_o_rc, factor);
       pipe_v.consumer_wait(st_v);
       issue_pv(mma_pv, tOrP, tOrV, acc_o, st_v.index());
       warpgroup_wait<0>();

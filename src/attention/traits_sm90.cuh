@@ -109,6 +109,11 @@ struct Sm90Traits {
   // two warpgroups (240 registers) the one loop measured 2-3 % faster at D = 64 and even at D = 128 /
   // 256 (docs/attention.md#tuning, "Peeled masked blocks").
   static constexpr bool kPeelMasked = kConsumerWgs == 3;
+  // A key block's scores become P at the start of the next step (mainloop_sm90.cuh), so that its
+  // softmax runs under the P·V, and O is rescaled outside the GEMM turn. At three warpgroups (D = 64,
+  // 192-row tiles) that measured 0.89-0.97x the time; at two (D 64 / 128 / 256, 128-row tiles),
+  // 1.01-1.10x (H200, results/attention.json sm90_softmax_under_pv).
+  static constexpr bool kSoftmaxUnderPV = kConsumerWgs == 3;
   static_assert(kConsumerWgs == 2 || kConsumerWgs == 3, "two or three consumer warpgroups");
   static_assert(128 * (kProducerRegs + kConsumerWgs * kConsumerRegs) <= 65536, "the register file");
   static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0, "whole SW128 atoms and k16 slices");
