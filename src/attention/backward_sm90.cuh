@@ -252,7 +252,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (n0 >= sq.len_k) return;  // a varlen sequence shorter than the grid's longest: every thread leaves
   const int steps = sq.m_count * p.group;  // (query head of the group, query block), block fastest
 
-  const int warp_group = threadIdx.x / 128;
+  // Warp-uniform (a shuffle from lane 0): the warpgroup's shared-memory slices, and so the wgmma
+  // descriptors built from them, stay in uniform registers (threadIdx.x / 128 cost an R2UR a wgmma).
+  const int warp_group = cutlass::canonical_warp_group_idx();
   typename Pipeline::Params pp;
   pp.transaction_bytes = 2 * Traits::kBoxBytes;  // Q and dO of one step on one barrier
   pp.role = warp_group == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
@@ -454,18 +456,27 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   // Thread t's statistic of a step: the LSE (t < 64) or Dsum of query row t % 64 of the step's
   // block, 0 past the sequence, loaded a step ahead so that the step's work hides its latency.
-  auto load_stat = [&](int step) -> float {
-    const int head = hk * p.group + step / sq.m_count, m = sq.m_first + step % sq.m_count;
+  // A step's (query head, query block), carried from step to step (block fastest) rather than
+  // divided out of the step index: an integer division a step in the consumers' issue stream.
+  struct StepAt {
+    int head, m;
+  };
+  auto next_step = [&](StepAt a) {
+    return a.m + 1 < sq.m_first + sq.m_count ? StepAt{a.head, a.m + 1} : StepAt{a.head + 1, sq.m_first};
+  };
+  auto load_stat = [&](StepAt at) -> float {
+    const int head = at.head, m = at.m;
     const int i = m * Traits::kBlockM + t % Traits::kBlockM;
     const int64_t stat = lse_base + int64_t(head) * p.lse_head_stride;
     if (i >= sq.len_q) return 0.f;
     return t < Traits::kBlockM ? p.lse[stat + i] : p.dsum[stat + i];
   };
-  float stat_next = steps > 0 ? load_stat(0) : 0.f;
+  StepAt at{hk * p.group, sq.m_first};
+  float stat_next = steps > 0 ? load_stat(at) : 0.f;
 
   PipeState st;
-  for (int step = 0; step < steps; ++step) {
-    const int head = hk * p.group + step / sq.m_count, m = sq.m_first + step % sq.m_count;
+  for (int step = 0; step < steps; ++step, at = next_step(at)) {
+    const int head = at.head, m = at.m;
     const int stage = st.index();
     pipe.consumer_wait(st);
     // Varlen: the block's query rows past the sequence's end (the next sequence's) zeroed in Q and
@@ -495,7 +506,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     smem.stats[wg][t / Traits::kBlockM][t % Traits::kBlockM] =
         t < Traits::kBlockM ? stat_next * 1.4426950408889634f : stat_next;
     cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
-    if (step + 1 < steps) stat_next = load_stat(step + 1);
+    if (step + 1 < steps) stat_next = load_stat(next_step(at));
     const float* const lse2 = smem.stats[wg][0];
     const float* const dsum = smem.stats[wg][1];
 
@@ -505,9 +516,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       // Pᵀ while dPᵀ's wgmma still runs, then dSᵀ (zero where P is: masked pairs, whatever dPᵀ holds).
       warpgroup_wait<1>();  // Sᵀ done
       warpgroup_fence_operand(acc_s);
-      // Most blocks of a long sequence are wholly visible: those skip the per-element test.
-      if (block_fully_visible(m * Traits::kBlockM, Traits::kBlockM, n0 + wg * Traits::kKeysPerWg, Traits::kKeysPerWg,
-                              sq.len_q, sq.len_k, p.window_left, p.window_right)) {
+      // Most blocks of a long sequence are wholly visible: those skip the per-element test, here
+      // and in dSᵀ, where only an invisible pair's P is 0 whatever its dPᵀ holds.
+      const bool all_visible = block_fully_visible(m * Traits::kBlockM, Traits::kBlockM, n0 + wg * Traits::kKeysPerWg,
+                                                   Traits::kKeysPerWg, sq.len_q, sq.len_k, p.window_left, p.window_right);
+      if (all_visible) {
         CUTE_UNROLL
         for (int i = 0; i < 2; ++i)
           CUTE_UNROLL
@@ -534,16 +547,23 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       }
       warpgroup_wait<0>();  // dPᵀ done
       warpgroup_fence_operand(acc_dp);
-      CUTE_UNROLL
-      for (int i = 0; i < 2; ++i)
+      auto ds_pass = [&](auto kGuard) {
         CUTE_UNROLL
-        for (int bb = 0; bb < kBlocks; ++bb)
+        for (int i = 0; i < 2; ++i)
           CUTE_UNROLL
-          for (int j = 0; j < 2; ++j) {
-            const int c = bb * 8 + col_lane + j;
-            const float pr = s(make_coord(i, 0), make_coord(j, bb));
-            dp(make_coord(i, 0), make_coord(j, bb)) = pr != 0.f ? pr * (dp(make_coord(i, 0), make_coord(j, bb)) - dsum[c]) : 0.f;
-          }
+          for (int bb = 0; bb < kBlocks; ++bb)
+            CUTE_UNROLL
+            for (int j = 0; j < 2; ++j) {
+              const int c = bb * 8 + col_lane + j;
+              const float pr = s(make_coord(i, 0), make_coord(j, bb));
+              const float ds = pr * (dp(make_coord(i, 0), make_coord(j, bb)) - dsum[c]);
+              dp(make_coord(i, 0), make_coord(j, bb)) = decltype(kGuard)::value && pr == 0.f ? 0.f : ds;
+            }
+      };
+      if (all_visible)
+        ds_pass(cute::false_type{});
+      else
+        ds_pass(cute::true_type{});
     } else {
       warpgroup_wait<0>();  // Sᵀ and dPᵀ done
       // Pᵀ and dSᵀ in one pass (the tanh of a soft-cap is needed by both and kept by neither).
