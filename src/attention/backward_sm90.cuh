@@ -117,7 +117,7 @@ struct BwdTraits {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> dout;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutDS> * kConsumerWgs, 1024> ds;
-    float stats[kConsumerWgs][2][kBlockM];  // per warpgroup: the step's LSE (exp2 units), then Dsum
+    alignas(16) float stats[kConsumerWgs][2][kBlockM];  // per warpgroup: the step's LSE (exp2 units), then Dsum (read as pairs)
     // A step's dQ partial, [64][D] fp32 in dq_accum's layout (each row's 32-byte chunks permuted by
     // the global row % 8, dq_accum_col: the 8 rows of a warp's float2 stores then hit distinct banks),
     // the CTA's with kDqByColumns, each warpgroup's otherwise; added into dq_accum's contiguous
@@ -516,11 +516,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       // Pᵀ while dPᵀ's wgmma still runs, then dSᵀ (zero where P is: masked pairs, whatever dPᵀ holds).
       warpgroup_wait<1>();  // Sᵀ done
       warpgroup_fence_operand(acc_s);
-      // Most blocks of a long sequence are wholly visible: those skip the per-element test, here
-      // and in dSᵀ, where only an invisible pair's P is 0 whatever its dPᵀ holds.
-      const bool all_visible = block_fully_visible(m * Traits::kBlockM, Traits::kBlockM, n0 + wg * Traits::kKeysPerWg,
-                                                   Traits::kKeysPerWg, sq.len_q, sq.len_k, p.window_left, p.window_right);
-      if (all_visible) {
+      // Most blocks of a long sequence are wholly visible: those skip the per-element test.
+      if (block_fully_visible(m * Traits::kBlockM, Traits::kBlockM, n0 + wg * Traits::kKeysPerWg, Traits::kKeysPerWg,
+                              sq.len_q, sq.len_k, p.window_left, p.window_right)) {
         CUTE_UNROLL
         for (int i = 0; i < 2; ++i)
           CUTE_UNROLL
@@ -547,23 +545,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       }
       warpgroup_wait<0>();  // dPᵀ done
       warpgroup_fence_operand(acc_dp);
-      auto ds_pass = [&](auto kGuard) {
+      // This thread's Dsum values first, unconditionally, as pairs: read inside the select below,
+      // each became its own predicated load (32 LDS a step against 8).
+      float2 dsum2[kBlocks];
+      CUTE_UNROLL
+      for (int bb = 0; bb < kBlocks; ++bb) dsum2[bb] = *reinterpret_cast<const float2*>(dsum + bb * 8 + col_lane);
+      CUTE_UNROLL
+      for (int i = 0; i < 2; ++i)
         CUTE_UNROLL
-        for (int i = 0; i < 2; ++i)
+        for (int bb = 0; bb < kBlocks; ++bb)
           CUTE_UNROLL
-          for (int bb = 0; bb < kBlocks; ++bb)
-            CUTE_UNROLL
-            for (int j = 0; j < 2; ++j) {
-              const int c = bb * 8 + col_lane + j;
-              const float pr = s(make_coord(i, 0), make_coord(j, bb));
-              const float ds = pr * (dp(make_coord(i, 0), make_coord(j, bb)) - dsum[c]);
-              dp(make_coord(i, 0), make_coord(j, bb)) = decltype(kGuard)::value && pr == 0.f ? 0.f : ds;
-            }
-      };
-      if (all_visible)
-        ds_pass(cute::false_type{});
-      else
-        ds_pass(cute::true_type{});
+          for (int j = 0; j < 2; ++j) {
+            const float pr = s(make_coord(i, 0), make_coord(j, bb));
+            const float ds = pr * (dp(make_coord(i, 0), make_coord(j, bb)) - (j == 0 ? dsum2[bb].x : dsum2[bb].y));
+            dp(make_coord(i, 0), make_coord(j, bb)) = pr != 0.f ? ds : 0.f;
+          }
     } else {
       warpgroup_wait<0>();  // Sᵀ and dPᵀ done
       // Pᵀ and dSᵀ in one pass (the tanh of a soft-cap is needed by both and kept by neither).
