@@ -117,7 +117,8 @@ struct BwdTraits {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> dout;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutDS> * kConsumerWgs, 1024> ds;
-    alignas(16) float stats[kConsumerWgs][2][kBlockM];  // per warpgroup: the step's LSE (exp2 units), then Dsum (read as pairs)
+    // Per step parity and warpgroup: the step's LSE (exp2 units), then Dsum (read as pairs).
+    alignas(16) float stats[2][kConsumerWgs][2][kBlockM];
     // A step's dQ partial, [64][D] fp32 in dq_accum's layout (each row's 32-byte chunks permuted by
     // the global row % 8, dq_accum_col: the 8 rows of a warp's float2 stores then hit distinct banks),
     // the CTA's with kDqByColumns, each warpgroup's otherwise; added into dq_accum's contiguous
@@ -473,6 +474,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   };
   StepAt at{hk * p.group, sq.m_first};
   float stat_next = steps > 0 ? load_stat(at) : 0.f;
+  // Thread t's statistic into the buffer of a step's parity, the LSE scaled to exp2 units here, long
+  // after its load (scaled at the load, the product waited for it: 3 % of the consumers' time). The
+  // buffer's previous readers, two steps back, are past the barrier that ended their step, and the
+  // step's readers come after the barrier that ends the one before it: no barrier of its own.
+  auto store_stat = [&](int step, float x) {
+    smem.stats[step & 1][wg][t / Traits::kBlockM][t % Traits::kBlockM] = t < Traits::kBlockM ? x * 1.4426950408889634f : x;
+  };
+  if (steps > 0) {
+    store_stat(0, stat_next);
+    cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
+  }
 
   PipeState st;
   for (int step = 0; step < steps; ++step, at = next_step(at)) {
@@ -498,17 +510,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     gemm_ss(mma_sdp, tSrK, tSrQ(_, _, _, stage), acc_s, true);
     gemm_ss(mma_sdp, tSrV, tSrdO(_, _, _, stage), acc_dp, true);
 
-    // The step's LSE (scaled to exp2 units here, a step after its load: scaled at the load, the
-    // product waited for it, 3 % of the consumers' time) and Dsum into this warpgroup's shared
-    // buffer (the previous step's readers are past the barrier that ends it), read below by column;
-    // then the next step's load, whose latency this step's work hides.
+    // The next step's LSE / Dsum load, whose latency this step's work hides; it is stored at the
+    // step's end (store_stat). This step's were stored a step ago, read below by column.
     constexpr int kBlocks = Traits::kBlockM / 8;
-    smem.stats[wg][t / Traits::kBlockM][t % Traits::kBlockM] =
-        t < Traits::kBlockM ? stat_next * 1.4426950408889634f : stat_next;
-    cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
     if (step + 1 < steps) stat_next = load_stat(next_step(at));
-    const float* const lse2 = smem.stats[wg][0];
-    const float* const dsum = smem.stats[wg][1];
+    const float* const lse2 = smem.stats[step & 1][wg][0];
+    const float* const dsum = smem.stats[step & 1][wg][1];
 
     Tensor s = make_tensor(acc_s.data(), acc_rowcol_sm90(acc_s.layout()));
     Tensor dp = make_tensor(acc_dp.data(), acc_rowcol_sm90(acc_dp.layout()));
@@ -647,8 +654,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // the whole block. Rows past the sequence are stored as 0: the block's span may run into the next
     // sequence's rows (or the 64 padding rows past the last), where adding +0 changes nothing, while
     // their computed partial could be NaN from an infinite key. The barrier at the step's end also
-    // orders every dQ wgmma (they read both warpgroups' dS) and this step's reads of the stats before
-    // the next step rewrites either.
+    // orders every dQ wgmma (they read both warpgroups' dS) before the next step rewrites dS, and this
+    // step's reads of the stats before the step after it rewrites their buffer.
     // Chunk bb of this thread's columns sits at byte (row base + dq_accum_col's chunk) = the bb = 0
     // address XOR bb · 32: the chunk bits (5-7) of the row base and of dq_col0 are clear.
     const int valid_rows = sq.len_q - m * Traits::kBlockM;
@@ -674,6 +681,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     cutlass::arch::fence_view_async_shared();  // the generic-proxy writes seen by the bulk copy
     // Deterministic: stage written, the writer warp takes it once every consumer thread has arrived.
     if constexpr (kDeterministic) cutlass::arch::NamedBarrier::arrive(kDqHandshake, kDqFullBarrier + dq_stage_index);
+    if (step + 1 < steps) store_stat(step + 1, stat_next);
     if constexpr (Traits::kDqByColumns) {
       cutlass::arch::NamedBarrier::arrive_and_wait(256, kBothBarrier);
     } else {
