@@ -473,6 +473,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     return t < Traits::kBlockM ? p.lse[stat + i] : p.dsum[stat + i];
   };
   StepAt at{hk * p.group, sq.m_first};
+  // The query blocks this warpgroup's key slice sees whole (block_fully_visible, decided once).
+  const BlockRange full = fully_visible_query_blocks(sq.len_q, sq.len_k, p.window_left, p.window_right,
+                                                     n0 + wg * Traits::kKeysPerWg, Traits::kKeysPerWg, Traits::kBlockM);
   float stat_next = steps > 0 ? load_stat(at) : 0.f;
   // Thread t's statistic into the buffer of a step's parity, the LSE scaled to exp2 units here, long
   // after its load (scaled at the load, the product waited for it: 3 % of the consumers' time). The
@@ -524,8 +527,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       warpgroup_wait<1>();  // Sᵀ done
       warpgroup_fence_operand(acc_s);
       // Most blocks of a long sequence are wholly visible: those skip the per-element test.
-      if (block_fully_visible(m * Traits::kBlockM, Traits::kBlockM, n0 + wg * Traits::kKeysPerWg, Traits::kKeysPerWg,
-                              sq.len_q, sq.len_k, p.window_left, p.window_right)) {
+      if (m >= full.first && m < full.end) {
         CUTE_UNROLL
         for (int i = 0; i < 2; ++i)
           CUTE_UNROLL
