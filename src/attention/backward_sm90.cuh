@@ -664,16 +664,25 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // Deterministic: the writer has read the previous step's block out of the stage.
     if (kDeterministic && step > 0)
       cutlass::arch::NamedBarrier::arrive_and_wait(kDqHandshake, kDqEmptyBarrier + dq_stage_index);
+    // Only a sequence's last query block has such rows: the select stays off the other steps' path
+    // (a select an element, every step, before).
+    if (valid_rows < Traits::kBlockM) {
+      CUTE_UNROLL
+      for (int i = 0; i < 2; ++i)
+        if (warp_in_group * 16 + lane / 4 + 8 * i >= valid_rows) {
+          CUTE_UNROLL
+          for (int bb = 0; bb < Traits::kDqSlice / 8; ++bb)
+            dq(make_coord(i, 0), make_coord(0, bb)) = dq(make_coord(i, 0), make_coord(1, bb)) = 0.f;
+        }
+    }
     CUTE_UNROLL
     for (int i = 0; i < 2; ++i) {
       const int r = warp_in_group * 16 + lane / 4 + 8 * i;
-      const bool live = r < valid_rows;
       const uint32_t addr0 = cute::cast_smem_ptr_to_uint(dq_stage) +
                              uint32_t((r * kHeadDim + dq_accum_col(dq_swz, dq_col0 + col_lane)) * sizeof(float));
       CUTE_UNROLL
       for (int bb = 0; bb < Traits::kDqSlice / 8; ++bb) {
-        const float x = live ? dq(make_coord(i, 0), make_coord(0, bb)) : 0.f;
-        const float y = live ? dq(make_coord(i, 0), make_coord(1, bb)) : 0.f;
+        const float x = dq(make_coord(i, 0), make_coord(0, bb)), y = dq(make_coord(i, 0), make_coord(1, bb));
         asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr0 ^ uint32_t(bb << 5)), "f"(x), "f"(y) : "memory");
       }
     }
