@@ -157,6 +157,17 @@ CUTE_HOST_DEVICE constexpr uint32_t ds_byte_offset(int q, int k) {
   return uint32_t(k) * 128u + ((uint32_t(q / 8) ^ uint32_t(k % 8)) << 4) + uint32_t(q % 8) * 2u;
 }
 
+// dSᵀ's store by stmatrix: a warp's 16 keys × 64 queries are sixteen 8×8 (key, query) matrices (i, bb):
+// keys 16 · warp + 8i + (0..7), queries 8bb + (0..7), whose fragment in a lane (row lane / 4, columns
+// 2 (lane % 4) + 0, 1) is the accumulator's pair (i, bb). stmatrix.x4 number g (0..3) stores the
+// matrices (i, bb) = (j % 2, 2g + j / 2) from registers j = 0..3; lane l gives the address of row l % 8
+// of matrix l / 8, one 16-byte chunk (a key's 8 queries stay contiguous under the swizzle). The offset
+// for g is that for 0 XOR g · 32 (the chunk bits of the rest are clear). tests/attention/
+// test_attention_backward_layout_sm90.cu replays the instruction's semantics against cute's layouts.
+CUTE_HOST_DEVICE constexpr uint32_t ds_stsm_row_offset(int warp_in_group, int lane, int g) {
+  return ds_byte_offset((2 * g + lane / 16) * 8, warp_in_group * 16 + 8 * ((lane / 8) % 2) + lane % 8);
+}
+
 // Named barriers (cutlass::arch::NamedBarrier ids, which it offsets past the 8 it reserves, so none
 // is __syncthreads' 0).
 inline constexpr uint32_t kWgBarrier = 2;    // 2 + wg: one consumer warpgroup (128 threads)
@@ -606,21 +617,24 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // that copy as its A fragment (its registers may not be read until the wgmma retires); the
     // previous step's dQ wgmmas, which read this buffer, have retired (the barrier at its end).
     Tensor ds16 = make_tensor(rdS.data(), acc_rowcol_sm90(rdS.layout()));
-    // A thread's two adjacent queries of a key are adjacent in the MN-major buffer (the swizzle moves
-    // 16-byte chunks; col_lane is even): one 32-bit store a pair, at ds_byte_offset (its keys' k % 8
-    // is lane / 4 for both i, so the addresses are a base and constants).
+    // Four stmatrix.x4 a warp (ds_stsm_row_offset), where 32-bit stores took sixteen.
     {
-      const uint32_t ds_base =
-          cute::cast_smem_ptr_to_uint(smem.ds.data() + wg * cosize_v<typename Traits::SmemLayoutDS>);
-      const int k0 = warp_in_group * 16 + lane / 4;
+      static_assert(kBlocks == 8, "four stmatrix.x4 of four 8x8 matrices cover a warp's 16 keys x 64 queries");
+      const uint32_t row0 = cute::cast_smem_ptr_to_uint(smem.ds.data() + wg * cosize_v<typename Traits::SmemLayoutDS>) +
+                            ds_stsm_row_offset(warp_in_group, lane, 0);
       CUTE_UNROLL
-      for (int i = 0; i < 2; ++i)
+      for (int g = 0; g < 4; ++g) {
+        uint32_t r[4];
         CUTE_UNROLL
-        for (int bb = 0; bb < kBlocks; ++bb) {
-          Element pair[2] = {ds16(make_coord(i, 0), make_coord(0, bb)), ds16(make_coord(i, 0), make_coord(1, bb))};
-          const uint32_t addr = ds_base + ds_byte_offset(bb * 8 + col_lane, k0) + uint32_t(i) * 1024u;
-          asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(*reinterpret_cast<uint32_t*>(pair)) : "memory");
+        for (int j = 0; j < 4; ++j) {
+          Element pair[2] = {ds16(make_coord(j % 2, 0), make_coord(0, 2 * g + j / 2)),
+                             ds16(make_coord(j % 2, 0), make_coord(1, 2 * g + j / 2))};
+          r[j] = *reinterpret_cast<uint32_t*>(pair);
         }
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(row0 ^ uint32_t(g << 5)),
+                     "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                     : "memory");
+      }
     }
     cutlass::arch::fence_view_async_shared();
 
