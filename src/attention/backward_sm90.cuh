@@ -537,8 +537,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       // Pᵀ while dPᵀ's wgmma still runs, then dSᵀ (zero where P is: masked pairs, whatever dPᵀ holds).
       warpgroup_wait<1>();  // Sᵀ done
       warpgroup_fence_operand(acc_s);
-      // Most blocks of a long sequence are wholly visible: those skip the per-element test.
-      if (m >= full.first && m < full.end) {
+      // Most blocks of a long sequence are wholly visible: those skip the per-element test, here and
+      // in dSᵀ below.
+      const bool whole = m >= full.first && m < full.end;
+      if (whole) {
         CUTE_UNROLL
         for (int i = 0; i < 2; ++i)
           CUTE_UNROLL
@@ -570,16 +572,26 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       float2 dsum2[kBlocks];
       CUTE_UNROLL
       for (int bb = 0; bb < kBlocks; ++bb) dsum2[bb] = *reinterpret_cast<const float2*>(dsum + bb * 8 + col_lane);
-      CUTE_UNROLL
-      for (int i = 0; i < 2; ++i)
+      // dSᵀ = Pᵀ (dPᵀ − Dsum), as PyTorch computes it. Where pairs are masked it is 0 wherever Pᵀ is:
+      // an invisible pair's dPᵀ may hold anything (rows zero-filled past a tensor, another sequence's
+      // V). A wholly visible block skips that select (two instructions an element): there a visible
+      // pair whose P underflowed gives 0 · (dPᵀ − Dsum), NaN only for an infinite dPᵀ, as in PyTorch.
+      auto ds_pass = [&](auto kGuard) {
         CUTE_UNROLL
-        for (int bb = 0; bb < kBlocks; ++bb)
+        for (int i = 0; i < 2; ++i)
           CUTE_UNROLL
-          for (int j = 0; j < 2; ++j) {
-            const float pr = s(make_coord(i, 0), make_coord(j, bb));
-            const float ds = pr * (dp(make_coord(i, 0), make_coord(j, bb)) - (j == 0 ? dsum2[bb].x : dsum2[bb].y));
-            dp(make_coord(i, 0), make_coord(j, bb)) = pr != 0.f ? ds : 0.f;
-          }
+          for (int bb = 0; bb < kBlocks; ++bb)
+            CUTE_UNROLL
+            for (int j = 0; j < 2; ++j) {
+              const float pr = s(make_coord(i, 0), make_coord(j, bb));
+              const float ds = pr * (dp(make_coord(i, 0), make_coord(j, bb)) - (j == 0 ? dsum2[bb].x : dsum2[bb].y));
+              dp(make_coord(i, 0), make_coord(j, bb)) = decltype(kGuard)::value && pr == 0.f ? 0.f : ds;
+            }
+      };
+      if (whole)
+        ds_pass(cute::false_type{});
+      else
+        ds_pass(cute::true_type{});
     } else {
       warpgroup_wait<0>();  // Sᵀ and dPᵀ done
       // Pᵀ and dSᵀ in one pass (the tanh of a soft-cap is needed by both and kept by neither).
