@@ -265,7 +265,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int steps = sq.m_count * p.group;  // (query head of the group, query block), block fastest
 
   // Warp-uniform (a shuffle from lane 0): the warpgroup's shared-memory slices, and so the wgmma
-  // descriptors built from them, stay in uniform registers (threadIdx.x / 128 cost an R2UR a wgmma).
+  // descriptors built from them, stay in uniform registers (from threadIdx.x / 128, an R2UR a wgmma).
   const int warp_group = cutlass::canonical_warp_group_idx();
   typename Pipeline::Params pp;
   pp.transaction_bytes = 2 * Traits::kBoxBytes;  // Q and dO of one step on one barrier
@@ -534,7 +534,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     Tensor s = make_tensor(acc_s.data(), acc_rowcol_sm90(acc_s.layout()));
     Tensor dp = make_tensor(acc_dp.data(), acc_rowcol_sm90(acc_dp.layout()));
     if (!softcap.enabled()) {
-      // Pᵀ while dPᵀ's wgmma still runs, then dSᵀ (zero where P is: masked pairs, whatever dPᵀ holds).
+      // Pᵀ while dPᵀ's wgmma still runs, then dSᵀ.
       warpgroup_wait<1>();  // Sᵀ done
       warpgroup_fence_operand(acc_s);
       // Most blocks of a long sequence are wholly visible: those skip the per-element test, here and
@@ -568,7 +568,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       warpgroup_wait<0>();  // dPᵀ done
       warpgroup_fence_operand(acc_dp);
       // This thread's Dsum values first, unconditionally, as pairs: read inside the select below,
-      // each became its own predicated load (32 LDS a step against 8).
+      // each would be a predicated load of its own.
       float2 dsum2[kBlocks];
       CUTE_UNROLL
       for (int bb = 0; bb < kBlocks; ++bb) dsum2[bb] = *reinterpret_cast<const float2*>(dsum + bb * 8 + col_lane);
@@ -629,7 +629,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // that copy as its A fragment (its registers may not be read until the wgmma retires); the
     // previous step's dQ wgmmas, which read this buffer, have retired (the barrier at its end).
     Tensor ds16 = make_tensor(rdS.data(), acc_rowcol_sm90(rdS.layout()));
-    // Four stmatrix.x4 a warp (ds_stsm_row_offset), where 32-bit stores took sixteen.
+    // Four stmatrix.x4 a warp (ds_stsm_row_offset) rather than sixteen 32-bit stores.
     {
       static_assert(kBlocks == 8, "four stmatrix.x4 of four 8x8 matrices cover a warp's 16 keys x 64 queries");
       const uint32_t row0 = cute::cast_smem_ptr_to_uint(smem.ds.data() + wg * cosize_v<typename Traits::SmemLayoutDS>) +
@@ -690,8 +690,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // Deterministic: the writer has read the previous step's block out of the stage.
     if (kDeterministic && step > 0)
       cutlass::arch::NamedBarrier::arrive_and_wait(kDqHandshake, kDqEmptyBarrier + dq_stage_index);
-    // Only a sequence's last query block has such rows: the select stays off the other steps' path
-    // (a select an element, every step, before).
+    // Only a sequence's last query block has such rows: the select an element stays off the other
+    // steps' path.
     if (valid_rows < Traits::kBlockM) {
       CUTE_UNROLL
       for (int i = 0; i < 2; ++i)
