@@ -58,7 +58,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // stores) swizzle offsets: they agree only on a 1024-byte-aligned base. Fail loudly if not.
   if (threadIdx.x == 0 && (cute::cast_smem_ptr_to_uint(smem_raw) & 1023u) != 0) __trap();
 
-  const int warp_group = threadIdx.x / 128;
+  // Warp-uniform (a shuffle from lane 0): the warpgroup's Q slice, and so the wgmma descriptors built
+  // from it, stay in uniform registers.
+  const int warp_group = cutlass::canonical_warp_group_idx();
   const int warp_in_group = (threadIdx.x / 32) % 4;
 
   const bool varlen = p.cu_seqlens_q != nullptr;

@@ -31,6 +31,31 @@ BLOCKFUSE_ATTN_HD bool block_fully_visible(int m0, int bm, int n0, int bn, int l
          key_visible(m0, n0 + bn - 1, len_q, len_k, window_left, window_right);
 }
 
+// The bm-row query blocks m with block_fully_visible(m · bm, bm, n0, bn, ...), as [first, end) (empty:
+// end <= first): the kernel's per-step test reduced to two comparisons, decided once per key slice.
+// Two corners decide a block (above): its last row must see key n0 (m · bm <= n0 − bm + 1 − shift +
+// window_left) and its first row key n0 + bn − 1 (m · bm >= n0 + bn − 1 − shift − window_right); and
+// the block lies inside the lengths (0 <= m · bm <= len_q − bm). In 64 bits: the bounds may be 2^30.
+struct BlockRange {
+  int first, end;
+};
+BLOCKFUSE_ATTN_HD BlockRange fully_visible_query_blocks(int len_q, int len_k, int window_left, int window_right, int n0,
+                                                        int bn, int bm) {
+  if (bm <= 0 || bn <= 0 || n0 < 0 || int64_t(n0) + bn > len_k || len_q < bm) return {0, 0};
+  const int64_t shift = int64_t(len_k) - len_q;
+  int64_t lo = 0, hi = int64_t(len_q) - bm;  // m · bm in [lo, hi]
+  if (window_right < kWindowUnbounded) {
+    const int64_t b = int64_t(n0) + bn - 1 - shift - window_right;
+    lo = b > lo ? b : lo;
+  }
+  if (window_left < kWindowUnbounded) {
+    const int64_t b = int64_t(n0) - bm + 1 - shift + window_left;
+    hi = b < hi ? b : hi;
+  }
+  if (hi < lo) return {0, 0};
+  return {int((lo + bm - 1) / bm), int(hi / bm + 1)};  // lo >= 0: the ceiling; hi >= lo >= 0: the floor
+}
+
 // The block_m-row query blocks [first, first + count) that hold a row seeing a key of
 // [n0, n0 + block_n) ∩ [0, len_k); count = 0 when there is none (n0 >= len_k included).
 struct QueryBlocks {

@@ -117,7 +117,8 @@ struct BwdTraits {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> dout;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutDS> * kConsumerWgs, 1024> ds;
-    float stats[kConsumerWgs][2][kBlockM];  // per warpgroup: the step's LSE (exp2 units), then Dsum
+    // Per step parity and warpgroup: the step's LSE (exp2 units), then Dsum (read as pairs).
+    alignas(16) float stats[2][kConsumerWgs][2][kBlockM];
     // A step's dQ partial, [64][D] fp32 in dq_accum's layout (each row's 32-byte chunks permuted by
     // the global row % 8, dq_accum_col: the 8 rows of a warp's float2 stores then hit distinct banks),
     // the CTA's with kDqByColumns, each warpgroup's otherwise; added into dq_accum's contiguous
@@ -154,6 +155,17 @@ struct BwdSm90Params : BwdParams {
 // checks it against cute's layout.
 CUTE_HOST_DEVICE constexpr uint32_t ds_byte_offset(int q, int k) {
   return uint32_t(k) * 128u + ((uint32_t(q / 8) ^ uint32_t(k % 8)) << 4) + uint32_t(q % 8) * 2u;
+}
+
+// dSᵀ's store by stmatrix: a warp's 16 keys × 64 queries are sixteen 8×8 (key, query) matrices (i, bb):
+// keys 16 · warp + 8i + (0..7), queries 8bb + (0..7), whose fragment in a lane (row lane / 4, columns
+// 2 (lane % 4) + 0, 1) is the accumulator's pair (i, bb). stmatrix.x4 number g (0..3) stores the
+// matrices (i, bb) = (j % 2, 2g + j / 2) from registers j = 0..3; lane l gives the address of row l % 8
+// of matrix l / 8, one 16-byte chunk (a key's 8 queries stay contiguous under the swizzle). The offset
+// for g is that for 0 XOR g · 32 (the chunk bits of the rest are clear). tests/attention/
+// test_attention_backward_layout_sm90.cu replays the instruction's semantics against cute's layouts.
+CUTE_HOST_DEVICE constexpr uint32_t ds_stsm_row_offset(int warp_in_group, int lane, int g) {
+  return ds_byte_offset((2 * g + lane / 16) * 8, warp_in_group * 16 + 8 * ((lane / 8) % 2) + lane % 8);
 }
 
 // Named barriers (cutlass::arch::NamedBarrier ids, which it offsets past the 8 it reserves, so none
@@ -252,7 +264,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (n0 >= sq.len_k) return;  // a varlen sequence shorter than the grid's longest: every thread leaves
   const int steps = sq.m_count * p.group;  // (query head of the group, query block), block fastest
 
-  const int warp_group = threadIdx.x / 128;
+  // Warp-uniform (a shuffle from lane 0): the warpgroup's shared-memory slices, and so the wgmma
+  // descriptors built from them, stay in uniform registers (from threadIdx.x / 128, an R2UR a wgmma).
+  const int warp_group = cutlass::canonical_warp_group_idx();
   typename Pipeline::Params pp;
   pp.transaction_bytes = 2 * Traits::kBoxBytes;  // Q and dO of one step on one barrier
   pp.role = warp_group == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
@@ -454,18 +468,41 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   // Thread t's statistic of a step: the LSE (t < 64) or Dsum of query row t % 64 of the step's
   // block, 0 past the sequence, loaded a step ahead so that the step's work hides its latency.
-  auto load_stat = [&](int step) -> float {
-    const int head = hk * p.group + step / sq.m_count, m = sq.m_first + step % sq.m_count;
+  // A step's (query head, query block), carried from step to step (block fastest) rather than
+  // divided out of the step index: an integer division a step in the consumers' issue stream.
+  struct StepAt {
+    int head, m;
+  };
+  auto next_step = [&](StepAt a) {
+    return a.m + 1 < sq.m_first + sq.m_count ? StepAt{a.head, a.m + 1} : StepAt{a.head + 1, sq.m_first};
+  };
+  auto load_stat = [&](StepAt at) -> float {
+    const int head = at.head, m = at.m;
     const int i = m * Traits::kBlockM + t % Traits::kBlockM;
     const int64_t stat = lse_base + int64_t(head) * p.lse_head_stride;
     if (i >= sq.len_q) return 0.f;
     return t < Traits::kBlockM ? p.lse[stat + i] : p.dsum[stat + i];
   };
-  float stat_next = steps > 0 ? load_stat(0) : 0.f;
+  StepAt at{hk * p.group, sq.m_first};
+  // The query blocks this warpgroup's key slice sees whole (block_fully_visible, decided once).
+  const BlockRange full = fully_visible_query_blocks(sq.len_q, sq.len_k, p.window_left, p.window_right,
+                                                     n0 + wg * Traits::kKeysPerWg, Traits::kKeysPerWg, Traits::kBlockM);
+  float stat_next = steps > 0 ? load_stat(at) : 0.f;
+  // Thread t's statistic into the buffer of a step's parity, the LSE scaled to exp2 units here, long
+  // after its load (scaled at the load, the product waited for it: 3 % of the consumers' time). The
+  // buffer's previous readers, two steps back, are past the barrier that ended their step, and the
+  // step's readers come after the barrier that ends the one before it: no barrier of its own.
+  auto store_stat = [&](int step, float x) {
+    smem.stats[step & 1][wg][t / Traits::kBlockM][t % Traits::kBlockM] = t < Traits::kBlockM ? x * 1.4426950408889634f : x;
+  };
+  if (steps > 0) {
+    store_stat(0, stat_next);
+    cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
+  }
 
   PipeState st;
-  for (int step = 0; step < steps; ++step) {
-    const int head = hk * p.group + step / sq.m_count, m = sq.m_first + step % sq.m_count;
+  for (int step = 0; step < steps; ++step, at = next_step(at)) {
+    const int head = at.head, m = at.m;
     const int stage = st.index();
     pipe.consumer_wait(st);
     // Varlen: the block's query rows past the sequence's end (the next sequence's) zeroed in Q and
@@ -487,27 +524,23 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     gemm_ss(mma_sdp, tSrK, tSrQ(_, _, _, stage), acc_s, true);
     gemm_ss(mma_sdp, tSrV, tSrdO(_, _, _, stage), acc_dp, true);
 
-    // The step's LSE (scaled to exp2 units here, a step after its load: scaled at the load, the
-    // product waited for it, 3 % of the consumers' time) and Dsum into this warpgroup's shared
-    // buffer (the previous step's readers are past the barrier that ends it), read below by column;
-    // then the next step's load, whose latency this step's work hides.
+    // The next step's LSE / Dsum load, whose latency this step's work hides; it is stored at the
+    // step's end (store_stat). This step's were stored a step ago, read below by column.
     constexpr int kBlocks = Traits::kBlockM / 8;
-    smem.stats[wg][t / Traits::kBlockM][t % Traits::kBlockM] =
-        t < Traits::kBlockM ? stat_next * 1.4426950408889634f : stat_next;
-    cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
-    if (step + 1 < steps) stat_next = load_stat(step + 1);
-    const float* const lse2 = smem.stats[wg][0];
-    const float* const dsum = smem.stats[wg][1];
+    if (step + 1 < steps) stat_next = load_stat(next_step(at));
+    const float* const lse2 = smem.stats[step & 1][wg][0];
+    const float* const dsum = smem.stats[step & 1][wg][1];
 
     Tensor s = make_tensor(acc_s.data(), acc_rowcol_sm90(acc_s.layout()));
     Tensor dp = make_tensor(acc_dp.data(), acc_rowcol_sm90(acc_dp.layout()));
     if (!softcap.enabled()) {
-      // Pᵀ while dPᵀ's wgmma still runs, then dSᵀ (zero where P is: masked pairs, whatever dPᵀ holds).
+      // Pᵀ while dPᵀ's wgmma still runs, then dSᵀ.
       warpgroup_wait<1>();  // Sᵀ done
       warpgroup_fence_operand(acc_s);
-      // Most blocks of a long sequence are wholly visible: those skip the per-element test.
-      if (block_fully_visible(m * Traits::kBlockM, Traits::kBlockM, n0 + wg * Traits::kKeysPerWg, Traits::kKeysPerWg,
-                              sq.len_q, sq.len_k, p.window_left, p.window_right)) {
+      // Most blocks of a long sequence are wholly visible: those skip the per-element test, here and
+      // in dSᵀ below.
+      const bool whole = m >= full.first && m < full.end;
+      if (whole) {
         CUTE_UNROLL
         for (int i = 0; i < 2; ++i)
           CUTE_UNROLL
@@ -534,16 +567,31 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       }
       warpgroup_wait<0>();  // dPᵀ done
       warpgroup_fence_operand(acc_dp);
+      // This thread's Dsum values first, unconditionally, as pairs: read inside the select below,
+      // each would be a predicated load of its own.
+      float2 dsum2[kBlocks];
       CUTE_UNROLL
-      for (int i = 0; i < 2; ++i)
+      for (int bb = 0; bb < kBlocks; ++bb) dsum2[bb] = *reinterpret_cast<const float2*>(dsum + bb * 8 + col_lane);
+      // dSᵀ = Pᵀ (dPᵀ − Dsum), as PyTorch computes it. Where pairs are masked it is 0 wherever Pᵀ is:
+      // an invisible pair's dPᵀ may hold anything (rows zero-filled past a tensor, another sequence's
+      // V). A wholly visible block skips that select (two instructions an element): there a visible
+      // pair whose P underflowed gives 0 · (dPᵀ − Dsum), NaN only for an infinite dPᵀ, as in PyTorch.
+      auto ds_pass = [&](auto kGuard) {
         CUTE_UNROLL
-        for (int bb = 0; bb < kBlocks; ++bb)
+        for (int i = 0; i < 2; ++i)
           CUTE_UNROLL
-          for (int j = 0; j < 2; ++j) {
-            const int c = bb * 8 + col_lane + j;
-            const float pr = s(make_coord(i, 0), make_coord(j, bb));
-            dp(make_coord(i, 0), make_coord(j, bb)) = pr != 0.f ? pr * (dp(make_coord(i, 0), make_coord(j, bb)) - dsum[c]) : 0.f;
-          }
+          for (int bb = 0; bb < kBlocks; ++bb)
+            CUTE_UNROLL
+            for (int j = 0; j < 2; ++j) {
+              const float pr = s(make_coord(i, 0), make_coord(j, bb));
+              const float ds = pr * (dp(make_coord(i, 0), make_coord(j, bb)) - (j == 0 ? dsum2[bb].x : dsum2[bb].y));
+              dp(make_coord(i, 0), make_coord(j, bb)) = decltype(kGuard)::value && pr == 0.f ? 0.f : ds;
+            }
+      };
+      if (whole)
+        ds_pass(cute::false_type{});
+      else
+        ds_pass(cute::true_type{});
     } else {
       warpgroup_wait<0>();  // Sᵀ and dPᵀ done
       // Pᵀ and dSᵀ in one pass (the tanh of a soft-cap is needed by both and kept by neither).
@@ -581,21 +629,24 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // that copy as its A fragment (its registers may not be read until the wgmma retires); the
     // previous step's dQ wgmmas, which read this buffer, have retired (the barrier at its end).
     Tensor ds16 = make_tensor(rdS.data(), acc_rowcol_sm90(rdS.layout()));
-    // A thread's two adjacent queries of a key are adjacent in the MN-major buffer (the swizzle moves
-    // 16-byte chunks; col_lane is even): one 32-bit store a pair, at ds_byte_offset (its keys' k % 8
-    // is lane / 4 for both i, so the addresses are a base and constants).
+    // Four stmatrix.x4 a warp (ds_stsm_row_offset) rather than sixteen 32-bit stores.
     {
-      const uint32_t ds_base =
-          cute::cast_smem_ptr_to_uint(smem.ds.data() + wg * cosize_v<typename Traits::SmemLayoutDS>);
-      const int k0 = warp_in_group * 16 + lane / 4;
+      static_assert(kBlocks == 8, "four stmatrix.x4 of four 8x8 matrices cover a warp's 16 keys x 64 queries");
+      const uint32_t row0 = cute::cast_smem_ptr_to_uint(smem.ds.data() + wg * cosize_v<typename Traits::SmemLayoutDS>) +
+                            ds_stsm_row_offset(warp_in_group, lane, 0);
       CUTE_UNROLL
-      for (int i = 0; i < 2; ++i)
+      for (int g = 0; g < 4; ++g) {
+        uint32_t r[4];
         CUTE_UNROLL
-        for (int bb = 0; bb < kBlocks; ++bb) {
-          Element pair[2] = {ds16(make_coord(i, 0), make_coord(0, bb)), ds16(make_coord(i, 0), make_coord(1, bb))};
-          const uint32_t addr = ds_base + ds_byte_offset(bb * 8 + col_lane, k0) + uint32_t(i) * 1024u;
-          asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(*reinterpret_cast<uint32_t*>(pair)) : "memory");
+        for (int j = 0; j < 4; ++j) {
+          Element pair[2] = {ds16(make_coord(j % 2, 0), make_coord(0, 2 * g + j / 2)),
+                             ds16(make_coord(j % 2, 0), make_coord(1, 2 * g + j / 2))};
+          r[j] = *reinterpret_cast<uint32_t*>(pair);
         }
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(row0 ^ uint32_t(g << 5)),
+                     "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                     : "memory");
+      }
     }
     cutlass::arch::fence_view_async_shared();
 
@@ -631,24 +682,33 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // the whole block. Rows past the sequence are stored as 0: the block's span may run into the next
     // sequence's rows (or the 64 padding rows past the last), where adding +0 changes nothing, while
     // their computed partial could be NaN from an infinite key. The barrier at the step's end also
-    // orders every dQ wgmma (they read both warpgroups' dS) and this step's reads of the stats before
-    // the next step rewrites either.
+    // orders every dQ wgmma (they read both warpgroups' dS) before the next step rewrites dS, and this
+    // step's reads of the stats before the step after it rewrites their buffer.
     // Chunk bb of this thread's columns sits at byte (row base + dq_accum_col's chunk) = the bb = 0
     // address XOR bb · 32: the chunk bits (5-7) of the row base and of dq_col0 are clear.
     const int valid_rows = sq.len_q - m * Traits::kBlockM;
     // Deterministic: the writer has read the previous step's block out of the stage.
     if (kDeterministic && step > 0)
       cutlass::arch::NamedBarrier::arrive_and_wait(kDqHandshake, kDqEmptyBarrier + dq_stage_index);
+    // Only a sequence's last query block has such rows: the select an element stays off the other
+    // steps' path.
+    if (valid_rows < Traits::kBlockM) {
+      CUTE_UNROLL
+      for (int i = 0; i < 2; ++i)
+        if (warp_in_group * 16 + lane / 4 + 8 * i >= valid_rows) {
+          CUTE_UNROLL
+          for (int bb = 0; bb < Traits::kDqSlice / 8; ++bb)
+            dq(make_coord(i, 0), make_coord(0, bb)) = dq(make_coord(i, 0), make_coord(1, bb)) = 0.f;
+        }
+    }
     CUTE_UNROLL
     for (int i = 0; i < 2; ++i) {
       const int r = warp_in_group * 16 + lane / 4 + 8 * i;
-      const bool live = r < valid_rows;
       const uint32_t addr0 = cute::cast_smem_ptr_to_uint(dq_stage) +
                              uint32_t((r * kHeadDim + dq_accum_col(dq_swz, dq_col0 + col_lane)) * sizeof(float));
       CUTE_UNROLL
       for (int bb = 0; bb < Traits::kDqSlice / 8; ++bb) {
-        const float x = live ? dq(make_coord(i, 0), make_coord(0, bb)) : 0.f;
-        const float y = live ? dq(make_coord(i, 0), make_coord(1, bb)) : 0.f;
+        const float x = dq(make_coord(i, 0), make_coord(0, bb)), y = dq(make_coord(i, 0), make_coord(1, bb));
         asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr0 ^ uint32_t(bb << 5)), "f"(x), "f"(y) : "memory");
       }
     }
@@ -658,6 +718,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     cutlass::arch::fence_view_async_shared();  // the generic-proxy writes seen by the bulk copy
     // Deterministic: stage written, the writer warp takes it once every consumer thread has arrived.
     if constexpr (kDeterministic) cutlass::arch::NamedBarrier::arrive(kDqHandshake, kDqFullBarrier + dq_stage_index);
+    if (step + 1 < steps) store_stat(step + 1, stat_next);
     if constexpr (Traits::kDqByColumns) {
       cutlass::arch::NamedBarrier::arrive_and_wait(256, kBothBarrier);
     } else {

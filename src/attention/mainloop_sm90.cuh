@@ -250,7 +250,8 @@ struct MainloopSm90 {
         if constexpr (!kLate) convert_fragment_into(acc_s, rP);
       }
       // Step n: S[n] = Q·K[n]ᵀ and O += P[n+1]·V[n+1] in flight together; the softmax of S[n]
-      // overlaps the P·V; O is rescaled (by the factor of block n+1) only while no P·V runs.
+      // overlaps the P·V where kLate (above); O is rescaled (by the factor of block n+1) only while no
+      // P·V runs.
       // kMasked: the block may hold invisible (row, key) pairs. The masked blocks are the rightmost
       // (the key tail, the causal diagonal) and the leftmost (a window's left edge), so under
       // Traits::kPeelMasked the walk is three loops and the middle one, almost every block, carries

@@ -111,8 +111,9 @@ struct Sm90Traits {
   static constexpr bool kPeelMasked = kConsumerWgs == 3;
   // A key block's scores become P at the start of the next step (mainloop_sm90.cuh), so that its
   // softmax runs under the P·V, and O is rescaled outside the GEMM turn. At three warpgroups (D = 64,
-  // 192-row tiles) that measured 0.89-0.97x the time; at two (D 64 / 128 / 256, 128-row tiles),
-  // 1.01-1.10x (H200, results/attention.json sm90_softmax_under_pv).
+  // 192-row tiles) that measured 0.94-0.97x the time at S 2048 / 4096 (0.89-1.02x at 16384, main's
+  // own spread there); at two (D 64 / 128 / 256, 128-row tiles), 1.01-1.10x (H200,
+  // results/attention.json sm90_softmax_under_pv).
   static constexpr bool kSoftmaxUnderPV = kConsumerWgs == 3;
   static_assert(kConsumerWgs == 2 || kConsumerWgs == 3, "two or three consumer warpgroups");
   static_assert(128 * (kProducerRegs + kConsumerWgs * kConsumerRegs) <= 65536, "the register file");

@@ -58,9 +58,13 @@ class DeviceBuffer {
 
 // A device copy of `bytes` host bytes, and the copy of a whole buffer back to the host. Throw
 // blockfuse::Error when the copy fails.
+// The copy is complete on return. From pageable memory cudaMemcpy may return once the bytes are
+// staged, before the DMA has written them, and a kernel on a non-blocking stream does not wait for
+// the legacy stream: the late DMA then overwrote a kernel's output (WeightLayoutGpu, H200).
 inline DeviceBuffer<unsigned char> to_device(const void* src, size_t bytes) {
   DeviceBuffer<unsigned char> d(bytes);
-  const cudaError_t e = bytes ? cudaMemcpy(d.data(), src, bytes, cudaMemcpyHostToDevice) : cudaSuccess;
+  cudaError_t e = bytes ? cudaMemcpy(d.data(), src, bytes, cudaMemcpyHostToDevice) : cudaSuccess;
+  if (e == cudaSuccess && bytes) e = cudaStreamSynchronize(cudaStreamLegacy);
   if (e != cudaSuccess) throw Error(std::string("to_device: cudaMemcpy failed: ") + cudaGetErrorString(e));
   return d;
 }

@@ -226,6 +226,35 @@ TEST(AttentionBackwardBlocks, FullyVisibleBlocksMatchEveryPair) {
   EXPECT_GT(partial, 100);
 }
 
+// fully_visible_query_blocks against block_fully_visible at every block of every key offset: the
+// kernel's per-step test becomes m in [first, end), so the two must agree exactly (a block taken as
+// whole with a masked pair would keep a probability the forward never had; one taken as partial
+// only costs the per-element test). Windows up to unbounded, lengths unequal both ways.
+TEST(AttentionBackwardBlocks, FullyVisibleQueryBlocksMatchTheBlockTest) {
+  struct W { bool causal; int64_t left, right; };
+  const W windows[] = {{false, -1, -1}, {true, -1, -1}, {true, 40, -1}, {false, 20, 30},
+                       {false, -1, 5},  {false, 0, 0},  {true, 200, -1}, {false, 63, 64}};
+  int ranges = 0, nonempty = 0;
+  for (int len_q : {1, 63, 64, 100, 256, 1000})
+    for (int len_k : {1, 64, 130, 256, 1000})
+      for (const W& w : windows) {
+        const int wl = attn::window_left_bound(w.left), wr = attn::window_right_bound(w.right, w.causal);
+        for (int bm : {64, 128})
+          for (int n0 = 0; n0 < len_k + 64; n0 += 16) {
+            const attn::BlockRange r = attn::fully_visible_query_blocks(len_q, len_k, wl, wr, n0, 64, bm);
+            for (int m = 0; m * bm < len_q + 2 * bm; ++m)
+              ASSERT_EQ(m >= r.first && m < r.end, attn::block_fully_visible(m * bm, bm, n0, 64, len_q, len_k, wl, wr))
+                  << "block " << m << " of " << bm << " rows, keys from " << n0 << ": Sq=" << len_q << " Sk=" << len_k
+                  << " causal=" << w.causal << " window=(" << w.left << ", " << w.right << ") range [" << r.first
+                  << ", " << r.end << ")";
+            ++ranges;
+            nonempty += r.end > r.first;
+          }
+      }
+  EXPECT_GT(nonempty, 500);
+  EXPECT_GT(ranges - nonempty, 500);
+}
+
 // The deterministic mode's schedule, simulated: the CTAs of one sequence, `heads` KV heads, launched
 // in linear grid order (x fastest) as deterministic_cta maps them, `resident` at a time; each walks
 // its steps in the kernel's order (query head of the group, then query block) and adds a step's dQ

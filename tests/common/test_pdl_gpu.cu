@@ -69,8 +69,11 @@ struct Chain {
         h(size_t(m * u)), r2(size_t(m * u)), n3(size_t(m * u)), q2(size_t(m * u)), s2(size_t(m)) {
     std::mt19937_64 rng(seed);
     for (HostMatrix* t : {&x, &res, &w1, &res2, &w2}) t->fill_uniform(rng, -2.f, 2.f);
+    // Complete on return (to_device, testing/device_buffer.h, says why): the chain runs on a
+    // non-blocking stream.
     auto up = [](const HostMatrix& hm, testing::DeviceBuffer<uint16_t>& d) {
       ASSERT_EQ(cudaMemcpy(d.data(), hm.bits.data(), d.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(cudaStreamLegacy), cudaSuccess);
     };
     up(x, dx);
     up(res, dres);

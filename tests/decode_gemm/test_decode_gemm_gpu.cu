@@ -44,13 +44,16 @@ using testing::HostMatrix;
 
 #define CUDA_OK(expr) BF_CUDA_OK(expr)
 
-// A zeroed workspace, as the API asks (cudaMemset once before first use).
+// A zeroed workspace, as the API asks (cudaMemset once before first use). The memset completes
+// before the constructor returns: run_once may launch on a non-blocking stream, which would not wait
+// for it (to_device, testing/device_buffer.h, says why).
 struct Workspace {
   testing::DeviceBuffer<unsigned char> buf;
   void* p;
   size_t bytes;
   explicit Workspace(size_t n) : buf(n), p(buf.data()), bytes(n) {
-    if (n && cudaMemset(p, 0, n) != cudaSuccess) throw std::runtime_error("cudaMemset failed");
+    if (n && (cudaMemset(p, 0, n) != cudaSuccess || cudaStreamSynchronize(cudaStreamLegacy) != cudaSuccess))
+      throw std::runtime_error("cudaMemset failed");
   }
   // The counters must be back at zero after every completed call.
   bool counters_are_zero(int64_t n) const {

@@ -393,6 +393,8 @@ TEST(GatedUpFp8Gpu, DynamicScalesInACudaGraph) {
     const Problem Q(c, testing::fresh_seed());
     BF_CUDA_CHECK(cudaMemcpy(P.dx.data(), Q.hx.data(), Q.hx.size(), cudaMemcpyHostToDevice));
     BF_CUDA_CHECK(cudaMemcpy(P.dsx.data(), Q.hsx.data(), Q.hsx.size() * 4, cudaMemcpyHostToDevice));
+    // The copies complete before the replay on s (to_device, testing/device_buffer.h, says why).
+    BF_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
     Problem R = Problem(c, Q.seed);  // the same inputs as Q...
     R.hw = P.hw;                     // ...with P's weights and weight scales, which the graph reads
     R.hsw = P.hsw;

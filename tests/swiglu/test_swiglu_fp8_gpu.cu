@@ -111,8 +111,11 @@ void run_case(const Case& c, const detail::SwigluTuning& tuning = {}) {
   }
   EXPECT_EQ(pad_bad, 0) << "bytes written in the row padding of 'out' (ld ignored?)";
   // Ties to the last fp32 ulp are rare: nearly every code must match exactly (a loose check that
-  // catches a systematic rounding or scaling error the one-step tolerance would let through).
-  EXPECT_GE(double(exact), 0.99 * double(c.rows * c.u)) << "exact code matches: " << exact << " of " << c.rows * c.u;
+  // catches a systematic rounding or scaling error the one-step tolerance would let through). One
+  // code in a hundred may differ, and one in any case: a single tie fails 99 % of fewer than 100
+  // codes (56 and 72-code shapes did, on H200, 2026-11-28).
+  const int64_t codes = c.rows * c.u, allowed = std::max<int64_t>(1, codes / 100);
+  EXPECT_LE(codes - exact, allowed) << "exact code matches: " << exact << " of " << codes;
 }
 
 using Param = std::tuple<DType, Activation, GateUpLayout, Fp8ScaleMode>;

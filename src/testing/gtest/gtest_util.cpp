@@ -25,7 +25,10 @@ std::string seed_note(uint64_t seed) {
 
 void DeviceMatrix::upload(const HostMatrix& h) const {
   if (h.bits.empty()) return;
-  const cudaError_t e = cudaMemcpy(buf_.data(), h.bits.data(), h.bits.size() * sizeof(uint16_t), cudaMemcpyHostToDevice);
+  // Complete on return (to_device, device_buffer.h, says why): kernels under test run on
+  // non-blocking streams too.
+  cudaError_t e = cudaMemcpy(buf_.data(), h.bits.data(), h.bits.size() * sizeof(uint16_t), cudaMemcpyHostToDevice);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(cudaStreamLegacy);
   if (e != cudaSuccess) throw Error(std::string("DeviceMatrix: cudaMemcpy H2D failed: ") + cudaGetErrorString(e));
 }
 
