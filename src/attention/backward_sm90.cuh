@@ -21,8 +21,8 @@
 //                                 64 columns a warpgroup over both warpgroups' keys, at 64 every column
 //                                 over its own; staged in shared memory in dq_accum's own layout
 //                                 (dq_accum_col) and added by one cp.reduce.async.bulk of the
-//                                 whole 64-row block, the CTA's (at D = 64 the second warpgroup
-//                                 adds its partial to the first's in the stage).
+//                                 whole 64-row block (the CTA's, or each warpgroup's at D = 64,
+//                                 where the deterministic mode sums the two in the stage first).
 // dK (× scale) and dV are stored from registers at the end: rows past the sequence are not stored.
 // Masked and out-of-sequence pairs get P = dS = 0 explicitly (not by multiplying: 0 · NaN is NaN).
 // TMA zero-fills rows past the tensors. Varlen: a box running past a sequence's end reads the next
@@ -89,11 +89,12 @@ struct BwdTraits {
   // (queries) n64 k64 per call; A = dS and B = Kᵀ, both MN-major. D = 128 (kDqByColumns): warpgroup
   // w computes columns [64w, 64w + 64) over all 128 keys of the block (both warpgroups' dS, two
   // calls), so a step adds each query row's dQ once per CTA; D = 64: each warpgroup all 64 columns
-  // over its own 64 keys (a 32-column half would split Kᵀ's 128-byte swizzle atom), and the two
-  // partials are summed in the stage (warpgroup 0 stores, 1 adds), so a step adds each query row's
-  // dQ once per CTA at both head dims.
+  // over its own 64 keys (a 32-column half would split Kᵀ's 128-byte swizzle atom), twice per CTA;
+  // the deterministic mode sums the two in one stage (warpgroup 0 stores, 1 adds) and so takes one
+  // turn a step rather than two (kDqSum in the kernel).
   static constexpr int kDqSlice = 64;
   static constexpr bool kDqByColumns = kHeadDim == 2 * kDqSlice;
+  static constexpr int kDqStages = kDqByColumns ? 1 : kConsumerWgs;
   using TiledMmaDQ = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, Shape<BM, Int<kDqSlice>, WgN>, GMMA::Major::MN, GMMA::Major::MN>()));
 
@@ -121,11 +122,11 @@ struct BwdTraits {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutDS> * kConsumerWgs, 1024> ds;
     // Per step parity and warpgroup: the step's LSE (exp2 units), then Dsum (read as pairs).
     alignas(16) float stats[2][kConsumerWgs][2][kBlockM];
-    // A step's dQ block, [64][D] fp32 in dq_accum's layout (each row's 32-byte chunks permuted by
+    // A step's dQ partial, [64][D] fp32 in dq_accum's layout (each row's 32-byte chunks permuted by
     // the global row % 8, dq_accum_col: the 8 rows of a warp's float2 stores then hit distinct banks),
-    // the CTA's; added into dq_accum's contiguous 64-row span by one bulk reduction
-    // (cp.reduce.async.bulk), in both modes.
-    alignas(128) float dq_stage[kBlockM * kHeadDim];
+    // the CTA's with kDqByColumns or in the deterministic mode, each warpgroup's otherwise; added
+    // into dq_accum's contiguous 64-row span by one bulk reduction (cp.reduce.async.bulk).
+    alignas(128) float dq_stage[kDqStages][kBlockM * kHeadDim];
     typename PipelineQdO::SharedStorage pipe;
     uint64_t kv_full;  // ClusterTransactionBarrier::ValueType: K and V of the block landed
   };
@@ -174,12 +175,11 @@ CUTE_HOST_DEVICE constexpr uint32_t ds_stsm_row_offset(int warp_in_group, int la
 // is __syncthreads' 0).
 inline constexpr uint32_t kWgBarrier = 2;    // 2 + wg: one consumer warpgroup (128 threads)
 inline constexpr uint32_t kBothBarrier = 4;  // both consumer warpgroups (256 threads)
-// The dQ stage's handshakes. "full": the stage holds the step's block (its last writers arrive: both
-// consumer warpgroups with kDqByColumns, else warpgroup 1; the writer warp waits). "empty": the
-// previous step's bulk reduction has read it (the writer warp in the deterministic mode, else
-// warpgroup 1, whose thread issued it, arrives; the stage's first writers wait: both warpgroups with
-// kDqByColumns, else warpgroup 0). "summed" (without kDqByColumns): warpgroup 0's partial is in the
-// stage (0 arrives, 1 waits, then adds its own).
+// The deterministic mode's handshakes over its one dQ stage. "full": the stage holds the step's
+// block (its last writers arrive: both consumer warpgroups with kDqByColumns, else warpgroup 1; the
+// writer warp waits). "empty": the writer's bulk reduction has read it (the writer arrives; the
+// stage's first writers wait: both warpgroups with kDqByColumns, else warpgroup 0). "summed"
+// (kDqSum): warpgroup 0's partial is in the stage (0 arrives, 1 waits, then adds its own).
 inline constexpr uint32_t kDqFullBarrier = 0;
 inline constexpr uint32_t kDqEmptyBarrier = 5;
 inline constexpr uint32_t kDqSumBarrier = 6;
@@ -303,9 +303,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         // ---- dQ writer (warp 1; the deterministic mode) ----
         // Per step: wait until the consumers have written the stage, wait for the turn (one addition
         // per key block), add it into dq_accum's block by one bulk reduction, wait until that is
-        // complete, pass the turn, and hand the stage back. The consumers wait only when the writer is a whole step behind. (The unordered mode
-        // has no turns: there a consumer thread issues the reduction, which measured 4-6 % faster
-        // than the writer on the H100; docs/attention.md.)
+        // complete, pass the turn, and hand the stage back. The consumers wait only when the writer
+        // is a whole step behind. (The unordered mode has no turns: there a consumer thread issues
+        // the reduction, which measured 4-6 % faster than the writer on the H100; docs/attention.md.)
         const bool leader = threadIdx.x % 32 == 0;
         for (int step = 0; step < steps; ++step) {
           const int head = hk * p.group + step / sq.m_count, m = sq.m_first + step % sq.m_count;
@@ -322,7 +322,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
             dq_turn_wait(sem, turn);
             // The acquire above ordered before this thread's async-proxy reduction of the same rows.
             asm volatile("fence.proxy.async.global;" ::: "memory");
-            dq_reduce_block(dq_block(head, m), smem.dq_stage, kDqBlockBytes);
+            dq_reduce_block(dq_block(head, m), smem.dq_stage[0], kDqBlockBytes);
             // The reduction complete (not only read) and ordered before the release that passes the
             // turn (FlashAttention-3's deterministic dQ does the same with its TMA reductions).
             asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
@@ -403,14 +403,19 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Tensor sdOt = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQt{});
   Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data() + wg * cosize_v<typename Traits::SmemLayoutDS>),
                            typename Traits::SmemLayoutDS{});
-  // The dQ stage, which the writer warp adds into dq_accum in the deterministic mode, and otherwise
-  // dq_issuer (thread 0 of warpgroup 0 with kDqByColumns, of warpgroup 1, the last writer, otherwise)
-  // with one bulk reduction a step. Without kDqByColumns warpgroup 0 stores its partial (dq_first)
-  // and warpgroup 1 adds its own to it.
-  float* const dq_stage = smem.dq_stage;
-  const bool dq_first = Traits::kDqByColumns || wg == 0;
-  const bool dq_last = Traits::kDqByColumns || wg == 1;
-  const bool dq_issuer = !kDeterministic && t == 0 && wg == (Traits::kDqByColumns ? 0 : 1);
+  // This warpgroup's dQ stage (the CTA's with kDqByColumns or kDqSum), which the writer warp adds into
+  // dq_accum in the deterministic mode, and otherwise dq_issuer (the CTA's thread 0 with kDqByColumns,
+  // each warpgroup's otherwise) with one bulk reduction a step. kDqSum (D = 64, deterministic): the
+  // two warpgroups' partials summed in one stage, warpgroup 0 storing its own (dq_first) and 1
+  // adding its own to it (dq_last), so the writer takes one turn a step, not two: 0.77-0.87x the
+  // deterministic kernel's time, where the unordered one took 1.28-1.35x with the sum, its barrier
+  // tying the two warpgroups together (H200, results/attention.json backward_d64_dq_sum).
+  constexpr bool kDqSum = kDeterministic && !Traits::kDqByColumns;
+  const int dq_stage_index = Traits::kDqByColumns || kDqSum ? 0 : wg;
+  float* const dq_stage = smem.dq_stage[dq_stage_index];
+  const bool dq_first = !kDqSum || wg == 0;
+  const bool dq_last = !kDqSum || wg == 1;
+  const bool dq_issuer = !kDeterministic && t == 0 && (!Traits::kDqByColumns || wg == 0);
 
   Tensor tSrK = thr_sdp.make_fragment_A(thr_sdp.partition_A(sKw));    // (MMA, 1, D/16)
   Tensor tSrV = thr_sdp.make_fragment_A(thr_sdp.partition_A(sVw));
@@ -662,8 +667,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       cutlass::arch::NamedBarrier::arrive_and_wait(256, kBothBarrier);  // both warpgroups' dS written
     } else {
       cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
-      // Unordered: the stage is free for warpgroup 0 once the issuer's wait above has passed.
-      if (!kDeterministic && wg == 1 && step > 0) cutlass::arch::NamedBarrier::arrive(256, kDqEmptyBarrier);
     }
 
     // dQ (64 queries × this warpgroup's 64 columns), then dK += dSᵀ·Q (A from registers); dQ goes to
@@ -694,15 +697,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // Chunk bb of this thread's columns sits at byte (row base + dq_accum_col's chunk) = the bb = 0
     // address XOR bb · 32: the chunk bits (5-7) of the row base and of dq_col0 are clear.
     const int valid_rows = sq.len_q - m * Traits::kBlockM;
-    // The previous step's block has been read out of the stage (by the writer warp, or by the bulk
-    // reduction that warpgroup 1 issued) before its first writers write it again; warpgroup 1 without
-    // kDqByColumns writes it only after warpgroup 0 (kDqSumBarrier below).
-    if (dq_first && step > 0) {
-      if constexpr (kDeterministic)
-        cutlass::arch::NamedBarrier::arrive_and_wait(kDqHandshake, kDqEmptyBarrier);
-      else if constexpr (!Traits::kDqByColumns)
-        cutlass::arch::NamedBarrier::sync(256, kDqEmptyBarrier);
-    }
+    // Deterministic: the writer has read the previous step's block out of the stage before its first
+    // writers write it again (with kDqSum warpgroup 1 writes it only after 0: kDqSumBarrier below).
+    if (kDeterministic && dq_first && step > 0)
+      cutlass::arch::NamedBarrier::arrive_and_wait(kDqHandshake, kDqEmptyBarrier);
     // Only a sequence's last query block has such rows: the select an element stays off the other
     // steps' path.
     if (valid_rows < Traits::kBlockM) {
@@ -714,9 +712,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
             dq(make_coord(i, 0), make_coord(0, bb)) = dq(make_coord(i, 0), make_coord(1, bb)) = 0.f;
         }
     }
-    // Warpgroup 1 without kDqByColumns: warpgroup 0's partial is in the stage; its thread t stored
-    // the very elements this thread adds to (the same rows and columns), so the sum's order is fixed.
-    if (!dq_first) cutlass::arch::NamedBarrier::sync(256, kDqSumBarrier);
+    // kDqSum, warpgroup 1: warpgroup 0's partial is in the stage; its thread t stored the very
+    // elements this thread adds to (the same rows and columns), so the sum's order is fixed.
+    if (kDqSum && !dq_first) cutlass::arch::NamedBarrier::sync(256, kDqSumBarrier);
     CUTE_UNROLL
     for (int i = 0; i < 2; ++i) {
       const int r = warp_in_group * 16 + lane / 4 + 8 * i;
@@ -725,7 +723,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       CUTE_UNROLL
       for (int bb = 0; bb < Traits::kDqSlice / 8; ++bb) {
         float x = dq(make_coord(i, 0), make_coord(0, bb)), y = dq(make_coord(i, 0), make_coord(1, bb));
-        if (!dq_first) {
+        if (kDqSum && !dq_first) {
           float x0, y0;
           asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(x0), "=f"(y0) : "r"(addr0 ^ uint32_t(bb << 5)) : "memory");
           x = x0 + x, y = y0 + y;
@@ -733,7 +731,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr0 ^ uint32_t(bb << 5)), "f"(x), "f"(y) : "memory");
       }
     }
-    if (!Traits::kDqByColumns && dq_first) cutlass::arch::NamedBarrier::arrive(256, kDqSumBarrier);
+    if (kDqSum && dq_first) cutlass::arch::NamedBarrier::arrive(256, kDqSumBarrier);
     warpgroup_wait<0>();
     pipe.consumer_release(st);
     ++st;
