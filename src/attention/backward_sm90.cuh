@@ -21,7 +21,8 @@
 //                                 64 columns a warpgroup over both warpgroups' keys, at 64 every column
 //                                 over its own; staged in shared memory in dq_accum's own layout
 //                                 (dq_accum_col) and added by one cp.reduce.async.bulk of the
-//                                 whole 64-row block (the CTA's, or each warpgroup's at D = 64).
+//                                 whole 64-row block (the CTA's, or each warpgroup's at D = 64,
+//                                 where the deterministic mode sums the two in the stage first).
 // dK (× scale) and dV are stored from registers at the end: rows past the sequence are not stored.
 // Masked and out-of-sequence pairs get P = dS = 0 explicitly (not by multiplying: 0 · NaN is NaN).
 // TMA zero-fills rows past the tensors. Varlen: a box running past a sequence's end reads the next
@@ -69,7 +70,7 @@ struct BwdTraits {
   static constexpr int kThreads = 128 * (1 + kConsumerWgs);
   // 24 · 128 + 240 · 256 = 168 · 384, what the launch allocates (__launch_bounds__ of 384 threads):
   // the consumers' setmaxnreg.inc waits until the producer's dec has released the difference, so a
-  // larger producer count hangs the CTA. (At 24 the deterministic kernels spill 12 (D = 64) and 36
+  // larger producer count hangs the CTA. (At 24 the deterministic kernels spill 12 (D = 64) and 20
   // (D = 128) bytes in the producer warpgroup: a few local accesses a step.)
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
@@ -88,7 +89,9 @@ struct BwdTraits {
   // (queries) n64 k64 per call; A = dS and B = Kᵀ, both MN-major. D = 128 (kDqByColumns): warpgroup
   // w computes columns [64w, 64w + 64) over all 128 keys of the block (both warpgroups' dS, two
   // calls), so a step adds each query row's dQ once per CTA; D = 64: each warpgroup all 64 columns
-  // over its own 64 keys (a 32-column half would split Kᵀ's 128-byte swizzle atom), twice per CTA.
+  // over its own 64 keys (a 32-column half would split Kᵀ's 128-byte swizzle atom), twice per CTA;
+  // the deterministic mode sums the two in one stage (warpgroup 0 stores, 1 adds) and so takes one
+  // turn a step rather than two (kDqSum in the kernel).
   static constexpr int kDqSlice = 64;
   static constexpr bool kDqByColumns = kHeadDim == 2 * kDqSlice;
   static constexpr int kDqStages = kDqByColumns ? 1 : kConsumerWgs;
@@ -121,8 +124,8 @@ struct BwdTraits {
     alignas(16) float stats[2][kConsumerWgs][2][kBlockM];
     // A step's dQ partial, [64][D] fp32 in dq_accum's layout (each row's 32-byte chunks permuted by
     // the global row % 8, dq_accum_col: the 8 rows of a warp's float2 stores then hit distinct banks),
-    // the CTA's with kDqByColumns, each warpgroup's otherwise; added into dq_accum's contiguous
-    // 64-row span by one bulk reduction (cp.reduce.async.bulk), in both modes.
+    // the CTA's with kDqByColumns or in the deterministic mode, each warpgroup's otherwise; added
+    // into dq_accum's contiguous 64-row span by one bulk reduction (cp.reduce.async.bulk).
     alignas(128) float dq_stage[kDqStages][kBlockM * kHeadDim];
     typename PipelineQdO::SharedStorage pipe;
     uint64_t kv_full;  // ClusterTransactionBarrier::ValueType: K and V of the block landed
@@ -172,11 +175,14 @@ CUTE_HOST_DEVICE constexpr uint32_t ds_stsm_row_offset(int warp_in_group, int la
 // is __syncthreads' 0).
 inline constexpr uint32_t kWgBarrier = 2;    // 2 + wg: one consumer warpgroup (128 threads)
 inline constexpr uint32_t kBothBarrier = 4;  // both consumer warpgroups (256 threads)
-// The dQ writer's handshake with the consumers, + the dQ stage (0 with kDqByColumns, else the
-// warpgroup): "full", the stage written (the consumers arrive, the writer waits); "empty", the
-// writer's bulk reduction has read it (the writer arrives, the consumers wait before writing it again).
-inline constexpr uint32_t kDqFullBarrier = 0;   // 0, 1
-inline constexpr uint32_t kDqEmptyBarrier = 5;  // 5, 6
+// The deterministic mode's handshakes over its one dQ stage. "full": the stage holds the step's
+// block (its last writers arrive: both consumer warpgroups with kDqByColumns, else warpgroup 1; the
+// writer warp waits). "empty": the writer's bulk reduction has read it (the writer arrives; the
+// stage's first writers wait: both warpgroups with kDqByColumns, else warpgroup 0). "summed"
+// (kDqSum): warpgroup 0's partial is in the stage (0 arrives, 1 waits, then adds its own).
+inline constexpr uint32_t kDqFullBarrier = 0;
+inline constexpr uint32_t kDqEmptyBarrier = 5;
+inline constexpr uint32_t kDqSumBarrier = 6;
 
 // One sequence's geometry as this CTA sees it.
 struct BwdSeq {
@@ -286,7 +292,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     return p.dq_accum + (int64_t(head) * p.dq_accum_head_rows + q_row0 + int64_t(m) * Traits::kBlockM) * kHeadDim;
   };
   constexpr uint32_t kDqBlockBytes = Traits::kBlockM * kHeadDim * sizeof(float);
-  // The threads of a dQ stage's handshake: its consumers and the writer warp.
+  // The threads of a handshake with the writer warp: the stage's first (empty) or last (full)
+  // writers and the writer warp.
   constexpr int kDqHandshake = (Traits::kDqByColumns ? 256 : 128) + 32;
   if (warp_group == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
@@ -294,12 +301,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if constexpr (kDeterministic) {
       if (threadIdx.x / 32 == 1) {
         // ---- dQ writer (warp 1; the deterministic mode) ----
-        // Per step and stage: wait until the consumers have written it, wait for the turn (one
-        // addition per turn with kDqByColumns, else warpgroup 0's then 1's), add it into dq_accum's
-        // block by one bulk reduction, wait until that is complete, pass the turn, and hand the stage
-        // back. The consumers wait only when the writer is a whole step behind. (The unordered mode
-        // has no turns: there a consumer thread issues the reduction, which measured 4-6 % faster
-        // than the writer on the H100; docs/attention.md.)
+        // Per step: wait until the consumers have written the stage, wait for the turn (one addition
+        // per key block), add it into dq_accum's block by one bulk reduction, wait until that is
+        // complete, pass the turn, and hand the stage back. The consumers wait only when the writer
+        // is a whole step behind. (The unordered mode has no turns: there a consumer thread issues
+        // the reduction, which measured 4-6 % faster than the writer on the H100; docs/attention.md.)
         const bool leader = threadIdx.x % 32 == 0;
         for (int step = 0; step < steps; ++step) {
           const int head = hk * p.group + step / sq.m_count, m = sq.m_first + step % sq.m_count;
@@ -311,24 +317,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
             turn = dq_turn(kb, n_block);
             sem = p.dq_semaphore + (q_row0 + int64_t(m) * Traits::kBlockM) * p.heads_q + head;
           }
-          CUTE_UNROLL
-          for (int w = 0; w < Traits::kDqStages; ++w) {
-            cutlass::arch::NamedBarrier::arrive_and_wait(kDqHandshake, kDqFullBarrier + w);
-            if (leader) {
-              dq_turn_wait(sem, Traits::kDqByColumns ? turn : 2 * turn + w);
-              // The acquire above ordered before this thread's async-proxy reduction of the same rows.
-              asm volatile("fence.proxy.async.global;" ::: "memory");
-              dq_reduce_block(dq_block(head, m), smem.dq_stage[w], kDqBlockBytes);
-              // The reduction complete (not only read) and ordered before the release that passes the
-              // turn (FlashAttention-3's deterministic dQ does the same with its TMA reductions).
-              asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-              asm volatile("fence.proxy.async.global;" ::: "memory");
-              __threadfence();
-              asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(sem) : "memory");
-            }
-            __syncwarp();
-            if (step + 1 < steps) cutlass::arch::NamedBarrier::arrive(kDqHandshake, kDqEmptyBarrier + w);
+          cutlass::arch::NamedBarrier::arrive_and_wait(kDqHandshake, kDqFullBarrier);
+          if (leader) {
+            dq_turn_wait(sem, turn);
+            // The acquire above ordered before this thread's async-proxy reduction of the same rows.
+            asm volatile("fence.proxy.async.global;" ::: "memory");
+            dq_reduce_block(dq_block(head, m), smem.dq_stage[0], kDqBlockBytes);
+            // The reduction complete (not only read) and ordered before the release that passes the
+            // turn (FlashAttention-3's deterministic dQ does the same with its TMA reductions).
+            asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+            asm volatile("fence.proxy.async.global;" ::: "memory");
+            __threadfence();
+            asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(sem) : "memory");
           }
+          __syncwarp();
+          if (step + 1 < steps) cutlass::arch::NamedBarrier::arrive(kDqHandshake, kDqEmptyBarrier);
         }
         return;
       }
@@ -400,36 +403,44 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Tensor sdOt = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQt{});
   Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data() + wg * cosize_v<typename Traits::SmemLayoutDS>),
                            typename Traits::SmemLayoutDS{});
-  // This warpgroup's dQ stage (the CTA's with kDqByColumns), which the writer warp adds into dq_accum
-  // in the deterministic mode, and otherwise dq_issuer (the CTA's thread 0 with kDqByColumns, each
-  // warpgroup's otherwise) with one bulk reduction a step.
-  const int dq_stage_index = Traits::kDqByColumns ? 0 : wg;
+  // This warpgroup's dQ stage (the CTA's with kDqByColumns or kDqSum), which the writer warp adds into
+  // dq_accum in the deterministic mode, and otherwise dq_issuer (the CTA's thread 0 with kDqByColumns,
+  // each warpgroup's otherwise) with one bulk reduction a step. kDqSum (D = 64, deterministic): the
+  // two warpgroups' partials summed in one stage, warpgroup 0 storing its own (dq_first) and 1
+  // adding its own to it (dq_last), so the writer takes one turn a step, not two: 0.77-0.87x the
+  // deterministic kernel's time, where the unordered one took 1.28-1.35x with the sum, its barrier
+  // tying the two warpgroups together (H200, results/attention.json backward_d64_dq_sum).
+  constexpr bool kDqSum = kDeterministic && !Traits::kDqByColumns;
+  const int dq_stage_index = Traits::kDqByColumns || kDqSum ? 0 : wg;
   float* const dq_stage = smem.dq_stage[dq_stage_index];
+  const bool dq_first = !kDqSum || wg == 0;
+  const bool dq_last = !kDqSum || wg == 1;
   const bool dq_issuer = !kDeterministic && t == 0 && (!Traits::kDqByColumns || wg == 0);
 
-  Tensor tSrK = thr_sdp.make_fragment_A(thr_sdp.partition_A(sKw));    // (MMA, 1, D/16)
-  Tensor tSrV = thr_sdp.make_fragment_A(thr_sdp.partition_A(sVw));
-  Tensor tSrQ = thr_sdp.make_fragment_B(thr_sdp.partition_B(sQ));     // (MMA, 1, D/16, stages)
-  Tensor tSrdO = thr_sdp.make_fragment_B(thr_sdp.partition_B(sdO));
-  Tensor tKVrdOt = thr_kv.make_fragment_B(thr_kv.partition_B(sdOt));  // (MMA, 1, BM/16, stages)
-  Tensor tKVrQt = thr_kv.make_fragment_B(thr_kv.partition_B(sQt));
-  Tensor tQrdS = thr_dq.make_fragment_A(thr_dq.partition_A(sdS));    // (MMA, 1, WgN/16)
+  // Every descriptor fragment advanced by 64-bit adds (desc64: two instructions fewer a wgmma).
+  Tensor tSrK = desc64(thr_sdp.make_fragment_A(thr_sdp.partition_A(sKw)));     // (MMA, 1, D/16)
+  Tensor tSrV = desc64(thr_sdp.make_fragment_A(thr_sdp.partition_A(sVw)));
+  Tensor tSrQ = desc64(thr_sdp.make_fragment_B(thr_sdp.partition_B(sQ)));      // (MMA, 1, D/16, stages)
+  Tensor tSrdO = desc64(thr_sdp.make_fragment_B(thr_sdp.partition_B(sdO)));
+  Tensor tKVrdOt = desc64(thr_kv.make_fragment_B(thr_kv.partition_B(sdOt)));  // (MMA, 1, BM/16, stages)
+  Tensor tKVrQt = desc64(thr_kv.make_fragment_B(thr_kv.partition_B(sQt)));
+  Tensor tQrdS = desc64(thr_dq.make_fragment_A(thr_dq.partition_A(sdS)));     // (MMA, 1, WgN/16)
   // kDqByColumns: both warpgroups' dS and K slices, this warpgroup's 64 columns of Kᵀ.
   const int dq_col0 = Traits::kDqByColumns ? wg * Traits::kDqSlice : 0;
   constexpr int kDsSlice = cosize_v<typename Traits::SmemLayoutDS>;
-  Tensor tQrdS0 = thr_dq.make_fragment_A(
-      thr_dq.partition_A(make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutDS{})));
-  Tensor tQrdS1 = thr_dq.make_fragment_A(
-      thr_dq.partition_A(make_tensor(make_smem_ptr(smem.ds.data() + kDsSlice), typename Traits::SmemLayoutDS{})));
+  Tensor tQrdS0 = desc64(thr_dq.make_fragment_A(
+      thr_dq.partition_A(make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutDS{}))));
+  Tensor tQrdS1 = desc64(thr_dq.make_fragment_A(
+      thr_dq.partition_A(make_tensor(make_smem_ptr(smem.ds.data() + kDsSlice), typename Traits::SmemLayoutDS{}))));
   // Kᵀ of K slice 0 (with kDqByColumns; this warpgroup's own otherwise) and of slice 1, this
   // warpgroup's columns.
   Tensor sKt0 = make_tensor(make_smem_ptr(smem.k.data() + (Traits::kDqByColumns ? 0 : wg) * kSlice),
                             typename Traits::SmemLayoutKt{});
   Tensor sKt1 = make_tensor(make_smem_ptr(smem.k.data() + kSlice), typename Traits::SmemLayoutKt{});
-  Tensor tQrKt0 = thr_dq.make_fragment_B(thr_dq.partition_B(
-      local_tile(sKt0, Shape<Int<Traits::kDqSlice>, WgN>{}, make_coord(dq_col0 / Traits::kDqSlice, _0{}))));
-  Tensor tQrKt1 = thr_dq.make_fragment_B(thr_dq.partition_B(
-      local_tile(sKt1, Shape<Int<Traits::kDqSlice>, WgN>{}, make_coord(dq_col0 / Traits::kDqSlice, _0{}))));
+  Tensor tQrKt0 = desc64(thr_dq.make_fragment_B(thr_dq.partition_B(
+      local_tile(sKt0, Shape<Int<Traits::kDqSlice>, WgN>{}, make_coord(dq_col0 / Traits::kDqSlice, _0{})))));
+  Tensor tQrKt1 = desc64(thr_dq.make_fragment_B(thr_dq.partition_B(
+      local_tile(sKt1, Shape<Int<Traits::kDqSlice>, WgN>{}, make_coord(dq_col0 / Traits::kDqSlice, _0{})))));
 
   Tensor acc_dv = partition_fragment_C(mma_kv, Shape<WgN, D>{});
   Tensor acc_dk = partition_fragment_C(mma_kv, Shape<WgN, D>{});
@@ -620,8 +631,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // dV += Pᵀ·dO (A from registers), running while dSᵀ is stored.
     warpgroup_fence_operand(acc_dv);
     warpgroup_arrive();
+    Tensor tKVrdOts = tKVrdOt(_, _, _, stage);  // the stage's offset once, then the K slices' constants
     CUTE_UNROLL
-    for (int k = 0; k < size<2>(tKVrP); ++k) cute::gemm(mma_kv, tKVrP(_, _, k), tKVrdOt(_, _, k, stage), acc_dv);
+    for (int k = 0; k < size<2>(tKVrP); ++k) cute::gemm(mma_kv, tKVrP(_, _, k), tKVrdOts(_, _, k), acc_dv);
     warpgroup_commit_batch();
     warpgroup_fence_operand(acc_dv);
 
@@ -671,8 +683,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     }
     warpgroup_fence_operand(acc_dk);
     warpgroup_arrive();
+    Tensor tKVrQts = tKVrQt(_, _, _, stage);
     CUTE_UNROLL
-    for (int k = 0; k < size<2>(tKVrdS); ++k) cute::gemm(mma_kv, tKVrdS(_, _, k), tKVrQt(_, _, k, stage), acc_dk);
+    for (int k = 0; k < size<2>(tKVrdS); ++k) cute::gemm(mma_kv, tKVrdS(_, _, k), tKVrQts(_, _, k), acc_dk);
     warpgroup_commit_batch();
     warpgroup_fence_operand(acc_dk);
     warpgroup_wait<1>();  // dV and dQ done; dK may still run
@@ -687,9 +700,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // Chunk bb of this thread's columns sits at byte (row base + dq_accum_col's chunk) = the bb = 0
     // address XOR bb · 32: the chunk bits (5-7) of the row base and of dq_col0 are clear.
     const int valid_rows = sq.len_q - m * Traits::kBlockM;
-    // Deterministic: the writer has read the previous step's block out of the stage.
-    if (kDeterministic && step > 0)
-      cutlass::arch::NamedBarrier::arrive_and_wait(kDqHandshake, kDqEmptyBarrier + dq_stage_index);
+    // Deterministic: the writer has read the previous step's block out of the stage before its first
+    // writers write it again (with kDqSum warpgroup 1 writes it only after 0: kDqSumBarrier below).
+    if (kDeterministic && dq_first && step > 0)
+      cutlass::arch::NamedBarrier::arrive_and_wait(kDqHandshake, kDqEmptyBarrier);
     // Only a sequence's last query block has such rows: the select an element stays off the other
     // steps' path.
     if (valid_rows < Traits::kBlockM) {
@@ -701,6 +715,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
             dq(make_coord(i, 0), make_coord(0, bb)) = dq(make_coord(i, 0), make_coord(1, bb)) = 0.f;
         }
     }
+    // kDqSum, warpgroup 1: warpgroup 0's partial is in the stage; its thread t stored the very
+    // elements this thread adds to (the same rows and columns), so the sum's order is fixed.
+    if (kDqSum && !dq_first) cutlass::arch::NamedBarrier::sync(256, kDqSumBarrier);
     CUTE_UNROLL
     for (int i = 0; i < 2; ++i) {
       const int r = warp_in_group * 16 + lane / 4 + 8 * i;
@@ -708,16 +725,24 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
                              uint32_t((r * kHeadDim + dq_accum_col(dq_swz, dq_col0 + col_lane)) * sizeof(float));
       CUTE_UNROLL
       for (int bb = 0; bb < Traits::kDqSlice / 8; ++bb) {
-        const float x = dq(make_coord(i, 0), make_coord(0, bb)), y = dq(make_coord(i, 0), make_coord(1, bb));
+        float x = dq(make_coord(i, 0), make_coord(0, bb)), y = dq(make_coord(i, 0), make_coord(1, bb));
+        if (kDqSum && !dq_first) {
+          float x0, y0;
+          asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(x0), "=f"(y0) : "r"(addr0 ^ uint32_t(bb << 5)) : "memory");
+          x = x0 + x, y = y0 + y;
+        }
         asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr0 ^ uint32_t(bb << 5)), "f"(x), "f"(y) : "memory");
       }
     }
+    if (kDqSum && dq_first) cutlass::arch::NamedBarrier::arrive(256, kDqSumBarrier);
     warpgroup_wait<0>();
     pipe.consumer_release(st);
     ++st;
-    cutlass::arch::fence_view_async_shared();  // the generic-proxy writes seen by the bulk copy
-    // Deterministic: stage written, the writer warp takes it once every consumer thread has arrived.
-    if constexpr (kDeterministic) cutlass::arch::NamedBarrier::arrive(kDqHandshake, kDqFullBarrier + dq_stage_index);
+    if (dq_last) {
+      cutlass::arch::fence_view_async_shared();  // the generic-proxy writes seen by the bulk copy
+      // Deterministic: stage written, the writer warp takes it once every last writer has arrived.
+      if constexpr (kDeterministic) cutlass::arch::NamedBarrier::arrive(kDqHandshake, kDqFullBarrier);
+    }
     if (step + 1 < steps) store_stat(step + 1, stat_next);
     if constexpr (Traits::kDqByColumns) {
       cutlass::arch::NamedBarrier::arrive_and_wait(256, kBothBarrier);

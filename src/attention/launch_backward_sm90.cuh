@@ -55,10 +55,11 @@ void launch_dkdv(const BwdParams& a, cudaStream_t stream) {
 }
 
 // Q / dO stages: at D = 128 three (K, V, the stages, the two dS buffers and the dQ stage take about
-// 210 KB, Traits::kSmemBytes), at D = 64 two (about 114 KB).
+// 210 KB, Traits::kSmemBytes), at D = 64 four (146 KB: 0.91-0.97x the time of two in the
+// deterministic mode, 0.96-0.98x unordered; results/attention.json backward_d64_stages).
 template <class Element>
 using BwdTraitsD128 = BwdTraits<Element, 128, 3>;
 template <class Element>
-using BwdTraitsD64 = BwdTraits<Element, 64, 2>;
+using BwdTraitsD64 = BwdTraits<Element, 64, 4>;
 
 }  // namespace blockfuse::attn::sm90::bwd
