@@ -219,8 +219,8 @@ CUTE_DEVICE void gemm_ss(Mma& mma, FragA const& tA, FragB const& tB, Acc& acc, b
 }
 
 // Deterministic mode: the counter of a (query block, head) reaches `expected` when every earlier
-// addition in dq_turn's order has been made (one per key block: the CTA adds one block a step). The dQ writer's thread spins with acquire
-// loads. Deadlock-free because a CTA waits only for CTAs launched before it (later key blocks of the
+// addition in dq_turn's order has been made (one per key block: the CTA adds one block a step). The
+// dQ writer's thread spins with acquire loads. Deadlock-free because a CTA waits only for CTAs launched before it (later key blocks of the
 // same KV head and sequence, launched first), which the hardware dispatches first.
 // A wait gives up after 2^27 polls (each after a 64 ns back-off: several seconds; a legitimate wait
 // is the steps of the earlier key blocks, microseconds to milliseconds) and adds out of turn: a broken
@@ -293,8 +293,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     return p.dq_accum + (int64_t(head) * p.dq_accum_head_rows + q_row0 + int64_t(m) * Traits::kBlockM) * kHeadDim;
   };
   constexpr uint32_t kDqBlockBytes = Traits::kBlockM * kHeadDim * sizeof(float);
-  // The threads of a handshake with the writer warp: the stage's first (empty) or last (full)
-  // writers and the writer warp.
+  // The threads of a handshake with the writer warp: both consumer warpgroups and the writer warp.
   constexpr int kDqHandshake = 256 + 32;
   if (warp_group == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
