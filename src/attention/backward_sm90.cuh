@@ -220,8 +220,9 @@ CUTE_DEVICE void gemm_ss(Mma& mma, FragA const& tA, FragB const& tB, Acc& acc, b
 
 // Deterministic mode: the counter of a (query block, head) reaches `expected` when every earlier
 // addition in dq_turn's order has been made (one per key block: the CTA adds one block a step). The
-// dQ writer's thread spins with acquire loads. Deadlock-free because a CTA waits only for CTAs launched before it (later key blocks of the
-// same KV head and sequence, launched first), which the hardware dispatches first.
+// dQ writer's thread spins with acquire loads. Deadlock-free because a CTA waits only for CTAs
+// launched before it (later key blocks of the same KV head and sequence, launched first), which the
+// hardware dispatches first.
 // A wait gives up after 2^27 polls (each after a 64 ns back-off: several seconds; a legitimate wait
 // is the steps of the earlier key blocks, microseconds to milliseconds) and adds out of turn: a broken
 // order then costs dq's repeatability, which the GPU tests check, instead of hanging the launch. (A
