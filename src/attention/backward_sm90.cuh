@@ -474,12 +474,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   auto next_step = [&](StepAt a) {
     return a.m + 1 < sq.m_first + sq.m_count ? StepAt{a.head, a.m + 1} : StepAt{a.head + 1, sq.m_first};
   };
+  // Dsum is laid out like the LSE: one source pointer a thread, chosen once.
+  const float* const stat_src = (t < Traits::kBlockM ? p.lse : p.dsum) + lse_base;
   auto load_stat = [&](StepAt at) -> float {
-    const int head = at.head, m = at.m;
-    const int i = m * Traits::kBlockM + t % Traits::kBlockM;
-    const int64_t stat = lse_base + int64_t(head) * p.lse_head_stride;
-    if (i >= sq.len_q) return 0.f;
-    return t < Traits::kBlockM ? p.lse[stat + i] : p.dsum[stat + i];
+    const int i = at.m * Traits::kBlockM + t % Traits::kBlockM;
+    return i < sq.len_q ? stat_src[int64_t(at.head) * p.lse_head_stride + i] : 0.f;
   };
   StepAt at{hk * p.group, sq.m_first};
   // The query blocks this warpgroup's key slice sees whole (block_fully_visible, decided once).
@@ -490,9 +489,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // after its load (scaled at the load, the product waited for it: 3 % of the consumers' time). The
   // buffer's previous readers, two steps back, are past the barrier that ended their step, and the
   // step's readers come after the barrier that ends the one before it: no barrier of its own.
-  auto store_stat = [&](int step, float x) {
-    smem.stats[step & 1][wg][t / Traits::kBlockM][t % Traits::kBlockM] = t < Traits::kBlockM ? x * 1.4426950408889634f : x;
-  };
+  // (Its address and scale chosen once: x · 1 is x, bit for bit.)
+  float* const stat_dst = &smem.stats[0][wg][t / Traits::kBlockM][t % Traits::kBlockM];
+  constexpr int kStatParity = Traits::kConsumerWgs * 2 * Traits::kBlockM;  // floats between the parities
+  static_assert(sizeof(Storage::stats[0]) == kStatParity * sizeof(float), "stats[parity][wg][lse/dsum][row]");
+  const float stat_scale = t < Traits::kBlockM ? 1.4426950408889634f : 1.f;
+  auto store_stat = [&](int step, float x) { stat_dst[(step & 1) * kStatParity] = x * stat_scale; };
   if (steps > 0) {
     store_stat(0, stat_next);
     cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
