@@ -68,7 +68,7 @@ struct BwdTraits {
   static constexpr int kThreads = 128 * (1 + kConsumerWgs);
   // 24 · 128 + 240 · 256 = 168 · 384, what the launch allocates (__launch_bounds__ of 384 threads):
   // the consumers' setmaxnreg.inc waits until the producer's dec has released the difference, so a
-  // larger producer count hangs the CTA. (At 24 the deterministic kernels spill 12 (D = 64) and 20
+  // larger producer count hangs the CTA. (At 24 the deterministic kernels spill 8 (D = 64) and 20
   // (D = 128) bytes in the producer warpgroup: a few local accesses a step.)
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
