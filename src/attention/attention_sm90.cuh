@@ -112,10 +112,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   typename Traits::TiledMmaPV mma_pv;
   auto thr_qk = mma_qk.get_thread_slice(t);
   auto thr_pv = mma_pv.get_thread_slice(t);
-  // Descriptors (desc64: advanced by 64-bit adds, one instruction a descriptor rather than two).
-  Tensor tSrQ = desc64(thr_qk.make_fragment_A(thr_qk.partition_A(sQw)));  // (MMA, 1, D/16)
-  Tensor tSrK = desc64(thr_qk.make_fragment_B(thr_qk.partition_B(sK)));   // (MMA, 1, D/16, stages)
-  Tensor tOrV = desc64(thr_pv.make_fragment_B(thr_pv.partition_B(sVt)));  // (MMA, 1, BN/16, stages)
+  Tensor tSrQ = thr_qk.make_fragment_A(thr_qk.partition_A(sQw));  // descriptors (MMA, 1, D/16)
+  Tensor tSrK = thr_qk.make_fragment_B(thr_qk.partition_B(sK));   // (MMA, 1, D/16, stages)
+  Tensor tOrV = thr_pv.make_fragment_B(thr_pv.partition_B(sVt));  // (MMA, 1, BN/16, stages)
   Element* const o_base = Traits::kStageO ? smem.o.data() : smem.q.data();
   Tensor sOw = make_tensor(make_smem_ptr(o_base + wg * cosize_v<typename Traits::SmemLayoutQSlice>),
                            typename Traits::SmemLayoutQSlice{});

@@ -407,27 +407,26 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   float* const dq_stage = smem.dq_stage;
   const bool dq_issuer = !kDeterministic && t == 0 && wg == 0;
 
-  // Every descriptor fragment advanced by 64-bit adds (desc64: two instructions fewer a wgmma).
-  Tensor tSrK = desc64(thr_sdp.make_fragment_A(thr_sdp.partition_A(sKw)));     // (MMA, 1, D/16)
-  Tensor tSrV = desc64(thr_sdp.make_fragment_A(thr_sdp.partition_A(sVw)));
-  Tensor tSrQ = desc64(thr_sdp.make_fragment_B(thr_sdp.partition_B(sQ)));      // (MMA, 1, D/16, stages)
-  Tensor tSrdO = desc64(thr_sdp.make_fragment_B(thr_sdp.partition_B(sdO)));
-  Tensor tKVrdOt = desc64(thr_kv.make_fragment_B(thr_kv.partition_B(sdOt)));  // (MMA, 1, BM/16, stages)
-  Tensor tKVrQt = desc64(thr_kv.make_fragment_B(thr_kv.partition_B(sQt)));
+  Tensor tSrK = thr_sdp.make_fragment_A(thr_sdp.partition_A(sKw));    // (MMA, 1, D/16)
+  Tensor tSrV = thr_sdp.make_fragment_A(thr_sdp.partition_A(sVw));
+  Tensor tSrQ = thr_sdp.make_fragment_B(thr_sdp.partition_B(sQ));     // (MMA, 1, D/16, stages)
+  Tensor tSrdO = thr_sdp.make_fragment_B(thr_sdp.partition_B(sdO));
+  Tensor tKVrdOt = thr_kv.make_fragment_B(thr_kv.partition_B(sdOt));  // (MMA, 1, BM/16, stages)
+  Tensor tKVrQt = thr_kv.make_fragment_B(thr_kv.partition_B(sQt));
   // dQ: both warpgroups' dS and K slices, this warpgroup's columns of Kᵀ.
   const int dq_col0 = wg * Traits::kDqSlice;
   constexpr int kDsSlice = cosize_v<typename Traits::SmemLayoutDS>;
-  Tensor tQrdS0 = desc64(thr_dq.make_fragment_A(
-      thr_dq.partition_A(make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutDS{}))));
-  Tensor tQrdS1 = desc64(thr_dq.make_fragment_A(
-      thr_dq.partition_A(make_tensor(make_smem_ptr(smem.ds.data() + kDsSlice), typename Traits::SmemLayoutDS{}))));
+  Tensor tQrdS0 = thr_dq.make_fragment_A(
+      thr_dq.partition_A(make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutDS{})));
+  Tensor tQrdS1 = thr_dq.make_fragment_A(
+      thr_dq.partition_A(make_tensor(make_smem_ptr(smem.ds.data() + kDsSlice), typename Traits::SmemLayoutDS{})));
   // Kᵀ of K slices 0 and 1, this warpgroup's columns.
   Tensor sKt0 = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKt{});
   Tensor sKt1 = make_tensor(make_smem_ptr(smem.k.data() + kSlice), typename Traits::SmemLayoutKt{});
-  Tensor tQrKt0 = desc64(thr_dq.make_fragment_B(thr_dq.partition_B(
-      local_tile(sKt0, Shape<Int<Traits::kDqSlice>, WgN>{}, make_coord(dq_col0 / Traits::kDqSlice, _0{})))));
-  Tensor tQrKt1 = desc64(thr_dq.make_fragment_B(thr_dq.partition_B(
-      local_tile(sKt1, Shape<Int<Traits::kDqSlice>, WgN>{}, make_coord(dq_col0 / Traits::kDqSlice, _0{})))));
+  Tensor tQrKt0 = thr_dq.make_fragment_B(thr_dq.partition_B(
+      local_tile(sKt0, Shape<Int<Traits::kDqSlice>, WgN>{}, make_coord(dq_col0 / Traits::kDqSlice, _0{}))));
+  Tensor tQrKt1 = thr_dq.make_fragment_B(thr_dq.partition_B(
+      local_tile(sKt1, Shape<Int<Traits::kDqSlice>, WgN>{}, make_coord(dq_col0 / Traits::kDqSlice, _0{}))));
 
   Tensor acc_dv = partition_fragment_C(mma_kv, Shape<WgN, D>{});
   Tensor acc_dk = partition_fragment_C(mma_kv, Shape<WgN, D>{});
@@ -620,9 +619,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // dV += Pᵀ·dO (A from registers), running while dSᵀ is stored.
     warpgroup_fence_operand(acc_dv);
     warpgroup_arrive();
-    Tensor tKVrdOts = tKVrdOt(_, _, _, stage);  // the stage's offset once, then the K slices' constants
     CUTE_UNROLL
-    for (int k = 0; k < size<2>(tKVrP); ++k) cute::gemm(mma_kv, tKVrP(_, _, k), tKVrdOts(_, _, k), acc_dv);
+    for (int k = 0; k < size<2>(tKVrP); ++k) cute::gemm(mma_kv, tKVrP(_, _, k), tKVrdOt(_, _, k, stage), acc_dv);
     warpgroup_commit_batch();
     warpgroup_fence_operand(acc_dv);
 
@@ -664,9 +662,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     gemm_ss(mma_dq, tQrdS1, tQrKt1, acc_dq, false);
     warpgroup_fence_operand(acc_dk);
     warpgroup_arrive();
-    Tensor tKVrQts = tKVrQt(_, _, _, stage);
     CUTE_UNROLL
-    for (int k = 0; k < size<2>(tKVrdS); ++k) cute::gemm(mma_kv, tKVrdS(_, _, k), tKVrQts(_, _, k), acc_dk);
+    for (int k = 0; k < size<2>(tKVrdS); ++k) cute::gemm(mma_kv, tKVrdS(_, _, k), tKVrQt(_, _, k, stage), acc_dk);
     warpgroup_commit_batch();
     warpgroup_fence_operand(acc_dk);
     warpgroup_wait<1>();  // dV and dQ done; dK may still run

@@ -118,11 +118,9 @@ struct MainloopSm90 {
     warpgroup_fence_operand(acc_s);
     warpgroup_arrive();
     mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
-    // The stage's descriptors first (its run-time offset added once), then the K slices' constants.
-    Tensor tSrKs = tSrK(_, _, _, stage);
     CUTE_UNROLL
     for (int k = 0; k < size<2>(tSrQ); ++k) {
-      cute::gemm(mma_qk, tSrQ(_, _, k), tSrKs(_, _, k), acc_s);
+      cute::gemm(mma_qk, tSrQ(_, _, k), tSrK(_, _, k, stage), acc_s);
       mma_qk.accumulate_ = GMMA::ScaleOut::One;
     }
     warpgroup_commit_batch();
@@ -134,9 +132,8 @@ struct MainloopSm90 {
   CUTE_DEVICE static void issue_pv(MmaPV& mma_pv, FragP const& tOrP, FragV const& tOrV, AccO& acc_o, int stage) {
     warpgroup_fence_operand(acc_o);
     warpgroup_arrive();
-    Tensor tOrVs = tOrV(_, _, _, stage);  // as issue_qk
     CUTE_UNROLL
-    for (int k = 0; k < size<2>(tOrP); ++k) cute::gemm(mma_pv, tOrP(_, _, k), tOrVs(_, _, k), acc_o);
+    for (int k = 0; k < size<2>(tOrP); ++k) cute::gemm(mma_pv, tOrP(_, _, k), tOrV(_, _, k, stage), acc_o);
     warpgroup_commit_batch();
     warpgroup_fence_operand(acc_o);
   }

@@ -45,40 +45,6 @@ CUTE_HOST_DEVICE constexpr auto acc_as_a_sm90(Layout acc) {
   return make_layout(make_layout(get<0>(v), get<1>(v), get<0>(blocks)), get<1>(acc), get<1>(blocks));
 }
 
-// cute's GMMA::DescriptorIterator with a 64-bit advance. cute adds an offset to the descriptor's
-// lower word and copies the upper (stride, swizzle mode: a compile-time constant), and ptxas then
-// assembles each wgmma's uniform register quad with two UIADD3 and two UMOV; a 64-bit add is one
-// UIADD3.64 a descriptor. The offsets (the start address, along K or between stages) never carry
-// into the upper word: the same descriptors.
-struct DescIter64 {
-  using reference = cute::GmmaDescriptor;
-  using element_type = cute::GmmaDescriptor;
-  using value_type = cute::GmmaDescriptor;
-  cute::GmmaDescriptor desc_;
-  CUTE_HOST_DEVICE constexpr reference operator*() const { return desc_; }
-  template <class Index>
-  CUTE_HOST_DEVICE constexpr reference operator[](Index const& i) const { return *(*this + i); }
-  template <class Index>
-  CUTE_HOST_DEVICE constexpr DescIter64 operator+(Index const& offset) const {
-    cute::GmmaDescriptor r;
-    r.desc_ = desc_.desc_ + uint64_t(offset);
-    return {r};
-  }
-};
-
-// mma_unpack's recast of a descriptor fragment to its register type (as cute's for its iterator).
-template <class NewT>
-CUTE_HOST_DEVICE constexpr DescIter64 recast_ptr(DescIter64 const& it) {
-  static_assert(is_same<NewT, uint64_t>::value, "a descriptor fragment is read as uint64_t");
-  return it;
-}
-
-// A wgmma operand fragment (a tensor of shared-memory descriptors) advanced by 64-bit adds.
-template <class Fragment>
-CUTE_HOST_DEVICE auto desc64(Fragment const& frag) {
-  return make_tensor(DescIter64{frag.data().desc_}, frag.layout());
-}
-
 // A global tensor as TMA sees it: (rows, D, heads, batch), strides in elements (the forward's and
 // the backward's TMA views). TMA coordinates are int32: the validation keeps lengths below 2^30 and
 // heads, batch below 2^16. It allows any stride (a multiple of 8 elements) for a mode of extent 1,

@@ -8,8 +8,7 @@
 //      warp·16 + lane/4 + 8·mi and column 2·(lane % 4) + (ni % 2) + 8·(ni / 2) — the premises of
 //      the quad reductions, VisibilityMask::apply and the LSE row index;
 //   3. over the 128 threads each element of S, P and O is held exactly once;
-//   4. Vᵀ (SmemLayoutVt) is V's buffer transposed: Vt(d, n, s) == V(n, d, s);
-//   5. desc64's descriptors are cute's.
+//   4. Vᵀ (SmemLayoutVt) is V's buffer transposed: Vt(d, n, s) == V(n, d, s).
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -114,31 +113,6 @@ TEST(AttentionLayoutSm90, D128Bf16) { check_traits<attn::sm90::Sm90Traits<cutlas
 TEST(AttentionLayoutSm90, D128Fp16) { check_traits<attn::sm90::Sm90Traits<cutlass::half_t, 128, 128, 2>>(); }
 TEST(AttentionLayoutSm90, D64Bf16) { check_traits<attn::sm90::Sm90Traits<cutlass::bfloat16_t, 64, 128, 3>>(); }
 TEST(AttentionLayoutSm90, D256Bf16) { check_traits<attn::sm90::Sm90Traits<cutlass::bfloat16_t, 256, 64, 2, false>>(); }
-
-// 5. desc64's iterator (DescIter64: 64-bit advance) names the same descriptor as cute's
-// GMMA::DescriptorIterator (32-bit advance of the lower word) at every element and slice of a
-// fragment-shaped layout, for start addresses across the shared memory a block may have (the 14-bit
-// field in 16-byte units) and the other fields as the kernels' layouts set them.
-TEST(AttentionLayoutSm90, Desc64MatchesCuteDescriptorIterator) {
-  // (MMA, M, K, stages) as the backward's Q / dO fragments: K slices 2 units apart, stages 1024.
-  const auto layout = make_layout(Shape<_1, _1, _8, _4>{}, Stride<_0, _0, _2, Int<1024>>{});
-  for (uint32_t start = 0; start + uint32_t(cosize(layout)) <= (1u << 14); start += 61) {
-    cute::GmmaDescriptor d;
-    d.desc_ = 0;
-    d.bitfield.start_address_ = uint16_t(start);
-    d.bitfield.leading_byte_offset_ = 1;
-    d.bitfield.stride_byte_offset_ = 64;
-    d.bitfield.layout_type_ = 1;  // SWIZZLE_128B
-    Tensor ours = make_tensor(attn::sm90::DescIter64{d}, layout);
-    Tensor cutes = make_tensor(GMMA::DescriptorIterator{d}, layout);
-    for (int i = 0; i < int(size(layout)); ++i)
-      ASSERT_EQ(uint64_t(ours(i)), uint64_t(cutes(i))) << "start " << start << " element " << i;
-    // The slices the kernels take (a stage, then a K slice).
-    for (int s = 0; s < 4; ++s)
-      for (int k = 0; k < 8; ++k)
-        ASSERT_EQ(uint64_t(ours(_, _, k, s)(0)), uint64_t(cutes(_, _, k, s)(0))) << "start " << start;
-  }
-}
 
 }  // namespace
 }  // namespace blockfuse
