@@ -17,11 +17,10 @@
 //   Pᵀ = exp2(Sᵀ·scale_log2 − lse·log2 e) where visible, dSᵀ = Pᵀ ∘ (dPᵀ − Dsum) [∘ (1 − tanh²)];
 //   dV += Pᵀ·dO, dK += dSᵀ·Q     RS wgmma: A from registers (the m64n64 accumulator *is* the A
 //                                 fragment, acc_as_a_sm90), B = dOᵀ / Qᵀ read MN-major from the stage;
-//   dQ += dS·K                    dSᵀ written to shared memory (MN-major for A); SS wgmma, at D = 128
-//                                 64 columns a warpgroup over both warpgroups' keys, at 64 every column
-//                                 over its own; staged in shared memory in dq_accum's own layout
-//                                 (dq_accum_col) and added by one cp.reduce.async.bulk of the
-//                                 whole 64-row block (the CTA's, or each warpgroup's at D = 64).
+//   dQ += dS·K                    dSᵀ written to shared memory (MN-major for A); SS wgmma, D/2
+//                                 columns a warpgroup over both warpgroups' keys; staged in shared
+//                                 memory in dq_accum's own layout (dq_accum_col) and added by one
+//                                 cp.reduce.async.bulk of the CTA's whole 64-row block.
 // dK (× scale) and dV are stored from registers at the end: rows past the sequence are not stored.
 // Masked and out-of-sequence pairs get P = dS = 0 explicitly (not by multiplying: 0 · NaN is NaN).
 // TMA zero-fills rows past the tensors. Varlen: a box running past a sequence's end reads the next
@@ -69,7 +68,7 @@ struct BwdTraits {
   static constexpr int kThreads = 128 * (1 + kConsumerWgs);
   // 24 · 128 + 240 · 256 = 168 · 384, what the launch allocates (__launch_bounds__ of 384 threads):
   // the consumers' setmaxnreg.inc waits until the producer's dec has released the difference, so a
-  // larger producer count hangs the CTA. (At 24 the deterministic kernels spill 12 (D = 64) and 36
+  // larger producer count hangs the CTA. (At 24 the deterministic kernels spill 8 (D = 64) and 20
   // (D = 128) bytes in the producer warpgroup: a few local accesses a step.)
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
@@ -84,24 +83,27 @@ struct BwdTraits {
   // dV += Pᵀ·dO and dK += dSᵀ·Q: m64 (keys) n = D k64 (queries); A from registers, B MN-major.
   using TiledMmaKV = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, float, Shape<WgN, D, BM>, GMMA::Major::K, GMMA::Major::MN>()));
-  // dQ = dS·K, 64 columns of D a warpgroup (32 accumulator registers beside dK and dV): m64
-  // (queries) n64 k64 per call; A = dS and B = Kᵀ, both MN-major. D = 128 (kDqByColumns): warpgroup
-  // w computes columns [64w, 64w + 64) over all 128 keys of the block (both warpgroups' dS, two
-  // calls), so a step adds each query row's dQ once per CTA; D = 64: each warpgroup all 64 columns
-  // over its own 64 keys (a 32-column half would split Kᵀ's 128-byte swizzle atom), twice per CTA.
-  static constexpr int kDqSlice = 64;
-  static constexpr bool kDqByColumns = kHeadDim == 2 * kDqSlice;
-  static constexpr int kDqStages = kDqByColumns ? 1 : kConsumerWgs;
+  // dQ = dS·K by columns (FlashAttention-3's split): warpgroup w computes D's columns
+  // [w·D/2, (w + 1)·D/2) over all 128 keys of the block (both warpgroups' dS, two calls of k64), so
+  // a step adds each query row's dQ once per CTA (16 or 32 accumulator registers beside dK and dV).
+  // A = dS and B = Kᵀ, both MN-major; a column half of Kᵀ must be whole swizzle atoms along D: at
+  // D = 128 64 columns of the 128-byte swizzle, at D = 64 32 columns, so K is stored with the
+  // 64-byte swizzle there (SmemAtomK; with the 128-byte one each warpgroup took all 64 columns over
+  // its own keys and the CTA reduced two partials a step).
+  static constexpr int kDqSlice = kHeadDim / 2;
   using TiledMmaDQ = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, Shape<BM, Int<kDqSlice>, WgN>, GMMA::Major::MN, GMMA::Major::MN>()));
 
   using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
-  // A 64 × D box (every TMA load: a K or V slice, a Q or dO stage).
+  using SmemAtomK = conditional_t<kHeadDim == 64, GMMA::Layout_K_SW64_Atom<Element>, SmemAtom>;
+  // A 64 × D box (every TMA load: a K or V slice, a Q or dO stage), K's with its own swizzle.
   using SmemLayoutBox = decltype(tile_to_shape(SmemAtom{}, Shape<_64, D>{}));
-  // K and V: one 64-key slice per consumer warpgroup, each contiguous (one TMA box).
-  using SmemLayoutKV = decltype(tile_to_shape(SmemAtom{}, Shape<WgN, D, Int<kConsumerWgs>>{}));
+  using SmemLayoutBoxK = decltype(tile_to_shape(SmemAtomK{}, Shape<_64, D>{}));
+  // K and V: one 64-key slice per consumer warpgroup, each contiguous.
+  using SmemLayoutK = decltype(tile_to_shape(SmemAtomK{}, Shape<WgN, D, Int<kConsumerWgs>>{}));
+  using SmemLayoutV = decltype(tile_to_shape(SmemAtom{}, Shape<WgN, D, Int<kConsumerWgs>>{}));
   // Kᵀ (D, keys) over one slice: the B operand of dQ, MN-major (D contiguous).
-  using SmemLayoutKt = decltype(composition(SmemLayoutBox{}, make_ordered_layout(Shape<D, WgN>{}, Step<_2, _1>{})));
+  using SmemLayoutKt = decltype(composition(SmemLayoutBoxK{}, make_ordered_layout(Shape<D, WgN>{}, Step<_2, _1>{})));
   // Q and dO stages (queries, D, stages), and their transposed views (D, queries, stages).
   using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<BM, D, Int<kStages>>{}));
   using SmemLayoutQt = decltype(composition(
@@ -112,24 +114,25 @@ struct BwdTraits {
   using PipelineQdO = cutlass::PipelineTmaAsync<kStages>;
 
   struct SharedStorage {
-    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutKV>, 1024> k;
-    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutKV>, 1024> v;
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutK>, 1024> k;
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutV>, 1024> v;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> dout;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutDS> * kConsumerWgs, 1024> ds;
     // Per step parity and warpgroup: the step's LSE (exp2 units), then Dsum (read as pairs).
     alignas(16) float stats[2][kConsumerWgs][2][kBlockM];
-    // A step's dQ partial, [64][D] fp32 in dq_accum's layout (each row's 32-byte chunks permuted by
+    // A step's dQ block, [64][D] fp32 in dq_accum's layout (each row's 32-byte chunks permuted by
     // the global row % 8, dq_accum_col: the 8 rows of a warp's float2 stores then hit distinct banks),
-    // the CTA's with kDqByColumns, each warpgroup's otherwise; added into dq_accum's contiguous
-    // 64-row span by one bulk reduction (cp.reduce.async.bulk), in both modes.
-    alignas(128) float dq_stage[kDqStages][kBlockM * kHeadDim];
+    // each warpgroup's columns; added into dq_accum's contiguous 64-row span by one bulk reduction
+    // (cp.reduce.async.bulk).
+    alignas(128) float dq_stage[kBlockM * kHeadDim];
     typename PipelineQdO::SharedStorage pipe;
     uint64_t kv_full;  // ClusterTransactionBarrier::ValueType: K and V of the block landed
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "Hopper allows 227 KB of shared memory per block");
   static_assert(cosize_v<SmemLayoutBox> * int(sizeof(Element)) % 1024 == 0 &&
+                    cosize_v<SmemLayoutBoxK> == cosize_v<SmemLayoutBox> &&
                     cosize_v<SmemLayoutDS> * int(sizeof(Element)) % 1024 == 0,
                 "every slice, stage and dS buffer starts on a 1024-byte swizzle-pattern boundary");
 
@@ -139,11 +142,16 @@ struct BwdTraits {
   using Tma = decltype(make_tma_copy(SM90_TMA_LOAD{},
                                      tma_gmem_view<kHeadDim>(static_cast<const Element*>(nullptr), 0, 0, 0, 0, 0, 0),
                                      SmemLayoutBox{}));
+  using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{},
+                                      tma_gmem_view<kHeadDim>(static_cast<const Element*>(nullptr), 0, 0, 0, 0, 0, 0),
+                                      SmemLayoutBoxK{}));
 };
 
 template <class Traits>
 struct BwdSm90Params : BwdParams {
-  typename Traits::Tma tma_q, tma_k, tma_v, tma_do;
+  typename Traits::Tma tma_q;
+  typename Traits::TmaK tma_k;
+  typename Traits::Tma tma_v, tma_do;
   int rows_q = 0, rows_k = 0;  // rows of the TMA views: seqlen (batched) or total (varlen)
   bool key_block_major = false;  // grid (heads_kv, key blocks, batch): backward_key_block_major
   int section_heads = 1;         // unordered, key_block_major: KV heads per section (unordered_cta)
@@ -172,11 +180,11 @@ CUTE_HOST_DEVICE constexpr uint32_t ds_stsm_row_offset(int warp_in_group, int la
 // is __syncthreads' 0).
 inline constexpr uint32_t kWgBarrier = 2;    // 2 + wg: one consumer warpgroup (128 threads)
 inline constexpr uint32_t kBothBarrier = 4;  // both consumer warpgroups (256 threads)
-// The dQ writer's handshake with the consumers, + the dQ stage (0 with kDqByColumns, else the
-// warpgroup): "full", the stage written (the consumers arrive, the writer waits); "empty", the
-// writer's bulk reduction has read it (the writer arrives, the consumers wait before writing it again).
-inline constexpr uint32_t kDqFullBarrier = 0;   // 0, 1
-inline constexpr uint32_t kDqEmptyBarrier = 5;  // 5, 6
+// The dQ writer's handshake with the consumers (the deterministic mode): "full", the stage written
+// (the consumers arrive, the writer waits); "empty", the writer's bulk reduction has read it (the
+// writer arrives, the consumers wait before writing it again).
+inline constexpr uint32_t kDqFullBarrier = 0;
+inline constexpr uint32_t kDqEmptyBarrier = 5;
 
 // One sequence's geometry as this CTA sees it.
 struct BwdSeq {
@@ -211,10 +219,10 @@ CUTE_DEVICE void gemm_ss(Mma& mma, FragA const& tA, FragB const& tB, Acc& acc, b
 }
 
 // Deterministic mode: the counter of a (query block, head) reaches `expected` when every earlier
-// addition in dq_turn's order has been made (one per key block with kDqByColumns, where the CTA adds
-// one block; otherwise one per (key block, warpgroup)). The dQ writer's thread spins with acquire
-// loads. Deadlock-free because a CTA waits only for CTAs launched before it (later key blocks of the
-// same KV head and sequence, launched first), which the hardware dispatches first.
+// addition in dq_turn's order has been made (one per key block: the CTA adds one block a step). The
+// dQ writer's thread spins with acquire loads. Deadlock-free because a CTA waits only for CTAs
+// launched before it (later key blocks of the same KV head and sequence, launched first), which the
+// hardware dispatches first.
 // A wait gives up after 2^27 polls (each after a 64 ns back-off: several seconds; a legitimate wait
 // is the steps of the earlier key blocks, microseconds to milliseconds) and adds out of turn: a broken
 // order then costs dq's repeatability, which the GPU tests check, instead of hanging the launch. (A
@@ -286,20 +294,19 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     return p.dq_accum + (int64_t(head) * p.dq_accum_head_rows + q_row0 + int64_t(m) * Traits::kBlockM) * kHeadDim;
   };
   constexpr uint32_t kDqBlockBytes = Traits::kBlockM * kHeadDim * sizeof(float);
-  // The threads of a dQ stage's handshake: its consumers and the writer warp.
-  constexpr int kDqHandshake = (Traits::kDqByColumns ? 256 : 128) + 32;
+  // The threads of a handshake with the writer warp: both consumer warpgroups and the writer warp.
+  constexpr int kDqHandshake = 256 + 32;
   if (warp_group == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if (steps == 0) return;
     if constexpr (kDeterministic) {
       if (threadIdx.x / 32 == 1) {
         // ---- dQ writer (warp 1; the deterministic mode) ----
-        // Per step and stage: wait until the consumers have written it, wait for the turn (one
-        // addition per turn with kDqByColumns, else warpgroup 0's then 1's), add it into dq_accum's
-        // block by one bulk reduction, wait until that is complete, pass the turn, and hand the stage
-        // back. The consumers wait only when the writer is a whole step behind. (The unordered mode
-        // has no turns: there a consumer thread issues the reduction, which measured 4-6 % faster
-        // than the writer on the H100; docs/attention.md.)
+        // Per step: wait until the consumers have written the stage, wait for the turn (one addition
+        // per key block), add it into dq_accum's block by one bulk reduction, wait until that is
+        // complete, pass the turn, and hand the stage back. The consumers wait only when the writer
+        // is a whole step behind. (The unordered mode has no turns: there a consumer thread issues
+        // the reduction, which measured 4-6 % faster than the writer on the H100; docs/attention.md.)
         const bool leader = threadIdx.x % 32 == 0;
         for (int step = 0; step < steps; ++step) {
           const int head = hk * p.group + step / sq.m_count, m = sq.m_first + step % sq.m_count;
@@ -311,24 +318,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
             turn = dq_turn(kb, n_block);
             sem = p.dq_semaphore + (q_row0 + int64_t(m) * Traits::kBlockM) * p.heads_q + head;
           }
-          CUTE_UNROLL
-          for (int w = 0; w < Traits::kDqStages; ++w) {
-            cutlass::arch::NamedBarrier::arrive_and_wait(kDqHandshake, kDqFullBarrier + w);
-            if (leader) {
-              dq_turn_wait(sem, Traits::kDqByColumns ? turn : 2 * turn + w);
-              // The acquire above ordered before this thread's async-proxy reduction of the same rows.
-              asm volatile("fence.proxy.async.global;" ::: "memory");
-              dq_reduce_block(dq_block(head, m), smem.dq_stage[w], kDqBlockBytes);
-              // The reduction complete (not only read) and ordered before the release that passes the
-              // turn (FlashAttention-3's deterministic dQ does the same with its TMA reductions).
-              asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-              asm volatile("fence.proxy.async.global;" ::: "memory");
-              __threadfence();
-              asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(sem) : "memory");
-            }
-            __syncwarp();
-            if (step + 1 < steps) cutlass::arch::NamedBarrier::arrive(kDqHandshake, kDqEmptyBarrier + w);
+          cutlass::arch::NamedBarrier::arrive_and_wait(kDqHandshake, kDqFullBarrier);
+          if (leader) {
+            dq_turn_wait(sem, turn);
+            // The acquire above ordered before this thread's async-proxy reduction of the same rows.
+            asm volatile("fence.proxy.async.global;" ::: "memory");
+            dq_reduce_block(dq_block(head, m), smem.dq_stage, kDqBlockBytes);
+            // The reduction complete (not only read) and ordered before the release that passes the
+            // turn (FlashAttention-3's deterministic dQ does the same with its TMA reductions).
+            asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+            asm volatile("fence.proxy.async.global;" ::: "memory");
+            __threadfence();
+            asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(sem) : "memory");
           }
+          __syncwarp();
+          if (step + 1 < steps) cutlass::arch::NamedBarrier::arrive(kDqHandshake, kDqEmptyBarrier);
         }
         return;
       }
@@ -339,8 +343,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     Tensor mdO = p.tma_do.get_tma_tensor(make_shape(p.rows_q, D{}, p.heads_q, varlen ? 1 : p.batch));
     Tensor mK = p.tma_k.get_tma_tensor(make_shape(p.rows_k, D{}, p.heads_kv, varlen ? 1 : p.batch));
     Tensor mV = p.tma_v.get_tma_tensor(make_shape(p.rows_k, D{}, p.heads_kv, varlen ? 1 : p.batch));
-    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});
-    Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutKV{});
+    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutK{});
+    Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutV{});
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
     Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQ{});
     auto tma_k = p.tma_k.get_slice(_0{});
@@ -392,20 +396,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   auto thr_kv = mma_kv.get_thread_slice(t);
   auto thr_dq = mma_dq.get_thread_slice(t);
   constexpr int kSlice = cosize_v<typename Traits::SmemLayoutBox>;
-  Tensor sKw = make_tensor(make_smem_ptr(smem.k.data() + wg * kSlice), typename Traits::SmemLayoutBox{});
+  Tensor sKw = make_tensor(make_smem_ptr(smem.k.data() + wg * kSlice), typename Traits::SmemLayoutBoxK{});
   Tensor sVw = make_tensor(make_smem_ptr(smem.v.data() + wg * kSlice), typename Traits::SmemLayoutBox{});
   Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
   Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQ{});
   Tensor sQt = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQt{});
   Tensor sdOt = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQt{});
-  Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data() + wg * cosize_v<typename Traits::SmemLayoutDS>),
-                           typename Traits::SmemLayoutDS{});
-  // This warpgroup's dQ stage (the CTA's with kDqByColumns), which the writer warp adds into dq_accum
-  // in the deterministic mode, and otherwise dq_issuer (the CTA's thread 0 with kDqByColumns, each
-  // warpgroup's otherwise) with one bulk reduction a step.
-  const int dq_stage_index = Traits::kDqByColumns ? 0 : wg;
-  float* const dq_stage = smem.dq_stage[dq_stage_index];
-  const bool dq_issuer = !kDeterministic && t == 0 && (!Traits::kDqByColumns || wg == 0);
+  // The CTA's dQ stage, which the writer warp adds into dq_accum in the deterministic mode, and
+  // otherwise dq_issuer (the CTA's thread 0) with one bulk reduction a step.
+  float* const dq_stage = smem.dq_stage;
+  const bool dq_issuer = !kDeterministic && t == 0 && wg == 0;
 
   Tensor tSrK = thr_sdp.make_fragment_A(thr_sdp.partition_A(sKw));    // (MMA, 1, D/16)
   Tensor tSrV = thr_sdp.make_fragment_A(thr_sdp.partition_A(sVw));
@@ -413,18 +413,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Tensor tSrdO = thr_sdp.make_fragment_B(thr_sdp.partition_B(sdO));
   Tensor tKVrdOt = thr_kv.make_fragment_B(thr_kv.partition_B(sdOt));  // (MMA, 1, BM/16, stages)
   Tensor tKVrQt = thr_kv.make_fragment_B(thr_kv.partition_B(sQt));
-  Tensor tQrdS = thr_dq.make_fragment_A(thr_dq.partition_A(sdS));    // (MMA, 1, WgN/16)
-  // kDqByColumns: both warpgroups' dS and K slices, this warpgroup's 64 columns of Kᵀ.
-  const int dq_col0 = Traits::kDqByColumns ? wg * Traits::kDqSlice : 0;
+  // dQ: both warpgroups' dS and K slices, this warpgroup's columns of Kᵀ.
+  const int dq_col0 = wg * Traits::kDqSlice;
   constexpr int kDsSlice = cosize_v<typename Traits::SmemLayoutDS>;
   Tensor tQrdS0 = thr_dq.make_fragment_A(
       thr_dq.partition_A(make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutDS{})));
   Tensor tQrdS1 = thr_dq.make_fragment_A(
       thr_dq.partition_A(make_tensor(make_smem_ptr(smem.ds.data() + kDsSlice), typename Traits::SmemLayoutDS{})));
-  // Kᵀ of K slice 0 (with kDqByColumns; this warpgroup's own otherwise) and of slice 1, this
-  // warpgroup's columns.
-  Tensor sKt0 = make_tensor(make_smem_ptr(smem.k.data() + (Traits::kDqByColumns ? 0 : wg) * kSlice),
-                            typename Traits::SmemLayoutKt{});
+  // Kᵀ of K slices 0 and 1, this warpgroup's columns.
+  Tensor sKt0 = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKt{});
   Tensor sKt1 = make_tensor(make_smem_ptr(smem.k.data() + kSlice), typename Traits::SmemLayoutKt{});
   Tensor tQrKt0 = thr_dq.make_fragment_B(thr_dq.partition_B(
       local_tile(sKt0, Shape<Int<Traits::kDqSlice>, WgN>{}, make_coord(dq_col0 / Traits::kDqSlice, _0{}))));
@@ -476,12 +473,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   auto next_step = [&](StepAt a) {
     return a.m + 1 < sq.m_first + sq.m_count ? StepAt{a.head, a.m + 1} : StepAt{a.head + 1, sq.m_first};
   };
+  // Dsum is laid out like the LSE: one source pointer a thread, chosen once.
+  const float* const stat_src = (t < Traits::kBlockM ? p.lse : p.dsum) + lse_base;
   auto load_stat = [&](StepAt at) -> float {
-    const int head = at.head, m = at.m;
-    const int i = m * Traits::kBlockM + t % Traits::kBlockM;
-    const int64_t stat = lse_base + int64_t(head) * p.lse_head_stride;
-    if (i >= sq.len_q) return 0.f;
-    return t < Traits::kBlockM ? p.lse[stat + i] : p.dsum[stat + i];
+    const int i = at.m * Traits::kBlockM + t % Traits::kBlockM;
+    return i < sq.len_q ? stat_src[int64_t(at.head) * p.lse_head_stride + i] : 0.f;
   };
   StepAt at{hk * p.group, sq.m_first};
   // The query blocks this warpgroup's key slice sees whole (block_fully_visible, decided once).
@@ -492,9 +488,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // after its load (scaled at the load, the product waited for it: 3 % of the consumers' time). The
   // buffer's previous readers, two steps back, are past the barrier that ended their step, and the
   // step's readers come after the barrier that ends the one before it: no barrier of its own.
-  auto store_stat = [&](int step, float x) {
-    smem.stats[step & 1][wg][t / Traits::kBlockM][t % Traits::kBlockM] = t < Traits::kBlockM ? x * 1.4426950408889634f : x;
-  };
+  // (Its address and scale chosen once: x · 1 is x, bit for bit.)
+  float* const stat_dst = &smem.stats[0][wg][t / Traits::kBlockM][t % Traits::kBlockM];
+  constexpr int kStatParity = Traits::kConsumerWgs * 2 * Traits::kBlockM;  // floats between the parities
+  static_assert(sizeof(Storage::stats[0]) == kStatParity * sizeof(float), "stats[parity][wg][lse/dsum][row]");
+  const float stat_scale = t < Traits::kBlockM ? 1.4426950408889634f : 1.f;
+  auto store_stat = [&](int step, float x) { stat_dst[(step & 1) * kStatParity] = x * stat_scale; };
   if (steps > 0) {
     store_stat(0, stat_next);
     cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
@@ -653,22 +652,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // Unordered: the previous step's bulk reduction has read the stage before it is written again
     // (the barrier below publishes that to the threads that write it; no pending group at step 0).
     if (dq_issuer) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-    if constexpr (Traits::kDqByColumns) {
-      cutlass::arch::NamedBarrier::arrive_and_wait(256, kBothBarrier);  // both warpgroups' dS written
-    } else {
-      cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
-    }
+    cutlass::arch::NamedBarrier::arrive_and_wait(256, kBothBarrier);  // both warpgroups' dS written
 
-    // dQ (64 queries × this warpgroup's 64 columns), then dK += dSᵀ·Q (A from registers); dQ goes to
-    // the stage while dK's wgmma runs. The Q / dO stage is released once every wgmma that read it
+    // dQ (64 queries × this warpgroup's D/2 columns), then dK += dSᵀ·Q (A from registers); dQ goes
+    // to the stage while dK's wgmma runs. The Q / dO stage is released once every wgmma that read it
     // (dV, dK) has retired.
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<BM, Int<Traits::kDqSlice>>{});
-    if constexpr (Traits::kDqByColumns) {
-      gemm_ss(mma_dq, tQrdS0, tQrKt0, acc_dq, true);
-      gemm_ss(mma_dq, tQrdS1, tQrKt1, acc_dq, false);
-    } else {
-      gemm_ss(mma_dq, tQrdS, tQrKt0, acc_dq, true);
-    }
+    gemm_ss(mma_dq, tQrdS0, tQrKt0, acc_dq, true);
+    gemm_ss(mma_dq, tQrdS1, tQrKt1, acc_dq, false);
     warpgroup_fence_operand(acc_dk);
     warpgroup_arrive();
     CUTE_UNROLL
@@ -685,11 +676,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // orders every dQ wgmma (they read both warpgroups' dS) before the next step rewrites dS, and this
     // step's reads of the stats before the step after it rewrites their buffer.
     // Chunk bb of this thread's columns sits at byte (row base + dq_accum_col's chunk) = the bb = 0
-    // address XOR bb · 32: the chunk bits (5-7) of the row base and of dq_col0 are clear.
+    // address XOR bb · 32: bb's bits (5-6 at D = 64, 5-7 at 128) are clear in the row base and in
+    // dq_col0's chunk offset (128 or 256 bytes for warpgroup 1).
     const int valid_rows = sq.len_q - m * Traits::kBlockM;
     // Deterministic: the writer has read the previous step's block out of the stage.
-    if (kDeterministic && step > 0)
-      cutlass::arch::NamedBarrier::arrive_and_wait(kDqHandshake, kDqEmptyBarrier + dq_stage_index);
+    if (kDeterministic && step > 0) cutlass::arch::NamedBarrier::arrive_and_wait(kDqHandshake, kDqEmptyBarrier);
     // Only a sequence's last query block has such rows: the select an element stays off the other
     // steps' path.
     if (valid_rows < Traits::kBlockM) {
@@ -717,13 +708,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     ++st;
     cutlass::arch::fence_view_async_shared();  // the generic-proxy writes seen by the bulk copy
     // Deterministic: stage written, the writer warp takes it once every consumer thread has arrived.
-    if constexpr (kDeterministic) cutlass::arch::NamedBarrier::arrive(kDqHandshake, kDqFullBarrier + dq_stage_index);
+    if constexpr (kDeterministic) cutlass::arch::NamedBarrier::arrive(kDqHandshake, kDqFullBarrier);
     if (step + 1 < steps) store_stat(step + 1, stat_next);
-    if constexpr (Traits::kDqByColumns) {
-      cutlass::arch::NamedBarrier::arrive_and_wait(256, kBothBarrier);
-    } else {
-      cutlass::arch::NamedBarrier::arrive_and_wait(128, kWgBarrier + wg);
-    }
+    cutlass::arch::NamedBarrier::arrive_and_wait(256, kBothBarrier);
     if (dq_issuer) dq_reduce_block(dq_block(head, m), dq_stage, kDqBlockBytes);
   }
   if (dq_issuer) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // complete before the CTA exits

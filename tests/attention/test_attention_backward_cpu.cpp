@@ -385,7 +385,7 @@ TEST(AttentionBackwardBlocks, DqAccumLayoutIsAConflictFreeChunkPermutation) {
       }
       for (int c = 0; c < d; ++c) EXPECT_EQ(seen[size_t(c)], 1) << "not a permutation: D " << d << " row " << row;
     }
-    const int slice = 64, wgs = d == 128 ? 2 : 1;  // the columns a warpgroup stores
+    const int slice = d / 2, wgs = 2;  // the columns a warpgroup stores
     for (int64_t row0 = 0; row0 < 8; ++row0)       // the global row of the block's row 0, mod 8
       for (int wg = 0; wg < wgs; ++wg)
         for (int warp = 0; warp < 4; ++warp)
