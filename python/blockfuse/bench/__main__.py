@@ -133,6 +133,9 @@ def parser():
     ab.add_argument("--s", default="1024,4096,16384", help="sequence lengths")
     ab.add_argument("--hkv", default="32,8", help="KV heads (32 query heads)")
     ab.add_argument("--reps", type=int, default=10)
+    ab.add_argument("--graph-below", type=float, default=1000.0, metavar="US",
+                    help="also time in a CUDA graph where a point's fastest eager step measures under this many µs "
+                         "(0: never)")
     ab.add_argument("--json")
 
     tm = sub.add_parser("train-mlp", help="gated MLP forward + backward (training) vs eager, torch.compile, "
@@ -228,6 +231,8 @@ def _check(p, a):
             p.error("attention-backward --hkv: each must divide the 32 query heads")
         if a.reps < 1:
             p.error(f"attention-backward --reps must be >= 1, got {a.reps}")
+        if a.graph_below < 0:
+            p.error(f"attention-backward --graph-below must be >= 0 (0: never), got {a.graph_below}")
     elif a.command == "memory-bound" and a.rounds < 1:
         p.error(f"memory-bound --rounds must be >= 1, got {a.rounds}")
     return a

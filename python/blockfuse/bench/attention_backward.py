@@ -11,6 +11,11 @@ as a training step without accumulation does. Every implementation's out, dq, dk
 against SDPA flash's first (relative error above 0.02 stops the run, exit status 1); then the median
 ms of `--reps` steps (CUDA events around each, common.time_events). TFLOP/s counts 3.5x the forward's
 4·B·Hq·S²·D (halved when causal), the usual forward + backward convention.
+
+Where a point's fastest eager step measures under --graph-below µs (S = 1024 on an H200), eager steps
+time the Python launch path and autograd as much as the kernels (FlashAttention-4's eager readings there
+were 48-141 TFLOP/s on an H200), so every implementation is also timed as replays of a CUDA graph of
+common.GRAPH_CALLS steps (`<name>_graph_tflops`, `<ours>_over_<name>_graph`), as sdpa does.
 """
 import json
 import sys
@@ -19,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .common import meta, optional_peer, ready, rel, time_events
+from .common import meta, optional_peer, ready, rel, time_events, time_graph
 
 B, HQ = 2, 32
 DT = torch.bfloat16
@@ -89,15 +94,16 @@ def implementations(bf, fa4, causal, gqa):
     return impls
 
 
-def point(bf, fa4, d, s, hkv, causal, reps):
+def point(bf, fa4, d, s, hkv, causal, reps, graph_below=0.0):
     """One grid point: a row of TFLOP/s (None with an error where an implementation cannot run it), or
     None when an implementation's result is wrong."""
     q, k, v, dout = _leaves(s, hkv, d, seed=s * 7 + d + hkv)
     flops = 3.5 * 4 * B * HQ * s * s * d * (0.5 if causal else 1.0)
     row = dict(head_dim=d, seqlen=s, heads_kv=hkv, causal=causal)
     want = None
+    steps = {}
     for name, fwd in implementations(bf, fa4, causal, hkv != HQ).items():
-        def step(_):
+        def step(_, fwd=fwd):
             out = fwd(q, k, v)
             return out, torch.autograd.grad(out, (q, k, v), dout)
         try:
@@ -120,11 +126,20 @@ def point(bf, fa4, d, s, hkv, causal, reps):
         ms = time_events(step, 1, 2, reps) * 1e-3
         row[name + "_ms"] = ms
         row[name + "_tflops"] = flops / (ms * 1e-3) / 1e12
+        steps[name] = step
+    if steps and min(row[n + "_ms"] for n in steps) * 1e3 < graph_below:
+        for name, step in steps.items():
+            try:
+                us = time_graph(step, 3, reps)
+                row[name + "_graph_tflops"] = flops / (us * 1e-6) / 1e12
+            except Exception as e:  # noqa: BLE001 — an implementation that cannot be captured: reported
+                row[name + "_graph_error"] = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
     for ours in ("blockfuse", "blockfuse_atomic"):
-        mine = row.get(ours + "_tflops")
-        for base in ("sdpa_flash", "sdpa_cudnn", "fa4"):
-            if mine and row.get(base + "_tflops"):
-                row[f"{ours}_over_{base}"] = mine / row[base + "_tflops"]
+        for how in ("", "_graph"):
+            mine = row.get(f"{ours}{how}_tflops")
+            for base in ("sdpa_flash", "sdpa_cudnn", "fa4"):
+                if mine and row.get(f"{base}{how}_tflops"):
+                    row[f"{ours}_over_{base}{how}"] = mine / row[f"{base}{how}_tflops"]
     return row
 
 
@@ -144,11 +159,14 @@ def run(args):
         for s in args.s:
             for hkv in args.hkv:
                 for causal in (False, True):
-                    row = point(bf, fa4, d, s, hkv, causal, args.reps)
+                    row = point(bf, fa4, d, s, hkv, causal, args.reps, args.graph_below)
                     if row is None:
                         return 1
                     rows.append(row)
-                    cells = " ".join(f"{k[:-7]} {row[k]:.0f}" for k in row if k.endswith("_tflops") and row[k])
+                    cells = " ".join(f"{k[:-7]} {row[k]:.0f}" for k in row
+                                     if k.endswith("_tflops") and not k.endswith("_graph_tflops") and row[k])
+                    graphs = " ".join(f"{k[:-13]} {row[k]:.0f}" for k in row if k.endswith("_graph_tflops") and row[k])
+                    cells += f" | graph replays: {graphs}" if graphs else ""
                     print(f"D {d} S {s} Hkv {hkv} causal {int(causal)}: TFLOP/s {cells}", flush=True)
                     torch.cuda.empty_cache()
                     if args.json:  # after every point: a run cut short keeps what it measured
