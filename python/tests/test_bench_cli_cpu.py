@@ -53,6 +53,7 @@ def test_every_subcommand_has_its_module():
     (("decode-attention", "--hkv", "8,3"), "must divide the 32 query heads"),
     (("attention-backward", "--hkv", "32,5"), "must divide the 32 query heads"),
     (("attention-backward", "--reps", "0"), "--reps must be >= 1"),
+    (("attention-backward", "--batch", "0"), "--batch must be >= 1"),
     (("attention-backward", "--graph-below", "-1"), "--graph-below must be >= 0"),
     (("fused-mlp", "--shapes", "7b"), "unknown shape(s) ['7b']"),
     (("model", "--models", "llama3-8b,x"), "unknown model(s) ['x']"),

@@ -128,10 +128,11 @@ def parser():
     da.add_argument("--json")
 
     ab = sub.add_parser("attention-backward", help="attention forward + backward (training) TFLOP/s vs SDPA flash / "
-                                                   "cuDNN and FlashAttention-4, B 2, Hq 32, bf16")
+                                                   "cuDNN and FlashAttention-4, B 2 (--batch), Hq 32, bf16")
     ab.add_argument("--d", default="128,64", help="head dims")
     ab.add_argument("--s", default="1024,4096,16384", help="sequence lengths")
     ab.add_argument("--hkv", default="32,8", help="KV heads (32 query heads)")
+    ab.add_argument("--batch", type=int, default=2, help="sequences a point")
     ab.add_argument("--reps", type=int, default=10)
     ab.add_argument("--graph-below", type=float, default=1000.0, metavar="US",
                     help="also time in a CUDA graph where a point's fastest eager step measures under this many µs "
@@ -231,6 +232,8 @@ def _check(p, a):
             p.error("attention-backward --hkv: each must divide the 32 query heads")
         if a.reps < 1:
             p.error(f"attention-backward --reps must be >= 1, got {a.reps}")
+        if a.batch < 1:
+            p.error(f"attention-backward --batch must be >= 1, got {a.batch}")
         if a.graph_below < 0:
             p.error(f"attention-backward --graph-below must be >= 0 (0: never), got {a.graph_below}")
     elif a.command == "memory-bound" and a.rounds < 1:

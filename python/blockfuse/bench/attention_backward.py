@@ -1,5 +1,5 @@
 """`python -m blockfuse.bench attention-backward`: attention forward + backward (training), bf16,
-B = 2, Hq = 32: blockfuse.ops.attention with its autograd (`blockfuse`: the deterministic backward;
+B = 2 (--batch), Hq = 32: blockfuse.ops.attention with its autograd (`blockfuse`: the deterministic backward;
 `blockfuse_atomic`: the same forward with the non-deterministic one, dQ by atomics or reductions) beside PyTorch SDPA's flash and cuDNN
 backends and FlashAttention-4 (flash_attn.cute.interface.flash_attn_func, when importable:
 ../shared/peers stages it), in one process.
@@ -36,12 +36,12 @@ def _fa4():
     return flash_attn_func
 
 
-def _leaves(s, hkv, d, seed):
+def _leaves(b, s, hkv, d, seed):
     g = torch.Generator(device="cuda").manual_seed(seed)
-    q = torch.randn(B, s, HQ, d, device="cuda", generator=g).to(DT).requires_grad_()
-    k = torch.randn(B, s, hkv, d, device="cuda", generator=g).to(DT).requires_grad_()
-    v = torch.randn(B, s, hkv, d, device="cuda", generator=g).to(DT).requires_grad_()
-    dout = torch.randn(B, s, HQ, d, device="cuda", generator=g).to(DT)
+    q = torch.randn(b, s, HQ, d, device="cuda", generator=g).to(DT).requires_grad_()
+    k = torch.randn(b, s, hkv, d, device="cuda", generator=g).to(DT).requires_grad_()
+    v = torch.randn(b, s, hkv, d, device="cuda", generator=g).to(DT).requires_grad_()
+    dout = torch.randn(b, s, HQ, d, device="cuda", generator=g).to(DT)
     return q, k, v, dout
 
 
@@ -94,11 +94,11 @@ def implementations(bf, fa4, causal, gqa):
     return impls
 
 
-def point(bf, fa4, d, s, hkv, causal, reps, graph_below=0.0):
+def point(bf, fa4, d, s, hkv, causal, reps, graph_below=0.0, batch=B):
     """One grid point: a row of TFLOP/s (None with an error where an implementation cannot run it), or
     None when an implementation's result is wrong."""
-    q, k, v, dout = _leaves(s, hkv, d, seed=s * 7 + d + hkv)
-    flops = 3.5 * 4 * B * HQ * s * s * d * (0.5 if causal else 1.0)
+    q, k, v, dout = _leaves(batch, s, hkv, d, seed=s * 7 + d + hkv)
+    flops = 3.5 * 4 * batch * HQ * s * s * d * (0.5 if causal else 1.0)
     row = dict(head_dim=d, seqlen=s, heads_kv=hkv, causal=causal)
     want = None
     steps = {}
@@ -128,12 +128,26 @@ def point(bf, fa4, d, s, hkv, causal, reps, graph_below=0.0):
         row[name + "_tflops"] = flops / (ms * 1e-3) / 1e12
         steps[name] = step
     if steps and min(row[n + "_ms"] for n in steps) * 1e3 < graph_below:
-        for name, step in steps.items():
+        # Captured on fresh leaves, as the GPU test of a captured backward does: with the eager steps'
+        # leaves (whose AccumulateGrad nodes `want` kept alive on the default stream; autograd warned
+        # of the stream mismatch) the capture of each process's first point failed for every
+        # implementation, also when retried after an eager step (H200, torch 2.11).
+        del want
+        gq, gk, gv = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        for name, fwd in implementations(bf, fa4, causal, hkv != HQ).items():
+            if name not in steps:
+                continue
+
+            def gstep(_, fwd=fwd):
+                out = fwd(gq, gk, gv)
+                return out, torch.autograd.grad(out, (gq, gk, gv), dout)
             try:
-                us = time_graph(step, 3, reps)
+                us = time_graph(gstep, 3, reps)
                 row[name + "_graph_tflops"] = flops / (us * 1e-6) / 1e12
             except Exception as e:  # noqa: BLE001 — an implementation that cannot be captured: reported
                 row[name + "_graph_error"] = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+                print(f"{name}: CUDA-graph capture failed at D {d} S {s} Hkv {hkv} causal {causal}: "
+                      f"{row[name + '_graph_error']}", file=sys.stderr)
     for ours in ("blockfuse", "blockfuse_atomic"):
         for how in ("", "_graph"):
             mine = row.get(f"{ours}{how}_tflops")
@@ -159,7 +173,7 @@ def run(args):
         for s in args.s:
             for hkv in args.hkv:
                 for causal in (False, True):
-                    row = point(bf, fa4, d, s, hkv, causal, args.reps, args.graph_below)
+                    row = point(bf, fa4, d, s, hkv, causal, args.reps, args.graph_below, args.batch)
                     if row is None:
                         return 1
                     rows.append(row)
@@ -171,6 +185,6 @@ def run(args):
                     torch.cuda.empty_cache()
                     if args.json:  # after every point: a run cut short keeps what it measured
                         with open(args.json, "w") as fh:
-                            json.dump(dict(benchmark="attention_backward", **meta(), batch=B, heads_q=HQ, rows=rows),
-                                      fh, indent=1)
+                            json.dump(dict(benchmark="attention_backward", **meta(), batch=args.batch, heads_q=HQ,
+                                           rows=rows), fh, indent=1)
     return 0
