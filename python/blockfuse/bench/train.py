@@ -20,8 +20,8 @@ first loss is checked against eager's (relative difference > 2 %: exit status 1)
 
 The variants are timed in `--rounds` rounds, alternately in the given order and reversed, and each
 row's ms is the median of its rounds' medians: timed one after another, the variant measured last ran
-its (shared) cuBLAS GEMMs 2-3 % slower on the H200 (a GPU running longer, at lower clocks), enough
-to turn a 1 % gain into a 2-7 % loss (docs/attention.md#backward-sm80). So every variant's model is
+the same cuBLAS GEMMs 2.4 % slower on the H200 (clocks or temperature later in the run), enough to
+turn a 1 % gain into a 2-7 % loss (docs/attention.md#backward-sm80). So every variant's model is
 alive for the whole point (weights, no gradients between timings).
 """
 import copy
