@@ -4,6 +4,7 @@ options are refused with exit status 2 before anything is imported, and a subcom
 torch says so and exits 2."""
 import os
 import subprocess
+import statistics
 import sys
 
 import pytest
@@ -65,6 +66,7 @@ def test_every_subcommand_has_its_module():
     (("train-mlp", "--shapes", "405b"), "unknown shape(s) ['405b']"),
     (("train", "--variants", "patched,eager"), "eager must come first"),
     (("train", "--seq", "1"), "--seq >= 2"),
+    (("train", "--rounds", "0"), "--rounds"),
     (("memory-bound", "--rounds", "0"), "--rounds must be >= 1"),
     (("nope",), "invalid choice"),
     ((), "required"),
@@ -137,3 +139,24 @@ def test_train_mlp_implementations_on_cpu():
         import quack  # noqa: F401
     except Exception:  # noqa: BLE001
         assert isinstance(tm.build("quack", wg, wu, wd), str)
+
+
+def test_train_rounds_alternate_the_order():
+    """bench train times its variants in rounds, reversed every other round: with a drift that makes
+    each later timing slower, equal variants get equal medians (one after another, the last would be
+    the slowest)."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")  # noqa: F841 (train imports it)
+    sys.path.insert(0, PYTHON_DIR)
+    try:
+        from blockfuse.bench import train
+    finally:
+        sys.path.remove(PYTHON_DIR)
+    calls = []
+
+    def time_one(name):  # every variant takes 10 ms, plus 1 ms for each timing before it
+        calls.append(name)
+        return 10.0 + len(calls) - 1
+    times = train.timed_rounds(["eager", "patched", "patched-attention"], 4, time_one)
+    assert calls == ["eager", "patched", "patched-attention", "patched-attention", "patched", "eager"] * 2
+    assert {n: len(t) for n, t in times.items()} == {"eager": 4, "patched": 4, "patched-attention": 4}
+    assert len({statistics.median(t) for t in times.values()}) == 1, times

@@ -163,7 +163,9 @@ def parser():
     tr.add_argument("--batches", default="1,2")
     tr.add_argument("--variants", default="eager,liger,compile,patched,patched-attention",
                     help="eager first; patched-attention: patch_model(attention=True), blockfuse attention with its backward")
-    tr.add_argument("--reps", type=int, default=5)
+    tr.add_argument("--reps", type=int, default=5, help="timed steps a round (their median)")
+    tr.add_argument("--rounds", type=int, default=3,
+                    help="rounds of the variants, alternately in order and reversed (a row: the median of its rounds)")
     tr.add_argument("--json")
     return p
 
@@ -220,8 +222,8 @@ def _check(p, a):
         a.batches = _ints(a.batches)
         a.variants = known(_names(a.variants), dict.fromkeys(TRAIN_VARIANTS), "variant")
         _eager_first(p, "train --variants", a.variants)
-        if a.layers < 1 or a.seq < 2 or a.reps < 1 or any(b < 1 for b in a.batches):
-            p.error("train: --layers, --reps and each batch must be >= 1, --seq >= 2")
+        if a.layers < 1 or a.seq < 2 or a.reps < 1 or a.rounds < 1 or any(b < 1 for b in a.batches):
+            p.error("train: --layers, --reps, --rounds and each batch must be >= 1, --seq >= 2")
     elif a.command == "decode-attention":
         a.b, a.s, a.hkv = _ints(a.b), _ints(a.s), _ints(a.hkv)
         if any(32 % h for h in a.hkv):

@@ -17,9 +17,16 @@ loss) of a Llama-3-8B-shaped model with fewer layers, bf16, random weights and t
 Per variant: the median ms of a step (gradients cleared before each, so every step allocates them)
 and the peak memory a step allocates beyond what was allocated before it (weights). Every variant's
 first loss is checked against eager's (relative difference > 2 %: exit status 1).
+
+The variants are timed in `--rounds` rounds, alternately in the given order and reversed, and each
+row's ms is the median of its rounds' medians: timed one after another, the variant measured last ran
+the same cuBLAS GEMMs 2.4 % slower on the H200 (clocks or temperature later in the run), enough to
+turn a 1 % gain into a 2-7 % loss (docs/attention.md#backward-sm80). So every variant's model is
+alive for the whole point (weights, no gradients between timings).
 """
 import copy
 import json
+import statistics
 import sys
 
 import torch
@@ -77,14 +84,15 @@ def measure(args):
     for batch in args.batches:
         ids = torch.randint(0, base.config.vocab_size, (batch, args.seq), device="cuda",
                             generator=torch.Generator(device="cuda").manual_seed(batch))
-        ref_loss, vs = None, VersusEager()
+        ref_loss, point, models = None, [], {}
+        # Each variant built, its first loss checked and its peak memory taken, in the given order.
         for name in args.variants:
             m = variant(name, base)
             row = {"layers": args.layers, "batch": batch, "seq": args.seq, "variant": name}
+            point.append(row)
             if isinstance(m, str):
                 row["skipped"] = m
                 print(f"# batch {batch} {name}: {m}", file=sys.stderr, flush=True)
-                rows.append(row)
                 continue
             m.train()
             loss = step(m, ids).item()
@@ -94,20 +102,44 @@ def measure(args):
             if abs(loss - ref_loss) > 0.02 * abs(ref_loss):
                 print(f"| {batch} x {args.seq} | {name} | WRONG: loss {loss:.4f} vs eager {ref_loss:.4f} |", flush=True)
                 status = 1
-                rows.append(row)
-                continue
-            ms = cuda_ms(lambda: step(m, ids), args.reps)
-            peak = peak_activation_bytes(lambda _: step(m, ids), None, grads=list(m.parameters()))
-            row.update(ms=ms, peak_bytes=peak)
-            print(f"| {batch} x {args.seq} | {name} | {vs.cells(name, ms, peak, ms_digits=1)} |", flush=True)
-            rows.append(row)
-            for p in m.parameters():
-                p.grad = None
-            if m is not base:
-                del m
-            torch._dynamo.reset()
-            torch.cuda.empty_cache()
+            else:
+                row["peak_bytes"] = peak_activation_bytes(lambda _: step(m, ids), None, grads=list(m.parameters()))
+                models[name] = m
+            clear_grads(m)
+
+        # Timed in rounds, the order reversed every other round (the module docstring says why).
+        def time_one(name):
+            ms = cuda_ms(lambda: step(models[name], ids), args.reps)
+            clear_grads(models[name])
+            return ms
+        times = timed_rounds([n for n in args.variants if n in models], args.rounds, time_one)
+        vs = VersusEager()
+        for row in point:
+            name = row["variant"]
+            if name in times:
+                row.update(ms=statistics.median(times[name]), ms_rounds=times[name])
+                print(f"| {batch} x {args.seq} | {name} | {vs.cells(name, row['ms'], row['peak_bytes'], ms_digits=1)} |",
+                      flush=True)
+        rows += point
+        del models
+        torch._dynamo.reset()
+        torch.cuda.empty_cache()
     return rows, status
+
+
+def timed_rounds(names, rounds, time_one):
+    """{name: [time_one(name) of each round]}, the names in order in even rounds and reversed in odd
+    ones, so a drift over the run (clocks, temperature) reaches every name alike."""
+    times = {n: [] for n in names}
+    for r in range(rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            times[name].append(time_one(name))
+    return times
+
+
+def clear_grads(m):
+    for p in m.parameters():
+        p.grad = None
 
 
 def run(a):
