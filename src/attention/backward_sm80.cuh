@@ -131,7 +131,8 @@ __global__ void __launch_bounds__(128) bwd_dsum_kernel(const __grid_constant__ B
 // P = exp2(x·scale_log2 − lse_log2) where visible, else 0; x = tanh(qk·softcap_mul) with a soft-cap
 // (its value kept in `t` as fp16 pairs for the derivative). `row_of(h)` / `col_of(n, e)` give the
 // global query row and key of element (n-tile n, element e; h = e / 2 selects the row half);
-// `lse_log2_of(h, n, e)` the row's LSE in exp2 units.
+// `lse_log2_of(h, n, e)` the row's LSE in exp2 units. kMasked = false where the whole 64 × 64 block is
+// visible (block_fully_visible): no per-element test.
 // tanh as the forward computes it (attn::SoftCap, mask.cuh: tanh.approx.f32, about 2^-11 relative
 // error): the recomputed P must match the forward's LSE, and tanhf would differ by up to cap · 2^-11
 // in the logit where tanh saturates.
@@ -141,7 +142,7 @@ __device__ __forceinline__ float fast_tanh(float x) {
   return t;
 }
 
-template <bool kSoftcap, class RowCol, class Lse>
+template <bool kSoftcap, bool kMasked, class RowCol, class Lse>
 __device__ __forceinline__ void probabilities(const BwdParams& p, const Seq& sq, float (&s)[8][4], uint32_t (&t)[8][2],
                                               RowCol&& row_col, Lse&& lse_log2_of) {
 #pragma unroll
@@ -152,7 +153,7 @@ __device__ __forceinline__ void probabilities(const BwdParams& p, const Seq& sq,
       row_col(n, e, i, j);
       float x = s[n][e];
       if constexpr (kSoftcap) x = fast_tanh(x * p.softcap_mul);
-      const bool vis = i < sq.sq && j < sq.sk && j >= key_lo(p, sq, i) && j <= key_hi(p, sq, i);
+      const bool vis = !kMasked || (i < sq.sq && j < sq.sk && j >= key_lo(p, sq, i) && j <= key_hi(p, sq, i));
       const float lse2 = lse_log2_of(n, e);
       s[n][e] = vis ? exp2f(x * p.scale_log2 - lse2) : 0.f;
       if constexpr (kSoftcap) {
@@ -338,12 +339,17 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_dkdv_kernel(const __grid_cons
     float pt[8][4];
     uint32_t th[8][2];
     gemm_abt<T, D>(pt, sK, warp * 16, sQ, lane);
-    probabilities<kSoftcap>(p, s, pt, th,
-                  [&](int n, int e, int& i, int& j) {
-                    j = n0 + warp * 16 + lane / 4 + (e >= 2 ? 8 : 0);
-                    i = m * kBlock + n * 8 + (lane % 4) * 2 + (e & 1);
-                  },
-                  [&](int n, int e) { return st[n * 8 + (lane % 4) * 2 + (e & 1)]; });
+    {
+      auto row_col = [&](int n, int e, int& i, int& j) {
+        j = n0 + warp * 16 + lane / 4 + (e >= 2 ? 8 : 0);
+        i = m * kBlock + n * 8 + (lane % 4) * 2 + (e & 1);
+      };
+      auto lse_of = [&](int n, int e) { return st[n * 8 + (lane % 4) * 2 + (e & 1)]; };
+      if (block_fully_visible(m * kBlock, kBlock, n0, kBlock, s.sq, s.sk, p.window_left, p.window_right))
+        probabilities<kSoftcap, false>(p, s, pt, th, row_col, lse_of);
+      else
+        probabilities<kSoftcap, true>(p, s, pt, th, row_col, lse_of);
+    }
     uint32_t a[4][4];
     to_a_frags<T>(pt, a);
     gemm_a_b<T, D>(dv, a, sO, lane);  // dV += Pᵀ·dO
@@ -490,12 +496,17 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_dq_kernel(const __grid_consta
     float pr[8][4];
     uint32_t th[8][2];
     gemm_abt<T, D>(pr, sQ, warp * 16, sK, lane);  // S = Q·Kᵀ
-    probabilities<kSoftcap>(p, s, pr, th,
-                  [&](int n, int e, int& i, int& j) {
-                    i = m0 + warp * 16 + lane / 4 + (e >= 2 ? 8 : 0);
-                    j = n0 + n * 8 + (lane % 4) * 2 + (e & 1);
-                  },
-                  [&](int, int e) { return lse2[e / 2]; });
+    {
+      auto row_col = [&](int n, int e, int& i, int& j) {
+        i = m0 + warp * 16 + lane / 4 + (e >= 2 ? 8 : 0);
+        j = n0 + n * 8 + (lane % 4) * 2 + (e & 1);
+      };
+      auto lse_of = [&](int, int e) { return lse2[e / 2]; };
+      if (block_fully_visible(m0, kBlock, n0, kBlock, s.sq, s.sk, p.window_left, p.window_right))
+        probabilities<kSoftcap, false>(p, s, pr, th, row_col, lse_of);
+      else
+        probabilities<kSoftcap, true>(p, s, pr, th, row_col, lse_of);
+    }
     float dp[8][4];
     gemm_abt<T, D>(dp, sO, warp * 16, sV, lane);  // dP = dO·Vᵀ
     grad_scores<kSoftcap>(p, pr, dp, th, [&](int, int e) { return dsum[e / 2]; });
