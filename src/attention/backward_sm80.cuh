@@ -45,6 +45,11 @@ using blockfuse::detail::pack2;
 
 inline constexpr int kBlock = 64;  // keys per dK/dV CTA, query rows per dQ CTA, and the tiles they walk
 inline constexpr int kThreads = 128;
+// CTAs a multiprocessor keeps resident (__launch_bounds__' second argument): three at D = 64, where the
+// kernels fit 168 registers (12 warps a multiprocessor, against 8 at 196-228 registers without the
+// bound), one at D = 128 (255 registers).
+template <int D>
+inline constexpr int kMinBlocks = D == 64 ? 3 : 1;
 
 // Rows of D elements, 16-byte chunks XOR-swizzled by the row's low three bits (conflict-free ldmatrix).
 template <int D>
@@ -275,7 +280,7 @@ constexpr int dkdv_smem_bytes() {
 }
 
 template <class T, int D, bool kAtomicDq, bool kSoftcap>
-__global__ void __launch_bounds__(kThreads, 1) bwd_dkdv_kernel(const __grid_constant__ BwdParams p) {
+__global__ void __launch_bounds__(kThreads, kMinBlocks<D>) bwd_dkdv_kernel(const __grid_constant__ BwdParams p) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* const sK = reinterpret_cast<T*>(smem_raw);
   T* const sV = sK + kBlock * D;
@@ -443,7 +448,7 @@ constexpr int dq_smem_bytes() {
 }
 
 template <class T, int D, bool kSoftcap>
-__global__ void __launch_bounds__(kThreads, 1) bwd_dq_kernel(const __grid_constant__ BwdParams p) {
+__global__ void __launch_bounds__(kThreads, kMinBlocks<D>) bwd_dq_kernel(const __grid_constant__ BwdParams p) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* const sQ = reinterpret_cast<T*>(smem_raw);
   T* const sO = sQ + kBlock * D;
