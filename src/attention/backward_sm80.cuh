@@ -18,7 +18,8 @@
 // shared memory and adds dQ += dS·K for its 64 keys into an fp32 buffer with atomics
 // (bwd_dkdv_kernel<..., true>), and bwd_dq_convert_kernel scales and rounds it into dq: five S²·D
 // products instead of seven, with dq's bits depending on the order the atomics land in. With a soft-cap the score is
-// cap·tanh(scale·qk / cap), whose derivative scale·(1 − tanh²) multiplies dS (tanh kept as fp16 pairs).
+// cap·tanh(scale·qk / cap), whose derivative scale·(1 − tanh²) multiplies dS (tanh kept as fp16 pairs);
+// the kernels are compiled with and without it (kSoftcap), so a call without one carries none of it.
 // Supported head dims: 64 and 128 (dK and dV of 16 keys × D in fp32 registers per warp).
 #pragma once
 
@@ -44,6 +45,11 @@ using blockfuse::detail::pack2;
 
 inline constexpr int kBlock = 64;  // keys per dK/dV CTA, query rows per dQ CTA, and the tiles they walk
 inline constexpr int kThreads = 128;
+// CTAs a multiprocessor keeps resident (__launch_bounds__' second argument): three at D = 64, where the
+// kernels fit 168 registers (12 warps a multiprocessor, against 8 at 196-228 registers without the
+// bound), one at D = 128 (255 registers).
+template <int D>
+inline constexpr int kMinBlocks = D == 64 ? 3 : 1;
 
 // Rows of D elements, 16-byte chunks XOR-swizzled by the row's low three bits (conflict-free ldmatrix).
 template <int D>
@@ -130,7 +136,8 @@ __global__ void __launch_bounds__(128) bwd_dsum_kernel(const __grid_constant__ B
 // P = exp2(x·scale_log2 − lse_log2) where visible, else 0; x = tanh(qk·softcap_mul) with a soft-cap
 // (its value kept in `t` as fp16 pairs for the derivative). `row_of(h)` / `col_of(n, e)` give the
 // global query row and key of element (n-tile n, element e; h = e / 2 selects the row half);
-// `lse_log2_of(h, n, e)` the row's LSE in exp2 units.
+// `lse_log2_of(h, n, e)` the row's LSE in exp2 units. kMasked = false where the whole 64 × 64 block is
+// visible (block_fully_visible): no per-element test.
 // tanh as the forward computes it (attn::SoftCap, mask.cuh: tanh.approx.f32, about 2^-11 relative
 // error): the recomputed P must match the forward's LSE, and tanhf would differ by up to cap · 2^-11
 // in the logit where tanh saturates.
@@ -140,7 +147,7 @@ __device__ __forceinline__ float fast_tanh(float x) {
   return t;
 }
 
-template <class RowCol, class Lse>
+template <bool kSoftcap, bool kMasked, class RowCol, class Lse>
 __device__ __forceinline__ void probabilities(const BwdParams& p, const Seq& sq, float (&s)[8][4], uint32_t (&t)[8][2],
                                               RowCol&& row_col, Lse&& lse_log2_of) {
 #pragma unroll
@@ -150,11 +157,11 @@ __device__ __forceinline__ void probabilities(const BwdParams& p, const Seq& sq,
       int i, j;
       row_col(n, e, i, j);
       float x = s[n][e];
-      if (p.softcap_mul != 0.f) x = fast_tanh(x * p.softcap_mul);
-      const bool vis = i < sq.sq && j < sq.sk && j >= key_lo(p, sq, i) && j <= key_hi(p, sq, i);
+      if constexpr (kSoftcap) x = fast_tanh(x * p.softcap_mul);
+      const bool vis = !kMasked || (i < sq.sq && j < sq.sk && j >= key_lo(p, sq, i) && j <= key_hi(p, sq, i));
       const float lse2 = lse_log2_of(n, e);
       s[n][e] = vis ? exp2f(x * p.scale_log2 - lse2) : 0.f;
-      if (p.softcap_mul != 0.f) {
+      if constexpr (kSoftcap) {
         // 1 − tanh² for dS, as fp16 (|tanh| <= 1: error below 1e-3 of the derivative).
         __half* th = reinterpret_cast<__half*>(&t[n][e / 2]);
         th[e % 2] = __float2half_rn(1.f - x * x);
@@ -163,7 +170,7 @@ __device__ __forceinline__ void probabilities(const BwdParams& p, const Seq& sq,
 }
 
 // dS = P ∘ (dP − Dsum) [∘ (1 − tanh²)], in place of dP.
-template <class DsumOf>
+template <bool kSoftcap, class DsumOf>
 __device__ __forceinline__ void grad_scores(const BwdParams& p, const float (&pr)[8][4], float (&dp)[8][4],
                                             const uint32_t (&t)[8][2], DsumOf&& dsum_of) {
 #pragma unroll
@@ -171,7 +178,7 @@ __device__ __forceinline__ void grad_scores(const BwdParams& p, const float (&pr
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       float ds = pr[n][e] * (dp[n][e] - dsum_of(n, e));
-      if (p.softcap_mul != 0.f) {
+      if constexpr (kSoftcap) {
         const __half* th = reinterpret_cast<const __half*>(&t[n][e / 2]);
         ds *= __half2float(th[e % 2]);
       }
@@ -272,8 +279,8 @@ constexpr int dkdv_smem_bytes() {
   return (2 + 2 * 2) * kBlock * D * 2 + 2 * 2 * kBlock * 4;
 }
 
-template <class T, int D, bool kAtomicDq = false>
-__global__ void __launch_bounds__(kThreads, 1) bwd_dkdv_kernel(const __grid_constant__ BwdParams p) {
+template <class T, int D, bool kAtomicDq, bool kSoftcap>
+__global__ void __launch_bounds__(kThreads, kMinBlocks<D>) bwd_dkdv_kernel(const __grid_constant__ BwdParams p) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* const sK = reinterpret_cast<T*>(smem_raw);
   T* const sV = sK + kBlock * D;
@@ -337,19 +344,24 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_dkdv_kernel(const __grid_cons
     float pt[8][4];
     uint32_t th[8][2];
     gemm_abt<T, D>(pt, sK, warp * 16, sQ, lane);
-    probabilities(p, s, pt, th,
-                  [&](int n, int e, int& i, int& j) {
-                    j = n0 + warp * 16 + lane / 4 + (e >= 2 ? 8 : 0);
-                    i = m * kBlock + n * 8 + (lane % 4) * 2 + (e & 1);
-                  },
-                  [&](int n, int e) { return st[n * 8 + (lane % 4) * 2 + (e & 1)]; });
+    {
+      auto row_col = [&](int n, int e, int& i, int& j) {
+        j = n0 + warp * 16 + lane / 4 + (e >= 2 ? 8 : 0);
+        i = m * kBlock + n * 8 + (lane % 4) * 2 + (e & 1);
+      };
+      auto lse_of = [&](int n, int e) { return st[n * 8 + (lane % 4) * 2 + (e & 1)]; };
+      if (block_fully_visible(m * kBlock, kBlock, n0, kBlock, s.sq, s.sk, p.window_left, p.window_right))
+        probabilities<kSoftcap, false>(p, s, pt, th, row_col, lse_of);
+      else
+        probabilities<kSoftcap, true>(p, s, pt, th, row_col, lse_of);
+    }
     uint32_t a[4][4];
     to_a_frags<T>(pt, a);
     gemm_a_b<T, D>(dv, a, sO, lane);  // dV += Pᵀ·dO
 
     float dpt[8][4];
     gemm_abt<T, D>(dpt, sV, warp * 16, sO, lane);  // dPᵀ = V·dOᵀ
-    grad_scores(p, pt, dpt, th, [&](int n, int e) { return st[kBlock + n * 8 + (lane % 4) * 2 + (e & 1)]; });
+    grad_scores<kSoftcap>(p, pt, dpt, th, [&](int n, int e) { return st[kBlock + n * 8 + (lane % 4) * 2 + (e & 1)]; });
     to_a_frags<T>(dpt, a);
     gemm_a_b<T, D>(dk, a, sQ, lane);  // dK += dSᵀ·Q
     if constexpr (kAtomicDq) {
@@ -435,8 +447,8 @@ constexpr int dq_smem_bytes() {
   return (2 + 2 * 2) * kBlock * D * 2;
 }
 
-template <class T, int D>
-__global__ void __launch_bounds__(kThreads, 1) bwd_dq_kernel(const __grid_constant__ BwdParams p) {
+template <class T, int D, bool kSoftcap>
+__global__ void __launch_bounds__(kThreads, kMinBlocks<D>) bwd_dq_kernel(const __grid_constant__ BwdParams p) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* const sQ = reinterpret_cast<T*>(smem_raw);
   T* const sO = sQ + kBlock * D;
@@ -489,15 +501,20 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_dq_kernel(const __grid_consta
     float pr[8][4];
     uint32_t th[8][2];
     gemm_abt<T, D>(pr, sQ, warp * 16, sK, lane);  // S = Q·Kᵀ
-    probabilities(p, s, pr, th,
-                  [&](int n, int e, int& i, int& j) {
-                    i = m0 + warp * 16 + lane / 4 + (e >= 2 ? 8 : 0);
-                    j = n0 + n * 8 + (lane % 4) * 2 + (e & 1);
-                  },
-                  [&](int, int e) { return lse2[e / 2]; });
+    {
+      auto row_col = [&](int n, int e, int& i, int& j) {
+        i = m0 + warp * 16 + lane / 4 + (e >= 2 ? 8 : 0);
+        j = n0 + n * 8 + (lane % 4) * 2 + (e & 1);
+      };
+      auto lse_of = [&](int, int e) { return lse2[e / 2]; };
+      if (block_fully_visible(m0, kBlock, n0, kBlock, s.sq, s.sk, p.window_left, p.window_right))
+        probabilities<kSoftcap, false>(p, s, pr, th, row_col, lse_of);
+      else
+        probabilities<kSoftcap, true>(p, s, pr, th, row_col, lse_of);
+    }
     float dp[8][4];
     gemm_abt<T, D>(dp, sO, warp * 16, sV, lane);  // dP = dO·Vᵀ
-    grad_scores(p, pr, dp, th, [&](int, int e) { return dsum[e / 2]; });
+    grad_scores<kSoftcap>(p, pr, dp, th, [&](int, int e) { return dsum[e / 2]; });
     uint32_t a[4][4];
     to_a_frags<T>(dp, a);
     gemm_a_b<T, D>(dq, a, sK, lane);  // dQ += dS·K
