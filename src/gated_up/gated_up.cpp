@@ -249,7 +249,7 @@ void gated_up(ConstMatrix x, ConstMatrix w, Matrix out, Activation act, void* wo
     if (sm90::smem_bytes(c90) > dev.max_smem_per_block)
       throw_arg(kFn, "options.tile_config", cat("= ", c90, " (sm90) needs ", sm90::smem_bytes(c90), " bytes of shared memory"),
                 cat("a config that fits this device's ", dev.max_smem_per_block, " bytes per block"));
-    // The scheduler's max swizzle (sm90_choose_swizzle: the largest that adds no more than 2 % waves).
+    // The scheduler's max swizzle (sm90_choose_swizzle: the largest that adds no more than 1 % tiles and waves).
     params.sm90_max_swizzle = sm90_choose_swizzle(x.rows, out.cols, kSm90TileConfigs[c90], dev.sm_count);
     const size_t need = sm90::workspace_bytes(c90, params);
     if (need > 0) {  // a stream-K row: its region after the decode kernel's

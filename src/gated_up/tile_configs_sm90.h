@@ -78,7 +78,7 @@ inline constexpr int kNumSm90TileConfigs = sizeof(kSm90TileConfigs) / sizeof(kSm
 // 2^get_log_swizzle_size(cta_m, cta_n, max_swizzle) (tile_scheduler_params.h). The padding tiles
 // are *not* skipped: they run the whole K loop on zero-filled loads and store nothing — with
 // max_swizzle 8, row 0 at 512 and 1024 tokens ran at 355-370 TFLOP/s against 670-750 at 2048
-// (docs/gated_up.md#tuning, "The padding bug"). So the launcher picks the swizzle (below) that pads at most 2 %.
+// (docs/gated_up.md#tuning, "The padding bug"). So the launcher picks the swizzle (below) that pads at most 1 %.
 
 inline constexpr long long sm90_ceil_div(long long a, long long b) { return (a + b - 1) / b; }
 inline constexpr long long sm90_round_up(long long a, long long b) { return sm90_ceil_div(a, b) * b; }
@@ -106,8 +106,10 @@ inline constexpr long long sm90_num_tiles(long long m, long long u, const Sm90Ti
 // CTAs covers one or two weight columns and every M tile: at large M each wave reads all of x again,
 // where swizzle 8 covers 8 columns x (wave / 8) M tiles, about a quarter of the operand bytes a
 // wave. Qwen2 72B (row 0: 231 N tiles, odd) is the grid's case: no swizzle without a padding column,
-// and its lowest ratios to cuBLAS from 4096 tokens (docs/gated_up.md#tuning).
-inline constexpr double kSm90SwizzlePaddingTolerance = 0.02;
+// and its lowest ratios to cuBLAS from 16384 tokens. 1 %: at 4096 tokens its padding column is 57
+// waves against 56 and swizzle 8 ran 1.8 % slower; at 16384 and 65536 (0.4 %) 4-6 % faster
+// (docs/gated_up.md#tuning, H200, session 20).
+inline constexpr double kSm90SwizzlePaddingTolerance = 0.01;
 
 inline constexpr long long sm90_waves(long long tiles, int sm_count) {
   return sm90_ceil_div(tiles, sm_count > 0 ? sm_count : 1);

@@ -104,9 +104,9 @@ TEST(HeuristicSm90, SwizzlePaddingMirrorsCutlass) {
   EXPECT_EQ(sm90_effective_swizzle(100, 100, 2), 2);
 }
 
-TEST(HeuristicSm90, ChosenSwizzlePadsAtMostTwoPercent) {
-  // Against swizzle 1 (padding to the cluster shape only), the chosen swizzle adds at most 2 % tiles
-  // and 2 % waves (so no wave at all below 50), and no larger swizzle does as well.
+TEST(HeuristicSm90, ChosenSwizzlePadsAtMostOnePercent) {
+  // Against swizzle 1 (padding to the cluster shape only), the chosen swizzle adds at most 1 % tiles
+  // and 1 % waves (so no wave at all below 100), and no larger swizzle does as well.
   std::vector<int64_t> us{29568, 18944};  // Qwen2 72B and 7B: N tiles not a multiple of 8
   for (auto [k, u] : kLlamaShapes) us.push_back(u);
   for (int sms : {132, 114, 78})
@@ -117,10 +117,11 @@ TEST(HeuristicSm90, ChosenSwizzlePadsAtMostTwoPercent) {
           ASSERT_TRUE(s == 1 || s == 2 || s == 4 || s == 8);
           auto fits = [&](int sw) {
             const long long t1 = sm90_num_tiles(m, u, c, 1), t = sm90_num_tiles(m, u, c, sw);
-            return double(t) <= double(t1) * 1.02 && double(sm90_waves(t, sms)) <= double(sm90_waves(t1, sms)) * 1.02;
+            const double bound = 1 + kSm90SwizzlePaddingTolerance;
+            return double(t) <= double(t1) * bound && double(sm90_waves(t, sms)) <= double(sm90_waves(t1, sms)) * bound;
           };
           ASSERT_TRUE(fits(s)) << "M=" << m << " U=" << u << " SMs=" << sms << " swizzle " << s;
-          if (sm90_waves(sm90_num_tiles(m, u, c, 1), sms) < 50)
+          if (sm90_waves(sm90_num_tiles(m, u, c, 1), sms) < 100)
             ASSERT_EQ(sm90_waves(sm90_num_tiles(m, u, c, s), sms), sm90_waves(sm90_num_tiles(m, u, c, 1), sms));
           for (int larger = s * 2; larger <= 8; larger *= 2)
             ASSERT_FALSE(fits(larger)) << "M=" << m << " U=" << u << " swizzle " << larger << " fits too";
@@ -135,8 +136,9 @@ TEST(HeuristicSm90, SwizzleTakesAPaddingColumnAtManyWaves) {
   EXPECT_EQ(sm90_choose_swizzle(16384, 29568, c0, 132), 8);
   EXPECT_EQ(sm90_num_tiles_chosen(16384, 29568, c0, 132), 128 * 232);
   EXPECT_EQ(sm90_choose_swizzle(65536, 29568, c0, 132), 8);
-  EXPECT_EQ(sm90_choose_swizzle(4096, 29568, c0, 132), 8);  // 57 waves against 56: 1.8 %
-  // At 2048 tokens the column is a 29th wave on 28 (3.6 %): unswizzled, as before.
+  // At 4096 tokens the column is a 57th wave on 56 (1.8 %; swizzle 8 measured 1.8 % slower there),
+  // at 2048 a 29th on 28: unswizzled, as before.
+  EXPECT_EQ(sm90_choose_swizzle(4096, 29568, c0, 132), 1);
   EXPECT_EQ(sm90_choose_swizzle(2048, 29568, c0, 132), 1);
   EXPECT_EQ(sm90_num_tiles_chosen(2048, 29568, c0, 132), 16 * 231);
   // Qwen2 7B (148 N tiles) at 16384 tokens: swizzle 8 pads to 152 columns, 148 waves against 144
