@@ -113,7 +113,7 @@ void gated_mlp_dgated(ConstMatrix dy, ConstMatrix w_down, ConstMatrix z, Matrix 
   p.lddz = dz.ld;
   p.ldh = absent(h) ? 0 : h.ld;
   p.act = static_cast<int>(act);
-  p.max_swizzle = sm90::dgated_max_swizzle(p.m, p.u);
+  p.max_swizzle = sm90::dgated_max_swizzle(p.m, p.u, detail::current_device_spec().sm_count);
   sm90::launch_dgated(dy.dtype, p, stream);
 #else
   (void)stream;

@@ -85,9 +85,9 @@ void launch_typed(const DGatedParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-int dgated_max_swizzle(int64_t m, int64_t u) {
+int dgated_max_swizzle(int64_t m, int64_t u, int sm_count) {
   // sm90_choose_swizzle counts the gated GEMM's N = 2U columns: the dgated GEMM's N = U is that of u / 2.
-  return sm90_choose_swizzle(m, u / 2, kDGatedTile);
+  return sm90_choose_swizzle(m, u / 2, kDGatedTile, sm_count);
 }
 
 void launch_dgated(DType dtype, const DGatedParams& p, cudaStream_t stream) {

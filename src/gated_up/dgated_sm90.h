@@ -10,6 +10,6 @@
 
 namespace blockfuse::sm90 {
 void launch_dgated(DType dtype, const DGatedParams& p, cudaStream_t stream);
-// The persistent scheduler's swizzle for the m x u output on the dgated kernel's tile.
-int dgated_max_swizzle(int64_t m, int64_t u);
+// The persistent scheduler's swizzle for the m x u output on the dgated kernel's tile, on sm_count SMs.
+int dgated_max_swizzle(int64_t m, int64_t u, int sm_count);
 }  // namespace blockfuse::sm90

@@ -139,7 +139,7 @@ size_t sm90_workspace_offset(int64_t k, int64_t u, int device) {
 }
 
 #if defined(BLOCKFUSE_HAS_SM90)
-GatedUpParams sm90_shape_params(int64_t m, int64_t k, int64_t u, int config) {
+GatedUpParams sm90_shape_params(int64_t m, int64_t k, int64_t u, int config, int sm_count) {
   GatedUpParams p{};
   p.m = m;
   p.k = k;
@@ -147,7 +147,7 @@ GatedUpParams sm90_shape_params(int64_t m, int64_t k, int64_t u, int config) {
   p.ldx = k;
   p.ldw = k;
   p.ldo = u;
-  p.sm90_max_swizzle = sm90_choose_swizzle(m, u, kSm90TileConfigs[config]);
+  p.sm90_max_swizzle = sm90_choose_swizzle(m, u, kSm90TileConfigs[config], sm_count);
   return p;
 }
 
@@ -162,7 +162,7 @@ struct Sm90StreamKPick {
 Sm90StreamKPick sm90_heuristic_stream_k(const GatedUpProblem& p, const detail::DeviceSpec& dev, int device) {
   const int c = choose_gated_up_sm90_tile_config(p, dev, /*with_workspace=*/true);
   if (!kSm90TileConfigs[c].stream_k || sm90::smem_bytes(c) > dev.max_smem_per_block) return {};
-  return {c, sm90_workspace_offset(p.k, p.u, device) + sm90::workspace_bytes(c, sm90_shape_params(p.m, p.k, p.u, c))};
+  return {c, sm90_workspace_offset(p.k, p.u, device) + sm90::workspace_bytes(c, sm90_shape_params(p.m, p.k, p.u, c, dev.sm_count))};
 }
 #endif
 
@@ -193,7 +193,8 @@ size_t gated_up_workspace_size(int64_t m, int64_t k, int64_t u, int device, cons
               cat("0 <= tile_config < ", kNumSm90TileConfigs, " for kernel sm90"));
   if (!kSm90TileConfigs[options.tile_config].stream_k || m == 0) return base;
 #if defined(BLOCKFUSE_HAS_SM90)
-  const size_t need = sm90::workspace_bytes(options.tile_config, sm90_shape_params(m, k, u, options.tile_config));
+  const int sms = detail::device_spec(device >= 0 ? device : detail::current_device()).sm_count;
+  const size_t need = sm90::workspace_bytes(options.tile_config, sm90_shape_params(m, k, u, options.tile_config, sms));
   return std::max(base, sm90_workspace_offset(k, u, device) + need);
 #else
   throw_arg(fn, "options.kernel", "= kSm90 in a library built without the sm90a kernels",
@@ -248,8 +249,8 @@ void gated_up(ConstMatrix x, ConstMatrix w, Matrix out, Activation act, void* wo
     if (sm90::smem_bytes(c90) > dev.max_smem_per_block)
       throw_arg(kFn, "options.tile_config", cat("= ", c90, " (sm90) needs ", sm90::smem_bytes(c90), " bytes of shared memory"),
                 cat("a config that fits this device's ", dev.max_smem_per_block, " bytes per block"));
-    // The scheduler's max swizzle: the largest that adds no padding tiles.
-    params.sm90_max_swizzle = sm90_choose_swizzle(x.rows, out.cols, kSm90TileConfigs[c90]);
+    // The scheduler's max swizzle (sm90_choose_swizzle: the largest that adds no more than 1 % tiles and waves).
+    params.sm90_max_swizzle = sm90_choose_swizzle(x.rows, out.cols, kSm90TileConfigs[c90], dev.sm_count);
     const size_t need = sm90::workspace_bytes(c90, params);
     if (need > 0) {  // a stream-K row: its region after the decode kernel's
       const size_t offset = sm90_workspace_offset(x.cols, out.cols, -1), total = offset + need;

@@ -38,7 +38,7 @@ int sm90_cheapest_tile_config(const Sm90TileConfigRow* table, int rows, const Ga
   for (int c = 0; c < rows; ++c) {
     const Sm90TileConfigRow& r = table[c];
     if (r.stream_k || r.opt_in) continue;  // stream-K needs the caller's workspace (row 3); opt-in rows are unmeasured
-    const long long tiles = sm90_num_tiles(m, u, r);
+    const long long tiles = sm90_num_tiles_chosen(m, u, r, int(sms));
     const long long waves = (tiles + sms - 1) / sms;
     const double rate = p.k <= 4096 ? r.rel_rate : r.rel_rate_large_k;
     const double cost = double(waves) * double(r.bm) * double(r.bn) / rate;

@@ -40,7 +40,7 @@ typename Cfg::Kernel::Arguments gemm_arguments(const Params& p, int dev, Fill&& 
   fill(args);
   args.hw_info.device_id = dev;
   args.hw_info.sm_count = detail::device_spec(dev).sm_count;
-  // The dispatcher's sm90_choose_swizzle (the largest swizzle that adds no padding tiles).
+  // The dispatcher's sm90_choose_swizzle (the largest swizzle that adds no more than 1 % tiles and waves).
   args.scheduler.max_swizzle_size = p.sm90_max_swizzle;
   // Heuristic = walk along the longer grid side, in swizzled groups along the shorter one.
   args.scheduler.raster_order = cutlass::gemm::kernel::detail::RasterOrderOptions::Heuristic;

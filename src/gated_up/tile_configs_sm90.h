@@ -78,7 +78,7 @@ inline constexpr int kNumSm90TileConfigs = sizeof(kSm90TileConfigs) / sizeof(kSm
 // 2^get_log_swizzle_size(cta_m, cta_n, max_swizzle) (tile_scheduler_params.h). The padding tiles
 // are *not* skipped: they run the whole K loop on zero-filled loads and store nothing — with
 // max_swizzle 8, row 0 at 512 and 1024 tokens ran at 355-370 TFLOP/s against 670-750 at 2048
-// (docs/gated_up.md#tuning, "The padding bug"). So the launcher picks the swizzle (below) that pads least.
+// (docs/gated_up.md#tuning, "The padding bug"). So the launcher picks the swizzle (below) that pads at most 1 %.
 
 inline constexpr long long sm90_ceil_div(long long a, long long b) { return (a + b - 1) / b; }
 inline constexpr long long sm90_round_up(long long a, long long b) { return sm90_ceil_div(a, b) * b; }
@@ -101,25 +101,44 @@ inline constexpr long long sm90_num_tiles(long long m, long long u, const Sm90Ti
   return sm90_round_up(ctas_m, s * c.cluster_m) * sm90_round_up(ctas_n, s * c.cluster_n);
 }
 
-// The max_swizzle_size the launcher passes: the largest of 8, 4, 2, 1 whose padding is the least.
-// A larger swizzle keeps more of the CTAs resident at once on shared weight/activation panels
-// (L2 reuse), but is worth nothing if it adds tiles.
-inline constexpr int sm90_choose_swizzle(long long m, long long u, const Sm90TileConfigRow& c) {
-  int best = 8;
-  long long best_tiles = sm90_num_tiles(m, u, c, 8);
-  for (int s = 4; s >= 1; s /= 2) {
+// A larger swizzle is taken with padding tiles up to this fraction of the fewest tiles and of the
+// fewest waves. Unswizzled, a grid with more N tiles than M tiles is rastered along M, so a wave of
+// CTAs covers one or two weight columns and every M tile: at large M each wave reads all of x again,
+// where swizzle 8 covers 8 columns x (wave / 8) M tiles, about a quarter of the operand bytes a
+// wave. Qwen2 72B (row 0: 231 N tiles, odd) is the grid's case: no swizzle without a padding column,
+// and its lowest ratios to cuBLAS from 16384 tokens. 1 %: at 4096 tokens its padding column is 57
+// waves against 56 and swizzle 8 ran 1.8 % slower; at 16384 and 65536 (0.4 %) 4-6 % faster
+// (docs/gated_up.md#tuning, H200, session 20).
+inline constexpr double kSm90SwizzlePaddingTolerance = 0.01;
+
+inline constexpr long long sm90_waves(long long tiles, int sm_count) {
+  return sm90_ceil_div(tiles, sm_count > 0 ? sm_count : 1);
+}
+
+// The max_swizzle_size the launcher passes: the largest of 8, 4, 2, 1 whose work tiles and waves on
+// `sm_count` SMs are both within kSm90SwizzlePaddingTolerance of the fewest. A larger swizzle keeps
+// more of the CTAs resident at once on shared weight/activation panels (L2 reuse); at a few waves
+// any padding is a whole wave or a multiple of the tiles (the 2x of "The padding bug"), and is
+// refused.
+inline constexpr int sm90_choose_swizzle(long long m, long long u, const Sm90TileConfigRow& c, int sm_count) {
+  long long fewest_tiles = sm90_num_tiles(m, u, c, 1), fewest_waves = sm90_waves(fewest_tiles, sm_count);
+  for (int s = 2; s <= 8; s *= 2) {
     const long long t = sm90_num_tiles(m, u, c, s);
-    if (t < best_tiles) {
-      best = s;
-      best_tiles = t;
-    }
+    if (t < fewest_tiles) fewest_tiles = t;
+    if (sm90_waves(t, sm_count) < fewest_waves) fewest_waves = sm90_waves(t, sm_count);
   }
-  return best;
+  for (int s = 8; s > 1; s /= 2) {
+    const long long t = sm90_num_tiles(m, u, c, s);
+    if (double(t) <= double(fewest_tiles) * (1 + kSm90SwizzlePaddingTolerance) &&
+        double(sm90_waves(t, sm_count)) <= double(fewest_waves) * (1 + kSm90SwizzlePaddingTolerance))
+      return s;
+  }
+  return 1;
 }
 
 // Work tiles with the swizzle the launcher picks.
-inline constexpr long long sm90_num_tiles(long long m, long long u, const Sm90TileConfigRow& c) {
-  return sm90_num_tiles(m, u, c, sm90_choose_swizzle(m, u, c));
+inline constexpr long long sm90_num_tiles_chosen(long long m, long long u, const Sm90TileConfigRow& c, int sm_count) {
+  return sm90_num_tiles(m, u, c, sm90_choose_swizzle(m, u, c, sm_count));
 }
 
 // The sm90 heuristic (heuristic_sm90.cpp): a pure function of the problem and the device,
