@@ -51,6 +51,9 @@ def parser():
     g.add_argument("--tokens", default=",".join(map(str, GATED_UP_TOKENS)), help="token counts M, comma-separated")
     g.add_argument("--warmup", type=int, default=3)
     g.add_argument("--reps-time", type=float, default=0.3, help="seconds of repetitions per pipeline and point (10..100 reps)")
+    g.add_argument("--order", choices=("interleaved", "sequential"), default="interleaved",
+                   help="a point's pipelines timed in rounds, each once a round in an order rotated every round "
+                        "(interleaved, the default), or each pipeline's repetitions in turn (sequential)")
     g.add_argument("--out", default="blockfuse-bench", help="folder for gated_up.json and the PNG charts")
     g.add_argument("--quick", action="store_true", help="Llama-3 8B at 512 and 4096 tokens only")
     g.add_argument("--no-plots", action="store_true", help="write the JSON only")
