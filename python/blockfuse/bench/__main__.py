@@ -115,6 +115,9 @@ def parser():
     s.add_argument("--d", default="128,64", help="head dims")
     s.add_argument("--hkv", default="32,8", help="KV heads (32 query heads)")
     s.add_argument("--reps", type=int, default=10)
+    s.add_argument("--order", choices=("interleaved", "sequential"), default="interleaved",
+                   help="a point's implementations timed in rounds, each once a round in an order rotated every "
+                        "round (interleaved, the default), or each one's repetitions in turn (sequential)")
     s.add_argument("--graph-below", type=float, default=300.0, metavar="US",
                    help="also time in a CUDA graph where an eager call measures under this many µs (0: never)")
     s.add_argument("--json")

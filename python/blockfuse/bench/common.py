@@ -8,6 +8,7 @@ Protocols (each benchmark's docstring says which it uses):
                 once, in an order rotated every round (rotated_order), so none runs on a GPU the
                 others have heated;
   time_events   CUDA events around each of `reps` calls over n_sets rotated input sets, median (µs);
+  time_events_rounds  time_events for several functions in rotated rounds (rotated_order);
   time_graph    a CUDA graph of `calls` calls replayed `reps` times, median per call (µs): no CPU
                 overhead, for kernels shorter than a torch call's dispatch;
   time_batched  `calls` back-to-back calls between two events, median of `batches` (µs);
@@ -111,6 +112,24 @@ def time_events(fn, n_sets, warmup, reps):
         ends[i].record()
     torch.cuda.synchronize()
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
+
+
+def time_events_rounds(fns, n_sets, warmup, reps):
+    """time_events for fns compared with each other: `warmup` rounds, then `reps` rounds calling every
+    fn(i) once in rotated_order, CUDA events around each call; [median µs of each fn]."""
+    n = len(fns)
+    for r in range(warmup):
+        for j in rotated_order(n, r):
+            fns[j](r % n_sets)
+    ev = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+          for _ in range(n)]
+    for r in range(reps):
+        for j in rotated_order(n, r):
+            ev[j][r][0].record()
+            fns[j](r % n_sets)
+            ev[j][r][1].record()
+    torch.cuda.synchronize()
+    return [statistics.median(s.elapsed_time(e) for s, e in ev[j]) * 1e3 for j in range(n)]
 
 
 def capture_graph(fn, calls=1):
