@@ -179,9 +179,9 @@ def test_rounds_rotate_every_function_through_every_slot():
     assert rotated_order(3, 1) == [1, 2, 0]
 
 
-@pytest.mark.parametrize("command", ["gated-up", "sdpa"])
+@pytest.mark.parametrize("command", ["gated-up", "sdpa", "attention-backward"])
 def test_order_option(command):
-    """bench gated-up and sdpa take --order interleaved|sequential and refuse anything else (exit 2)."""
+    """bench gated-up, sdpa and attention-backward take --order interleaved|sequential and refuse anything else (exit 2)."""
     r = bench(command, "--order", "random")
     assert r.returncode == 2 and "--order" in r.stderr and "interleaved" in r.stderr, r.stderr
     assert "--order" in bench(command, "-h").stdout

@@ -140,6 +140,9 @@ def parser():
     ab.add_argument("--hkv", default="32,8", help="KV heads (32 query heads)")
     ab.add_argument("--batch", type=int, default=2, help="sequences a point")
     ab.add_argument("--reps", type=int, default=10)
+    ab.add_argument("--order", choices=("interleaved", "sequential"), default="interleaved",
+                    help="a point's implementations timed in rounds, each once a round in an order rotated every "
+                         "round (interleaved, the default), or each one's repetitions in turn (sequential)")
     ab.add_argument("--graph-below", type=float, default=1000.0, metavar="US",
                     help="also time in a CUDA graph where a point's fastest eager step measures under this many µs "
                          "(0: never)")
