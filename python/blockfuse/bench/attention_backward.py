@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .common import GRAPH_CALLS, capture_graph, meta, optional_peer, ready, rel, time_events, time_events_rounds
+from .common import GRAPH_CALLS, capture_graph, meta, optional_peer, ready, rel, time_events_in_order
 
 B, HQ = 2, 32
 DT = torch.bfloat16
@@ -128,10 +128,7 @@ def point(bf, fa4, d, s, hkv, causal, reps, graph_below=0.0, batch=B, order="int
         del out, grads, got
         steps[name] = step
     names = list(steps)
-    if order == "interleaved":
-        us = time_events_rounds([steps[n] for n in names], 1, 2, reps)
-    else:
-        us = [time_events(steps[n], 1, 2, reps) for n in names]
+    us = time_events_in_order([steps[n] for n in names], order, 1, 2, reps)
     for name, t in zip(names, us):
         row[name + "_ms"] = t * 1e-3
         row[name + "_tflops"] = flops / (t * 1e-6) / 1e12
@@ -156,11 +153,7 @@ def point(bf, fa4, d, s, hkv, causal, reps, graph_below=0.0, batch=B, order="int
                 row[name + "_graph_error"] = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
                 print(f"{name}: CUDA-graph capture failed at D {d} S {s} Hkv {hkv} causal {causal}: "
                       f"{row[name + '_graph_error']}", file=sys.stderr)
-        replays = [lambda _, g=g: g.replay() for g in graphs.values()]
-        if order == "interleaved":
-            us = time_events_rounds(replays, 1, 3, reps)
-        else:
-            us = [time_events(f, 1, 3, reps) for f in replays]
+        us = time_events_in_order([lambda _, g=g: g.replay() for g in graphs.values()], order, 1, 3, reps)
         for name, t in zip(graphs, us):
             row[name + "_graph_tflops"] = flops / (t / GRAPH_CALLS * 1e-6) / 1e12
     for ours in ("blockfuse", "blockfuse_atomic"):

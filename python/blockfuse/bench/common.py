@@ -9,6 +9,7 @@ Protocols (each benchmark's docstring says which it uses):
                 others have heated;
   time_events   CUDA events around each of `reps` calls over n_sets rotated input sets, median (µs);
   time_events_rounds  time_events for several functions in rotated rounds (rotated_order);
+                time_events_in_order picks it or time_events by --order;
   time_graph    a CUDA graph of `calls` calls replayed `reps` times, median per call (µs): no CPU
                 overhead, for kernels shorter than a torch call's dispatch;
   time_batched  `calls` back-to-back calls between two events, median of `batches` (µs);
@@ -130,6 +131,14 @@ def time_events_rounds(fns, n_sets, warmup, reps):
             ev[j][r][1].record()
     torch.cuda.synchronize()
     return [statistics.median(s.elapsed_time(e) for s, e in ev[j]) * 1e3 for j in range(n)]
+
+
+def time_events_in_order(fns, order, n_sets, warmup, reps):
+    """[median µs of each of fns]: time_events_rounds when order is "interleaved" (the benches'
+    default, --order), else time_events of each in turn ("sequential")."""
+    if order == "interleaved":
+        return time_events_rounds(fns, n_sets, warmup, reps)
+    return [time_events(fn, n_sets, warmup, reps) for fn in fns]
 
 
 def capture_graph(fn, calls=1):

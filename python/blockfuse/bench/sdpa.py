@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .common import GRAPH_CALLS, capture_graph, optional_peer, ready, time_events, time_events_rounds
+from .common import GRAPH_CALLS, capture_graph, optional_peer, ready, time_events_in_order
 
 MAX_ABS_DIFF = 0.05
 
@@ -106,10 +106,7 @@ def run(args):
                         ran.append(name)
                     del want
                     # Timed after every check, the implementations in rotated rounds (--order).
-                    if args.order == "interleaved":
-                        us = time_events_rounds([lambda _, fn=impls[n]: fn() for n in ran], 1, 3, args.reps)
-                    else:
-                        us = [time_events(lambda _, fn=impls[n]: fn(), 1, 3, args.reps) for n in ran]
+                    us = time_events_in_order([lambda _, fn=impls[n]: fn() for n in ran], args.order, 1, 3, args.reps)
                     for name, t in zip(ran, us):
                         eager_us[name] = t
                         row[name + "_tflops"] = flops / (t * 1e-6) / 1e12
@@ -123,11 +120,8 @@ def run(args):
                                 graphs[name] = capture_graph(impls[name], GRAPH_CALLS)
                             except Exception as e:  # noqa: BLE001 — a peer that cannot be captured: reported
                                 row[name + "_graph_error"] = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
-                        replays = [lambda _, g=g: g.replay() for g in graphs.values()]
-                        if args.order == "interleaved":
-                            us = time_events_rounds(replays, 1, 3, args.reps)
-                        else:
-                            us = [time_events(f, 1, 3, args.reps) for f in replays]
+                        us = time_events_in_order([lambda _, g=g: g.replay() for g in graphs.values()], args.order,
+                                                  1, 3, args.reps)
                         for name, t in zip(graphs, us):
                             row[name + "_graph_tflops"] = flops / (t / GRAPH_CALLS * 1e-6) / 1e12
                     if row.get("blockfuse_tflops"):
