@@ -623,9 +623,10 @@ void BenchCommand::declare(Options& o) {
   o.choice("--pdl", s_.pdl, {"on", "off"},
            "programmatic dependent launch of the memory-bound kernels (sm_90+; blockfuse/common.h): off times "
            "them launched plainly");
-  o.choice("--order", s_.order, {"interleaved", "sequential"},
-           "how a point's compared variants are timed: interleaved rounds, each variant once a round in an order "
-           "rotated every round (the same clocks for all), or each variant's repetitions in turn");
+  if (compares_variants())
+    o.choice("--order", s_.order, {"interleaved", "sequential"},
+             "how a point's compared variants are timed: interleaved rounds, each variant once a round in an order "
+             "rotated every round (the same clocks for all), or each variant's repetitions in turn");
   options(o);
 }
 

@@ -258,6 +258,8 @@ class BenchCommand : public Command {
     int reps = 50, quick_reps = 20, warmup = 5;
   };
   virtual Defaults defaults() const { return {}; }
+  // A command whose points compare variants through Bench::time_all: it takes --order.
+  virtual bool compares_variants() const { return false; }
   virtual void run(Bench& b) = 0;
 
   int execute(const std::string& name) final;

@@ -33,6 +33,7 @@ class DGatedBench final : public BenchCommand {
 
   Defaults defaults() const override { return {20, 10, 3}; }
 
+  bool compares_variants() const override { return true; }
   void options(Options& o) override {
     o.about("TFLOP/s of blockfuse::gated_mlp_dgated (dh = dy·w_down with dz and h from z in the GEMM's "
             "epilogue, sm90a) against cuBLAS's dh GEMM + blockfuse::swiglu_backward and the GEMM alone; "

@@ -91,6 +91,7 @@ class GatedUpBench final : public BenchCommand {
   std::string dtype_ = "bf16", kernel_ = "auto";
   int tile_config_ = -1;
 
+  bool compares_variants() const override { return true; }
   void options(Options& o) override {
     o.about("TFLOP/s of (a) cuBLAS GEMM into [M, 2U], (b) (a) + blockfuse::swiglu (the unfused pipeline), (c) the fused "
             "blockfuse::gated_up; ratios c/a, c/b; activation bytes each allocates. A point that does not fit free "

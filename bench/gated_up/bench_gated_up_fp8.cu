@@ -124,6 +124,7 @@ class GatedUpFp8Bench final : public BenchCommand {
   std::vector<int64_t> tokens_ = {1024, 4096, 16384};
   int tile_config_ = -1;
 
+  bool compares_variants() const override { return true; }
   void options(Options& o) override {
     o.about("TFLOP/s of (a) cuBLASLt FP8 GEMM alone into bf16 [M, 2U] (fast accumulation; a' default accumulation), "
             "(c) the fused blockfuse::gated_up_fp8 with bf16 output, (c8) with e4m3 output (static scale), (c8d) e4m3 "

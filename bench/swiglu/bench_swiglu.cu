@@ -143,6 +143,7 @@ class SwigluBench final : public BenchCommand {
   std::string layout_ = "stacked", act_ = "silu", dtype_ = "bf16", row_rule_ = "default";
   detail::SwigluTuning tuning_;
 
+  bool compares_variants() const override { return true; }
   void options(Options& o) override {
     o.about("µs and GB/s of blockfuse::swiglu / swiglu_fp8 ([M, 2U] -> [M, U]) vs an eager one-kernel-per-op "
             "baseline, and of swiglu_backward (--out backward, backward+h), and the fraction of the device-copy "
