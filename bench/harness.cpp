@@ -270,6 +270,85 @@ Timing time_graph(const std::function<void(int)>& fn, cudaStream_t stream, int c
   return t;
 }
 
+namespace {
+// Over n rounds every variant takes every slot once (what makes the order fair).
+constexpr bool interleaving_is_a_latin_square(int n) {
+  for (int v = 0; v < n; ++v)
+    for (int j = 0; j < n; ++j) {
+      int seen = 0;
+      for (int r = 0; r < n; ++r) seen += interleaved_variant(r, j, n) == v;
+      if (seen != 1) return false;
+    }
+  return true;
+}
+static_assert(interleaving_is_a_latin_square(1) && interleaving_is_a_latin_square(2) &&
+              interleaving_is_a_latin_square(3) && interleaving_is_a_latin_square(5));
+}  // namespace
+
+std::vector<Timing> time_interleaved(const std::vector<std::function<void(int)>>& fns, cudaStream_t stream, Method m,
+                                     int warmup, int reps) {
+  const int n = static_cast<int>(fns.size());
+  if (n == 0) return {};
+  reps = std::max(1, reps);
+  struct Resources {
+    std::vector<cudaGraph_t> graphs;
+    std::vector<cudaGraphExec_t> execs;
+    std::vector<cudaEvent_t> events;
+    ~Resources() {
+      for (cudaEvent_t x : events) cudaEventDestroy(x);
+      for (cudaGraphExec_t x : execs) cudaGraphExecDestroy(x);
+      for (cudaGraph_t x : graphs) cudaGraphDestroy(x);
+    }
+  } res;
+  // What one timed slot enqueues: the call itself, or one replay of the variant's graph of calls.
+  std::vector<std::function<void(int)>> unit = fns;
+  if (m.is_graph()) {
+    if (stream == nullptr) throw Error("time_interleaved: needs a created stream (the default stream cannot be captured)");
+    for (int v = 0; v < n; ++v) {
+      fns[size_t(v)](0);  // first call outside the capture (one-time setup such as shared-memory opt-in)
+      BENCH_CUDA(cudaStreamSynchronize(stream));
+      cudaGraph_t g;
+      BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      for (int i = 0; i < m.graph_calls; ++i) fns[size_t(v)](i);
+      BENCH_CUDA(cudaStreamEndCapture(stream, &g));
+      res.graphs.push_back(g);
+      cudaGraphExec_t e = nullptr;
+      BENCH_CUDA(cudaGraphInstantiate(&e, g, 0));
+      res.execs.push_back(e);
+      unit[size_t(v)] = [&res, v, stream](int) { BENCH_CUDA(cudaGraphLaunch(res.execs[size_t(v)], stream)); };
+    }
+  }
+  for (int r = 0; r < warmup; ++r)
+    for (int j = 0; j < n; ++j) unit[size_t(interleaved_variant(r, j, n))](r);
+  BENCH_CUDA(cudaStreamSynchronize(stream));
+  // All rounds enqueued back to back, read after one sync (time_events says why).
+  res.events.reserve(size_t(2) * size_t(n) * size_t(reps));
+  for (size_t i = 0; i < size_t(2) * size_t(n) * size_t(reps); ++i) {
+    cudaEvent_t x = nullptr;
+    BENCH_CUDA(cudaEventCreate(&x));
+    res.events.push_back(x);
+  }
+  auto ev = [&](int r, int v, int end) { return res.events[size_t(2) * (size_t(r) * size_t(n) + size_t(v)) + size_t(end)]; };
+  for (int r = 0; r < reps; ++r)
+    for (int j = 0; j < n; ++j) {
+      const int v = interleaved_variant(r, j, n);
+      BENCH_CUDA(cudaEventRecord(ev(r, v, 0), stream));
+      unit[size_t(v)](warmup + r);
+      BENCH_CUDA(cudaEventRecord(ev(r, v, 1), stream));
+    }
+  BENCH_CUDA(cudaStreamSynchronize(stream));
+  BENCH_CUDA(cudaGetLastError());
+  std::vector<Timing> out;
+  for (int v = 0; v < n; ++v) {
+    std::vector<float> t(size_t(reps), 0.f);
+    for (int r = 0; r < reps; ++r) BENCH_CUDA(cudaEventElapsedTime(&t[size_t(r)], ev(r, v, 0), ev(r, v, 1)));
+    Timing x = summarize(std::move(t));
+    if (m.is_graph()) x.median_ms /= m.graph_calls, x.min_ms /= m.graph_calls, x.max_ms /= m.graph_calls;
+    out.push_back(x);
+  }
+  return out;
+}
+
 std::vector<uint16_t> host_bits(const testing::DeviceBuffer<uint16_t>& d) {
   std::vector<uint16_t> h(d.size());
   testing::to_host(d, h.data());
@@ -412,6 +491,18 @@ Timing Bench::time(const std::function<void(int)>& fn, Method m) {
   return t;
 }
 
+std::vector<Timing> Bench::time_all(const std::vector<std::function<void(int)>>& fns, Method m) {
+  std::vector<Timing> t;
+  if (s_.order == "sequential") {
+    for (const auto& fn : fns) t.push_back(time(fn, m));
+    return t;
+  }
+  t = time_interleaved(fns, stream_, m, s_.warmup, s_.reps);
+  BENCH_CUDA(cudaStreamSynchronize(stream_));
+  BENCH_CUDA(cudaGetLastError());
+  return t;
+}
+
 Timing Bench::time_copy(size_t bytes, int sets, Method m) {
   std::vector<testing::DeviceBuffer<unsigned char>> src, dst;
   for (int i = 0; i < sets; ++i) src.emplace_back(bytes), dst.emplace_back(bytes);
@@ -496,6 +587,7 @@ int Bench::finish() {
     out["reps"] = s_.reps;
     out["warmup"] = s_.warmup;
     out["pdl"] = s_.pdl == "on";
+    out["order"] = s_.order;
     out["points"] = rows_.size();
     out["skipped"] = skipped_;
     out["all_verified"] = failures_ == 0;
@@ -531,6 +623,10 @@ void BenchCommand::declare(Options& o) {
   o.choice("--pdl", s_.pdl, {"on", "off"},
            "programmatic dependent launch of the memory-bound kernels (sm_90+; blockfuse/common.h): off times "
            "them launched plainly");
+  if (compares_variants())
+    o.choice("--order", s_.order, {"interleaved", "sequential"},
+             "how a point's compared variants are timed: interleaved rounds, each variant once a round in an order "
+             "rotated every round (the same clocks for all), or each variant's repetitions in turn");
   options(o);
 }
 

@@ -157,7 +157,14 @@ struct BenchSettings {
   int reps = 50, warmup = 5;
   std::string json;
   std::string pdl = "on";  // programmatic dependent launch (blockfuse/common.h), set for the whole run
+  std::string order = "interleaved";  // how Bench::time_all orders a point's variants (--order)
 };
+
+// Bench::time_all's interleaved order: in round r, slot j runs variant (r + j) % n, so over n rounds
+// every variant takes every slot once. Timed one after another, a later variant may run on a GPU
+// the earlier ones have heated (lower boost clocks at the power limit); the training step showed
+// such an order effect (docs/attention.md#backward-sm80).
+constexpr int interleaved_variant(int round, int slot, int n) { return n > 0 ? (round + slot) % n : 0; }
 
 // The context of one benchmark run.
 class Bench {
@@ -185,6 +192,10 @@ class Bench {
   std::string pct_of_matrix(double tflops);
 
   Timing time(const std::function<void(int call)>& fn, Method m);
+  // The variants of one point, compared with each other: under --order interleaved (the default)
+  // --reps rounds, each timing every variant once in the order interleaved_variant gives (after
+  // --warmup rounds); under --order sequential each variant's repetitions in turn, as time() does.
+  std::vector<Timing> time_all(const std::vector<std::function<void(int call)>>& fns, Method m);
   // The same-size copy: a D2D copy of `bytes` (read and written), rotated over `sets` buffer pairs,
   // timed like the op. A small problem cannot reach the 1 GiB copy's rate: this is its ceiling.
   Timing time_copy(size_t bytes, int sets, Method m);
@@ -247,6 +258,8 @@ class BenchCommand : public Command {
     int reps = 50, quick_reps = 20, warmup = 5;
   };
   virtual Defaults defaults() const { return {}; }
+  // A command whose points compare variants through Bench::time_all: it takes --order.
+  virtual bool compares_variants() const { return false; }
   virtual void run(Bench& b) = 0;
 
   int execute(const std::string& name) final;
@@ -262,6 +275,9 @@ class BenchCommand : public Command {
 Timing time_events(const std::function<void(int)>& fn, cudaStream_t stream, int warmup, int reps);
 // Per-call time of `calls` back-to-back calls fn(0..calls-1) captured into one graph.
 Timing time_graph(const std::function<void(int)>& fn, cudaStream_t stream, int calls, int warmup, int reps);
+// time_events / time_graph for several variants at once, in interleaved rounds (Bench::time_all).
+std::vector<Timing> time_interleaved(const std::vector<std::function<void(int)>>& fns, cudaStream_t stream, Method m,
+                                     int warmup, int reps);
 // How many copies of a working set of `bytes` span >= 3x the L2 size (at least 1, at most max_sets).
 int rotation_sets(int64_t bytes, int max_sets = 16);
 // A device buffer of 2-byte values copied to the host (a verification's inputs and outputs).

@@ -33,6 +33,7 @@ class DGatedBench final : public BenchCommand {
 
   Defaults defaults() const override { return {20, 10, 3}; }
 
+  bool compares_variants() const override { return true; }
   void options(Options& o) override {
     o.about("TFLOP/s of blockfuse::gated_mlp_dgated (dh = dy·w_down with dz and h from z in the GEMM's "
             "epilogue, sm90a) against cuBLAS's dh GEMM + blockfuse::swiglu_backward and the GEMM alone; "
@@ -138,7 +139,8 @@ class DGatedBench final : public BenchCommand {
     const bool ok = b.verify(where, check);
 
     const Method method = Method::events();
-    const Timing tf = b.time(fused, method), tu = b.time(unfused, method), tg = b.time(gemm, method);
+    const std::vector<Timing> t = b.time_all({fused, unfused, gemm}, method);
+    const Timing &tf = t[0], &tu = t[1], &tg = t[2];
     const double flops = 2.0 * double(M) * double(N) * double(U);
     const double tflops = flops / (tf.median_ms * 1e9);
     auto r = b.row({shape, std::to_string(M), fmt(tf.us(), 1), fmt(tflops, 0), fmt(tu.us(), 1), fmt(tg.us(), 1),

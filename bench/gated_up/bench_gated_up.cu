@@ -5,7 +5,7 @@
 //       workspace of gated_up_workspace_size(M, K, U, -1, options), as the torch binding passes it, so
 //       without --tile-config the heuristic's stream-K row runs where it picks one)
 // All three are charged FLOPs = 2·M·K·2U, so (b)'s figure is its effective rate. CUDA events around
-// each call, warm-up first, the median of --reps repetitions; x is rotated over enough copies to
+// each call, warm-up first, the median of --reps repetitions, the three interleaved (--order); x is rotated over enough copies to
 // span 3x L2 (the weights, >= 235 MB for every model here, already dwarf L2). Inputs are random,
 // never zeros. Before a point is timed, the fused output and (b)'s output are checked against the
 // fp32 cuBLAS reference on the first and last 256 rows; any failure makes the command exit 1.
@@ -91,6 +91,7 @@ class GatedUpBench final : public BenchCommand {
   std::string dtype_ = "bf16", kernel_ = "auto";
   int tile_config_ = -1;
 
+  bool compares_variants() const override { return true; }
   void options(Options& o) override {
     o.about("TFLOP/s of (a) cuBLAS GEMM into [M, 2U], (b) (a) + blockfuse::swiglu (the unfused pipeline), (c) the fused "
             "blockfuse::gated_up; ratios c/a, c/b; activation bytes each allocates. A point that does not fit free "
@@ -216,8 +217,8 @@ class GatedUpBench final : public BenchCommand {
                                    testing::Tolerance{tol.atol, 4 * tol.rtol}, s, &rows_b);
       const bool ok = b.verify(point + " (c fused)", vf) & b.verify(point + " (b unfused)", vb);
 
-      const Timing ta = b.time(gemm, Method::events()), tb = b.time(unfused, Method::events()),
-                   tc = b.time(fused, Method::events());
+      const std::vector<Timing> t = b.time_all({gemm, unfused, fused}, Method::events());
+      const Timing &ta = t[0], &tb = t[1], &tc = t[2];
       const double flops = 2.0 * double(M) * double(K) * 2.0 * double(U);
       auto tf = [&](const Timing& t) { return flops / (t.median_ms * 1e-3) / 1e12; };
       // GB/s of the weight alone (read once per call): the figure that matters at decode sizes.

@@ -143,6 +143,7 @@ class SwigluBench final : public BenchCommand {
   std::string layout_ = "stacked", act_ = "silu", dtype_ = "bf16", row_rule_ = "default";
   detail::SwigluTuning tuning_;
 
+  bool compares_variants() const override { return true; }
   void options(Options& o) override {
     o.about("µs and GB/s of blockfuse::swiglu / swiglu_fp8 ([M, 2U] -> [M, U]) vs an eager one-kernel-per-op "
             "baseline, and of swiglu_backward (--out backward, backward+h), and the fraction of the device-copy "
@@ -228,7 +229,8 @@ class SwigluBench final : public BenchCommand {
         run_eager(o, ins[i].data(), reinterpret_cast<__half*>(tmp.data()), reinterpret_cast<__half*>(outs16[i].data()),
                   outs8[i].data(), sc.scale, m, u, int(act), b.device().sms, s);
     };
-    const Timing tf = b.time(fused, method), te = b.time(eager, method);
+    const std::vector<Timing> t = b.time_all({fused, eager}, method);
+    const Timing &tf = t[0], &te = t[1];
     const size_t copy_bytes = size_t((in_bytes + out_bytes) / 2);
     const Timing tc = b.time_copy(copy_bytes, sets, method);
     const double bytes = double(in_bytes + out_bytes);

@@ -160,3 +160,28 @@ def test_train_rounds_alternate_the_order():
     assert calls == ["eager", "patched", "patched-attention", "patched-attention", "patched", "eager"] * 2
     assert {n: len(t) for n, t in times.items()} == {"eager": 4, "patched": 4, "patched-attention": 4}
     assert len({statistics.median(t) for t in times.values()}) == 1, times
+
+
+def test_rounds_rotate_every_function_through_every_slot():
+    """time_cuda_rounds' order (common.rotated_order): over n rounds each of n functions runs once in
+    every slot, so none always runs first or right after the same neighbour."""
+    pytest.importorskip("torch", reason="torch is not installed")
+    sys.path.insert(0, PYTHON_DIR)
+    try:
+        from blockfuse.bench.common import rotated_order
+    finally:
+        sys.path.remove(PYTHON_DIR)
+    for n in (1, 2, 3, 6):
+        rounds = [rotated_order(n, r) for r in range(n)]
+        assert all(sorted(order) == list(range(n)) for order in rounds)
+        for slot in range(n):
+            assert sorted(order[slot] for order in rounds) == list(range(n))
+    assert rotated_order(3, 1) == [1, 2, 0]
+
+
+@pytest.mark.parametrize("command", ["gated-up", "sdpa", "attention-backward"])
+def test_order_option(command):
+    """bench gated-up, sdpa and attention-backward take --order interleaved|sequential and refuse anything else (exit 2)."""
+    r = bench(command, "--order", "random")
+    assert r.returncode == 2 and "--order" in r.stderr and "interleaved" in r.stderr, r.stderr
+    assert "--order" in bench(command, "-h").stdout

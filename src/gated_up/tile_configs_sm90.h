@@ -108,7 +108,7 @@ inline constexpr long long sm90_num_tiles(long long m, long long u, const Sm90Ti
 // wave. Qwen2 72B (row 0: 231 N tiles, odd) is the grid's case: no swizzle without a padding column,
 // and its lowest ratios to cuBLAS from 16384 tokens. 1 %: at 4096 tokens its padding column is 57
 // waves against 56 and swizzle 8 ran 1.8 % slower; at 16384 and 65536 (0.4 %) 4-6 % faster
-// (docs/gated_up.md#tuning, H200, session 20).
+// (results/gated_up.json `swizzle_padding_h200`, docs/gated_up.md#tuning).
 inline constexpr double kSm90SwizzlePaddingTolerance = 0.01;
 
 inline constexpr long long sm90_waves(long long tiles, int sm_count) {

@@ -51,6 +51,9 @@ def parser():
     g.add_argument("--tokens", default=",".join(map(str, GATED_UP_TOKENS)), help="token counts M, comma-separated")
     g.add_argument("--warmup", type=int, default=3)
     g.add_argument("--reps-time", type=float, default=0.3, help="seconds of repetitions per pipeline and point (10..100 reps)")
+    g.add_argument("--order", choices=("interleaved", "sequential"), default="interleaved",
+                   help="a point's pipelines timed in rounds, each once a round in an order rotated every round "
+                        "(interleaved, the default), or each pipeline's repetitions in turn (sequential)")
     g.add_argument("--out", default="blockfuse-bench", help="folder for gated_up.json and the PNG charts")
     g.add_argument("--quick", action="store_true", help="Llama-3 8B at 512 and 4096 tokens only")
     g.add_argument("--no-plots", action="store_true", help="write the JSON only")
@@ -112,6 +115,9 @@ def parser():
     s.add_argument("--d", default="128,64", help="head dims")
     s.add_argument("--hkv", default="32,8", help="KV heads (32 query heads)")
     s.add_argument("--reps", type=int, default=10)
+    s.add_argument("--order", choices=("interleaved", "sequential"), default="interleaved",
+                   help="a point's implementations timed in rounds, each once a round in an order rotated every "
+                        "round (interleaved, the default), or each one's repetitions in turn (sequential)")
     s.add_argument("--graph-below", type=float, default=300.0, metavar="US",
                    help="also time in a CUDA graph where an eager call measures under this many µs (0: never)")
     s.add_argument("--json")
@@ -134,6 +140,9 @@ def parser():
     ab.add_argument("--hkv", default="32,8", help="KV heads (32 query heads)")
     ab.add_argument("--batch", type=int, default=2, help="sequences a point")
     ab.add_argument("--reps", type=int, default=10)
+    ab.add_argument("--order", choices=("interleaved", "sequential"), default="interleaved",
+                    help="a point's implementations timed in rounds, each once a round in an order rotated every "
+                         "round (interleaved, the default), or each one's repetitions in turn (sequential)")
     ab.add_argument("--graph-below", type=float, default=1000.0, metavar="US",
                     help="also time in a CUDA graph where a point's fastest eager step measures under this many µs "
                          "(0: never)")

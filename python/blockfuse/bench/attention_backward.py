@@ -9,7 +9,9 @@ a Hugging Face model hands it; blockfuse and FlashAttention-4 take [B, S, H, D])
 forward and torch.autograd.grad of (out · dout) for q, k and v: the gradients are allocated per step,
 as a training step without accumulation does. Every implementation's out, dq, dk and dv are checked
 against SDPA flash's first (relative error above 0.02 stops the run, exit status 1); then the median
-ms of `--reps` steps (CUDA events around each, common.time_events). TFLOP/s counts 3.5x the forward's
+ms of `--reps` steps (CUDA events around each), the implementations in rounds that run each once in an
+order rotated every round (--order interleaved, the default, common.time_events_rounds; sequential:
+each one's steps in turn, common.time_events). TFLOP/s counts 3.5x the forward's
 4·B·Hq·S²·D (halved when causal), the usual forward + backward convention.
 
 Where a point's fastest eager step measures under --graph-below µs (S = 1024 on an H200), eager steps
@@ -24,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .common import meta, optional_peer, ready, rel, time_events, time_graph
+from .common import GRAPH_CALLS, capture_graph, meta, optional_peer, ready, rel, time_events_in_order
 
 B, HQ = 2, 32
 DT = torch.bfloat16
@@ -94,9 +96,10 @@ def implementations(bf, fa4, causal, gqa):
     return impls
 
 
-def point(bf, fa4, d, s, hkv, causal, reps, graph_below=0.0, batch=B):
+def point(bf, fa4, d, s, hkv, causal, reps, graph_below=0.0, batch=B, order="interleaved"):
     """One grid point: a row of TFLOP/s (None with an error where an implementation cannot run it), or
-    None when an implementation's result is wrong."""
+    None when an implementation's result is wrong. The implementations are timed after all are checked,
+    in rotated rounds (order "interleaved": common.time_events_rounds) or one after another."""
     q, k, v, dout = _leaves(batch, s, hkv, d, seed=s * 7 + d + hkv)
     flops = 3.5 * 4 * batch * HQ * s * s * d * (0.5 if causal else 1.0)
     row = dict(head_dim=d, seqlen=s, heads_kv=hkv, causal=causal)
@@ -123,10 +126,12 @@ def point(bf, fa4, d, s, hkv, causal, reps, graph_below=0.0, batch=B):
                       f"Hkv {hkv} causal {causal}", file=sys.stderr)
                 return None
         del out, grads, got
-        ms = time_events(step, 1, 2, reps) * 1e-3
-        row[name + "_ms"] = ms
-        row[name + "_tflops"] = flops / (ms * 1e-3) / 1e12
         steps[name] = step
+    names = list(steps)
+    us = time_events_in_order([steps[n] for n in names], order, 1, 2, reps)
+    for name, t in zip(names, us):
+        row[name + "_ms"] = t * 1e-3
+        row[name + "_tflops"] = flops / (t * 1e-6) / 1e12
     if steps and min(row[n + "_ms"] for n in steps) * 1e3 < graph_below:
         # Captured on fresh leaves, as the GPU test of a captured backward does: with the eager steps'
         # leaves (whose AccumulateGrad nodes `want` kept alive on the default stream; autograd warned
@@ -134,20 +139,23 @@ def point(bf, fa4, d, s, hkv, causal, reps, graph_below=0.0, batch=B):
         # implementation, also when retried after an eager step (H200, torch 2.11).
         del want
         gq, gk, gv = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        graphs = {}
         for name, fwd in implementations(bf, fa4, causal, hkv != HQ).items():
             if name not in steps:
                 continue
 
-            def gstep(_, fwd=fwd):
+            def gstep(fwd=fwd):
                 out = fwd(gq, gk, gv)
                 return out, torch.autograd.grad(out, (gq, gk, gv), dout)
             try:
-                us = time_graph(gstep, 3, reps)
-                row[name + "_graph_tflops"] = flops / (us * 1e-6) / 1e12
+                graphs[name] = capture_graph(gstep, GRAPH_CALLS)
             except Exception as e:  # noqa: BLE001 — an implementation that cannot be captured: reported
                 row[name + "_graph_error"] = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
                 print(f"{name}: CUDA-graph capture failed at D {d} S {s} Hkv {hkv} causal {causal}: "
                       f"{row[name + '_graph_error']}", file=sys.stderr)
+        us = time_events_in_order([lambda _, g=g: g.replay() for g in graphs.values()], order, 1, 3, reps)
+        for name, t in zip(graphs, us):
+            row[name + "_graph_tflops"] = flops / (t / GRAPH_CALLS * 1e-6) / 1e12
     for ours in ("blockfuse", "blockfuse_atomic"):
         for how in ("", "_graph"):
             mine = row.get(f"{ours}{how}_tflops")
@@ -173,7 +181,7 @@ def run(args):
         for s in args.s:
             for hkv in args.hkv:
                 for causal in (False, True):
-                    row = point(bf, fa4, d, s, hkv, causal, args.reps, args.graph_below, args.batch)
+                    row = point(bf, fa4, d, s, hkv, causal, args.reps, args.graph_below, args.batch, args.order)
                     if row is None:
                         return 1
                     rows.append(row)

@@ -4,7 +4,12 @@ copy-bandwidth ceiling, peak-memory and error measures, and the readiness check.
 Protocols (each benchmark's docstring says which it uses):
   time_cuda     CUDA events around each call, warm-up first, the median of 10..100 repetitions (as
                 many as fit in reps_time seconds), inputs rotated among the given buffers;
+  time_cuda_rounds  time_cuda for several functions compared with each other: rounds that call each
+                once, in an order rotated every round (rotated_order), so none runs on a GPU the
+                others have heated;
   time_events   CUDA events around each of `reps` calls over n_sets rotated input sets, median (µs);
+  time_events_rounds  time_events for several functions in rotated rounds (rotated_order);
+                time_events_in_order picks it or time_events by --order;
   time_graph    a CUDA graph of `calls` calls replayed `reps` times, median per call (µs): no CPU
                 overhead, for kernels shorter than a torch call's dispatch;
   time_batched  `calls` back-to-back calls between two events, median of `batches` (µs);
@@ -59,6 +64,38 @@ def time_cuda(fn, xs, warmup, reps_time, min_reps=10, max_reps=100):
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)), reps
 
 
+def rotated_order(n, r):
+    """The order of n functions in round r of time_cuda_rounds: (r + j) % n for slot j, so over n
+    rounds each takes every slot once."""
+    return [(r + j) % n for j in range(n)]
+
+
+def time_cuda_rounds(fns, xs, warmup, reps_time, min_reps=10, max_reps=100):
+    """time_cuda for fns compared with each other: warm-up rounds, then 10..100 rounds (as many as
+    fit in reps_time seconds a function), each calling every fn once on the round's input, in
+    rotated_order; CUDA events around each call. Returns ([median ms of each fn], rounds)."""
+    n = len(fns)
+    for i in range(warmup):
+        for j in rotated_order(n, i):
+            fns[j](xs[i % len(xs)])
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for fn in fns:
+        fn(xs[0])
+    torch.cuda.synchronize()
+    est = max(time.perf_counter() - t0, 1e-6)
+    reps = int(min(max_reps, max(min_reps, n * reps_time / est)))
+    ev = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+          for _ in range(n)]
+    for r in range(reps):
+        for j in rotated_order(n, r):
+            ev[j][r][0].record()
+            fns[j](xs[r % len(xs)])
+            ev[j][r][1].record()
+    torch.cuda.synchronize()
+    return [statistics.median(s.elapsed_time(e) for s, e in ev[j]) for j in range(n)], reps
+
+
 def median_ms(fn, reps_time=0.2):
     """Median milliseconds of fn() (time_cuda: CUDA events, warm-up, 10..100 repetitions)."""
     return time_cuda(lambda _: fn(), [None], 3, reps_time)[0]
@@ -76,6 +113,32 @@ def time_events(fn, n_sets, warmup, reps):
         ends[i].record()
     torch.cuda.synchronize()
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
+
+
+def time_events_rounds(fns, n_sets, warmup, reps):
+    """time_events for fns compared with each other: `warmup` rounds, then `reps` rounds calling every
+    fn(i) once in rotated_order, CUDA events around each call; [median µs of each fn]."""
+    n = len(fns)
+    for r in range(warmup):
+        for j in rotated_order(n, r):
+            fns[j](r % n_sets)
+    ev = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+          for _ in range(n)]
+    for r in range(reps):
+        for j in rotated_order(n, r):
+            ev[j][r][0].record()
+            fns[j](r % n_sets)
+            ev[j][r][1].record()
+    torch.cuda.synchronize()
+    return [statistics.median(s.elapsed_time(e) for s, e in ev[j]) * 1e3 for j in range(n)]
+
+
+def time_events_in_order(fns, order, n_sets, warmup, reps):
+    """[median µs of each of fns]: time_events_rounds when order is "interleaved" (the benches'
+    default, --order), else time_events of each in turn ("sequential")."""
+    if order == "interleaved":
+        return time_events_rounds(fns, n_sets, warmup, reps)
+    return [time_events(fn, n_sets, warmup, reps) for fn in fns]
 
 
 def capture_graph(fn, calls=1):

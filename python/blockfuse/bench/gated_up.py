@@ -13,7 +13,8 @@ h = act(x·W_gateᵀ) ⊙ (x·W_upᵀ), all bf16 on one GPU, and measures the pe
 
 Method: CUDA events around each call, warm-up first, the median of the repetitions (at least 10; as
 many as fit in --reps-time seconds, at most 100), x rotated among enough buffers to exceed 3x the L2
-cache (common.time_cuda); the cuBLAS 8192^3 bf16 rate measured in the same run as the ceiling.
+cache; a point's pipelines in rounds, each called once a round in a rotated order (common.time_cuda_rounds;
+--order sequential: each pipeline's repetitions in turn, common.time_cuda); the cuBLAS 8192^3 bf16 rate measured in the same run as the ceiling.
 TFLOP/s = 2·M·K·2U / time for every pipeline (the activation's flops are not counted).
 Memory: torch.cuda.max_memory_allocated() during one call minus the memory allocated before it:
 the activations the pipeline allocates (inputs and weights excluded). Every pipeline's output is
@@ -33,7 +34,7 @@ import time
 import torch
 
 from .. import ops
-from .common import peak_activation_bytes, ready, time_cuda
+from .common import peak_activation_bytes, ready, time_cuda, time_cuda_rounds
 from .shapes import GATED_UP_MODELS
 
 MM = "torch.mm"
@@ -159,10 +160,19 @@ def run(args):
                 else:
                     err = None
                 del h
-                ms, reps = time_cuda(fn, xs, warmup=args.warmup, reps_time=args.reps_time)
-                mem = peak_activation_bytes(fn, xs[0])
-                point[pname] = {"ms": ms, "tflops": flops / (ms * 1e-3) / 1e12, "peak_act_bytes": mem,
-                                "reps": reps, "rel_err": err}
+                point[pname] = {"peak_act_bytes": peak_activation_bytes(fn, xs[0]), "rel_err": err}
+            if failed:
+                break
+            if args.order == "interleaved":
+                times, reps = time_cuda_rounds([pipes[p] for p in PIPELINES], xs, warmup=args.warmup,
+                                               reps_time=args.reps_time)
+                timed = {p: (ms, reps) for p, ms in zip(PIPELINES, times)}
+            else:
+                timed = {p: time_cuda(pipes[p], xs, warmup=args.warmup, reps_time=args.reps_time) for p in PIPELINES}
+            for pname in PIPELINES:
+                ms, reps = timed[pname]
+                mem, err = point[pname]["peak_act_bytes"], point[pname]["rel_err"]
+                point[pname].update(ms=ms, tflops=flops / (ms * 1e-3) / 1e12, reps=reps)
                 rows.append({"model": key, "name": name, "K": k, "U": u, "M": m, "activation": activation,
                              "pipeline": pname, "median_ms": ms, "tflops": point[pname]["tflops"],
                              "peak_act_bytes": mem, "reps": reps, "rel_err_vs_fp32": err})
@@ -184,6 +194,7 @@ def run(args):
         "triton": getattr(sys.modules.get("triton"), "__version__", None), "dtype": "bf16",
         "ceiling_tflops_cublas_8192": ceiling, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "method": "CUDA events per call, median; x rotated over >= 3x L2; memory = max_memory_allocated delta over one call",
+        "order": args.order,
         "rows": rows, "failed": [{"model": f[0], "M": f[1], "pipeline": f[2], "rel_err": f[3]} for f in failed],
     }
     path = os.path.join(args.out, "gated_up.json")

@@ -11,7 +11,10 @@ back-to-back eager calls time the Python and dispatch path as much as the kernel
 causal every implementation read 58-74 µs a call on an H100, twice the kernel's time), so every
 implementation of that point is also timed as replays of a CUDA graph of GRAPH_CALLS calls
 (`<name>_graph_tflops`, `blockfuse_over_<name>_graph`): the kernels' comparison, and what a model
-served in a graph sees.
+served in a graph sees. A point's implementations are timed after all are checked, in rounds that
+call each once in an order rotated every round (--order interleaved, the default; common.
+time_events_rounds), so none runs on a GPU the others have heated; --order sequential times each
+one's repetitions in turn.
 """
 import json
 import sys
@@ -20,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .common import optional_peer, ready, time_events, time_graph
+from .common import GRAPH_CALLS, capture_graph, optional_peer, ready, time_events_in_order
 
 MAX_ABS_DIFF = 0.05
 
@@ -80,7 +83,7 @@ def run(args):
                     row = dict(head_dim=d, seqlen=s, heads_kv=hkv, causal=causal)
                     want = None
                     impls = implementations(bf, fa4, q, k, v, causal)
-                    eager_us = {}
+                    eager_us, ran = {}, []
                     for name, fn in impls.items():
                         try:
                             got = fn()
@@ -100,19 +103,27 @@ def run(args):
                                       f"causal {causal}", file=sys.stderr)
                                 return 1
                         del got
-                        eager_us[name] = time_events(lambda _: fn(), 1, 3, args.reps)
-                        row[name + "_tflops"] = flops / (eager_us[name] * 1e-6) / 1e12
+                        ran.append(name)
                     del want
+                    # Timed after every check, the implementations in rotated rounds (--order).
+                    us = time_events_in_order([lambda _, fn=impls[n]: fn() for n in ran], args.order, 1, 3, args.reps)
+                    for name, t in zip(ran, us):
+                        eager_us[name] = t
+                        row[name + "_tflops"] = flops / (t * 1e-6) / 1e12
                     # A point is short when its fastest eager call is: then every implementation is
                     # replayed, also one whose own eager call paid a slow host path (FlashAttention-4's
                     # Python dispatch read 0.3-0.75 ms a call at points whose kernels take 30-150 µs).
                     if eager_us and min(eager_us.values()) < args.graph_below:
+                        graphs = {}
                         for name in eager_us:
                             try:
-                                us = time_graph(lambda _, fn=impls[name]: fn(), 3, args.reps)
-                                row[name + "_graph_tflops"] = flops / (us * 1e-6) / 1e12
+                                graphs[name] = capture_graph(impls[name], GRAPH_CALLS)
                             except Exception as e:  # noqa: BLE001 — a peer that cannot be captured: reported
                                 row[name + "_graph_error"] = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+                        us = time_events_in_order([lambda _, g=g: g.replay() for g in graphs.values()], args.order,
+                                                  1, 3, args.reps)
+                        for name, t in zip(graphs, us):
+                            row[name + "_graph_tflops"] = flops / (t / GRAPH_CALLS * 1e-6) / 1e12
                     if row.get("blockfuse_tflops"):
                         for name in ("flash", "cudnn", "fa4"):
                             for how in ("", "_graph"):
