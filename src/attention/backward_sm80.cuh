@@ -38,6 +38,7 @@
 namespace blockfuse::attn::bwd {
 
 using blockfuse::detail::cp_async16_zfill;
+using blockfuse::detail::cp_async4_zfill;
 using blockfuse::detail::cp_async_wait;
 using blockfuse::detail::ldsm_x4;
 using blockfuse::detail::ldsm_x4_trans;
@@ -285,7 +286,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>) bwd_dkdv_kernel(const
   T* const sK = reinterpret_cast<T*>(smem_raw);
   T* const sV = sK + kBlock * D;
   T* const sQ0 = sV + kBlock * D;  // stage s: sQ0 + s·2·kBlock·D (Q), then dO
-  float* const sStat0 = reinterpret_cast<float*>(sQ0 + 2 * 2 * kBlock * D);  // stage s: LSE2 [64], Dsum [64]
+  float* const sStat0 = reinterpret_cast<float*>(sQ0 + 2 * 2 * kBlock * D);  // stage s: LSE [64], Dsum [64]
   const int n_block = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const Seq s0 = sequence(p, b, hk * p.group, hk);
@@ -318,12 +319,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>) bwd_dkdv_kernel(const
     float* const st = sStat0 + stage * 2 * kBlock;
     load_tile<T, D>(sQ, static_cast<const T*>(p.q) + s.q, p.q_row_stride, m * kBlock, s.sq);
     load_tile<T, D>(sO, static_cast<const T*>(p.dout) + s.dO, p.do_row_stride, m * kBlock, s.sq);
-    for (int r = threadIdx.x; r < kBlock; r += kThreads) {
-      const int i = m * kBlock + r;
-      const bool ok = i < s.sq;
-      st[r] = ok ? p.lse[s.lse + i] * 1.4426950408889634f : 0.f;
-      st[kBlock + r] = ok ? p.dsum[s.lse + i] : 0.f;
-    }
+    // The rows' LSE (threads 0-63) and Dsum (64-127) in the same copy group as the tiles: a plain load
+    // here would hold its warps at the store into shared memory for the load's whole latency, every step.
+    static_assert(kThreads == 2 * kBlock, "one thread per row and statistic");
+    const int r = threadIdx.x % kBlock, i = m * kBlock + r;
+    const bool ok = i < s.sq;
+    cp_async4_zfill(st + threadIdx.x, (threadIdx.x < kBlock ? p.lse : p.dsum) + s.lse + (ok ? i : 0), ok);
   };
   if (steps > 0) load_step(0, 0);
   blockfuse::detail::cp_async_commit();
@@ -349,7 +350,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>) bwd_dkdv_kernel(const
         j = n0 + warp * 16 + lane / 4 + (e >= 2 ? 8 : 0);
         i = m * kBlock + n * 8 + (lane % 4) * 2 + (e & 1);
       };
-      auto lse_of = [&](int n, int e) { return st[n * 8 + (lane % 4) * 2 + (e & 1)]; };
+      auto lse_of = [&](int n, int e) { return st[n * 8 + (lane % 4) * 2 + (e & 1)] * 1.4426950408889634f; };
       if (block_fully_visible(m * kBlock, kBlock, n0, kBlock, s.sq, s.sk, p.window_left, p.window_right))
         probabilities<kSoftcap, false>(p, s, pt, th, row_col, lse_of);
       else

@@ -22,6 +22,12 @@ __device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, b
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(pred ? 16 : 0) : "memory");
 }
+// 4 bytes global -> shared (both 4-byte aligned; .ca, the only cache mode that takes 4), or 4 zero
+// bytes when !pred (the source is then not read).
+__device__ __forceinline__ void cp_async4_zfill(void* smem, const void* gmem, bool pred) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(pred ? 4 : 0) : "memory");
+}
 // Closes the group of this thread's copies issued so far.
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits for all of this thread's committed groups: its copies are then visible to itself (other
