@@ -9,6 +9,7 @@
 #include <cstdarg>
 #include <ctime>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
@@ -211,65 +212,6 @@ Timing summarize(std::vector<float> t) {
 }
 }  // namespace
 
-Timing time_events(const std::function<void(int)>& fn, cudaStream_t stream, int warmup, int reps) {
-  reps = std::max(1, reps);
-  for (int i = 0; i < warmup; ++i) fn(i);
-  BENCH_CUDA(cudaStreamSynchronize(stream));
-  // One event pair per repetition, all enqueued back to back and read after one final sync: with a
-  // sync per repetition the GPU would idle while the host validates and launches (several µs, ~5 %
-  // of a 200 µs GEMM) and that idle time would be charged to the kernel. Kernels shorter than their
-  // host launch stay host-bound this way: time those with Method::graph.
-  struct Events {
-    std::vector<cudaEvent_t> e;
-    ~Events() {
-      for (cudaEvent_t x : e) cudaEventDestroy(x);
-    }
-  } ev;
-  ev.e.reserve(size_t(2) * reps);
-  for (int i = 0; i < 2 * reps; ++i) {
-    cudaEvent_t x = nullptr;
-    BENCH_CUDA(cudaEventCreate(&x));
-    ev.e.push_back(x);
-  }
-  for (int i = 0; i < reps; ++i) {
-    BENCH_CUDA(cudaEventRecord(ev.e[size_t(2 * i)], stream));
-    fn(warmup + i);
-    BENCH_CUDA(cudaEventRecord(ev.e[size_t(2 * i + 1)], stream));
-  }
-  BENCH_CUDA(cudaEventSynchronize(ev.e.back()));
-  BENCH_CUDA(cudaGetLastError());
-  std::vector<float> t(size_t(reps), 0.f);
-  for (int i = 0; i < reps; ++i)
-    BENCH_CUDA(cudaEventElapsedTime(&t[size_t(i)], ev.e[size_t(2 * i)], ev.e[size_t(2 * i + 1)]));
-  return summarize(std::move(t));
-}
-
-Timing time_graph(const std::function<void(int)>& fn, cudaStream_t stream, int calls, int warmup, int reps) {
-  // The legacy default stream cannot be captured; say so instead of failing inside the capture.
-  if (stream == nullptr) throw Error("time_graph: needs a created stream (the default stream cannot be captured)");
-  if (calls < 1) throw Error("time_graph: calls must be >= 1");
-  fn(0);  // first call outside the capture (one-time setup such as shared-memory opt-in)
-  BENCH_CUDA(cudaStreamSynchronize(stream));
-  cudaGraph_t graph;
-  BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < calls; ++i) fn(i);
-  BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
-  struct Guard {
-    cudaGraph_t g;
-    cudaGraphExec_t e = nullptr;
-    ~Guard() {
-      if (e) cudaGraphExecDestroy(e);
-      cudaGraphDestroy(g);
-    }
-  } guard{graph};
-  BENCH_CUDA(cudaGraphInstantiate(&guard.e, graph, 0));
-  Timing t = time_events([&](int) { BENCH_CUDA(cudaGraphLaunch(guard.e, stream)); }, stream, warmup, reps);
-  t.median_ms /= calls;
-  t.min_ms /= calls;
-  t.max_ms /= calls;
-  return t;
-}
-
 namespace {
 // Over n rounds every variant takes every slot once (what makes the order fair).
 constexpr bool interleaving_is_a_latin_square(int n) {
@@ -283,70 +225,108 @@ constexpr bool interleaving_is_a_latin_square(int n) {
 }
 static_assert(interleaving_is_a_latin_square(1) && interleaving_is_a_latin_square(2) &&
               interleaving_is_a_latin_square(3) && interleaving_is_a_latin_square(5));
-}  // namespace
 
-std::vector<Timing> time_interleaved(const std::vector<std::function<void(int)>>& fns, cudaStream_t stream, Method m,
-                                     int warmup, int reps) {
-  const int n = static_cast<int>(fns.size());
+// `calls` back-to-back calls fn(0..calls-1) captured into one graph, replayed by launch().
+class CallGraph {
+ public:
+  CallGraph(const std::function<void(int)>& fn, cudaStream_t stream, int calls) : stream_(stream) {
+    // The legacy default stream cannot be captured; say so instead of failing inside the capture.
+    if (stream == nullptr) throw Error("timing a graph needs a created stream (the default stream cannot be captured)");
+    if (calls < 1) throw Error("timing a graph: calls must be >= 1");
+    fn(0);  // first call outside the capture (one-time setup such as shared-memory opt-in)
+    BENCH_CUDA(cudaStreamSynchronize(stream));
+    BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < calls; ++i) fn(i);
+    BENCH_CUDA(cudaStreamEndCapture(stream, &graph_));
+    BENCH_CUDA(cudaGraphInstantiate(&exec_, graph_, 0));
+  }
+  CallGraph(const CallGraph&) = delete;
+  CallGraph& operator=(const CallGraph&) = delete;
+  ~CallGraph() {
+    if (exec_) cudaGraphExecDestroy(exec_);
+    if (graph_) cudaGraphDestroy(graph_);
+  }
+  void launch() const { BENCH_CUDA(cudaGraphLaunch(exec_, stream_)); }
+
+ private:
+  cudaStream_t stream_;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+// The one event loop: `warmup` rounds, then `reps` rounds each calling every unit once in the order
+// interleaved_variant gives, one event pair around each call. All rounds are enqueued back to back
+// and read after one sync: with a sync per repetition the GPU would idle while the host validates
+// and launches (several µs, ~5 % of a 200 µs GEMM) and that idle time would be charged to the kernel.
+// Kernels shorter than their host launch stay host-bound this way: time those with Method::graph.
+std::vector<Timing> time_rounds(const std::vector<std::function<void(int)>>& units, cudaStream_t stream, int warmup,
+                                int reps) {
+  const int n = static_cast<int>(units.size());
   if (n == 0) return {};
   reps = std::max(1, reps);
-  struct Resources {
-    std::vector<cudaGraph_t> graphs;
-    std::vector<cudaGraphExec_t> execs;
-    std::vector<cudaEvent_t> events;
-    ~Resources() {
-      for (cudaEvent_t x : events) cudaEventDestroy(x);
-      for (cudaGraphExec_t x : execs) cudaGraphExecDestroy(x);
-      for (cudaGraph_t x : graphs) cudaGraphDestroy(x);
-    }
-  } res;
-  // What one timed slot enqueues: the call itself, or one replay of the variant's graph of calls.
-  std::vector<std::function<void(int)>> unit = fns;
-  if (m.is_graph()) {
-    if (stream == nullptr) throw Error("time_interleaved: needs a created stream (the default stream cannot be captured)");
-    for (int v = 0; v < n; ++v) {
-      fns[size_t(v)](0);  // first call outside the capture (one-time setup such as shared-memory opt-in)
-      BENCH_CUDA(cudaStreamSynchronize(stream));
-      cudaGraph_t g;
-      BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-      for (int i = 0; i < m.graph_calls; ++i) fns[size_t(v)](i);
-      BENCH_CUDA(cudaStreamEndCapture(stream, &g));
-      res.graphs.push_back(g);
-      cudaGraphExec_t e = nullptr;
-      BENCH_CUDA(cudaGraphInstantiate(&e, g, 0));
-      res.execs.push_back(e);
-      unit[size_t(v)] = [&res, v, stream](int) { BENCH_CUDA(cudaGraphLaunch(res.execs[size_t(v)], stream)); };
-    }
-  }
   for (int r = 0; r < warmup; ++r)
-    for (int j = 0; j < n; ++j) unit[size_t(interleaved_variant(r, j, n))](r);
+    for (int j = 0; j < n; ++j) units[size_t(interleaved_variant(r, j, n))](r);
   BENCH_CUDA(cudaStreamSynchronize(stream));
-  // All rounds enqueued back to back, read after one sync (time_events says why).
-  res.events.reserve(size_t(2) * size_t(n) * size_t(reps));
-  for (size_t i = 0; i < size_t(2) * size_t(n) * size_t(reps); ++i) {
+  struct Events {
+    std::vector<cudaEvent_t> e;
+    ~Events() {
+      for (cudaEvent_t x : e) cudaEventDestroy(x);
+    }
+  } ev;
+  const size_t count = size_t(2) * size_t(n) * size_t(reps);
+  ev.e.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
     cudaEvent_t x = nullptr;
     BENCH_CUDA(cudaEventCreate(&x));
-    res.events.push_back(x);
+    ev.e.push_back(x);
   }
-  auto ev = [&](int r, int v, int end) { return res.events[size_t(2) * (size_t(r) * size_t(n) + size_t(v)) + size_t(end)]; };
+  auto at = [&](int r, int v, int end) { return ev.e[size_t(2) * (size_t(r) * size_t(n) + size_t(v)) + size_t(end)]; };
   for (int r = 0; r < reps; ++r)
     for (int j = 0; j < n; ++j) {
       const int v = interleaved_variant(r, j, n);
-      BENCH_CUDA(cudaEventRecord(ev(r, v, 0), stream));
-      unit[size_t(v)](warmup + r);
-      BENCH_CUDA(cudaEventRecord(ev(r, v, 1), stream));
+      BENCH_CUDA(cudaEventRecord(at(r, v, 0), stream));
+      units[size_t(v)](warmup + r);
+      BENCH_CUDA(cudaEventRecord(at(r, v, 1), stream));
     }
   BENCH_CUDA(cudaStreamSynchronize(stream));
   BENCH_CUDA(cudaGetLastError());
   std::vector<Timing> out;
   for (int v = 0; v < n; ++v) {
     std::vector<float> t(size_t(reps), 0.f);
-    for (int r = 0; r < reps; ++r) BENCH_CUDA(cudaEventElapsedTime(&t[size_t(r)], ev(r, v, 0), ev(r, v, 1)));
-    Timing x = summarize(std::move(t));
-    if (m.is_graph()) x.median_ms /= m.graph_calls, x.min_ms /= m.graph_calls, x.max_ms /= m.graph_calls;
-    out.push_back(x);
+    for (int r = 0; r < reps; ++r) BENCH_CUDA(cudaEventElapsedTime(&t[size_t(r)], at(r, v, 0), at(r, v, 1)));
+    out.push_back(summarize(std::move(t)));
   }
   return out;
+}
+
+Timing per_call(Timing t, int calls) {
+  t.median_ms /= calls, t.min_ms /= calls, t.max_ms /= calls;
+  return t;
+}
+}  // namespace
+
+Timing time_events(const std::function<void(int)>& fn, cudaStream_t stream, int warmup, int reps) {
+  return time_rounds({fn}, stream, warmup, reps).front();
+}
+
+Timing time_graph(const std::function<void(int)>& fn, cudaStream_t stream, int calls, int warmup, int reps) {
+  const CallGraph g(fn, stream, calls);
+  return per_call(time_rounds({[&g](int) { g.launch(); }}, stream, warmup, reps).front(), calls);
+}
+
+std::vector<Timing> time_interleaved(const std::vector<std::function<void(int)>>& fns, cudaStream_t stream, Method m,
+                                     int warmup, int reps) {
+  if (!m.is_graph()) return time_rounds(fns, stream, warmup, reps);
+  // One timed slot of a variant is one replay of its graph of calls.
+  std::vector<std::unique_ptr<CallGraph>> graphs;
+  std::vector<std::function<void(int)>> units;
+  for (const auto& fn : fns) {
+    graphs.push_back(std::make_unique<CallGraph>(fn, stream, m.graph_calls));
+    units.push_back([g = graphs.back().get()](int) { g->launch(); });
+  }
+  std::vector<Timing> t = time_rounds(units, stream, warmup, reps);
+  for (Timing& x : t) x = per_call(x, m.graph_calls);
+  return t;
 }
 
 std::vector<uint16_t> host_bits(const testing::DeviceBuffer<uint16_t>& d) {

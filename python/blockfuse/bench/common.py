@@ -70,6 +70,21 @@ def rotated_order(n, r):
     return [(r + j) % n for j in range(n)]
 
 
+def _event_rounds(fns, reps, arg):
+    """`reps` rounds calling every fns[j](arg(r)) once in rotated_order, CUDA events around each call:
+    [median ms of each fn]."""
+    n = len(fns)
+    ev = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+          for _ in range(n)]
+    for r in range(reps):
+        for j in rotated_order(n, r):
+            ev[j][r][0].record()
+            fns[j](arg(r))
+            ev[j][r][1].record()
+    torch.cuda.synchronize()
+    return [statistics.median(s.elapsed_time(e) for s, e in ev[j]) for j in range(n)]
+
+
 def time_cuda_rounds(fns, xs, warmup, reps_time, min_reps=10, max_reps=100):
     """time_cuda for fns compared with each other: warm-up rounds, then 10..100 rounds (as many as
     fit in reps_time seconds a function), each calling every fn once on the round's input, in
@@ -85,15 +100,7 @@ def time_cuda_rounds(fns, xs, warmup, reps_time, min_reps=10, max_reps=100):
     torch.cuda.synchronize()
     est = max(time.perf_counter() - t0, 1e-6)
     reps = int(min(max_reps, max(min_reps, n * reps_time / est)))
-    ev = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-          for _ in range(n)]
-    for r in range(reps):
-        for j in rotated_order(n, r):
-            ev[j][r][0].record()
-            fns[j](xs[r % len(xs)])
-            ev[j][r][1].record()
-    torch.cuda.synchronize()
-    return [statistics.median(s.elapsed_time(e) for s, e in ev[j]) for j in range(n)], reps
+    return _event_rounds(fns, reps, lambda r: xs[r % len(xs)]), reps
 
 
 def median_ms(fn, reps_time=0.2):
@@ -122,15 +129,7 @@ def time_events_rounds(fns, n_sets, warmup, reps):
     for r in range(warmup):
         for j in rotated_order(n, r):
             fns[j](r % n_sets)
-    ev = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-          for _ in range(n)]
-    for r in range(reps):
-        for j in rotated_order(n, r):
-            ev[j][r][0].record()
-            fns[j](r % n_sets)
-            ev[j][r][1].record()
-    torch.cuda.synchronize()
-    return [statistics.median(s.elapsed_time(e) for s, e in ev[j]) * 1e3 for j in range(n)]
+    return [ms * 1e3 for ms in _event_rounds(fns, reps, lambda r: r % n_sets)]
 
 
 def time_events_in_order(fns, order, n_sets, warmup, reps):
