@@ -104,17 +104,48 @@ def test_gated_up_plot_only_redraws_the_charts(tmp_path):
     sys.path.insert(0, PYTHON_DIR)
     try:
         from blockfuse.bench.__main__ import main
-        from blockfuse.bench.gated_up import PIPELINES
+        from blockfuse.bench.gated_up import PIPELINES, QUACK
     finally:
         sys.path.remove(PYTHON_DIR)
     rows = [{"model": "8b", "name": "Llama-3 8B", "M": m, "pipeline": p, "tflops": 100.0 + i, "peak_act_bytes": (i + 1) << 20}
-            for m in (512, 4096) for i, p in enumerate(PIPELINES)]
+            for m in (512, 4096) for i, p in enumerate(PIPELINES + (QUACK,))]
     src = tmp_path / "gated_up.json"
     src.write_text(json.dumps({"device": "test", "ceiling_tflops_cublas_8192": 700.0, "rows": rows}))
     out = tmp_path / "charts"
     assert main(["gated-up", "--plot-only", str(src), "--out", str(out)]) == 0
     for name in ("gated_up_tflops.png", "gated_up_tflops_fused_vs_triton.png", "gated_up_memory.png"):
         assert (out / name).stat().st_size > 1000
+
+
+def test_gated_up_quack_pipeline_gets_the_gate_first_layout():
+    """The quack pipeline hands gemm_act the weight quack expects (rows 2j = gate_j, 2j + 1 = up_j,
+    as B = W.t()) and its activation's name: a stand-in gemm_act with quack's documented semantics
+    must then give act(x·W_gateᵀ) ⊙ (x·W_upᵀ)."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    import torch.nn.functional as F
+    sys.path.insert(0, PYTHON_DIR)
+    try:
+        from blockfuse.bench.gated_up import QUACK, make_pipelines
+    finally:
+        sys.path.remove(PYTHON_DIR)
+    acts = {"swiglu": F.silu, "geglu": lambda g: F.gelu(g, approximate="tanh")}
+    calls = []
+
+    def gemm_act(a, b, activation, store_preact, tuned):
+        calls.append((activation, store_preact, tuned))
+        c = a @ b
+        return None, acts[activation](c[:, 0::2]) * c[:, 1::2]
+
+    torch.manual_seed(0)
+    k, u, m = 48, 40, 7
+    w_stacked = torch.randn(2 * u, k, dtype=torch.float64)
+    x = torch.randn(m, k, dtype=torch.float64)
+    for activation, act in (("silu", F.silu), ("gelu_tanh", lambda g: F.gelu(g, approximate="tanh"))):
+        pipes = make_pipelines(w_stacked, None, u, activation, None, None, gemm_act, quack_tuned=True)
+        want = act(x @ w_stacked[:u].t()) * (x @ w_stacked[u:].t())
+        torch.testing.assert_close(pipes[QUACK](x), want)
+    assert calls == [("swiglu", False, True), ("geglu", False, True)]
+    assert QUACK not in make_pipelines(w_stacked, None, u, "silu", None, None)
 
 
 def test_train_mlp_implementations_on_cpu():

@@ -57,6 +57,8 @@ def parser():
     g.add_argument("--out", default="blockfuse-bench", help="folder for gated_up.json and the PNG charts")
     g.add_argument("--quick", action="store_true", help="Llama-3 8B at 512 and 4096 tokens only")
     g.add_argument("--no-plots", action="store_true", help="write the JSON only")
+    g.add_argument("--quack-tuned", action="store_true",
+                   help="let quack's gemm_act autotune each shape (where quack is importable; default: its untuned config)")
     g.add_argument("--plot-only", metavar="JSON", help="redraw the charts from a gated_up.json (no GPU needed)")
 
     q = sub.add_parser("gated-up-fp8", help="the FP8 gated up-projection vs torch._scaled_mm (+ swiglu); Hopper")

@@ -10,6 +10,9 @@ h = act(x·W_gateᵀ) ⊙ (x·W_upᵀ), all bf16 on one GPU, and measures the pe
   torch.mm + Triton SwiGLU     C, then an Unsloth-style Triton kernel writing over the up half
                                (blockfuse/bench/triton_swiglu.py: "cuBLAS + Unsloth")
   blockfuse fused              blockfuse.ops.gated_up: one kernel, only h [M, U] is written
+  quack gemm_act (gated)       quack's fused GEMM + gated activation (quack.gemm_interface.gemm_act,
+                               store_preact=False, its weight interleaved gate first), where quack is
+                               importable (../shared/peers stages it); --quack-tuned lets it autotune
 
 Method: CUDA events around each call, warm-up first, the median of the repetitions (at least 10; as
 many as fit in --reps-time seconds, at most 100), x rotated among enough buffers to exceed 3x the L2
@@ -34,7 +37,7 @@ import time
 import torch
 
 from .. import ops
-from .common import peak_activation_bytes, ready, time_cuda, time_cuda_rounds
+from .common import optional_peer, peak_activation_bytes, ready, time_cuda, time_cuda_rounds
 from .shapes import GATED_UP_MODELS
 
 MM = "torch.mm"
@@ -42,9 +45,12 @@ EAGER = "torch.mm + eager SwiGLU"
 COMPILED = "torch.mm + compiled SwiGLU"
 TRITON = "torch.mm + Triton SwiGLU (Unsloth-style)"
 FUSED = "blockfuse fused"
-PIPELINES = (MM, EAGER, COMPILED, TRITON, FUSED)
+QUACK = "quack gemm_act (gated)"
+PIPELINES = (MM, EAGER, COMPILED, TRITON, FUSED)  # QUACK joins them where quack is importable
 STYLE = {MM: ("tab:gray", "--"), EAGER: ("tab:orange", "-"), COMPILED: ("tab:green", "-"),
-         TRITON: ("tab:blue", "-"), FUSED: ("tab:red", "-")}
+         TRITON: ("tab:blue", "-"), FUSED: ("tab:red", "-"), QUACK: ("tab:purple", "-")}
+SHORT = {MM: "mm", EAGER: "eager", COMPILED: "compiled", TRITON: "Triton", FUSED: "fused", QUACK: "quack"}
+QUACK_ACTIVATION = {"silu": "swiglu", "gelu_tanh": "geglu"}
 VERIFY_ROWS = 128
 VERIFY_TOL = 2e-2  # relative Frobenius error vs fp32; bf16 pipelines land at ~2e-3..5e-3
 
@@ -59,7 +65,13 @@ def _swiglu_eager(g, u, activation):
     return _eager_act(g, activation) * u
 
 
-def make_pipelines(w_stacked, w_inter, u, activation, triton_mod, compiled_fn):
+def quack_weight(w_stacked):
+    """quack's gated layout from the stacked [gate; up] weight [2U, K]: rows 2j = gate_j, 2j + 1 = up_j."""
+    u = w_stacked.shape[0] // 2
+    return torch.stack((w_stacked[:u], w_stacked[u:]), dim=1).reshape(w_stacked.shape)
+
+
+def make_pipelines(w_stacked, w_inter, u, activation, triton_mod, compiled_fn, quack_gemm_act=None, quack_tuned=False):
     wt = w_stacked.t()  # [K, 2U] view: cuBLAS runs the transposed operand directly
 
     def mm(x):
@@ -80,7 +92,21 @@ def make_pipelines(w_stacked, w_inter, u, activation, triton_mod, compiled_fn):
     def fused(x):
         return ops.gated_up(x, w_inter, activation)
 
-    return {MM: mm, EAGER: eager, COMPILED: compiled, TRITON: triton_, FUSED: fused}
+    pipes = {MM: mm, EAGER: eager, COMPILED: compiled, TRITON: triton_, FUSED: fused}
+    if quack_gemm_act is not None:
+        wqt = quack_weight(w_stacked).t()  # (K, 2U), as quack takes B
+        qact = QUACK_ACTIVATION[activation]
+
+        def quack(x):
+            return quack_gemm_act(x, wqt, activation=qact, store_preact=False, tuned=quack_tuned)[1]
+
+        pipes[QUACK] = quack
+    return pipes
+
+
+def _load_quack():
+    from quack.gemm_interface import gemm_act
+    return gemm_act
 
 
 def cublas_ceiling(dtype):
@@ -119,6 +145,8 @@ def run(args):
         if hasattr(torch._dynamo.config, attr):
             setattr(torch._dynamo.config, attr, 64)
     compiled_fn = torch.compile(_swiglu_eager, dynamic=True)
+    quack_gemm_act = optional_peer("quack", _load_quack)
+    pipelines = PIPELINES + ((QUACK,) if quack_gemm_act is not None else ())
 
     props = torch.cuda.get_device_properties(0)
     l2 = getattr(props, "L2_cache_size", 50 << 20)
@@ -129,15 +157,17 @@ def run(args):
 
     rows, failed = [], []
     mib = float(1 << 20)
-    hdr = ("| model | M | " + " | ".join(PIPELINES) + " | fused % ceiling | fused / Triton | fused / compiled "
-           "| act MiB: " + " / ".join(["mm", "eager", "compiled", "Triton", "fused"]) + " |")
+    hdr = ("| model | M | " + " | ".join(pipelines) + " | fused % ceiling | fused / Triton | fused / compiled "
+           + ("| fused / quack " if QUACK in pipelines else "")
+           + "| act MiB: " + " / ".join(SHORT[p] for p in pipelines) + " |")
     print(hdr)
     print("|" + " --- |" * (hdr.count("|") - 1), flush=True)
     for key in args.models:
         name, k, u, activation = GATED_UP_MODELS[key]
         w_stacked = (torch.randn(2 * u, k, device="cuda", dtype=torch.float32) / math.sqrt(k)).to(dtype)
         w_inter = ops.interleave_stacked(w_stacked)  # [gate; up] -> row 2j = up_j, 2j+1 = gate_j
-        pipes = make_pipelines(w_stacked, w_inter, u, activation, triton_mod, compiled_fn)
+        pipes = make_pipelines(w_stacked, w_inter, u, activation, triton_mod, compiled_fn, quack_gemm_act,
+                               args.quack_tuned)
         for m in args.tokens:
             need = 4 * m * u * 2 * 2 + 3 * m * k * 2  # eager's peak twice over, plus inputs
             free, _ = torch.cuda.mem_get_info()
@@ -148,7 +178,7 @@ def run(args):
             xs = [torch.randn(m, k, device="cuda", dtype=dtype) for _ in range(n_buf)]
             flops = 2 * m * k * 2 * u
             point = {}
-            for pname in PIPELINES:
+            for pname in pipelines:
                 fn = pipes[pname]
                 h = fn(xs[0])  # first call: compiles / autotunes where it applies
                 if pname != MM:
@@ -164,12 +194,12 @@ def run(args):
             if failed:
                 break
             if args.order == "interleaved":
-                times, reps = time_cuda_rounds([pipes[p] for p in PIPELINES], xs, warmup=args.warmup,
+                times, reps = time_cuda_rounds([pipes[p] for p in pipelines], xs, warmup=args.warmup,
                                                reps_time=args.reps_time)
-                timed = {p: (ms, reps) for p, ms in zip(PIPELINES, times)}
+                timed = {p: (ms, reps) for p, ms in zip(pipelines, times)}
             else:
-                timed = {p: time_cuda(pipes[p], xs, warmup=args.warmup, reps_time=args.reps_time) for p in PIPELINES}
-            for pname in PIPELINES:
+                timed = {p: time_cuda(pipes[p], xs, warmup=args.warmup, reps_time=args.reps_time) for p in pipelines}
+            for pname in pipelines:
                 ms, reps = timed[pname]
                 mem, err = point[pname]["peak_act_bytes"], point[pname]["rel_err"]
                 point[pname].update(ms=ms, tflops=flops / (ms * 1e-3) / 1e12, reps=reps)
@@ -178,10 +208,11 @@ def run(args):
                              "peak_act_bytes": mem, "reps": reps, "rel_err_vs_fp32": err})
             if failed:
                 break
-            t = {p: point[p]["tflops"] for p in PIPELINES}
-            print(f"| {name} | {m} | " + " | ".join(f"{t[p]:.0f}" for p in PIPELINES) +
+            t = {p: point[p]["tflops"] for p in pipelines}
+            print(f"| {name} | {m} | " + " | ".join(f"{t[p]:.0f}" for p in pipelines) +
                   f" | {100 * t[FUSED] / ceiling:.0f}% | {t[FUSED] / t[TRITON]:.2f} | {t[FUSED] / t[COMPILED]:.2f} | " +
-                  " / ".join(f"{point[p]['peak_act_bytes'] / mib:.0f}" for p in PIPELINES) + " |", flush=True)
+                  (f"{t[FUSED] / t[QUACK]:.2f} | " if QUACK in t else "") +
+                  " / ".join(f"{point[p]['peak_act_bytes'] / mib:.0f}" for p in pipelines) + " |", flush=True)
             del xs
         del w_stacked, w_inter, pipes
         torch.cuda.empty_cache()
@@ -194,7 +225,7 @@ def run(args):
         "triton": getattr(sys.modules.get("triton"), "__version__", None), "dtype": "bf16",
         "ceiling_tflops_cublas_8192": ceiling, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "method": "CUDA events per call, median; x rotated over >= 3x L2; memory = max_memory_allocated delta over one call",
-        "order": args.order,
+        "order": args.order, "pipelines": list(pipelines), "quack_tuned": args.quack_tuned if quack_gemm_act else None,
         "rows": rows, "failed": [{"model": f[0], "M": f[1], "pipeline": f[2], "rel_err": f[3]} for f in failed],
     }
     path = os.path.join(args.out, "gated_up.json")
@@ -246,11 +277,12 @@ def plot(result, out_dir):
         plt.close(fig)
         paths.append(path)
 
-    chart("gated_up_tflops.png", PIPELINES, lambda r: r["tflops"], "TFLOP/s (2·M·K·2U / time)",
+    present = list(dict.fromkeys(r["pipeline"] for r in rows))
+    chart("gated_up_tflops.png", present, lambda r: r["tflops"], "TFLOP/s (2·M·K·2U / time)",
           "Gated up-projection: TFLOP/s vs tokens", result.get("ceiling_tflops_cublas_8192"))
     chart("gated_up_tflops_fused_vs_triton.png", (TRITON, FUSED), lambda r: r["tflops"], "TFLOP/s",
           "blockfuse fused vs torch.mm + Triton SwiGLU")
-    chart("gated_up_memory.png", PIPELINES, _mib, "peak activation memory (MiB)",
+    chart("gated_up_memory.png", present, _mib, "peak activation memory (MiB)",
           "Gated up-projection: peak activation memory vs tokens")
     return paths
 
