@@ -31,11 +31,12 @@ inline constexpr Sm90TileConfigRow kSm90Fp8TileConfigs[] = {
 inline constexpr int kNumSm90Fp8TileConfigs = sizeof(kSm90Fp8TileConfigs) / sizeof(kSm90Fp8TileConfigs[0]);
 
 // Index into kSm90Fp8TileConfigs: the FP8 measured table's row where it has one
-// (sm90_measured_tile_config over sm90_fp8_measured_table()), else the config of least modelled time
+// (sm90_measured_tile_config over sm90_fp8_measured_table(dev)), else the config of least modelled time
 // (waves x tile area / rate, the 16-bit model: heuristic_sm90.cpp; ties to the lower index). Pure.
 int choose_gated_up_fp8_sm90_tile_config(const GatedUpProblem& p, const detail::DeviceSpec& dev);
 
-// The FP8 measured table (heuristic_fp8_sm90.cpp's kSm90Fp8Measured), for the tests.
-Sm90MeasuredTable sm90_fp8_measured_table();
+// The FP8 measured table `dev` reads (heuristic_fp8_sm90.cpp's kSm90Fp8Measured, or
+// kSm90Fp8MeasuredH200 where sm90_reads_h200_tables), for the tests.
+Sm90MeasuredTable sm90_fp8_measured_table(const detail::DeviceSpec& dev);
 
 }  // namespace blockfuse

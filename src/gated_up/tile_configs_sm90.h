@@ -154,7 +154,7 @@ int choose_gated_up_sm90_tile_config(const GatedUpProblem& p, const detail::Devi
 
 // A point of a measured tile table: at (K, U, M) row `row` was the fastest of the rows forced in
 // turn, on a device of `sms` SMs (scripts/tile-table --emit-cpp generates the tables,
-// tile_table_sm90.inc, from a sweep of `bench gated-up --kernel sm90 --tile-config N`).
+// tile_table_sm90.inc and the H200's tile_table_sm90_h200.inc, from a sweep of `bench gated-up --kernel sm90 --tile-config N`).
 struct Sm90MeasuredPoint {
   long long k, u, m;
   int row;
@@ -162,13 +162,22 @@ struct Sm90MeasuredPoint {
 
 // The tables choose_gated_up_sm90_tile_config consults (heuristic_sm90.cpp), for the tests:
 // kSm90Measured (rows 0-2 only) or, with `stream_k_points`, kSm90StreamKPoints (only the points where
-// the stream-K row beat the best of the others by scripts/tile-table's margin).
+// the stream-K row beat the best of the others by scripts/tile-table's margin), of `dev`'s class.
 struct Sm90MeasuredTable {
   const Sm90MeasuredPoint* points;
   int n;
   int sms;  // the SM count of the device it was measured on
 };
-Sm90MeasuredTable sm90_measured_table(bool stream_k_points = false);
+Sm90MeasuredTable sm90_measured_table(const detail::DeviceSpec& dev, bool stream_k_points = false);
+
+// Which class's measured tables a device reads (the 16-bit and FP8 heuristics alike). The H100 SXM
+// (HBM3, 3.35 TB/s peak) and the H200 (HBM3e, 4.8 TB/s) both have 132 SMs, but their best rows differ:
+// on the H200 the 128x128 rows, whose tiles re-read more of the weight, win from 2048 tokens where the
+// H100 ran them up to 19 % behind the large tile (docs/gated_up.md#tuning). A device reads the H200's
+// tables (tile_table_sm90_h200.inc, tile_table_fp8_sm90_h200.inc) from kSm90H200TableMinDramGbps of
+// peak DRAM bandwidth (between the two; an unknown bandwidth, 0, reads the H100's), else the H100's.
+inline constexpr double kSm90H200TableMinDramGbps = 4500;
+inline bool sm90_reads_h200_tables(const detail::DeviceSpec& dev) { return dev.dram_gbps >= kSm90H200TableMinDramGbps; }
 
 // The measured row for p, or -1 (then the cost model decides). The points with p's (K, U), on a
 // device with `sms` SMs: at a measured M, that point's row; between two measured Ms, their row if

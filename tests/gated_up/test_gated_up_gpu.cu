@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -391,8 +392,10 @@ TEST(GatedUpGpu, Sm90HeuristicStreamKWithWorkspace) {
   const Shape s{256, 16384, 53248};
   const int cw = choose_gated_up_sm90_tile_config({s.M, s.K, s.U}, dev, /*with_workspace=*/true);
   if (!kSm90TileConfigs[cw].stream_k)
-    GTEST_SKIP() << "the with-workspace table does not apply on this device (" << dev.sm_count
-                 << " SMs; measured on 132): no stream-K choice to test";
+    GTEST_SKIP() << "this device's with-workspace table has no stream-K point at this shape (" << dev.sm_count
+                 << " SMs, " << dev.dram_gbps << " GB/s: the "
+                 << (sm90_reads_h200_tables(dev) ? "H200's table, whose sweep measured no stream-K row" : "H100's class")
+                 << "): no stream-K choice to test";
   const size_t need = gated_up_workspace_size(s.M, s.K, s.U, -1, GatedUpOptions{});
   const size_t base = gated_up_workspace_size(s.M, s.K, s.U, -1);
   ASSERT_GT(need, base) << "the options overload sizes the heuristic's stream-K row";
@@ -431,6 +434,25 @@ TEST(GatedUpGpu, Sm90HeuristicStreamKWithWorkspace) {
     for (unsigned char b : head) nonzero += b != 0;
     EXPECT_EQ(nonzero, 0u) << c.what << ": the decode kernel's counters were written";
   }
+}
+
+// The tile tables' device class on the device itself (sm90_reads_h200_tables, from device_spec's peak
+// DRAM bandwidth): an H200 reads the H200's tables, an H100 the H100's. The figure is printed: the
+// class boundary (kSm90H200TableMinDramGbps) sits between the two.
+TEST(GatedUpGpu, TileTableClassOfThisDevice) {
+  BF_SKIP_WITHOUT_GPU("gated_up");
+  const detail::DeviceSpec dev = detail::current_device_spec();
+  cudaDeviceProp prop{};
+  BF_CUDA_CHECK(cudaGetDeviceProperties(&prop, detail::current_device()));
+  const std::string name = prop.name;
+  std::printf("[tile tables] %s: %d SMs, %.0f GB/s peak DRAM: the %s tables\n", name.c_str(), dev.sm_count,
+              dev.dram_gbps, sm90_reads_h200_tables(dev) ? "H200's" : "H100's");
+  if (name.find("H200") != std::string::npos)
+    EXPECT_TRUE(sm90_reads_h200_tables(dev)) << name << ": " << dev.dram_gbps << " GB/s";
+  else if (name.find("H100") != std::string::npos)
+    EXPECT_FALSE(sm90_reads_h200_tables(dev)) << name << ": " << dev.dram_gbps << " GB/s";
+  else
+    GTEST_SKIP() << name << " is neither an H100 nor an H200: no class to check";
 }
 
 // ---- the small set for compute-sanitizer: tails in M, K and U, every tile config ----

@@ -15,8 +15,10 @@ namespace {
 
 using detail::DeviceSpec;
 
-const DeviceSpec kH100{132, 232448, 9, 0};
-const DeviceSpec kH100Pcie{114, 232448, 9, 0};
+// SM count, opt-in shared memory per block, cc, peak DRAM GB/s (test_heuristic_sm90.cpp says whence).
+const DeviceSpec kH100{132, 232448, 9, 0, 3352.3};
+const DeviceSpec kH200{132, 232448, 9, 0, 4917.0};
+const DeviceSpec kH100Pcie{114, 232448, 9, 0, 2039.0};
 
 constexpr int kLarge = 0;     // cooperative 128x256x128, cluster 2x1
 constexpr int kPingpong = 1;  // ping-pong 128x128x128, cluster 2x1
@@ -50,14 +52,15 @@ TEST(HeuristicFp8Sm90, SmallChunkAtSmallKPrefersPingpong) {
   EXPECT_EQ(model({512, 8192, 28672}, kH100), kLarge);
 }
 
-// The committed FP8 table (kSm90Fp8Measured, from scripts/tile-table --emit-cpp): well formed, and
-// the heuristic returns its row at each of its points on a device of its SM count and the model's
-// on another. An empty table passes (only the shape checks apply).
-TEST(HeuristicFp8Sm90, FollowsTheCommittedTable) {
-  const Sm90MeasuredTable t = sm90_fp8_measured_table();
+// The committed FP8 tables (kSm90Fp8Measured and the H200's kSm90Fp8MeasuredH200, from
+// scripts/tile-table --emit-cpp): well formed, and the heuristic returns a table's row at each of its
+// points on a device of its class and the model's on another SM count. An empty table passes (only
+// the shape checks apply).
+void follows_table(const DeviceSpec& dev) {
+  const Sm90MeasuredTable t = sm90_fp8_measured_table(dev);
   ASSERT_GE(t.n, 0);
   ASSERT_TRUE(t.n == 0 || t.points != nullptr);
-  EXPECT_EQ(t.sms, kH100.sm_count);
+  EXPECT_EQ(t.sms, dev.sm_count);
   for (int i = 0; i < t.n; ++i) {
     const Sm90MeasuredPoint& q = t.points[i];
     ASSERT_TRUE(q.k > 0 && q.k % 16 == 0 && q.u > 0 && q.u % 8 == 0 && q.m > 0) << "point " << i;
@@ -65,13 +68,27 @@ TEST(HeuristicFp8Sm90, FollowsTheCommittedTable) {
     for (int j = 0; j < i; ++j)
       ASSERT_FALSE(t.points[j].k == q.k && t.points[j].u == q.u && t.points[j].m == q.m) << "points " << j << ", " << i;
     const GatedUpProblem p{q.m, q.k, q.u};
-    EXPECT_EQ(choose_gated_up_fp8_sm90_tile_config(p, kH100), q.row) << "M=" << q.m << " K=" << q.k << " U=" << q.u;
+    EXPECT_EQ(choose_gated_up_fp8_sm90_tile_config(p, dev), q.row) << "M=" << q.m << " K=" << q.k << " U=" << q.u;
     EXPECT_EQ(choose_gated_up_fp8_sm90_tile_config(p, kH100Pcie), model(p, kH100Pcie)) << "another SM count: the model";
   }
 }
 
+TEST(HeuristicFp8Sm90, FollowsTheCommittedTable) {
+  follows_table(kH100);
+  follows_table(kH200);
+}
+
+// The H200 reads its own table (sm90_reads_h200_tables): Llama-3 70B x 4096 tokens takes the large
+// tile on the H100 (its sweep) and ping-pong on the H200 (1.05x cuBLASLt against the large tile's
+// 0.97x, three runs; docs/gated_up_fp8.md#tuning).
+TEST(HeuristicFp8Sm90, DeviceClassPicksTheTable) {
+  EXPECT_NE(sm90_fp8_measured_table(kH200).points, sm90_fp8_measured_table(kH100).points);
+  EXPECT_EQ(choose_gated_up_fp8_sm90_tile_config({4096, 8192, 28672}, kH100), kLarge);
+  EXPECT_EQ(choose_gated_up_fp8_sm90_tile_config({4096, 8192, 28672}, kH200), kPingpong);
+}
+
 TEST(HeuristicFp8Sm90, ValidPureAndTotal) {
-  for (const DeviceSpec& dev : {kH100, kH100Pcie, DeviceSpec{1, 232448, 9, 0}, DeviceSpec{0, 0, 9, 0}})
+  for (const DeviceSpec& dev : {kH100, kH200, kH100Pcie, DeviceSpec{1, 232448, 9, 0}, DeviceSpec{0, 0, 9, 0}})
     for (int64_t m : {int64_t(0), int64_t(1), int64_t(7), int64_t(128), int64_t(129), int64_t(1000), int64_t(4097),
                       int64_t(65536), int64_t(1) << 30})
       for (auto [k, u] : {std::pair<int64_t, int64_t>{16, 8}, {4096, 14336}, {8192, 28672}, {16384, 53248}}) {

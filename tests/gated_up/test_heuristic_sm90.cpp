@@ -25,10 +25,13 @@ namespace {
 
 using detail::DeviceSpec;
 
-// SM count, opt-in shared memory per block, cc. (H100 PCIe has 114 SMs; H20 78.)
-const DeviceSpec kH100{132, 232448, 9, 0};
-const DeviceSpec kH200{132, 232448, 9, 0};
-const DeviceSpec kH100Pcie{114, 232448, 9, 0};
+// SM count, opt-in shared memory per block, cc, peak DRAM GB/s (memory clock x 2 x bus width, as
+// device_spec computes it: the H100 SXM's HBM3 2619 MHz x 5120 bits, the H200's HBM3e 3201 MHz x 6144).
+// (H100 PCIe has 114 SMs; H20 78.)
+const DeviceSpec kH100{132, 232448, 9, 0, 3352.3};
+const DeviceSpec kH200{132, 232448, 9, 0, 4917.0};
+const DeviceSpec kH100Pcie{114, 232448, 9, 0, 2039.0};
+const DeviceSpec kUnknownDram{132, 232448, 9, 0, 0.0};  // a device that does not report its memory clock
 
 const std::pair<int64_t, int64_t> kTargetShapes[] = {{4096, 14336}, {8192, 28672}, {16384, 53248}};
 const std::pair<int64_t, int64_t> kLlamaShapes[] = {{4096, 11008}, {5120, 13824}, {4096, 14336}, {8192, 28672},
@@ -147,7 +150,7 @@ TEST(HeuristicSm90, SwizzleTakesAPaddingColumnAtManyWaves) {
 }
 
 TEST(HeuristicSm90, InvariantsOverASweep) {
-  for (const DeviceSpec& dev : {kH100, kH100Pcie, DeviceSpec{1, 232448, 9, 0}, DeviceSpec{0, 232448, 9, 0}}) {
+  for (const DeviceSpec& dev : {kH100, kH200, kH100Pcie, DeviceSpec{1, 232448, 9, 0}, DeviceSpec{0, 232448, 9, 0}}) {
     for (auto [k, u] : kLlamaShapes) {
       for (int64_t m = 1; m <= 70000; m = m < 64 ? m + 1 : m * 5 / 4) {
         const GatedUpProblem p{m, k, u};
@@ -208,14 +211,15 @@ TEST(HeuristicSm90, MeasuredTableLookup) {
     }
 }
 
-// The committed table (kSm90Measured in tile_table_sm90.inc, from scripts/tile-table --emit-cpp): well
-// formed, and the heuristic returns its row at each of its points on a device of its SM count and the
-// model's on another. An empty table passes (only the shape checks apply).
-TEST(HeuristicSm90, FollowsTheCommittedTable) {
-  const Sm90MeasuredTable t = sm90_measured_table();
+// The committed tables (kSm90Measured in tile_table_sm90.inc, kSm90MeasuredH200 in
+// tile_table_sm90_h200.inc, from scripts/tile-table --emit-cpp): well formed, and the heuristic returns
+// a table's row at each of its points on a device of its class and the model's on another SM count.
+// An empty table passes (only the shape checks apply).
+void follows_table(const DeviceSpec& dev) {
+  const Sm90MeasuredTable t = sm90_measured_table(dev);
   ASSERT_GE(t.n, 0);
   ASSERT_TRUE(t.n == 0 || t.points != nullptr);
-  EXPECT_EQ(t.sms, kH100.sm_count);
+  EXPECT_EQ(t.sms, dev.sm_count);
   for (int i = 0; i < t.n; ++i) {
     const Sm90MeasuredPoint& q = t.points[i];
     ASSERT_TRUE(q.k > 0 && q.k % 8 == 0 && q.u > 0 && q.u % 8 == 0 && q.m > 0) << "point " << i;
@@ -224,16 +228,37 @@ TEST(HeuristicSm90, FollowsTheCommittedTable) {
     for (int j = 0; j < i; ++j)
       ASSERT_FALSE(t.points[j].k == q.k && t.points[j].u == q.u && t.points[j].m == q.m) << "points " << j << ", " << i;
     const GatedUpProblem p{q.m, q.k, q.u};
-    EXPECT_EQ(choose_gated_up_sm90_tile_config(p, kH100), q.row) << "M=" << q.m << " K=" << q.k << " U=" << q.u;
+    EXPECT_EQ(choose_gated_up_sm90_tile_config(p, dev), q.row) << "M=" << q.m << " K=" << q.k << " U=" << q.u;
     EXPECT_EQ(choose_gated_up_sm90_tile_config(p, kH100Pcie), model(p, kH100Pcie)) << "another SM count: the model";
   }
+}
+
+TEST(HeuristicSm90, FollowsTheCommittedTable) {
+  follows_table(kH100);
+  follows_table(kH200);
+}
+
+// Which class's tables a 132-SM device reads: the H200's from kSm90H200TableMinDramGbps of peak DRAM
+// bandwidth, else the H100's (an unknown bandwidth too); and they are different tables (the H200's
+// row differs from the H100's at 27 of their 36 shared points: docs/gated_up.md#tuning).
+TEST(HeuristicSm90, DeviceClassPicksTheTable) {
+  EXPECT_FALSE(sm90_reads_h200_tables(kH100));
+  EXPECT_TRUE(sm90_reads_h200_tables(kH200));
+  EXPECT_FALSE(sm90_reads_h200_tables(kUnknownDram));
+  EXPECT_EQ(sm90_measured_table(kUnknownDram).points, sm90_measured_table(kH100).points);
+  EXPECT_NE(sm90_measured_table(kH200).points, sm90_measured_table(kH100).points);
+  // Llama-3 8B x 4096 tokens: the large tile on the H100 (row 0 0.976x cuBLAS, the 128x128 rows behind),
+  // the one-M-tile row on the H200 (1.06x against the large tile's 0.97x, two runs).
+  EXPECT_EQ(choose_gated_up_sm90_tile_config({4096, 4096, 14336}, kH100), kLarge);
+  EXPECT_EQ(choose_gated_up_sm90_tile_config({4096, 4096, 14336}, kH200), kOneMTile);
 }
 
 // The one-M-tile row (128x128, no multicast of the weight tile) re-reads each weight tile per M tile
 // and loses to the large tile wherever there are many M tiles. Two points of the first sweep had it as
 // their best by noise, and the heuristic took it there: Llama-3 8B x 16384 tokens ran at 0.81x cuBLAS
 // against the large tile's 0.97x, Gemma-2 27B x 4096 at 0.87x against 0.95x (H100, 2026-11-27, three
-// runs each, scripts/tile-table --update; docs/gated_up.md#tuning). From 2048 tokens it is never chosen.
+// runs each, scripts/tile-table --update; docs/gated_up.md#tuning). From 2048 tokens it is never chosen
+// on an H100 (the H200, with 1.47x the DRAM bandwidth, runs it ahead there: its own table).
 TEST(HeuristicSm90, NoOneMTileRowAtManyMTiles) {
   EXPECT_EQ(choose_gated_up_sm90_tile_config({16384, 4096, 14336}, kH100), kLarge);
   EXPECT_EQ(choose_gated_up_sm90_tile_config({4096, 4608, 36864}, kH100), kLarge);
@@ -280,7 +305,7 @@ TEST(HeuristicSm90, StreamKLookupIsExact) {
 // kSm90Measured with a stream-K row (1 of 60 at a 2 % margin), and the heuristic with a workspace
 // returns it there.
 TEST(HeuristicSm90, StreamKPointsArePointsOfTheTable) {
-  const Sm90MeasuredTable t = sm90_measured_table(false), w = sm90_measured_table(true);
+  const Sm90MeasuredTable t = sm90_measured_table(kH100, false), w = sm90_measured_table(kH100, true);
   ASSERT_GT(w.n, 0) << "no stream-K point";
   ASSERT_LT(w.n, t.n);
   ASSERT_NE(w.points, nullptr);
@@ -327,7 +352,7 @@ TEST(HeuristicSm90, WithWorkspacePicksStreamKWhereItWasAhead) {
 // Over a sweep: with a workspace the choice is the no-workspace one or a stream-K point's
 // stream-K row (never a stream-K row the table does not give), and pure.
 TEST(HeuristicSm90, WithWorkspaceElsewhereIsTheChoiceWithout) {
-  const Sm90MeasuredTable w = sm90_measured_table(true);
+  const Sm90MeasuredTable w = sm90_measured_table(kH100, true);
   std::vector<std::pair<int64_t, int64_t>> shapes(std::begin(kLlamaShapes), std::end(kLlamaShapes));
   shapes.push_back({3584, 18944});  // Qwen2 7B
   shapes.push_back({8192, 29568});  // Qwen2 72B
