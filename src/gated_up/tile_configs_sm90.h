@@ -169,6 +169,16 @@ struct Sm90MeasuredTable {
   int sms;  // the SM count of the device it was measured on
 };
 Sm90MeasuredTable sm90_measured_table(const detail::DeviceSpec& dev, bool stream_k_points = false);
+// The H100 SXM's tables, whatever the device: what a device of the H200's class reads at a point its own
+// tables do not cover (sm90_measured_covers).
+Sm90MeasuredTable sm90_h100_measured_table(bool stream_k_points = false);
+
+// Whether `t` holds p on dev: a point of p's (K, U) at or below p.m and one at or above, on a device of
+// t's SM count. Inside that range the table decides (its row, or the model between two Ms whose rows
+// differ); outside it a device of the H200's class reads the H100's table before the model (the same
+// 132 SMs): the H200's sweep measured 512-16384 tokens, the H100's 128-65536, of the same six
+// shapes (docs/gated_up.md#tuning). Pure; CPU-tested.
+bool sm90_measured_covers(const Sm90MeasuredTable& t, const GatedUpProblem& p, const detail::DeviceSpec& dev);
 
 // Which class's measured tables a device reads (the 16-bit and FP8 heuristics alike). The H100 SXM
 // (HBM3, 3.35 TB/s peak) and the H200 (HBM3e, 4.8 TB/s) both have 132 SMs, but their best rows differ:

@@ -393,9 +393,7 @@ TEST(GatedUpGpu, Sm90HeuristicStreamKWithWorkspace) {
   const int cw = choose_gated_up_sm90_tile_config({s.M, s.K, s.U}, dev, /*with_workspace=*/true);
   if (!kSm90TileConfigs[cw].stream_k)
     GTEST_SKIP() << "this device's with-workspace table has no stream-K point at this shape (" << dev.sm_count
-                 << " SMs, " << dev.dram_gbps << " GB/s: the "
-                 << (sm90_reads_h200_tables(dev) ? "H200's table, whose sweep measured no stream-K row" : "H100's class")
-                 << "): no stream-K choice to test";
+                 << " SMs, " << dev.dram_gbps << " GB/s): no stream-K choice to test";
   const size_t need = gated_up_workspace_size(s.M, s.K, s.U, -1, GatedUpOptions{});
   const size_t base = gated_up_workspace_size(s.M, s.K, s.U, -1);
   ASSERT_GT(need, base) << "the options overload sizes the heuristic's stream-K row";

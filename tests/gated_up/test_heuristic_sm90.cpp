@@ -240,7 +240,7 @@ TEST(HeuristicSm90, FollowsTheCommittedTable) {
 
 // Which class's tables a 132-SM device reads: the H200's from kSm90H200TableMinDramGbps of peak DRAM
 // bandwidth, else the H100's (an unknown bandwidth too); and they are different tables (the H200's
-// row differs from the H100's at 27 of their 36 shared points: docs/gated_up.md#tuning).
+// row differs from the H100's at 28 of their 36 shared points: docs/gated_up.md#tuning).
 TEST(HeuristicSm90, DeviceClassPicksTheTable) {
   EXPECT_FALSE(sm90_reads_h200_tables(kH100));
   EXPECT_TRUE(sm90_reads_h200_tables(kH200));
@@ -251,6 +251,60 @@ TEST(HeuristicSm90, DeviceClassPicksTheTable) {
   // the one-M-tile row on the H200 (1.06x against the large tile's 0.97x, two runs).
   EXPECT_EQ(choose_gated_up_sm90_tile_config({4096, 4096, 14336}, kH100), kLarge);
   EXPECT_EQ(choose_gated_up_sm90_tile_config({4096, 4096, 14336}, kH200), kOneMTile);
+}
+
+// Llama-3.1 405B x 4096 tokens on the H200: row 1 (ping-pong 2x1) led row 2 by 0.2 % in the sweep's two
+// passes, was taken, and ran 0.751 / 0.738x cuBLAS in both grid runs after (its median repetition 27.8
+// ms against its fastest 20.5: a slow mode row 1 also showed at 405B x 8192 / 16384 and 70B x 16384).
+// The table is generated from the sweep and the grid runs together (scripts/tile-table --results):
+// row 2 there, and at 70B x 8192 (row 1 0.92x in one grid run).
+TEST(HeuristicSm90, H200TableCountsTheGridRuns) {
+  EXPECT_EQ(choose_gated_up_sm90_tile_config({4096, 16384, 53248}, kH200), kOneMTile);
+  EXPECT_EQ(choose_gated_up_sm90_tile_config({8192, 8192, 28672}, kH200), kOneMTile);
+}
+
+// sm90_measured_covers on a table the test makes: p's shape with points at or below and at or above p.m,
+// on the table's SM count.
+TEST(HeuristicSm90, MeasuredCoversItsRangeOnly) {
+  const Sm90MeasuredPoint pts[] = {{4096, 14336, 512, kPingpong}, {4096, 14336, 16384, kLarge}};
+  const Sm90MeasuredTable t{pts, 2, 132};
+  EXPECT_TRUE(sm90_measured_covers(t, {512, 4096, 14336}, kH200));
+  EXPECT_TRUE(sm90_measured_covers(t, {3000, 4096, 14336}, kH200));
+  EXPECT_TRUE(sm90_measured_covers(t, {16384, 4096, 14336}, kH200));
+  EXPECT_FALSE(sm90_measured_covers(t, {511, 4096, 14336}, kH200));
+  EXPECT_FALSE(sm90_measured_covers(t, {16385, 4096, 14336}, kH200));
+  EXPECT_FALSE(sm90_measured_covers(t, {1024, 4096, 11008}, kH200));  // another shape
+  EXPECT_FALSE(sm90_measured_covers(t, {1024, 4096, 14336}, kH100Pcie));  // another SM count
+  EXPECT_FALSE(sm90_measured_covers({nullptr, 0, 132}, {1024, 4096, 14336}, kH200));
+}
+
+// On the H200, outside its table's range (below 512 and past 16384 tokens) the H100's table, measured on
+// the same SM count, before the model: its row at each such point of its shapes, with a workspace its
+// stream-K point too (405B x 256). Inside the range the H200's table or, between two of its Ms whose rows
+// differ, the model: never the H100's row for it.
+TEST(HeuristicSm90, H200BelowItsTableReadsTheH100s) {
+  const Sm90MeasuredTable own = sm90_measured_table(kH200), h100 = sm90_h100_measured_table();
+  ASSERT_NE(own.points, h100.points);
+  EXPECT_EQ(sm90_measured_table(kH100).points, h100.points);
+  int read = 0;
+  for (int i = 0; i < h100.n; ++i) {
+    const Sm90MeasuredPoint& q = h100.points[i];
+    const GatedUpProblem p{q.m, q.k, q.u};
+    if (sm90_measured_covers(own, p, kH200)) continue;
+    ++read;
+    EXPECT_EQ(choose_gated_up_sm90_tile_config(p, kH200), q.row) << "M=" << q.m << " K=" << q.k << " U=" << q.u;
+  }
+  EXPECT_GE(read, 24) << "the H100's 128, 256, 32768 and 65536 tokens of the six shapes";
+  constexpr int kStreamK = 3;
+  EXPECT_EQ(choose_gated_up_sm90_tile_config({256, 16384, 53248}, kH200, true), kStreamK);
+  EXPECT_EQ(choose_gated_up_sm90_tile_config({256, 16384, 53248}, kH200, true),
+            choose_gated_up_sm90_tile_config({256, 16384, 53248}, kH100, true));
+  // Inside the range: the H200's table (Llama-3 8B x 4096: row 2 on the H200, row 0 on the H100).
+  EXPECT_TRUE(sm90_measured_covers(own, {4096, 4096, 14336}, kH200));
+  EXPECT_EQ(choose_gated_up_sm90_tile_config({4096, 4096, 14336}, kH200), kOneMTile);
+  EXPECT_FALSE(kSm90TileConfigs[choose_gated_up_sm90_tile_config({4096, 16384, 53248}, kH200, true)].stream_k);
+  // Between two H200 Ms whose rows differ (8B: row 0 at 2048, row 2 at 4096): the model.
+  EXPECT_EQ(choose_gated_up_sm90_tile_config({3000, 4096, 14336}, kH200), model({3000, 4096, 14336}, kH200));
 }
 
 // The one-M-tile row (128x128, no multicast of the weight tile) re-reads each weight tile per M tile
