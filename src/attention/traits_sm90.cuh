@@ -101,9 +101,11 @@ struct Sm90Traits {
   static constexpr bool kStageO = kStageO_;
   static constexpr int kThreads = 128 * (1 + kConsumerWgs);
   // setmaxnreg: the producer keeps 24 registers and the consumers share the rest of the 64 K
-  // register file (2 x 240 or 3 x 160, each with 24 · 128 for the producer, <= 65536).
-  static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = kConsumerWgs == 2 ? 240 : 160;
+  // register file (2 x 240 or 3 x 160, each with 24 · 128 for the producer, <= 65536). At D = 128 the
+  // producer gets 40 and the consumers 232: at 24 its TMA and scheduler code spilled 104 bytes.
+  static constexpr bool kWideProducer = kConsumerWgs == 2 && kHeadDim == 128;
+  static constexpr int kProducerRegs = kWideProducer ? 40 : 24;
+  static constexpr int kConsumerRegs = kConsumerWgs == 2 ? (kWideProducer ? 232 : 240) : 160;
   // The main loop walks the masked key blocks in their own loops (mainloop_sm90.cuh) where the
   // consumers have 160 registers: the mask code's registers are what would spill at 192 x 128. At
   // two warpgroups (240 registers) the one loop measured 2-3 % faster at D = 64 and even at D = 128 /
