@@ -10,7 +10,8 @@
 // (one CTA per SM) where every tile does the same work and one CTA per tile under a causal mask or
 // a window (attn::sm90_grid_ctas in params.h). Warpgroup 0 is the producer, warpgroups 1 to
 // kConsumerWgs (2 or 3) the consumers, 64 query rows each. `setmaxnreg` gives the producer 24
-// registers and each consumer thread 240 (two consumers) or 160 (three).
+// registers and each consumer thread 240 (two consumers) or 160 (three); at D = 128 the producer 40
+// and the consumers 232 (Sm90Traits::kWideProducer, traits_sm90.cuh).
 //
 // P stays in registers. In the m64nN F32 accumulator layout (GMMA::CLayout_64xN,
 // ((4,8,4),(2,2,N/8)) : ((128,1,16),(64,8,512)) in m + 64·n) a thread holds, per 8-column block b,

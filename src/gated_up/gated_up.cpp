@@ -148,6 +148,7 @@ GatedUpParams sm90_shape_params(int64_t m, int64_t k, int64_t u, int config, int
   p.ldw = k;
   p.ldo = u;
   p.sm90_max_swizzle = sm90_choose_swizzle(m, u, kSm90TileConfigs[config], sm_count);
+  p.sm90_raster_along_n = kSm90TileConfigs[config].raster_along_n;
   return p;
 }
 
@@ -251,6 +252,7 @@ void gated_up(ConstMatrix x, ConstMatrix w, Matrix out, Activation act, void* wo
                 cat("a config that fits this device's ", dev.max_smem_per_block, " bytes per block"));
     // The scheduler's max swizzle (sm90_choose_swizzle: the largest that adds no more than 1 % tiles and waves).
     params.sm90_max_swizzle = sm90_choose_swizzle(x.rows, out.cols, kSm90TileConfigs[c90], dev.sm_count);
+    params.sm90_raster_along_n = kSm90TileConfigs[c90].raster_along_n;
     const size_t need = sm90::workspace_bytes(c90, params);
     if (need > 0) {  // a stream-K row: its region after the decode kernel's
       const size_t offset = sm90_workspace_offset(x.cols, out.cols, -1), total = offset + need;

@@ -165,6 +165,7 @@ void dispatch(GatedUpFp8Params& p, const GatedUpFp8Options& opt, cudaStream_t st
     throw_arg(kFn, "options.tile_config", cat("= ", c, " needs ", smem, " bytes of shared memory"),
               cat("a config that fits this device's ", dev.max_smem_per_block, " bytes per block"));
   p.sm90_max_swizzle = sm90_choose_swizzle(p.m, p.u, kSm90Fp8TileConfigs[c], dev.sm_count);
+  p.sm90_raster_along_n = kSm90Fp8TileConfigs[c].raster_along_n;
   sm90::launch_gated_up_fp8(c, p, stream);
 #else
   (void)p, (void)opt, (void)stream;  // validate() has thrown already

@@ -14,6 +14,11 @@
 //      epilogue hides under the other's mainloop; the weight tile is multicast as in row 0. Twice
 //      the tiles of row 0 for less wave quantisation: wins at 512 tokens when K is small (Llama-3
 //      8B: 738 vs 677 TFLOP/s), loses where K is large (its L2 traffic per flop is 1.5x row 0's).
+//      Rasterised along N (its swizzle groups run down M, the cluster's own direction): with
+//      CUTLASS's choice for N > M (along M) it read 247-257 GB of DRAM at Llama-3.1 405B x 8192 tokens
+//      (ncu; cuBLAS 77-88) and along N 162-188; over the H200 grid (two passes each, one call)
+//      fused / cuBLAS median 1.016x against 1.008x, lowest 0.950x against 0.731x, and none of the
+//      slow episodes at K = 16384 (docs/gated_up.md#tuning, "The raster of row 1").
 //   2  ping-pong 128x128, cluster 1x2: for one M tile (<= 128 tokens, decode-sized M), where a 2x1
 //      cluster pads the single M tile to two; multicasts the activation tile along N instead.
 //   3  row 0 under CUTLASS's stream-K scheduler (against the last wave's quantisation, e.g. 8B at
@@ -59,12 +64,13 @@ struct Sm90TileConfigRow {
   bool stream_k = false;     // CUTLASS's StreamKScheduler (needs a workspace) instead of the persistent one
   bool opt_in = false;       // only when asked for (options.tile_config): not yet placed by a measurement
   bool split_n = false;      // cooperative only: the two consumer warpgroups split the tile along N, not M
+  bool raster_along_n = false;  // the scheduler walks along N, swizzled along M (else CUTLASS's heuristic)
 };
 
 inline constexpr Sm90TileConfigRow kSm90TileConfigs[] = {
     // bm   bn  bk  cm cn  pingpong  rel_rate  large K
     {128, 256, 64, 2, 1, false, 1.00f, 1.00f},  // 0: 512+ tokens
-    {128, 128, 64, 2, 1, true, 0.95f, 0.80f},   // 1: 512-token chunks at small K
+    {128, 128, 64, 2, 1, true, 0.95f, 0.80f, false, false, false, true},  // 1: 512-token chunks at small K
     {128, 128, 64, 1, 2, true, 0.90f, 0.75f},   // 2: one M tile (<= 128 tokens)
     {128, 256, 64, 2, 1, false, 1.00f, 1.00f, true},  // 3: row 0, stream-K (opt-in: needs a workspace)
     {256, 128, 64, 1, 2, false, 1.00f, 1.00f, false, true},  // 4: cuBLAS's 256x128 1x2 (opt-in: unmeasured)
