@@ -88,7 +88,7 @@ std::string tile_string(int cfg, bool sm90 = false) {
 class GatedUpBench final : public BenchCommand {
   std::vector<std::string> models_ = {"8b", "70b", "405b", "gemma27b"};
   std::vector<int64_t> tokens_ = {512, 1024, 2048, 4096, 8192, 16384, 32768, 65536};
-  std::string dtype_ = "bf16", kernel_ = "auto";
+  std::string dtype_ = "bf16", kernel_ = "auto", raster_ = "auto";
   int tile_config_ = -1;
 
   bool compares_variants() const override { return true; }
@@ -104,11 +104,16 @@ class GatedUpBench final : public BenchCommand {
     o.choice("--kernel", kernel_, {"auto", "sm80", "sm90", "decode"},
              "which fused kernel (auto = decode up to 32 rows, above sm90 on compute capability 9.0 when built, else sm80)");
     o.integer("--tile-config", tile_config_, -1, 1000, "force GatedUpOptions::tile_config (-1: the heuristic)");
+    o.choice("--raster", raster_, {"auto", "m", "n"},
+             "force GatedUpOptions::sm90_raster: the sm90 kernel's tile order along M or N (auto: the tile row's); "
+             "points another kernel runs are skipped");
   }
 
   void run(Bench& b) override {
     if (kernel_ == "sm90" && !gated_up_has_sm90()) throw Error("--kernel sm90: this build has no sm90a kernel");
     if (kernel_ == "decode" && tile_config_ >= 0) throw Error("--tile-config: the decode kernel has no tile table (-1 only)");
+    if (raster_ != "auto" && (kernel_ == "sm80" || kernel_ == "decode"))
+      throw Error("--raster " + raster_ + ": only the sm90 kernel takes a raster (--kernel " + kernel_ + ")");
     const int n_cfg = kernel_ == "sm90" ? kNumSm90TileConfigs : gated_up_num_tile_configs();
     if (tile_config_ >= n_cfg)
       throw Error("--tile-config " + std::to_string(tile_config_) + ": required -1 (heuristic) or 0.." + std::to_string(n_cfg - 1));
@@ -124,6 +129,7 @@ class GatedUpBench final : public BenchCommand {
     b.columns({"model", "M", "a cuBLAS", "b +swiglu", "c fused", "c/a", "c/b", "c %ceil", "c us", "c %copy", "act MiB a/b/c", "tile",
                "verified"});
     b.info()["dtype"] = dtype_;
+    b.info()["raster"] = raster_;
     for (const auto& key : models_)
       for (const auto& md : kModels)
         if (key == md.key) model(b, md, dt);
@@ -166,9 +172,15 @@ class GatedUpBench final : public BenchCommand {
         b.log("%s: --kernel decode takes M <= %ld; skipped", point.c_str(), long(kDecodeGemmMaxM));
         continue;
       }
+      if (raster_ != "auto" && !use90) {
+        b.log("%s: --raster %s takes the sm90 kernel, and %s runs here; skipped", point.c_str(), raster_.c_str(),
+              kernel_name(kern));
+        continue;
+      }
       GatedUpOptions opt;
       opt.tile_config = tile_config_;
       opt.kernel = kern;
+      opt.sm90_raster = raster_ == "m" ? Sm90Raster::kAlongM : raster_ == "n" ? Sm90Raster::kAlongN : Sm90Raster::kAuto;
       // A workspace wherever the sm90 kernel runs, sized by the options overload: a forced stream-K
       // row's, or (the heuristic, no --tile-config) the stream-K row's where the heuristic with a
       // workspace picks it — what a caller that passes one (the torch binding) runs.

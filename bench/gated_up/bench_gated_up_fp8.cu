@@ -123,6 +123,7 @@ class GatedUpFp8Bench final : public BenchCommand {
   std::vector<std::string> models_ = {"8b", "70b"};
   std::vector<int64_t> tokens_ = {1024, 4096, 16384};
   int tile_config_ = -1;
+  std::string raster_ = "auto";
 
   bool compares_variants() const override { return true; }
   void options(Options& o) override {
@@ -133,6 +134,9 @@ class GatedUpFp8Bench final : public BenchCommand {
     o.words("--models", models_, {"8b", "70b"}, "models", std::vector<std::string>{"8b", "70b"});
     o.ints("--tokens", tokens_, 16, int64_t{1} << 20, "token counts M", std::vector<int64_t>{1024, 4096}, 16);
     o.integer("--tile-config", tile_config_, -1, 1000, "force GatedUpFp8Options::tile_config (-1: the heuristic)");
+    o.choice("--raster", raster_, {"auto", "m", "n"},
+             "force GatedUpFp8Options::sm90_raster, the tile order along M or N (auto: the tile row's), for the FP8 "
+             "calls (the 16-bit column d keeps its own)");
   }
 
   void run(Bench& b) override {
@@ -147,6 +151,7 @@ class GatedUpFp8Bench final : public BenchCommand {
     b.title("a = cuBLASLt FP8 GEMM alone (fast accum), a' = default accum; c = fused gated_up_fp8 (bf16 out), c8 = e4m3 out "
             "(static scale), c8d = e4m3 out with dynamic per-row scales; e = a + swiglu_fp8 (dynamic); d = fused 16-bit gated_up (bf16)");
     if (matrix > 0) b.title("ceiling this run: cuBLAS 8192^3 bf16 " + fmt(matrix, 0) + " TFLOP/s");
+    b.info()["raster"] = raster_;
     b.columns({"model", "M", "a LtFP8", "a' Lt dflt", "c fused8", "c8 e4m3out", "c8d dyn", "e a+swiglu8", "d fused16", "c/a",
                "c/a'", "c/d", "c8d/e", "tile", "verified"});
     LT(cublasLtCreate(&lt_));
@@ -203,6 +208,7 @@ class GatedUpFp8Bench final : public BenchCommand {
       const int cfg = tile_config_ >= 0 ? tile_config_ : choose_gated_up_fp8_sm90_tile_config({M, K, U}, spec);
       GatedUpFp8Options opt;
       opt.tile_config = tile_config_;
+      opt.sm90_raster = raster_ == "m" ? Sm90Raster::kAlongM : raster_ == "n" ? Sm90Raster::kAlongN : Sm90Raster::kAuto;
       const Fp8InputScale xs{Fp8InputScaleMode::kPerTensor, d_sx}, ws{Fp8InputScaleMode::kPerTensor, d_sw};
       auto X8 = [&](int i) { return make_fp8_const_matrix(x8[size_t(i % sets8)].data(), M, K); };
       const Fp8ConstMatrix W8 = make_fp8_const_matrix(w8.data(), N, K);

@@ -37,10 +37,23 @@ bool gated_up_has_sm90();
 const char* kernel_name(GatedUpKernel k);
 
 // Optional overrides, for tests and benchmarks. Defaults choose everything automatically.
+// The order in which the sm90a kernel's persistent scheduler walks the output tiles (CUTLASS's
+// rasterisation: along one grid side, in swizzled groups of up to 8 tiles across the other). kAuto
+// takes the tile row's order (src/gated_up/tile_configs_sm90.h: row 1 along N, the other rows
+// CUTLASS's choice, along M when there are more N tiles than M tiles); the other two force one, a
+// tuning knob beside tile_config (docs/gated_up.md#tuning, "The raster of row 1"). Only the sm90a
+// kernels take it: anything but kAuto on a call that runs another kernel throws.
+enum class Sm90Raster : int {
+  kAuto = 0,
+  kAlongM = 1,
+  kAlongN = 2,
+};
+
 struct GatedUpOptions {
   GatedUpKernel kernel = GatedUpKernel::kAuto;
   int tile_config = -1;  // index into the chosen kernel's tile table (sm80: gated_up_tile_config();
                          // sm90: kSm90TileConfigs); -1 = heuristic (the only value kDecode takes)
+  Sm90Raster sm90_raster = Sm90Raster::kAuto;  // the sm90a tile order (above); kAuto elsewhere
 };
 
 // h = act(x · w_gateᵀ) ⊙ (x · w_upᵀ), with w interleaved as described above.

@@ -19,6 +19,7 @@
 
 #include "blockfuse/common.h"
 #include "blockfuse/fp8.h"
+#include "blockfuse/gated_up.h"  // Activation, Sm90Raster
 
 namespace blockfuse {
 
@@ -48,6 +49,7 @@ inline Fp8ConstMatrix make_fp8_const_matrix(const void* data, int64_t rows, int6
 struct GatedUpFp8Options {
   int tile_config = -1;  // index into the FP8 sm90 tile table (src/gated_up/tile_configs_fp8_sm90.h);
                          // -1 = heuristic
+  Sm90Raster sm90_raster = Sm90Raster::kAuto;  // the tile order (gated_up.h); kAuto: the row's
 };
 // Whether this build contains the FP8 sm90a kernel (the same build switch as the 16-bit sm90 one).
 bool gated_up_fp8_has_sm90();

@@ -74,6 +74,11 @@ void validate(const ConstMatrix& x, const ConstMatrix& w, const Matrix& out, Act
   if (opt.tile_config < -1 || opt.tile_config >= n_configs)
     throw_arg(kFn, "options.tile_config", cat("= ", opt.tile_config),
               cat("-1 (heuristic) or 0 <= tile_config < ", n_configs, " for kernel ", kernel_name(opt.kernel)));
+  if (!sm90_raster_valid(opt.sm90_raster))
+    throw_arg(kFn, "options.sm90_raster", cat("has code ", static_cast<int>(opt.sm90_raster)), "kAuto, kAlongM or kAlongN");
+  if (opt.sm90_raster != Sm90Raster::kAuto && (opt.kernel == GatedUpKernel::kSm80 || opt.kernel == GatedUpKernel::kDecode))
+    throw_arg(kFn, "options.sm90_raster", cat("= ", static_cast<int>(opt.sm90_raster), " with options.kernel = ", kernel_name(opt.kernel)),
+              "Sm90Raster::kAuto unless the sm90 kernel runs");
 
   detail::check_matrix_shape(kFn, "x", x);
   detail::check_matrix_shape(kFn, "w", w);
@@ -148,7 +153,7 @@ GatedUpParams sm90_shape_params(int64_t m, int64_t k, int64_t u, int config, int
   p.ldw = k;
   p.ldo = u;
   p.sm90_max_swizzle = sm90_choose_swizzle(m, u, kSm90TileConfigs[config], sm_count);
-  p.sm90_raster_along_n = kSm90TileConfigs[config].raster_along_n;
+  p.sm90_raster = sm90_raster_for(kSm90TileConfigs[config], Sm90Raster::kAuto);
   return p;
 }
 
@@ -213,6 +218,10 @@ void gated_up(ConstMatrix x, ConstMatrix w, Matrix out, Activation act, void* wo
                                    ? options.kernel
                                    : choose_gated_up_kernel(x.rows, options.tile_config, gated_up_has_sm90(),
                                                             dev.cc_major, dev.cc_minor);
+  if (kernel != GatedUpKernel::kSm90 && options.sm90_raster != Sm90Raster::kAuto)
+    throw_arg(kFn, "options.sm90_raster", cat("= ", static_cast<int>(options.sm90_raster), ", but this call runs the ",
+                                              kernel_name(kernel), " kernel (M = ", x.rows, ")"),
+              "Sm90Raster::kAuto unless the sm90 kernel runs (M > 32 on compute capability 9.0, sm90a build)");
   if (kernel == GatedUpKernel::kDecode) {
     const DecodeGemmConfig c = decode::choose_config(x.rows, w.rows, x.cols, dev.sm_count,
                                                      workspace != nullptr ? kDecodeGemmMaxSplitK : 1);
@@ -252,7 +261,7 @@ void gated_up(ConstMatrix x, ConstMatrix w, Matrix out, Activation act, void* wo
                 cat("a config that fits this device's ", dev.max_smem_per_block, " bytes per block"));
     // The scheduler's max swizzle (sm90_choose_swizzle: the largest that adds no more than 1 % tiles and waves).
     params.sm90_max_swizzle = sm90_choose_swizzle(x.rows, out.cols, kSm90TileConfigs[c90], dev.sm_count);
-    params.sm90_raster_along_n = kSm90TileConfigs[c90].raster_along_n;
+    params.sm90_raster = sm90_raster_for(kSm90TileConfigs[c90], options.sm90_raster);
     const size_t need = sm90::workspace_bytes(c90, params);
     if (need > 0) {  // a stream-K row: its region after the decode kernel's
       const size_t offset = sm90_workspace_offset(x.cols, out.cols, -1), total = offset + need;

@@ -86,6 +86,8 @@ GatedUpFp8Params validate(const Fp8ConstMatrix& x, const Fp8InputScale& xs, cons
   if (opt.tile_config < -1 || opt.tile_config >= kNumSm90Fp8TileConfigs)
     throw_arg(kFn, "options.tile_config", cat("= ", opt.tile_config),
               cat("-1 (heuristic) or 0 <= tile_config < ", kNumSm90Fp8TileConfigs));
+  if (!sm90_raster_valid(opt.sm90_raster))
+    throw_arg(kFn, "options.sm90_raster", cat("has code ", static_cast<int>(opt.sm90_raster)), "kAuto, kAlongM or kAlongN");
   check_fp8_input("x", x);
   check_fp8_input("w", w);
   const int64_t M = x.rows, K = x.cols, U = out.cols;
@@ -165,7 +167,7 @@ void dispatch(GatedUpFp8Params& p, const GatedUpFp8Options& opt, cudaStream_t st
     throw_arg(kFn, "options.tile_config", cat("= ", c, " needs ", smem, " bytes of shared memory"),
               cat("a config that fits this device's ", dev.max_smem_per_block, " bytes per block"));
   p.sm90_max_swizzle = sm90_choose_swizzle(p.m, p.u, kSm90Fp8TileConfigs[c], dev.sm_count);
-  p.sm90_raster_along_n = kSm90Fp8TileConfigs[c].raster_along_n;
+  p.sm90_raster = sm90_raster_for(kSm90Fp8TileConfigs[c], opt.sm90_raster);
   sm90::launch_gated_up_fp8(c, p, stream);
 #else
   (void)p, (void)opt, (void)stream;  // validate() has thrown already

@@ -19,7 +19,7 @@ struct GatedUpParams {
   // Launch choices, one per kernel (the dispatcher, gated_up.cpp, sets the one it launches):
   int sm80_raster_group;  // sm80: CTAs are numbered down groups of this many m-tiles (gated_up_sm80.cuh)
   int sm90_max_swizzle;   // sm90: the persistent scheduler's max_swizzle_size (sm90_choose_swizzle)
-  bool sm90_raster_along_n;  // sm90: walk the tiles along N (the row's raster_along_n), else CUTLASS's heuristic
+  int sm90_raster;        // sm90: the scheduler's order, 0 CUTLASS's heuristic, 1 along M, 2 along N (sm90_raster_for)
   void* sm90_workspace;   // sm90 stream-K rows: the scheduler's workspace (sm90::workspace_bytes), else unused
   size_t sm90_workspace_bytes;
 };
@@ -53,7 +53,7 @@ struct GatedUpFp8Params {
   bool out_fp8;            // e4m3 output
   const float* out_scale;  // out_fp8: 1 float, the static per-tensor output scale
   int sm90_max_swizzle;
-  bool sm90_raster_along_n;
+  int sm90_raster;
   void* sm90_workspace;  // unused by the FP8 rows (none is stream-K)
   size_t sm90_workspace_bytes;
 };

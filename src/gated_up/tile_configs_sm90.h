@@ -15,8 +15,8 @@
 //      the tiles of row 0 for less wave quantisation: wins at 512 tokens when K is small (Llama-3
 //      8B: 738 vs 677 TFLOP/s), loses where K is large (its L2 traffic per flop is 1.5x row 0's).
 //      Rasterised along N (its swizzle groups run down M, the cluster's own direction): with
-//      CUTLASS's choice for N > M (along M) it read 247-257 GB of DRAM at Llama-3.1 405B x 8192 tokens
-//      (ncu; cuBLAS 77-88) and along N 162-188; over the H200 grid (two passes each, one call)
+//      CUTLASS's choice for N > M (along M) it read 247-265 GB of DRAM at Llama-3.1 405B x 8192 tokens
+//      (ncu; cuBLAS 69-88) and along N 113-204; over the H200 grid (two passes each, one call)
 //      fused / cuBLAS median 1.016x against 1.008x, lowest 0.950x against 0.731x, and none of the
 //      slow episodes at K = 16384 (docs/gated_up.md#tuning, "The raster of row 1").
 //   2  ping-pong 128x128, cluster 1x2: for one M tile (<= 128 tokens, decode-sized M), where a 2x1
@@ -77,6 +77,16 @@ inline constexpr Sm90TileConfigRow kSm90TileConfigs[] = {
     {192, 192, 64, 1, 2, false, 1.00f, 1.00f, false, true, true},  // 5: cuBLAS's 192x192 1x2, N-split (opt-in)
 };
 inline constexpr int kNumSm90TileConfigs = sizeof(kSm90TileConfigs) / sizeof(kSm90TileConfigs[0]);
+
+// The order the launcher passes to the scheduler for row c (GatedUpParams::sm90_raster): the caller's
+// (GatedUpOptions::sm90_raster: 1 along M, 2 along N) where it forces one, else the row's (2 where
+// raster_along_n) or 0, CUTLASS's heuristic (along the longer grid side).
+inline constexpr bool sm90_raster_valid(Sm90Raster r) {
+  return r == Sm90Raster::kAuto || r == Sm90Raster::kAlongM || r == Sm90Raster::kAlongN;
+}
+inline constexpr int sm90_raster_for(const Sm90TileConfigRow& c, Sm90Raster requested) {
+  return requested != Sm90Raster::kAuto ? static_cast<int>(requested) : c.raster_along_n ? 2 : 0;
+}
 
 // ---- CUTLASS's persistent tile scheduler, in plain integers -------------------------------------
 // The sm90 PersistentTileScheduler rounds the CTA grid up twice: each mode to a multiple of the

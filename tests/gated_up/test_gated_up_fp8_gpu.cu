@@ -131,7 +131,7 @@ void expect_bf16_close(const Problem& P, const std::vector<uint16_t>& h, int64_t
 }
 
 // bf16 output: every element against the reference, the row padding still poisoned.
-void check_bf16(const Problem& P, int tile_config) {
+void check_bf16(const Problem& P, int tile_config, Sm90Raster raster = Sm90Raster::kAuto) {
   const Case& c = P.c;
   const int64_t ldo = c.U + c.o_pad;
   const uint16_t kPoison = testing::nan_bits(DType::kBF16);
@@ -139,10 +139,12 @@ void check_bf16(const Problem& P, int tile_config) {
   DevBuf out = testing::to_device(h.data(), h.size() * 2);
   GatedUpFp8Options opt;
   opt.tile_config = tile_config;
+  opt.sm90_raster = raster;
   gated_up_fp8(P.x(), P.xs(), P.w(), P.ws(), Matrix{out.data(), DType::kBF16, c.M, c.U, ldo}, c.act, nullptr, opt);
   BF_CUDA_CHECK(cudaDeviceSynchronize());
   testing::to_host(out, h.data());
-  const std::string what = "bf16 out, tile " + std::to_string(tile_config) + ", " + describe(c, P.seed);
+  const std::string what = "bf16 out, tile " + std::to_string(tile_config) + ", raster " +
+                           std::to_string(static_cast<int>(raster)) + ", " + describe(c, P.seed);
   int64_t pad_written = 0, first_pad = -1;
   for (int64_t m = 0; m < c.M; ++m)
     for (int64_t j = c.U; j < ldo; ++j)
@@ -316,6 +318,16 @@ TEST(GatedUpFp8Gpu, LlamaSizedKAndManyTiles) {
     check_bf16(P, cfg);
     check_e4m3(P, cfg);
     check_e4m3_dynamic(P, cfg);
+  }
+}
+
+// Both forced tile orders on every row, with more N tiles than M tiles and the other way round.
+TEST(GatedUpFp8Gpu, EveryRasterEveryRow) {
+  SKIP_UNLESS_FP8();
+  for (Case c : {Case{300, 1024, 784, true, true, Activation::kSiLU}, Case{2100, 256, 136, true, true, Activation::kSiLU}}) {
+    const Problem P(c, testing::fresh_seed());
+    for (int cfg = 0; cfg < kNumSm90Fp8TileConfigs; ++cfg)
+      for (Sm90Raster r : {Sm90Raster::kAlongM, Sm90Raster::kAlongN}) check_bf16(P, cfg, r);
   }
 }
 

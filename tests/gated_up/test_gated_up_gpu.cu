@@ -46,7 +46,7 @@ struct RunResult {
 // Padding of x and w (columns K..ld) is NaN: a kernel that read past K would turn outputs NaN.
 RunResult run_case(Shape s, DType dt, Activation act, int tile_config, int64_t x_pad = 0, int64_t o_pad = 0,
                    std::vector<uint16_t>* out_bits = nullptr, uint64_t seed = 0, GatedUpKernel kernel = GatedUpKernel::kAuto,
-                   int64_t w_pad = 0) {
+                   int64_t w_pad = 0, Sm90Raster raster = Sm90Raster::kAuto) {
   const int64_t ldx = s.K + x_pad, ldo = s.U + o_pad, ldw = s.K + w_pad;
   DevBuf x(2 * size_t(std::max<int64_t>(s.M, 1)) * ldx), w(2 * size_t(2 * s.U) * ldw), out(2 * size_t(std::max<int64_t>(s.M, 1)) * ldo),
       ref(4 * size_t(std::max<int64_t>(s.M, 1)) * s.U);
@@ -62,6 +62,7 @@ RunResult run_case(Shape s, DType dt, Activation act, int tile_config, int64_t x
   GatedUpOptions opt;
   opt.tile_config = tile_config;
   opt.kernel = kernel;
+  opt.sm90_raster = raster;
   // A forced sm90 stream-K row takes a workspace (gated_up_workspace_size with the options); the
   // other configs run without one, as before.
   const size_t ws_bytes = kernel == GatedUpKernel::kSm90 && tile_config >= 0 && kSm90TileConfigs[tile_config].stream_k
@@ -79,7 +80,8 @@ RunResult run_case(Shape s, DType dt, Activation act, int tile_config, int64_t x
   RunResult r;
   r.st = testing::compare(O, reinterpret_cast<const float*>(ref.data()), s.U, testing::tolerance(dt, 2));
   r.desc = std::string(kernel_name(kernel)) + " " + dtype_name(dt) + " " + activation_name(act) + " M=" + std::to_string(s.M) + " K=" + std::to_string(s.K) +
-           " U=" + std::to_string(s.U) + " tile=" + std::to_string(tile_config) + " ldx=" + std::to_string(ldx) +
+           " U=" + std::to_string(s.U) + " tile=" + std::to_string(tile_config) +
+           " raster=" + std::to_string(static_cast<int>(raster)) + " ldx=" + std::to_string(ldx) +
            " ldw=" + std::to_string(ldw) + " ldo=" + std::to_string(ldo) + " seed=" + std::to_string(seed) +
            " (replay: BLOCKFUSE_TEST_SEED=" + std::to_string(seed) + ")";
   if (o_pad > 0 && s.M > 0) {
@@ -150,6 +152,45 @@ TEST(GatedUpGpu, EveryKernelAndTileConfig) {
         for (DType dt : {DType::kBF16, DType::kFP16}) expect_close(run_case(s, dt, Activation::kSiLU, c, 0, 0, nullptr, 0, kern), dt);
     }
   }
+}
+
+// Every sm90 row under both forced tile orders, on a grid with more N tiles than M tiles (CUTLASS's
+// own choice there: along M) and one with more M tiles (along N): a wrong walk leaves tiles unwritten
+// (the poisoned output) or written twice.
+TEST(GatedUpGpu, Sm90EveryRowEveryRaster) {
+  BF_SKIP_WITHOUT_GPU("gated_up");
+  if (!gated_up_has_sm90() || detail::current_device_spec().cc_major != 9)
+    GTEST_SKIP() << "no sm90a kernels on this build or device: the raster is the sm90 scheduler's";
+  for (int c = 0; c < kNumSm90TileConfigs; ++c)
+    for (Sm90Raster r : {Sm90Raster::kAlongM, Sm90Raster::kAlongN})
+      for (Shape s : {Shape{1000, 1000, 1000}, Shape{4097, 512, 256}})
+        expect_close(run_case(s, DType::kBF16, Activation::kSiLU, c, 0, 0, nullptr, 0, GatedUpKernel::kSm90, 0, r), DType::kBF16);
+}
+
+// A forced raster where the call runs another kernel (kAuto at 7 rows: the decode kernel) is refused,
+// naming the option, and nothing is written.
+TEST(GatedUpGpu, Sm90RasterOnlyWhereSm90Runs) {
+  BF_SKIP_WITHOUT_GPU("gated_up");
+  const DType dt = DType::kBF16;
+  const int64_t M = 7, K = 64, U = 32;
+  DevBuf x(2 * M * K), w(2 * 2 * U * K), out(2 * M * U);
+  const Matrix X{x.data(), dt, M, K, K}, W{w.data(), dt, 2 * U, K, K}, O{out.data(), dt, M, U, U};
+  testing::fill_uniform(X, -1.f, 1.f, testing::fresh_seed());
+  testing::fill_uniform(W, -1.f, 1.f, testing::fresh_seed());
+  testing::fill_bits(O, testing::nan_bits(dt));
+  GatedUpOptions opt;
+  opt.sm90_raster = Sm90Raster::kAlongN;
+  try {
+    gated_up(X, W, O, Activation::kSiLU, nullptr, opt);
+    ADD_FAILURE() << "a raster on the decode kernel was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'options.sm90_raster'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("decode"), std::string::npos) << e.what();
+  }
+  BF_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint16_t> h(size_t(M * U));
+  BF_CUDA_CHECK(cudaMemcpy(h.data(), out.data(), h.size() * 2, cudaMemcpyDeviceToHost));
+  for (uint16_t v : h) ASSERT_EQ(v, testing::nan_bits(dt)) << "the refused call wrote its output";
 }
 
 TEST(GatedUpGpu, Sm80ExplicitOnGrid) {

@@ -448,5 +448,21 @@ TEST(HeuristicSm90, TableIsWhatTheKernelSupports) {
   }
 }
 
+// The raster the launcher passes: the caller's where forced, else the row's. Row 1 (ping-pong 128x128,
+// 2x1 cluster) walks along N: along M it re-read the operands from DRAM at K = 16384
+// (docs/gated_up.md#tuning, "The raster of row 1"); rows 0 and 2 keep CUTLASS's order, measured
+// the faster for them.
+TEST(HeuristicSm90, RasterIsTheRowsUnlessForced) {
+  EXPECT_EQ(sm90_raster_for(kSm90TileConfigs[1], Sm90Raster::kAuto), 2);
+  EXPECT_EQ(sm90_raster_for(kSm90TileConfigs[0], Sm90Raster::kAuto), 0);
+  EXPECT_EQ(sm90_raster_for(kSm90TileConfigs[2], Sm90Raster::kAuto), 0);
+  for (const Sm90TileConfigRow& r : kSm90TileConfigs) {
+    EXPECT_EQ(sm90_raster_for(r, Sm90Raster::kAlongM), 1);
+    EXPECT_EQ(sm90_raster_for(r, Sm90Raster::kAlongN), 2);
+  }
+  EXPECT_TRUE(sm90_raster_valid(Sm90Raster::kAlongN));
+  EXPECT_FALSE(sm90_raster_valid(static_cast<Sm90Raster>(3)));
+}
+
 }  // namespace
 }  // namespace blockfuse

@@ -80,6 +80,12 @@ TEST(GatedUpValidation, ActivationAndOptions) {
   // The decode kernel takes no tile config and at most 32 rows.
   { Call c; c.opt.kernel = GatedUpKernel::kDecode; c.opt.tile_config = 0; expect_arg_error(c, "options.tile_config", "0"); }
   { Call c; c.opt.kernel = GatedUpKernel::kDecode; c.x.rows = c.out.rows = 33; expect_arg_error(c, "x", "33"); }
+  // The raster: a defined order, and only for the sm90a kernel (an explicit other kernel is refused here;
+  // kAuto resolving to another kernel is refused at dispatch, GatedUpGpu.Sm90RasterOnlyWhereSm90Runs).
+  { Call c; c.opt.sm90_raster = static_cast<Sm90Raster>(3); expect_arg_error(c, "options.sm90_raster", "3"); }
+  { Call c; c.opt.sm90_raster = static_cast<Sm90Raster>(-1); expect_arg_error(c, "options.sm90_raster", "-1"); }
+  { Call c; c.opt.kernel = GatedUpKernel::kSm80; c.opt.sm90_raster = Sm90Raster::kAlongN; expect_arg_error(c, "options.sm90_raster", "sm80"); }
+  { Call c; c.opt.kernel = GatedUpKernel::kDecode; c.opt.sm90_raster = Sm90Raster::kAlongM; expect_arg_error(c, "options.sm90_raster", "decode"); }
 }
 
 TEST(GatedUpValidation, WorkspaceSizeArguments) {

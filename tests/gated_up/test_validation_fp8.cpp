@@ -156,6 +156,7 @@ TEST(GatedUpFp8Validation, ActivationAndOptions) {
     { Call c = c0; c.act = static_cast<Activation>(4); expect_arg_error(c, "activation", "4"); }
     { Call c = c0; c.opt.tile_config = gated_up_fp8_num_tile_configs(); expect_arg_error(c, "options.tile_config", std::to_string(gated_up_fp8_num_tile_configs())); }
     { Call c = c0; c.opt.tile_config = -2; expect_arg_error(c, "options.tile_config", "-2"); }
+    { Call c = c0; c.opt.sm90_raster = static_cast<Sm90Raster>(5); expect_arg_error(c, "options.sm90_raster", "5"); }
   });
 }
 
