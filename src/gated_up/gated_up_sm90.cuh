@@ -10,9 +10,9 @@
 //     registers), cooperatively on one tile (stacked along M, or side by side along N: rows 5-6)
 //     or ping-ponging over two;
 //   * `setmaxnreg` gives the producer warpgroup 40 registers and each consumer thread 232;
-//   * the persistent tile scheduler walks tiles with swizzled rasterisation (groups of up to 8
-//     tiles along the shorter grid side) so the CTAs resident at once share weight and activation
-//     panels in L2.
+//   * the persistent tile scheduler walks tiles with swizzled rasterisation (along one grid side,
+//     in groups of up to 8 tiles across the other: tile_configs_sm90.h's raster_along_n says which)
+//     so the CTAs resident at once share weight and activation panels in L2.
 // What replaces CUTLASS's epilogue is `GatedEpilogue` (epilogue_sm90.cuh): it writes the gated
 // half-width tile, and its header explains the gating on wgmma accumulators.
 #pragma once

@@ -42,8 +42,9 @@ typename Cfg::Kernel::Arguments gemm_arguments(const Params& p, int dev, Fill&& 
   args.hw_info.sm_count = detail::device_spec(dev).sm_count;
   // The dispatcher's sm90_choose_swizzle (the largest swizzle that adds no more than 1 % tiles and waves).
   args.scheduler.max_swizzle_size = p.sm90_max_swizzle;
-  // Heuristic = walk along the longer grid side, in swizzled groups along the shorter one; the row
-  // (tile_configs_sm90.h, row 1) or the caller may ask for one (sm90_raster_for).
+  // Heuristic = CUTLASS's: walk along the shorter grid side (along M where N tiles outnumber M tiles,
+  // as at every LLM point), in swizzled groups across the longer one; the row (tile_configs_sm90.h,
+  // row 1) or the caller may ask for either order (sm90_raster_for).
   using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
   args.scheduler.raster_order = p.sm90_raster == 1 ? Raster::AlongM : p.sm90_raster == 2 ? Raster::AlongN : Raster::Heuristic;
   return args;

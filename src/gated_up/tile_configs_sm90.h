@@ -80,7 +80,7 @@ inline constexpr int kNumSm90TileConfigs = sizeof(kSm90TileConfigs) / sizeof(kSm
 
 // The order the launcher passes to the scheduler for row c (GatedUpParams::sm90_raster): the caller's
 // (GatedUpOptions::sm90_raster: 1 along M, 2 along N) where it forces one, else the row's (2 where
-// raster_along_n) or 0, CUTLASS's heuristic (along the longer grid side).
+// raster_along_n) or 0, CUTLASS's heuristic (along the shorter grid side: along M at LLM shapes).
 inline constexpr bool sm90_raster_valid(Sm90Raster r) {
   return r == Sm90Raster::kAuto || r == Sm90Raster::kAlongM || r == Sm90Raster::kAlongN;
 }
