@@ -13,17 +13,18 @@ namespace {
 
 using Launcher = void (*)(const GatedUpFp8Params&, cudaStream_t);
 
+// Config c launches its kernel's instance (sm90_fp8_kernel_of: rows that differ only in tile order share one).
 template <bool OutFp8, std::size_t... I>
 constexpr std::array<Launcher, sizeof...(I)> fp8_launchers(std::index_sequence<I...>) {
-  return {&launch_fp8_instance<OutFp8, static_cast<int>(I)>...};
+  return {&launch_fp8_instance<OutFp8, sm90_fp8_kernel_of(static_cast<int>(I))>...};
 }
 template <bool OutFp8, std::size_t... I>
 std::array<int, sizeof...(I)> fp8_smem_sizes(std::index_sequence<I...>) {
-  return {smem_bytes_fp8_instance<OutFp8, static_cast<int>(I)>()...};
+  return {smem_bytes_fp8_instance<OutFp8, sm90_fp8_kernel_of(static_cast<int>(I))>()...};
 }
 using Configs = std::make_index_sequence<kNumSm90Fp8TileConfigs>;
-static_assert(kNumSm90Fp8TileConfigs == BLOCKFUSE_SM90_FP8_NUM_CONFIGS,
-              "CMakeLists.txt generates one instance file per FP8 config: update BLOCKFUSE_SM90_FP8_NUM_CONFIGS");
+static_assert(kNumSm90Fp8Kernels == BLOCKFUSE_SM90_FP8_NUM_KERNELS,
+              "CMakeLists.txt generates one instance file per FP8 kernel: update BLOCKFUSE_SM90_FP8_NUM_KERNELS");
 
 void check_config(int config) { check_tile_config("blockfuse::gated_up_fp8", config, kNumSm90Fp8TileConfigs); }
 

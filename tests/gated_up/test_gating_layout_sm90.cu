@@ -21,6 +21,7 @@
 //      bijection onto BM·BN/2 slots.
 #include <gtest/gtest.h>
 
+#include <type_traits>
 #include <vector>
 
 #include "gated_up/gated_up_fp8_sm90.cuh"
@@ -185,7 +186,10 @@ TEST(GatingLayoutSm90, Fp8Config1) {
   check_fp8_config<cute::bfloat16_t, 1>();
   check_fp8_config<cutlass::float_e4m3_t, 1>();
 }
-static_assert(kNumSm90Fp8TileConfigs == 2, "add a test for the new FP8 tile config");
+static_assert(kNumSm90Fp8Kernels == 2, "add a test for the new FP8 kernel (a row that only changes the tile order "
+                                      "reuses one: sm90_fp8_kernel_of)");
+static_assert(std::is_same_v<sm90::Sm90Fp8KernelFor<cute::bfloat16_t, 2>, sm90::Sm90Fp8KernelFor<cute::bfloat16_t, 1>>,
+              "FP8 row 2 is row 1 along N: the same kernel, proven above");
 static_assert(sm90::Sm90Fp8KernelFor<cutlass::float_e4m3_t, 1>::Epilogue::kPanelBytes == 64,
               "the e4m3 ping-pong tile (64 outputs wide) is one 64-byte-swizzled panel");
 

@@ -1,6 +1,6 @@
 // The FP8 sm90a tile heuristic (src/gated_up/heuristic_fp8_sm90.cpp): a pure function of (M, K, U,
-// device) over the two-row FP8 table: the measured table's row where it has one, else the cost
-// model's. Named cases of the model (the large cooperative tile on the benchmark's grid, ping-pong
+// device) over the FP8 table (two kernels, three rows: row 2 is row 1 along N): the measured table's
+// row where it has one, else the cost model's. Named cases of the model (the large cooperative tile on the benchmark's grid, ping-pong
 // at a 512-token chunk of Llama-3 8B where the 16-bit sweep measured it ahead), the committed
 // measured table followed at its points, and invariants (valid index, purity, degenerate inputs)
 // over a sweep.
@@ -22,6 +22,7 @@ const DeviceSpec kH100Pcie{114, 232448, 9, 0, 2039.0};
 
 constexpr int kLarge = 0;     // cooperative 128x256x128, cluster 2x1
 constexpr int kPingpong = 1;  // ping-pong 128x128x128, cluster 2x1
+constexpr int kPingpongAlongN = 2;  // row 1 walking its tiles along N (the same kernel)
 
 // The cost model alone (what the heuristic falls back to off the measured table).
 int model(const GatedUpProblem& p, const DeviceSpec& dev) {
@@ -36,6 +37,30 @@ TEST(HeuristicFp8Sm90, TableRowsAreWhatTheKernelNeeds) {
   }
   EXPECT_FALSE(kSm90Fp8TileConfigs[kLarge].pingpong);
   EXPECT_TRUE(kSm90Fp8TileConfigs[kPingpong].pingpong);
+}
+
+// Row 2 is row 1 in the other tile order: the same kernel (one instantiation, sm90_fp8_kernel_of), a
+// different launch argument; the cost model, which has no term for the order, never picks it (ties go to
+// the lower row), so only a measured table places it.
+TEST(HeuristicFp8Sm90, RowAlongNSharesRowOnesKernel) {
+  EXPECT_EQ(kNumSm90Fp8Kernels, 2);
+  EXPECT_EQ(sm90_fp8_kernel_of(kLarge), kLarge);
+  EXPECT_EQ(sm90_fp8_kernel_of(kPingpong), kPingpong);
+  EXPECT_EQ(sm90_fp8_kernel_of(kPingpongAlongN), kPingpong);
+  EXPECT_TRUE(sm90_fp8_same_kernel(kSm90Fp8TileConfigs[kPingpong], kSm90Fp8TileConfigs[kPingpongAlongN]));
+  EXPECT_FALSE(sm90_fp8_same_kernel(kSm90Fp8TileConfigs[kLarge], kSm90Fp8TileConfigs[kPingpong]));
+  EXPECT_FALSE(kSm90Fp8TileConfigs[kPingpong].raster_along_n);
+  EXPECT_TRUE(kSm90Fp8TileConfigs[kPingpongAlongN].raster_along_n);
+  EXPECT_EQ(sm90_raster_for(kSm90Fp8TileConfigs[kPingpongAlongN], Sm90Raster::kAuto), 2);
+  EXPECT_EQ(sm90_raster_for(kSm90Fp8TileConfigs[kPingpongAlongN], Sm90Raster::kAlongM), 1);
+  for (const DeviceSpec& dev : {kH100, kH200, kH100Pcie})
+    for (int64_t m : {128, 512, 1000, 2048, 4096, 16384, 65536})
+      for (auto [k, u] : {std::pair<int64_t, int64_t>{4096, 14336}, {8192, 28672}, {5120, 13824}})
+        EXPECT_NE(model({m, k, u}, dev), kPingpongAlongN) << "M=" << m << " K=" << k;
+  // Where the H200's table places it: Llama-3 8B x 2048 (0.998-1.018x cuBLASLt against row 1's
+  // 0.988-0.990x, results/gated_up_fp8.json raster_h200).
+  EXPECT_EQ(choose_gated_up_fp8_sm90_tile_config({2048, 4096, 14336}, kH200), kPingpongAlongN);
+  EXPECT_EQ(choose_gated_up_fp8_sm90_tile_config({4096, 4096, 14336}, kH200), kPingpong);
 }
 
 TEST(HeuristicFp8Sm90, BenchmarkGridPicksTheLargeTile) {

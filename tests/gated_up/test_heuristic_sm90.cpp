@@ -254,7 +254,7 @@ TEST(HeuristicSm90, DeviceClassPicksTheTable) {
 }
 
 // Llama-3.1 405B x 4096 / 8192 tokens on the H200 (K 16384): both 128x128 rows fall into an L2 slow mode
-// there (row 1 0.75x cuBLAS in session 22's grid runs, row 2 0.90-0.95x in session 25's sweep), the large
+// there (row 1 0.75x cuBLAS in tile_sweep_h200's grid runs, row 2 0.90-0.95x in tile_sweep_h200_s25), the large
 // tile does not (1.01-1.02x). The table is generated from the sweep and the grid runs together
 // (scripts/tile-table --results results/gated_up.json:tile_sweep_h200_s25): a row that ran slow in a grid
 // run counts against itself, so both points take the large tile; 70B x 8192 keeps the one-M-tile row.
