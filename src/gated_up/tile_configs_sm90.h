@@ -46,6 +46,11 @@
 //      (704-708 against 672-702 TFLOP/s, 0.90x cuBLAS) and even at 405B x 4096-16384; 3-14 % behind
 //      elsewhere. Opt-in: the heuristic never takes it. (The same tile with a 2x1 cluster lost
 //      everywhere, up to 16 %, and was dropped.)
+//   6  ping-pong 128x192, cluster 2x1, rasterised along N as row 1: the tile quack's fused GEMM
+//      (gemm_act, quack-kernels 0.6.5) runs at every shape on Hopper, where it leads this table's rows
+//      by 1-4 % (docs/gated_up.md#figures, "Beside quack's gemm_act"): 1.2x row 1's output per operand
+//      byte brought on chip, at 192 fp32 accumulators a consumer thread. Its 96
+//      gated columns go out as three 64-byte panels (row 5's). Opt-in until a sweep places it.
 // No cluster-less rows: without the multicast the tiles are L2-bound, e.g. 128x128 at 250-330
 // TFLOP/s for 405B (docs/gated_up.md#tuning lists what was measured and dropped).
 #pragma once
@@ -75,6 +80,7 @@ inline constexpr Sm90TileConfigRow kSm90TileConfigs[] = {
     {128, 256, 64, 2, 1, false, 1.00f, 1.00f, true},  // 3: row 0, stream-K (opt-in: needs a workspace)
     {256, 128, 64, 1, 2, false, 1.00f, 1.00f, false, true},  // 4: cuBLAS's 256x128 1x2 (opt-in: unmeasured)
     {192, 192, 64, 1, 2, false, 1.00f, 1.00f, false, true, true},  // 5: cuBLAS's 192x192 1x2, N-split (opt-in)
+    {128, 192, 64, 2, 1, true, 0.97f, 0.85f, false, true, false, true},  // 6: quack's 128x192 ping-pong (opt-in)
 };
 inline constexpr int kNumSm90TileConfigs = sizeof(kSm90TileConfigs) / sizeof(kSm90TileConfigs[0]);
 

@@ -172,10 +172,14 @@ TEST(GatingLayoutSm90, Config2) { check_config<cute::bfloat16_t, 2>(); check_con
 TEST(GatingLayoutSm90, Config3StreamK) { check_config<cute::bfloat16_t, 3>(); check_config<cute::half_t, 3>(); }
 TEST(GatingLayoutSm90, Config4Coop256x128) { check_config<cute::bfloat16_t, 4>(); check_config<cute::half_t, 4>(); }
 TEST(GatingLayoutSm90, Config5Coop192x192SplitN) { check_config<cute::bfloat16_t, 5>(); check_config<cute::half_t, 5>(); }
-static_assert(kNumSm90TileConfigs == 6, "add a test for the new tile config");
+TEST(GatingLayoutSm90, Config6Pingpong128x192) { check_config<cute::bfloat16_t, 6>(); check_config<cute::half_t, 6>(); }
+static_assert(kNumSm90TileConfigs == 7, "add a test for the new tile config");
 static_assert(sm90::Sm90KernelFor<cute::bfloat16_t, 5>::Epilogue::kPanelBytes == 64 &&
                   sm90::Sm90KernelFor<cute::bfloat16_t, 5>::Epilogue::kPanels == 3,
               "the 192-wide tile's 96 gated columns go out as three 64-byte panels");
+static_assert(sm90::Sm90KernelFor<cute::bfloat16_t, 6>::Epilogue::kPanelBytes == 64 &&
+                  sm90::Sm90KernelFor<cute::bfloat16_t, 6>::Epilogue::kPanels == 3,
+              "the 128x192 ping-pong tile's 96 gated columns go out as three 64-byte panels");
 
 // The FP8 kernel: e4m3 operands (wgmma k32), bf16 or e4m3 outputs.
 TEST(GatingLayoutSm90, Fp8Config0) {
