@@ -1,8 +1,8 @@
 // Internal: the tile configurations the FP8 (e4m3) sm90a gated-up kernel runs, and the
 // pure heuristic that picks one (heuristic_fp8_sm90.cpp, CPU-tested in test_heuristic_fp8_sm90.cpp).
 // Each row of a new tile is one CUTLASS instantiation per output type (bf16, e4m3), about a minute or
-// two of nvcc each, so the table is short; a row that only changes the tile order reuses its kernel. The kernel is gated_up_fp8_sm90.cuh; launch_fp8_sm90.cuh maps a row
-// index to its template.
+// two of nvcc each, so the table is short; a row that only changes the tile order reuses its kernel.
+// The kernel is gated_up_fp8_sm90.cuh; launch_fp8_sm90.cuh maps a row index to its template.
 //
 // The rows mirror the two 2x1-cluster rows of the 16-bit table (tile_configs_sm90.h) with BK = 128:
 // the same 128 bytes of K per pipeline stage as the 16-bit kernel's BK = 64, i.e. the same TMA box

@@ -1,7 +1,8 @@
 // The FP8 sm90a tile heuristic (src/gated_up/heuristic_fp8_sm90.cpp): a pure function of (M, K, U,
 // device) over the FP8 table (two kernels, three rows: row 2 is row 1 along N): the measured table's
-// row where it has one, else the cost model's. Named cases of the model (the large cooperative tile on the benchmark's grid, ping-pong
-// at a 512-token chunk of Llama-3 8B where the 16-bit sweep measured it ahead), the committed
+// row where it has one, else the cost model's. Named cases of the model (the large cooperative tile on
+// the benchmark's grid, ping-pong at a 512-token chunk of Llama-3 8B where the 16-bit sweep measured it
+// ahead), the committed
 // measured table followed at its points, and invariants (valid index, purity, degenerate inputs)
 // over a sweep.
 #include <gtest/gtest.h>
