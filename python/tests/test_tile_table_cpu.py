@@ -296,3 +296,23 @@ def test_results_entry_counts_a_slow_grid_run_against_its_row(tmp_path, capsys):
         tt.main(["--results", f"{f}:sweep_entry", "--emit-cpp"])
     with pytest.raises(SystemExit):  # the folders or --results, not both
         tt.main(["--results", f"{f}:sweep_entry", str(tmp_path), "--emit-cpp"])
+
+
+def test_run_floor_passes_over_a_row_with_a_slow_run(tmp_path, capsys):
+    """--run-floor F: a row ahead on the median that ran below F in one run gives way to the best row
+    that never did; where every allowed row once fell below F, the highest median as without it."""
+    assert tt.table_pick({0: 1.00, 1: 1.02}, {0: [1.0, 1.0], 1: [1.03, 1.02, 0.85]}, None, 0.97) == 0
+    assert tt.table_pick({0: 1.00, 1: 1.02}, {0: [1.0, 1.0], 1: [1.03, 1.02, 0.85]}, None, None) == 1
+    assert tt.table_pick({0: 0.99, 1: 1.02}, {0: [0.96, 1.0], 1: [1.03, 0.90]}, None, 0.97) == 1
+    assert tt.table_pick({0: 1.00, 1: 1.02, 6: 1.03}, {0: [1.0], 1: [1.02], 6: [1.03]}, {0, 1}, 0.97) == 1
+    entry = {"device": "NVIDIA H200", "sm_count": 132, "date": "2026-11-29", "command": "bench gated-up ...",
+             "sweep": [{"model": "Test 405B", "M": 8192, "K": 16384, "U": 53248,
+                        "rows": {"0": [1.01, 1.01, 1.00], "1": [1.02, 1.03, 0.85]}}]}
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps({"sweep_entry": entry}))
+    assert tt.main(["--results", f"{f}:sweep_entry", "--emit-cpp", "--table-rows", "0,1,2"]) == 0
+    assert tables(capsys.readouterr().out)["kSm90Measured"] == {8192: 1}
+    assert tt.main(["--results", f"{f}:sweep_entry", "--emit-cpp", "--table-rows", "0,1,2", "--run-floor", "0.97"]) == 0
+    out = capsys.readouterr().out
+    assert tables(out)["kSm90Measured"] == {8192: 0}
+    assert "(best: row 1, 1.020x, a run at 0.850x)" in out

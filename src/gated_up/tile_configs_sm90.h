@@ -50,7 +50,9 @@
 //      (gemm_act, quack-kernels 0.6.5) runs at every shape on Hopper, where it leads this table's rows
 //      by 1-4 % (docs/gated_up.md#figures, "Beside quack's gemm_act"): 1.2x row 1's output per operand
 //      byte brought on chip, at 192 fp32 accumulators a consumer thread. Its 96
-//      gated columns go out as three 64-byte panels (row 5's). Opt-in until a sweep places it.
+//      gated columns go out as three 64-byte panels (row 5's). Opt-in: the H200's measured table places
+//      it where it led rows 0-2 (by 1-2 % at 405B x 512, Qwen2 7B x 512, 70B x 1024; results/gated_up.json
+//      tile_sweep_h200_s27), the rate model never takes it.
 // No cluster-less rows: without the multicast the tiles are L2-bound, e.g. 128x128 at 250-330
 // TFLOP/s for 405B (docs/gated_up.md#tuning lists what was measured and dropped).
 #pragma once
@@ -67,7 +69,7 @@ struct Sm90TileConfigRow {
   float rel_rate;            // heuristic: sustained rate of a full wave relative to row 0, K <= 4096
   float rel_rate_large_k;    //            the same for K > 4096 (more L2 traffic per tile)
   bool stream_k = false;     // CUTLASS's StreamKScheduler (needs a workspace) instead of the persistent one
-  bool opt_in = false;       // only when asked for (options.tile_config): not yet placed by a measurement
+  bool opt_in = false;       // the rate model skips it: run where options.tile_config or a table asks
   bool split_n = false;      // cooperative only: the two consumer warpgroups split the tile along N, not M
   bool raster_along_n = false;  // the scheduler walks along N, swizzled along M (else CUTLASS's heuristic)
 };
@@ -80,7 +82,7 @@ inline constexpr Sm90TileConfigRow kSm90TileConfigs[] = {
     {128, 256, 64, 2, 1, false, 1.00f, 1.00f, true},  // 3: row 0, stream-K (opt-in: needs a workspace)
     {256, 128, 64, 1, 2, false, 1.00f, 1.00f, false, true},  // 4: cuBLAS's 256x128 1x2 (opt-in: unmeasured)
     {192, 192, 64, 1, 2, false, 1.00f, 1.00f, false, true, true},  // 5: cuBLAS's 192x192 1x2, N-split (opt-in)
-    {128, 192, 64, 2, 1, true, 0.97f, 0.85f, false, true, false, true},  // 6: quack's 128x192 ping-pong (opt-in)
+    {128, 192, 64, 2, 1, true, 0.97f, 0.85f, false, true, false, true},  // 6: quack's 128x192 ping-pong (opt-in, H200)
 };
 inline constexpr int kNumSm90TileConfigs = sizeof(kSm90TileConfigs) / sizeof(kSm90TileConfigs[0]);
 
@@ -183,8 +185,9 @@ struct Sm90MeasuredPoint {
 };
 
 // The tables choose_gated_up_sm90_tile_config consults (heuristic_sm90.cpp), for the tests:
-// kSm90Measured (rows 0-2 only) or, with `stream_k_points`, kSm90StreamKPoints (only the points where
-// the stream-K row beat the best of the others by scripts/tile-table's margin), of `dev`'s class.
+// kSm90Measured (rows 0-2; the H200's also row 6) or, with `stream_k_points`, kSm90StreamKPoints (only
+// the points where the stream-K row beat the best of the others by scripts/tile-table's margin), of
+// `dev`'s class.
 struct Sm90MeasuredTable {
   const Sm90MeasuredPoint* points;
   int n;
@@ -216,8 +219,8 @@ inline bool sm90_reads_h200_tables(const detail::DeviceSpec& dev) { return dev.d
 // both agree (where they disagree, the crossover lies between them and the model, which counts the
 // waves at p.m, decides); outside the measured range, -1. Rows outside `rows` (the kernel's tile
 // table: kSm90TileConfigs, or the FP8 one) are never returned, nor stream-K rows (they need a
-// caller's workspace: sm90_stream_k_tile_config). Pure; CPU-tested on tables the tests make
-// (test_heuristic_sm90.cpp).
+// caller's workspace: sm90_stream_k_tile_config); an opt-in row is, where the table places it (the
+// model alone never takes one). Pure; CPU-tested on tables the tests make (test_heuristic_sm90.cpp).
 int sm90_measured_tile_config(const Sm90MeasuredPoint* table, int n, int sms, const Sm90TileConfigRow* rows, int n_rows,
                               const GatedUpProblem& p, const detail::DeviceSpec& dev);
 
